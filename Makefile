@@ -1,0 +1,43 @@
+# remora: the two commands are `make demo` and `make test`.
+SHELL := /bin/bash
+CARGO ?= cargo
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export CARGO_TERM_COLOR ?= never
+
+.PHONY: build demo test test-rust test-python deps py bench lint fmt clean
+
+build:
+	$(CARGO) build --release -p remora-cli
+
+demo: build
+	./target/release/remora demo
+
+# Installs what the tests need (Debian packages, a virtual environment), then runs every test.
+test: deps
+	$(CARGO) build --release -p remora-cli
+	$(CARGO) test --workspace --no-fail-fast
+	$(MAKE) test-python
+
+deps:
+	bash scripts/test-deps.sh
+
+py:
+	$(VENV)/bin/maturin develop --release -q
+
+test-python: py
+	$(PY) -m pytest -q python/tests
+
+bench: build
+	for s in bench/*.sh; do bash $$s || exit 1; done
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+clean:
+	$(CARGO) clean
+	rm -rf $(VENV)

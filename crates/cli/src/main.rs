@@ -1,0 +1,59 @@
+//! `remora`: the command-line program. Thin glue: each area's subcommands live in their own module
+//! and call the public API of the crates below.
+use clap::{Parser, Subcommand};
+
+mod fabric;
+
+/// remora: one-sided RDMA-style transfers, remote page faults and detector data processing.
+#[derive(Parser)]
+#[command(name = "remora", version, about, propagate_version = true)]
+struct Cli {
+    /// More log output (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// One-sided transfers over RoCEv2 datagrams, shared memory or TCP.
+    #[command(subcommand)]
+    Fabric(fabric::Cmd),
+    /// Whole-system benchmarks by area.
+    #[command(subcommand)]
+    Bench(BenchCmd),
+    /// Runs the end-to-end demonstration (`make demo`).
+    Demo,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Same as `remora fabric bench`.
+    Fabric(fabric::BenchArgs),
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    match cli.cmd {
+        Cmd::Fabric(c) => fabric::run(c),
+        Cmd::Bench(BenchCmd::Fabric(a)) => fabric::bench(a),
+        Cmd::Demo => fabric::demo(),
+    }
+}

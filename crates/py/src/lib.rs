@@ -1,0 +1,25 @@
+//! The `remora` Python module's native part (`remora._native`), built with maturin.
+//!
+//! Thin bindings only: each area registers one submodule from its own file, and the pure-Python
+//! package under `python/remora/` re-exports them (`remora.fabric`, `remora.daq`, ...).
+use pyo3::prelude::*;
+
+mod fabric;
+
+/// Adds one named submodule to the native module.
+pub(crate) fn submodule<'py>(
+    parent: &Bound<'py, PyModule>,
+    name: &str,
+    fill: impl FnOnce(&Bound<'py, PyModule>) -> PyResult<()>,
+) -> PyResult<()> {
+    let m = PyModule::new(parent.py(), name)?;
+    fill(&m)?;
+    parent.add_submodule(&m)
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    submodule(m, "fabric", fabric::register)?;
+    Ok(())
+}
