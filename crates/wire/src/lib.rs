@@ -1,3 +1,53 @@
-//! RoCEv2 transport headers (BTH, RETH, ImmDt, AETH), opcodes, PSN arithmetic and the
-//! invariant CRC, as zero-copy views and owned representations. Pure functions, no I/O.
+//! RoCEv2 transport headers as zero-copy views and owned representations.
+//!
+//! What it does: encodes and decodes the InfiniBand transport headers that RoCEv2 carries in a UDP
+//! datagram (BTH, RETH, ImmDt, AETH) for every RC and UC opcode remora uses, does 24-bit PSN
+//! arithmetic with wrap-around, and computes and checks the invariant CRC (ICRC). The design follows
+//! smoltcp: each header has a `Packet<T: AsRef<[u8]>>` view with getters and setters over a byte
+//! buffer, and a `*Repr` with `parse` and `emit`; [`Repr`] ties a whole datagram payload together.
+//!
+//! What it does not: no I/O (except the small [`pcap`] file writer for tests and debugging), no
+//! queue-pair state, no retransmission logic (that is `remora-fabric`), no UD/RD/XRC services, no
+//! atomics, no GRH/LRH (RoCEv1 or native InfiniBand), no CNP generation.
+//!
+//! Panics: parsing never panics on any input; it returns [`Error`]. `new_unchecked` views panic on
+//! out-of-range accessors (use `new_checked`), and `emit` panics if the output buffer is shorter than
+//! `buffer_len()`, as in smoltcp: these are programming errors, not bad input.
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod aeth;
+pub mod bth;
+mod error;
+pub mod icrc;
+pub mod immdt;
+pub mod opcode;
+pub mod packet;
+pub mod pcap;
+pub mod psn;
+pub mod reth;
+
+pub use aeth::{AethRepr, NakCode, Syndrome};
+pub use bth::BthRepr;
+pub use error::Error;
+pub use icrc::Endpoints;
+pub use opcode::{Op, Opcode, Service};
+pub use packet::Repr;
+pub use psn::Psn;
+pub use reth::RethRepr;
+
+/// Result with this crate's [`Error`].
+pub type Result<T> = core::result::Result<T, Error>;
+
+/// The IANA UDP destination port of RoCEv2.
+pub const ROCE_PORT: u16 = 4791;
+/// Length of the Base Transport Header.
+pub const BTH_LEN: usize = 12;
+/// Length of the RDMA Extended Transport Header.
+pub const RETH_LEN: usize = 16;
+/// Length of the Immediate Data header.
+pub const IMMDT_LEN: usize = 4;
+/// Length of the ACK Extended Transport Header.
+pub const AETH_LEN: usize = 4;
+/// Length of the invariant CRC trailer.
+pub const ICRC_LEN: usize = 4;
