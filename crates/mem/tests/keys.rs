@@ -300,3 +300,38 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn lookups_race_with_registration_safely() {
+    let pd = Pd::new();
+    let stable = anon(&pd, 4096, Access::ALL);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let checker = s.spawn(|| {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let a = pd
+                    .check_remote(stable.rkey(), stable.addr(), 8, Access::REMOTE_WRITE)
+                    .unwrap();
+                a.region.write_at(a.offset, &n.to_le_bytes()).unwrap();
+                n += 1;
+            }
+            n
+        });
+        let churn = s.spawn(|| {
+            for _ in 0..200 {
+                let r = anon(&pd, 4096, Access::ALL);
+                let k = r.rkey();
+                assert!(pd.check_remote(k, r.addr(), 1, Access::REMOTE_READ).is_ok());
+                pd.deregister(k).unwrap();
+                assert!(pd
+                    .check_remote(k, r.addr(), 1, Access::REMOTE_READ)
+                    .is_err());
+            }
+        });
+        churn.join().unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(checker.join().unwrap() > 0);
+    });
+    assert_eq!(pd.len(), 1);
+}
