@@ -10,6 +10,31 @@
 //! queue-pair state, no retransmission logic (that is `remora-fabric`), no UD/RD/XRC services, no
 //! atomics, no GRH/LRH (RoCEv1 or native InfiniBand), no CNP generation.
 //!
+//! ```
+//! use remora_wire::{icrc, BthRepr, Endpoints, Op, Opcode, Psn, Repr, RethRepr, Service};
+//!
+//! let repr = Repr {
+//!     bth: BthRepr {
+//!         opcode: Opcode::new(Service::Uc, Op::WriteOnlyImm)?,
+//!         solicited: true, mig_req: false, pad_count: 0, pkey: 0xffff,
+//!         fecn: false, becn: false, dest_qp: 0x12, ack_req: false, psn: Psn::new(7),
+//!     },
+//!     reth: Some(RethRepr { va: 0x1000, rkey: 0xabc, len: 5 }),
+//!     immdt: Some(42),
+//!     aeth: None,
+//!     payload_len: 5,
+//! };
+//! let ep = Endpoints::new("127.0.0.1:49170".parse().unwrap(), "127.0.0.1:4791".parse().unwrap());
+//! let mut datagram = vec![0; repr.buffer_len()];
+//! repr.emit(&mut datagram, b"hello");
+//! icrc::seal(&ep, &mut datagram);
+//!
+//! icrc::check(&ep, &datagram)?;
+//! let (parsed, payload) = Repr::parse(&datagram)?;
+//! assert_eq!((parsed.immdt, payload), (Some(42), &b"hello"[..]));
+//! # Ok::<(), remora_wire::Error>(())
+//! ```
+//!
 //! Panics: parsing never panics on any input; it returns [`Error`]. `new_unchecked` views panic on
 //! out-of-range accessors (use `new_checked`), and `emit` panics if the output buffer is shorter than
 //! `buffer_len()`, as in smoltcp: these are programming errors, not bad input.
