@@ -1,3 +1,37 @@
-//! Lazy memory regions whose pages are filled on demand from a remote page server through
-//! userfaultfd, with prefetch and background push.
+//! Lazy memory: regions whose pages are filled on demand from a page server through userfaultfd,
+//! with prefetch and background push (the remote-page-fault side of post-copy migration, after
+//! OPERA's CRIU lazy-pages work).
+//!
+//! What it does:
+//! - [`LazyRegion`]: an anonymous mapping registered with userfaultfd (missing mode). Each fault on
+//!   a unit (4 KB to 2 MB) is fetched once from a [`PageFetcher`] and installed with
+//!   `UFFDIO_COPY` (`UFFDIO_ZEROPAGE` for zero ranges), by handler threads or by the faulting
+//!   thread itself (`UFFD_FEATURE_SIGBUS`), with [`Prefetch`] policies, a recorded
+//!   [`WorkingSet`], and a background push that streams the rest on a separate connection and
+//!   restarts after each fault. A dead server ends in poisoned units (SIGBUS on access) and an
+//!   error, never a hang.
+//! - [`PageServer`]: serves a [`PageSource`] (a file, a memfd, its own memory, or a live process
+//!   through `process_vm_readv`) over TCP with a small [`protocol`].
+//!
+//! What it does not: it is Linux-only (userfaultfd, 6.6+ for `UFFDIO_POISON`); the RDMA-style
+//! transports (udp RC READ, shm) belong to `remora-fabric` and are not wired in yet; it does not
+//! track write-protection or dirty pages (no pre-copy); a region's pages come from one server.
 #![warn(missing_docs)]
+
+pub mod error;
+pub mod fetch;
+pub mod prefetch;
+pub mod procmaps;
+pub mod protocol;
+pub mod region;
+pub mod server;
+mod sigbus;
+pub mod source;
+mod sys;
+
+pub use error::{Error, Result};
+pub use fetch::{FetchError, Fetched, LocalFetcher, PageFetcher, PushChunk, PushNext, PushStream, TcpFetcher};
+pub use prefetch::{Prefetch, Prefetcher, WorkingSet};
+pub use region::{LazyRegion, Mode, Options, Progress, Stats};
+pub use server::{PageServer, ServerHandle};
+pub use source::{FileSource, MemorySource, PageSource, ProcessSource};

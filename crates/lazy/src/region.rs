@@ -1,0 +1,904 @@
+//! The lazy region: an anonymous mapping registered with userfaultfd whose missing units are
+//! fetched from a [`PageFetcher`] and installed with `UFFDIO_COPY` / `UFFDIO_ZEROPAGE`.
+//!
+//! Every unit has a state (missing, in flight, present, poisoned) changed only by compare-and-
+//! swap, so a unit is fetched once however many threads fault on it; whoever claims it fetches
+//! and installs it, and the install wakes every thread waiting on it. Faults are resolved either
+//! by handler threads reading the userfaultfd ([`Mode::Thread`]) or by the faulting thread itself
+//! in a SIGBUS handler ([`Mode::Sigbus`]).
+//!
+//! Failure: a fetch is retried until the region's deadline; then the unit is poisoned
+//! (`UFFDIO_POISON`), so a raw access raises SIGBUS (`BUS_MCEERR_AR`) instead of hanging, the
+//! checked accessors return [`Error::Unavailable`], and the error is logged and kept in
+//! [`LazyRegion::last_error`]. Closing a region poisons every unit still missing, with the same
+//! outcome for threads still waiting on them.
+use crate::error::{Error, Result};
+use crate::fetch::{FetchError, Fetched, PageFetcher, PushNext};
+use crate::prefetch::{Prefetch, Prefetcher, WorkingSet};
+use crate::sys;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const MISSING: u8 = 0;
+const INFLIGHT: u8 = 1;
+const PRESENT: u8 = 2;
+const POISONED: u8 = 3;
+const PAGE: u64 = 4096;
+
+/// How faults are resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Handler threads read fault events from the userfaultfd.
+    Thread {
+        /// Number of handler threads (1 or more).
+        handlers: usize,
+    },
+    /// `UFFD_FEATURE_SIGBUS`: the faulting thread resolves its own fault in a SIGBUS handler.
+    /// Kernel accesses to missing pages (a `read()` into the region) fail with EFAULT instead.
+    Sigbus,
+}
+
+impl Default for Mode {
+    /// SIGBUS: measured faster than a handler thread on every transport (docs/bench/lazy.md).
+    fn default() -> Mode {
+        Mode::Sigbus
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    /// `thread`, `thread:N` or `sigbus`.
+    fn from_str(s: &str) -> std::result::Result<Mode, String> {
+        match s.split_once(':') {
+            None if s == "thread" => Ok(Mode::Thread { handlers: 1 }),
+            None if s == "sigbus" => Ok(Mode::Sigbus),
+            Some(("thread", n)) => match n.parse() {
+                Ok(h) if h >= 1 => Ok(Mode::Thread { handlers: h }),
+                _ => Err(format!("mode `{s}`: handler count must be 1 or more")),
+            },
+            _ => Err(format!("mode `{s}`: expected thread, thread:N or sigbus")),
+        }
+    }
+}
+
+/// Options of a lazy region.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Fault unit in bytes: a power of two, 4 KB to 2 MB.
+    pub unit: usize,
+    /// Resolution mode.
+    pub mode: Mode,
+    /// Prefetch policy.
+    pub prefetch: Prefetch,
+    /// Stream the rest of the source in the background.
+    pub push: bool,
+    /// How long a fault retries an unreachable server before the unit is poisoned.
+    pub deadline: Duration,
+    /// Record the units faulted, in order ([`LazyRegion::working_set`]).
+    pub record: bool,
+    /// A recorded working set to fetch first, in the background.
+    pub working_set: Option<WorkingSet>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            unit: 4096,
+            mode: Mode::default(),
+            prefetch: Prefetch::None,
+            push: false,
+            deadline: Duration::from_secs(5),
+            record: false,
+            working_set: None,
+        }
+    }
+}
+
+/// Counters of a region (monotonic).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Faults seen (uffd events or SIGBUS).
+    pub faults: u64,
+    /// Fetch requests on the urgent path.
+    pub fetches: u64,
+    /// Units installed from fetched data.
+    pub units_copied: u64,
+    /// Units installed as zero pages.
+    pub units_zero: u64,
+    /// Units installed by prefetch (beyond the faulting unit).
+    pub units_prefetched: u64,
+    /// Units installed by the background push.
+    pub units_pushed: u64,
+    /// Units poisoned after a failed fetch or at close.
+    pub units_poisoned: u64,
+    /// Faults on units already present (a race, or pages discarded with MADV_DONTNEED).
+    pub refetches: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    faults: AtomicU64,
+    fetches: AtomicU64,
+    units_copied: AtomicU64,
+    units_zero: AtomicU64,
+    units_prefetched: AtomicU64,
+    units_pushed: AtomicU64,
+    units_poisoned: AtomicU64,
+    refetches: AtomicU64,
+}
+
+/// Progress of filling the region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Units present.
+    pub present: usize,
+    /// Units poisoned.
+    pub poisoned: usize,
+    /// Units in the region.
+    pub units: usize,
+}
+
+impl Progress {
+    /// True when every unit is present.
+    pub fn complete(&self) -> bool {
+        self.present == self.units
+    }
+}
+
+/// Shared state of a region (the handler threads, the push thread and the SIGBUS handler hold it).
+pub(crate) struct Core {
+    uffd: OwnedFd,
+    map: sys::Mapping,
+    base: u64,
+    unit: usize,
+    units: usize,
+    len: u64,
+    states: Box<[AtomicU8]>,
+    fetcher: Arc<dyn PageFetcher>,
+    prefetch: Mutex<Prefetcher>,
+    deadline: Duration,
+    closing: AtomicBool,
+    present: AtomicUsize,
+    poisoned: AtomicUsize,
+    c: Counters,
+    last_error: Mutex<Option<String>>,
+    pool: Mutex<Vec<Vec<u8>>>,
+    cv: (Mutex<()>, Condvar),
+    /// 1 + the unit of the latest fault, for the push thread (0: none).
+    push_hint: AtomicU64,
+    record: Option<Mutex<Vec<usize>>>,
+}
+
+/// A lazily filled region. Reads and writes through [`as_slice`](Self::as_slice) fault units in
+/// from the page server; the checked accessors report failures as errors.
+pub struct LazyRegion {
+    core: Arc<Core>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    slot: Option<usize>,
+}
+
+impl LazyRegion {
+    /// Maps a region the size of the fetcher's source and starts resolving its faults.
+    pub fn open(fetcher: Arc<dyn PageFetcher>, opts: Options) -> Result<LazyRegion> {
+        let unit = opts.unit;
+        if !unit.is_power_of_two() || !(4096..=2 << 20).contains(&unit) {
+            return Err(Error::Invalid(format!(
+                "fault unit {unit}: must be a power of two from 4096 to 2 MiB"
+            )));
+        }
+        let len = fetcher.len();
+        if len == 0 {
+            return Err(Error::Invalid("the source is empty".into()));
+        }
+        let units = usize::try_from(len.div_ceil(unit as u64))
+            .ok()
+            .filter(|u| u.checked_mul(unit).is_some_and(|b| b <= isize::MAX as usize))
+            .ok_or_else(|| Error::Invalid(format!("source of {len} bytes too large")))?;
+        let mapped = units * unit;
+        let sigbus = opts.mode == Mode::Sigbus;
+        let supported = sys::supported_features().map_err(|e| Error::os("userfaultfd", e))?;
+        if sigbus && supported & sys::FEATURE_SIGBUS == 0 {
+            return Err(Error::Invalid("this kernel lacks UFFD_FEATURE_SIGBUS".into()));
+        }
+        let want = supported & sys::FEATURE_POISON | if sigbus { sys::FEATURE_SIGBUS } else { 0 };
+        let (uffd, _) = sys::open_uffd(want).map_err(|e| Error::os("userfaultfd API", e))?;
+        let map = sys::Mapping::anonymous(mapped, unit).map_err(|e| Error::os("mmap", e))?;
+        let base = map.ptr() as u64;
+        sys::register(uffd.as_raw_fd(), base, mapped as u64)
+            .map_err(|e| Error::os("UFFDIO_REGISTER", e))?;
+        let core = Arc::new(Core {
+            uffd,
+            map,
+            base,
+            unit,
+            units,
+            len,
+            states: (0..units).map(|_| AtomicU8::new(MISSING)).collect(),
+            fetcher,
+            prefetch: Mutex::new(Prefetcher::new(opts.prefetch)),
+            deadline: opts.deadline,
+            closing: AtomicBool::new(false),
+            present: AtomicUsize::new(0),
+            poisoned: AtomicUsize::new(0),
+            c: Counters::default(),
+            last_error: Mutex::new(None),
+            pool: Mutex::new(Vec::new()),
+            cv: (Mutex::new(()), Condvar::new()),
+            push_hint: AtomicU64::new(0),
+            record: opts.record.then(|| Mutex::new(Vec::new())),
+        });
+        let mut r = LazyRegion {
+            core: core.clone(),
+            threads: Mutex::new(Vec::new()),
+            slot: None,
+        };
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(f)
+                .map_err(|e| Error::io(format!("spawn {name}"), e))
+        };
+        let mut threads = Vec::new();
+        match opts.mode {
+            Mode::Thread { handlers } => {
+                for _ in 0..handlers.max(1) {
+                    let c = core.clone();
+                    threads.push(spawn("lazy-handler", Box::new(move || c.handler_loop()))?);
+                }
+            }
+            Mode::Sigbus => {
+                let slot = crate::sigbus::register(base, base + mapped as u64, Arc::as_ptr(&core))
+                    .map_err(|e| Error::os("install SIGBUS handler", e))?;
+                r.slot = Some(slot);
+            }
+        }
+        if let Some(ws) = opts.working_set {
+            let c = core.clone();
+            threads.push(spawn("lazy-workingset", Box::new(move || c.working_set_loop(ws)))?);
+        }
+        if opts.push {
+            let c = core.clone();
+            threads.push(spawn("lazy-push", Box::new(move || c.push_loop()))?);
+        }
+        *r.threads.lock().unwrap_or_else(|p| p.into_inner()) = threads;
+        Ok(r)
+    }
+
+    /// Bytes of the source (the region's logical length).
+    pub fn len(&self) -> usize {
+        self.core.len as usize
+    }
+    /// True if the region is empty (never: open refuses empty sources).
+    pub fn is_empty(&self) -> bool {
+        self.core.len == 0
+    }
+    /// The fault unit.
+    pub fn unit(&self) -> usize {
+        self.core.unit
+    }
+    /// Start address of the mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.core.map.ptr()
+    }
+    /// The region as ordinary memory; touching a missing unit faults it in. A poisoned unit (or a
+    /// missing one after [`close`](Self::close)) raises SIGBUS on access.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the mapping is valid for the region's life; bytes change under the slice only
+        // where a missing unit is installed, which replaces "not yet here" with the source's bytes
+        // before any read of them can complete.
+        unsafe { std::slice::from_raw_parts(self.core.map.ptr(), self.core.len as usize) }
+    }
+    /// The region as mutable memory (see [`as_slice`](Self::as_slice)).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` makes this the only reference handed out.
+        unsafe { std::slice::from_raw_parts_mut(self.core.map.ptr(), self.core.len as usize) }
+    }
+    /// Makes `[offset, offset+len)` present without touching it; errors instead of SIGBUS.
+    pub fn fault_in(&self, offset: usize, len: usize) -> Result<()> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e as u64 <= self.core.len)
+            .ok_or(Error::OutOfRange {
+                offset: offset as u64,
+                len: len as u64,
+                size: self.core.len,
+            })?;
+        if len == 0 {
+            return Ok(());
+        }
+        for u in offset / self.core.unit..=(end - 1) / self.core.unit {
+            self.core.ensure(u)?;
+        }
+        Ok(())
+    }
+    /// Copies bytes out, fetching what is missing; errors instead of SIGBUS.
+    pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.fault_in(offset, dst.len())?;
+        dst.copy_from_slice(&self.as_slice()[offset..offset + dst.len()]);
+        Ok(())
+    }
+    /// Progress of filling the region.
+    pub fn progress(&self) -> Progress {
+        Progress {
+            present: self.core.present.load(Ordering::Acquire),
+            poisoned: self.core.poisoned.load(Ordering::Acquire),
+            units: self.core.units,
+        }
+    }
+    /// Waits until every unit is present, a unit is poisoned, or `timeout` passes; true if complete.
+    pub fn wait_complete(&self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        loop {
+            let p = self.progress();
+            if p.complete() {
+                return true;
+            }
+            if p.poisoned > 0 || Instant::now() >= end {
+                return false;
+            }
+            self.core.wait_change(Duration::from_millis(10));
+        }
+    }
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        let c = &self.core.c;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            faults: l(&c.faults),
+            fetches: l(&c.fetches),
+            units_copied: l(&c.units_copied),
+            units_zero: l(&c.units_zero),
+            units_prefetched: l(&c.units_prefetched),
+            units_pushed: l(&c.units_pushed),
+            units_poisoned: l(&c.units_poisoned),
+            refetches: l(&c.refetches),
+        }
+    }
+    /// The last fetch failure (also logged), if any.
+    pub fn last_error(&self) -> Option<String> {
+        self.core
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+    /// The units faulted so far in first-touch order (with `Options::record`).
+    pub fn working_set(&self) -> Option<WorkingSet> {
+        self.core.record.as_ref().map(|r| WorkingSet {
+            unit: self.core.unit,
+            units: r.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+        })
+    }
+    /// The transport of the fetcher.
+    pub fn transport(&self) -> &'static str {
+        self.core.fetcher.transport()
+    }
+    /// Stops resolving: background threads end, and every unit still missing is poisoned, so
+    /// threads waiting on one are woken with SIGBUS (raw access) or [`Error::Closed`] (checked
+    /// accessors). Idempotent; returns once the background threads have ended.
+    pub fn close(&self) {
+        self.core.closing.store(true, Ordering::Release);
+        let threads: Vec<_> = self
+            .threads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect();
+        for t in threads {
+            let _ = t.join();
+        }
+        self.core.poison_missing();
+        self.core.notify();
+    }
+}
+
+impl Drop for LazyRegion {
+    fn drop(&mut self) {
+        self.close();
+        if let Some(slot) = self.slot.take() {
+            crate::sigbus::unregister(slot);
+        }
+        let _ = sys::unregister(
+            self.core.uffd.as_raw_fd(),
+            self.core.base,
+            (self.core.units * self.core.unit) as u64,
+        );
+    }
+}
+
+impl Core {
+    fn state(&self, u: usize) -> u8 {
+        self.states[u].load(Ordering::Acquire)
+    }
+    fn claim(&self, u: usize) -> bool {
+        self.states[u]
+            .compare_exchange(MISSING, INFLIGHT, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+    fn notify(&self) {
+        let _g = self.cv.0.lock().unwrap_or_else(|p| p.into_inner());
+        self.cv.1.notify_all();
+    }
+    fn wait_change(&self, t: Duration) {
+        let g = self.cv.0.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = self.cv.1.wait_timeout(g, t);
+    }
+    fn addr(&self, u: usize) -> u64 {
+        self.base + (u * self.unit) as u64
+    }
+    fn record_error(&self, msg: String) {
+        tracing::error!("lazy region: {msg}");
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(msg);
+    }
+
+    /// Resolves a fault at `addr`. Returns false only when the unit is poisoned (or outside the
+    /// region), in which case the SIGBUS must go on to its default outcome.
+    pub(crate) fn on_fault(&self, addr: u64, sigbus: bool) -> bool {
+        if addr < self.base {
+            return false;
+        }
+        let u = ((addr - self.base) / self.unit as u64) as usize;
+        if u >= self.units {
+            return false;
+        }
+        self.c.faults.fetch_add(1, Ordering::Relaxed);
+        self.push_hint.store(u as u64 + 1, Ordering::Release);
+        loop {
+            match self.state(u) {
+                MISSING => {
+                    if !self.claim(u) {
+                        continue;
+                    }
+                    if let Some(r) = &self.record {
+                        r.lock().unwrap_or_else(|p| p.into_inner()).push(u);
+                    }
+                    return self.resolve_claimed(u).is_ok();
+                }
+                INFLIGHT => {
+                    if !sigbus {
+                        // The claimant's install wakes the faulting thread.
+                        return true;
+                    }
+                    self.wait_inflight(u);
+                    continue;
+                }
+                PRESENT => {
+                    // The page is gone (discarded) or this fault raced with its install:
+                    // install again, tolerating EEXIST, which also wakes the waiter.
+                    if self.states[u]
+                        .compare_exchange(PRESENT, INFLIGHT, Ordering::AcqRel, Ordering::Acquire)
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    self.c.refetches.fetch_add(1, Ordering::Relaxed);
+                    return self.fill_run(u, 1, true).is_ok();
+                }
+                _ => return false,
+            }
+        }
+    }
+
+    fn wait_inflight(&self, u: usize) {
+        // Bounded: the claimant either installs or poisons within its deadline.
+        let end = Instant::now() + self.deadline + Duration::from_secs(1);
+        let mut spins = 0u32;
+        while self.state(u) == INFLIGHT && Instant::now() < end {
+            if spins < 200 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Fetches a claimed unit together with the prefetch policy's units.
+    fn resolve_claimed(&self, u: usize) -> Result<()> {
+        let mut want = Vec::new();
+        self.prefetch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .on_fault(u, self.units, &mut want);
+        // Units right after the fault go in the same request; the others in their own.
+        let mut end = u + 1;
+        let mut rest = Vec::new();
+        for p in want {
+            if p == end && self.claim(p) {
+                end += 1;
+            } else if p != u {
+                rest.push(p);
+            }
+        }
+        let r = self.fill_run(u, end - u, false);
+        self.c
+            .units_prefetched
+            .fetch_add((end - u - 1) as u64, Ordering::Relaxed);
+        for p in rest {
+            if self.claim(p) && self.fill_run(p, 1, false).is_ok() {
+                self.c.units_prefetched.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        r
+    }
+
+    /// Makes unit `u` present from a checked accessor (no fault involved).
+    fn ensure(&self, u: usize) -> Result<()> {
+        let end = Instant::now() + self.deadline + Duration::from_secs(1);
+        loop {
+            match self.state(u) {
+                PRESENT => return Ok(()),
+                POISONED if self.closing.load(Ordering::Acquire) => return Err(Error::Closed),
+                POISONED => {
+                    return Err(Error::Poisoned {
+                        offset: (u * self.unit) as u64,
+                    })
+                }
+                MISSING => {
+                    if self.claim(u) {
+                        return self.fill_run(u, 1, false);
+                    }
+                }
+                _ => {
+                    if self.closing.load(Ordering::Acquire) && Instant::now() >= end {
+                        return Err(Error::Closed);
+                    }
+                    if Instant::now() >= end {
+                        return Err(Error::Unavailable {
+                            offset: (u * self.unit) as u64,
+                            waited: self.deadline,
+                            last: "another thread's fetch of this unit did not finish".into(),
+                        });
+                    }
+                    self.wait_change(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+
+    fn take_buf(&self, len: usize) -> Vec<u8> {
+        let mut b = self
+            .pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_default();
+        if b.len() < len {
+            b.resize(len, 0);
+        }
+        b
+    }
+    fn give_buf(&self, b: Vec<u8>) {
+        let mut p = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        if p.len() < 16 {
+            p.push(b);
+        }
+    }
+
+    /// Fetches units `[first, first+n)` (all claimed by the caller) in one request and installs
+    /// them; on failure past the deadline poisons them. `again`: the units were present before.
+    fn fill_run(&self, first: usize, n: usize, again: bool) -> Result<()> {
+        let off = (first * self.unit) as u64;
+        let bytes = n * self.unit;
+        let start = Instant::now();
+        let deadline = start + self.deadline;
+        let mut backoff = Duration::from_millis(1);
+        let mut buf = self.take_buf(bytes);
+        let outcome = loop {
+            if self.closing.load(Ordering::Acquire) {
+                break Err(Error::Closed);
+            }
+            if self.fetcher.known_zero(off, bytes as u64) {
+                break Ok(Fetched::Zero);
+            }
+            self.c.fetches.fetch_add(1, Ordering::Relaxed);
+            match self.fetcher.fetch(off, &mut buf[..bytes], deadline) {
+                Ok(f) => break Ok(f),
+                Err(FetchError::Fatal(m)) => {
+                    break Err(Error::Refused {
+                        offset: off,
+                        reason: m,
+                    })
+                }
+                Err(FetchError::Transient(m)) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        break Err(Error::Unavailable {
+                            offset: off,
+                            waited: now - start,
+                            last: m,
+                        });
+                    }
+                    tracing::debug!("lazy region: fetch {off:#x} failed, retrying: {m}");
+                    std::thread::sleep(backoff.min(deadline - now));
+                    backoff = (backoff * 2).min(Duration::from_millis(50));
+                }
+            }
+        };
+        let fd = self.uffd.as_raw_fd();
+        let dst = self.addr(first);
+        let installed = match outcome {
+            Ok(Fetched::Data) => {
+                // SAFETY: `buf` holds `bytes` readable bytes for the duration of the call.
+                let r = install(|d, s, l| unsafe { sys::copy(fd, d, s, l) }, dst, buf.as_ptr(), bytes as u64, fd);
+                self.c.units_copied.fetch_add(n as u64, Ordering::Relaxed);
+                r
+            }
+            Ok(Fetched::Zero) => {
+                let r = install(|d, _, l| sys::zeropage(fd, d, l), dst, buf.as_ptr(), bytes as u64, fd);
+                self.c.units_zero.fetch_add(n as u64, Ordering::Relaxed);
+                r
+            }
+            Err(e) => Err(e),
+        };
+        self.give_buf(buf);
+        match installed {
+            Ok(()) => {
+                for u in first..first + n {
+                    self.states[u].store(PRESENT, Ordering::Release);
+                }
+                if !again {
+                    self.present.fetch_add(n, Ordering::AcqRel);
+                }
+                self.notify();
+                Ok(())
+            }
+            Err(e) => {
+                if !matches!(e, Error::Closed) {
+                    self.record_error(e.to_string());
+                }
+                self.poison(first, n, again);
+                Err(e)
+            }
+        }
+    }
+
+    /// Poisons claimed units so that accesses raise SIGBUS instead of waiting forever.
+    fn poison(&self, first: usize, n: usize, was_present: bool) {
+        let fd = self.uffd.as_raw_fd();
+        let r = install(|d, _, l| sys::poison(fd, d, l), self.addr(first), std::ptr::null(), (n * self.unit) as u64, fd);
+        if let Err(e) = r {
+            // Without UFFDIO_POISON (Linux < 6.6) waiters are still woken; they fault again and
+            // find nobody to answer only after close, when the uffd is unregistered.
+            tracing::warn!("lazy region: UFFDIO_POISON failed: {e}");
+            let _ = sys::wake(fd, self.addr(first), (n * self.unit) as u64);
+        }
+        for u in first..first + n {
+            self.states[u].store(POISONED, Ordering::Release);
+        }
+        if was_present {
+            self.present.fetch_sub(n, Ordering::AcqRel);
+        }
+        self.poisoned.fetch_add(n, Ordering::AcqRel);
+        self.c.units_poisoned.fetch_add(n as u64, Ordering::Relaxed);
+        self.notify();
+    }
+
+    fn poison_missing(&self) {
+        let mut u = 0;
+        while u < self.units {
+            if self.claim(u) {
+                let mut e = u + 1;
+                while e < self.units && self.claim(e) {
+                    e += 1;
+                }
+                self.poison(u, e - u, false);
+                u = e;
+            } else {
+                u += 1;
+            }
+        }
+    }
+
+    fn handler_loop(&self) {
+        let fd = self.uffd.as_raw_fd();
+        let mut msgs = [sys::UffdMsg::default(); 16];
+        while !self.closing.load(Ordering::Acquire) {
+            // Try a read first: under load the next event is often queued already.
+            let n = match sys::read_msgs(fd, &mut msgs) {
+                Ok(0) => match sys::poll_in(fd, 50) {
+                    Ok(_) => continue,
+                    Err(e) => {
+                        self.record_error(format!("poll userfaultfd: {e}"));
+                        return;
+                    }
+                },
+                Ok(n) => n,
+                Err(e) => {
+                    self.record_error(format!("read userfaultfd: {e}"));
+                    return;
+                }
+            };
+            for m in &msgs[..n] {
+                if m.event == sys::EVENT_PAGEFAULT {
+                    self.on_fault(m.address, false);
+                }
+            }
+        }
+    }
+
+    fn working_set_loop(&self, ws: WorkingSet) {
+        if ws.unit != self.unit {
+            tracing::warn!(
+                "working set recorded with unit {}, region uses {}: converting",
+                ws.unit,
+                self.unit
+            );
+        }
+        for &u in &ws.units {
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
+            let u = u * ws.unit / self.unit;
+            if u < self.units && self.claim(u) {
+                let _ = self.fill_run(u, 1, false);
+            }
+        }
+    }
+
+    fn first_missing(&self) -> Option<usize> {
+        (0..self.units).find(|&u| self.state(u) == MISSING)
+    }
+
+    fn push_loop(&self) {
+        let unit = self.unit as u64;
+        let mut stream = None;
+        let mut buf = Vec::new();
+        let mut failures = 0u32;
+        while !self.closing.load(Ordering::Acquire) {
+            if self.present.load(Ordering::Acquire) + self.poisoned.load(Ordering::Acquire)
+                >= self.units
+            {
+                return;
+            }
+            let s = match &mut stream {
+                Some(s) => s,
+                None => match self.fetcher.open_push(0, unit) {
+                    Ok(s) => stream.insert(s),
+                    Err(e) => {
+                        failures += 1;
+                        if failures == 1 {
+                            tracing::warn!("lazy push: cannot open the push stream: {e}");
+                        }
+                        std::thread::sleep(Duration::from_millis(20));
+                        continue;
+                    }
+                },
+            };
+            let hint = self.push_hint.swap(0, Ordering::AcqRel);
+            if hint != 0 && s.restart(hint * unit).is_err() {
+                stream = None;
+                continue;
+            }
+            match s.next(&mut buf, Duration::from_millis(20)) {
+                Ok(PushNext::Chunk(c)) => self.install_pushed(c.offset, c.len, c.zero, &mut buf),
+                Ok(PushNext::Idle) => {}
+                Ok(PushNext::End) => {
+                    // Units faulted or in flight while the stream passed them: go round again.
+                    match self.first_missing() {
+                        Some(u) => {
+                            if s.restart(u as u64 * unit).is_err() {
+                                stream = None;
+                            }
+                        }
+                        None => self.wait_change(Duration::from_millis(5)),
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!("lazy push: {e}; reconnecting");
+                    stream = None;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+
+    /// Installs the whole units of a pushed chunk that are still missing.
+    fn install_pushed(&self, offset: u64, len: usize, zero: bool, buf: &mut Vec<u8>) {
+        let unit = self.unit as u64;
+        if offset % unit != 0 || offset >= self.len {
+            return;
+        }
+        let mut end = offset + len as u64;
+        if end >= self.len {
+            // The last unit may extend past the source: its tail is zero.
+            let full = self.len.div_ceil(unit) * unit;
+            if !zero {
+                buf.resize(buf.len().max((full - offset) as usize), 0);
+                buf[len..(full - offset) as usize].fill(0);
+            }
+            end = full;
+        }
+        let first = (offset / unit) as usize;
+        let last = (end / unit) as usize; // exclusive; partial units are dropped
+        let fd = self.uffd.as_raw_fd();
+        let mut u = first;
+        while u < last.min(self.units) {
+            if !self.claim(u) {
+                u += 1;
+                continue;
+            }
+            let mut e = u + 1;
+            while e < last.min(self.units) && self.claim(e) {
+                e += 1;
+            }
+            let dst = self.addr(u);
+            let l = ((e - u) * self.unit) as u64;
+            let r = if zero {
+                install(|d, _, l| sys::zeropage(fd, d, l), dst, std::ptr::null(), l, fd)
+            } else {
+                let src = buf[(u - first) * self.unit..].as_ptr();
+                // SAFETY: `src` points at `l` bytes of `buf` (checked by the slicing above and
+                // the chunk covering units first..last).
+                install(|d, s, l| unsafe { sys::copy(fd, d, s, l) }, dst, src, l, fd)
+            };
+            match r {
+                Ok(()) => {
+                    for k in u..e {
+                        self.states[k].store(PRESENT, Ordering::Release);
+                    }
+                    self.present.fetch_add(e - u, Ordering::AcqRel);
+                    self.c
+                        .units_pushed
+                        .fetch_add((e - u) as u64, Ordering::Relaxed);
+                    self.notify();
+                }
+                Err(err) => {
+                    tracing::warn!("lazy push: install failed: {err}");
+                    for k in u..e {
+                        self.states[k].store(MISSING, Ordering::Release);
+                    }
+                }
+            }
+            u = e;
+        }
+    }
+}
+
+/// Runs an install ioctl over `[dst, dst+len)` to completion: retries `EAGAIN`, skips pages that
+/// already exist (`EEXIST`) and wakes their waiters, since a skipped page's waiter may not have
+/// been woken by anyone.
+fn install(
+    op: impl Fn(u64, *const u8, u64) -> sys::Partial,
+    dst: u64,
+    src: *const u8,
+    len: u64,
+    fd: i32,
+) -> Result<()> {
+    let mut done = 0u64;
+    let mut skipped = false;
+    let mut again = 0u32;
+    while done < len {
+        let s = if src.is_null() {
+            src
+        } else {
+            src.wrapping_add(done as usize)
+        };
+        let p = op(dst + done, s, len - done);
+        done += p.done;
+        match p.err {
+            None => {}
+            Some(e) => match e.raw_os_error() {
+                Some(libc::EAGAIN) => {
+                    again += 1;
+                    if again > 10_000 {
+                        return Err(Error::os("userfaultfd install (EAGAIN forever)", e));
+                    }
+                    std::thread::yield_now();
+                }
+                Some(libc::EEXIST) => {
+                    done = (done + PAGE).min(len);
+                    skipped = true;
+                }
+                _ => return Err(Error::os("userfaultfd install", e)),
+            },
+        }
+    }
+    if skipped {
+        let _ = sys::wake(fd, dst, len);
+    }
+    Ok(())
+}
