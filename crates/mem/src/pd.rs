@@ -1,10 +1,12 @@
 //! Protection domain: the key table every remote access goes through.
 //!
 //! Keys look like verbs keys: `index << 8 | tag`. The 24-bit index finds the slot in O(1) on
-//! the fast path; the 8-bit tag is random and differs from the slot's previous tags, so a stale
-//! key of a deregistered region never matches the region that reuses its slot, and keys cannot
-//! be predicted from one another beyond the index. Index 0 is never used, so key 0 is never
-//! valid. Freed indexes are reused oldest first.
+//! the fast path; the 8-bit tag is random, so keys cannot be predicted from one another beyond
+//! the index. A stale key of a deregistered region must not match a later region: freed
+//! indexes rest in a quarantine of [`QUARANTINE`] before reuse (oldest first), and a slot never
+//! repeats an rkey tag within [`TAG_WINDOW`] reuses, so a stale rkey can only revive after more
+//! than `QUARANTINE * TAG_WINDOW` (131 072) deregistrations, and then by chance (the same kind
+//! of limit real 8-bit verbs key tags have). Index 0 is never used, so key 0 is never valid.
 //!
 //! Pinning is per range, not counted (that is `mlock`'s semantics): two pinned regions over
 //! overlapping external memory share locks, and dropping one unlocks the shared pages.
@@ -34,18 +36,88 @@ pub struct RemoteAccess {
     pub len: usize,
 }
 
+/// Freed indexes wait until this many others are free before reuse.
+pub const QUARANTINE: usize = 1024;
+/// A slot's rkey tag is not repeated within this many reuses of the slot.
+pub const TAG_WINDOW: usize = 128;
+
 #[derive(Debug, Default)]
 struct Slot {
     region: Option<Arc<Region>>,
-    /// Reserved while a registration is building its region outside the lock.
-    reserved: bool,
-    rtag: u8,
-    ltag: u8,
+}
+
+/// The last [`TAG_WINDOW`] rkey tags of a slot (kept apart from the slots so lookups touch
+/// only the small `Slot`s), plus its last lkey tag.
+#[derive(Debug)]
+struct TagHistory {
+    ring: [u8; TAG_WINDOW],
+    filled: usize,
+    pos: usize,
+    recent: [u64; 4],
+    last_ltag: Option<u8>,
+}
+
+impl Default for TagHistory {
+    fn default() -> Self {
+        TagHistory {
+            ring: [0; TAG_WINDOW],
+            filled: 0,
+            pos: 0,
+            recent: [0; 4],
+            last_ltag: None,
+        }
+    }
+}
+
+fn bit(t: u8) -> (usize, u64) {
+    (t as usize / 64, 1 << (t % 64))
+}
+
+impl TagHistory {
+    fn is_recent(&self, t: u8) -> bool {
+        let (w, b) = bit(t);
+        self.recent[w] & b != 0
+    }
+
+    /// Draws an rkey tag uniformly (by `random`) among those not in the window, and records it.
+    fn draw_rtag(&mut self, random: u64) -> u8 {
+        // At most TAG_WINDOW tags are recent, so at least 128 are free and `nth` finds one.
+        let free = 256 - self.filled as u64;
+        let t = (0..=255u8)
+            .filter(|&t| !self.is_recent(t))
+            .nth((random % free) as usize)
+            .unwrap_or_default();
+        if self.filled == TAG_WINDOW {
+            let (w, b) = bit(self.ring[self.pos]);
+            self.recent[w] &= !b;
+        } else {
+            self.filled += 1;
+        }
+        self.ring[self.pos] = t;
+        self.pos = (self.pos + 1) % TAG_WINDOW;
+        let (w, b) = bit(t);
+        self.recent[w] |= b;
+        t
+    }
+
+    /// Draws an lkey tag that differs from `rtag` (an lkey is never accepted as an rkey) and
+    /// from the slot's previous lkey tag.
+    fn draw_ltag(&mut self, random: u64, rtag: u8) -> u8 {
+        let mut t = random as u8;
+        let mut r = random >> 8;
+        while t == rtag || Some(t) == self.last_ltag {
+            t = t.wrapping_add(1 + (r & 0x3f) as u8);
+            r >>= 6;
+        }
+        self.last_ltag = Some(t);
+        t
+    }
 }
 
 #[derive(Debug)]
 struct Table {
     slots: Vec<Slot>,
+    history: Vec<TagHistory>,
     free: VecDeque<usize>,
     live: usize,
 }
@@ -72,6 +144,7 @@ impl Pd {
             table: RwLock::new(Table {
                 // Slot 0 stays empty so that key 0 is never valid.
                 slots: vec![Slot::default()],
+                history: vec![TagHistory::default()],
                 free: VecDeque::new(),
                 live: 0,
             }),
@@ -80,21 +153,11 @@ impl Pd {
         }
     }
 
-    /// A random tag (SipHash of a counter under a per-process random key).
-    fn random_tag(&self) -> u8 {
+    /// A random number (SipHash of a counter under a per-process random key).
+    fn random(&self) -> u64 {
         let mut h = self.hasher.build_hasher();
         h.write_u64(self.counter.fetch_add(1, Ordering::Relaxed));
-        h.finish() as u8
-    }
-
-    /// A random tag that differs from both `a` and `b`.
-    fn tag_other_than(&self, a: u8, b: u8) -> u8 {
-        loop {
-            let t = self.random_tag();
-            if t != a && t != b {
-                return t;
-            }
-        }
+        h.finish()
     }
 
     /// Registers `buf` with rights `access` in `mode`, giving it fresh keys. Pinned regions
@@ -103,29 +166,27 @@ impl Pd {
     pub fn register(&self, buf: Buffer, access: Access, mode: Mode) -> Result<Arc<Region>> {
         let (idx, lkey, rkey) = {
             let mut t = self.table.write().unwrap_or_else(PoisonError::into_inner);
-            let idx = match t.free.pop_front() {
-                Some(i) => i,
-                None if t.slots.len() <= MAX_INDEX => {
-                    t.slots.push(Slot::default());
-                    t.slots.len() - 1
-                }
-                None => return Err(Error::KeysExhausted),
+            let full = t.slots.len() > MAX_INDEX;
+            let reuse = t.free.len() > QUARANTINE || full;
+            let idx = if let Some(i) = reuse.then(|| t.free.pop_front()).flatten() {
+                i
+            } else if !full {
+                t.slots.push(Slot::default());
+                t.history.push(TagHistory::default());
+                t.slots.len() - 1
+            } else {
+                return Err(Error::KeysExhausted);
             };
-            let (old_r, old_l) = (t.slots[idx].rtag, t.slots[idx].ltag);
-            // New tags differ from the slot's last ones (stale keys stay dead) and from each
-            // other (an lkey is never accepted as an rkey).
-            let rtag = self.tag_other_than(old_r, old_l);
-            let ltag = self.tag_other_than(old_l, rtag);
-            let slot = &mut t.slots[idx];
-            slot.reserved = true;
-            slot.rtag = rtag;
-            slot.ltag = ltag;
+            // The index is out of the free list and its slot empty until the region is
+            // installed below, so no other registration can take it meanwhile.
+            let h = &mut t.history[idx];
+            let rtag = h.draw_rtag(self.random());
+            let ltag = h.draw_ltag(self.random(), rtag);
             let base = (idx as u32) << 8;
-            (idx, base | ltag as u32, base | rkey_tag(rtag))
+            (idx, base | ltag as u32, base | rtag as u32)
         };
         let built = Region::new(buf, access, mode, lkey, rkey);
         let mut t = self.table.write().unwrap_or_else(PoisonError::into_inner);
-        t.slots[idx].reserved = false;
         match built {
             Ok(region) => {
                 let region = Arc::new(region);
@@ -230,12 +291,6 @@ impl Pd {
     }
 }
 
-/// The rkey tag: the random tag as is (a hook should the two key kinds need telling apart).
-#[inline]
-fn rkey_tag(tag: u8) -> u32 {
-    tag as u32
-}
-
 /// Rights, then bounds.
 #[inline]
 fn check(
@@ -271,4 +326,44 @@ fn check(
         len: len as usize,
         region,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rtags_never_repeat_within_the_window() {
+        let mut h = TagHistory::default();
+        let pd = Pd::new();
+        let tags: Vec<u8> = (0..5000).map(|_| h.draw_rtag(pd.random())).collect();
+        for w in tags.windows(TAG_WINDOW) {
+            let mut seen = [false; 256];
+            for &t in w {
+                assert!(
+                    !seen[t as usize],
+                    "tag {t} repeated within {TAG_WINDOW} draws"
+                );
+                seen[t as usize] = true;
+            }
+        }
+        // Still random: many different tags, not a fixed cycle.
+        let distinct = tags.iter().collect::<std::collections::HashSet<_>>().len();
+        assert!(distinct > 200);
+        assert_ne!(tags[..TAG_WINDOW * 2], tags[TAG_WINDOW * 2..TAG_WINDOW * 4]);
+    }
+
+    #[test]
+    fn ltag_differs_from_rtag_and_previous() {
+        let mut h = TagHistory::default();
+        let mut prev = None;
+        for r in [0u64, 1, 0x0101, u64::MAX, 0x4242_4242] {
+            for rtag in [0u8, 1, 0x42, 255] {
+                let l = h.draw_ltag(r, rtag);
+                assert_ne!(l, rtag);
+                assert_ne!(Some(l), prev);
+                prev = Some(l);
+            }
+        }
+    }
 }
