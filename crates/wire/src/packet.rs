@@ -358,6 +358,12 @@ mod tests {
     }
 
     #[test]
+    #[should_panic(expected = "packet needs 44")]
+    fn emit_into_a_short_buffer_panics_as_documented() {
+        write_only_imm().emit(&mut [0u8; 43], b"hello");
+    }
+
+    #[test]
     fn pad_lengths() {
         assert_eq!(
             (0..8).map(pad_len).collect::<Vec<_>>(),

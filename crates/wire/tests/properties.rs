@@ -8,7 +8,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use proptest::prelude::*;
 use remora_wire::packet::pad_len;
 use remora_wire::{
-    icrc, AethRepr, BthRepr, Endpoints, NakCode, Opcode, Psn, Repr, RethRepr, Syndrome, ICRC_LEN,
+    aeth, bth, icrc, immdt, reth, AethRepr, BthRepr, Endpoints, NakCode, Opcode, Psn, Repr,
+    RethRepr, Syndrome, ICRC_LEN,
 };
 
 fn opcode() -> impl Strategy<Value = Opcode> {
@@ -175,6 +176,34 @@ proptest! {
         } else {
             let is_bad_icrc = matches!(icrc::check(&ep, &buf), Err(remora_wire::Error::BadIcrc { .. }));
             prop_assert!(is_bad_icrc);
+        }
+    }
+
+    /// Each header view on its own: short or random input gives an error or a repr that
+    /// re-emits to the same fields.
+    #[test]
+    fn header_views_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
+        if let Ok(r) = BthRepr::parse(&bth::Packet::new_unchecked(&bytes[..])) {
+            let mut out = [0u8; remora_wire::BTH_LEN];
+            r.emit(&mut bth::Packet::new_unchecked(&mut out[..]));
+            prop_assert_eq!(BthRepr::parse(&bth::Packet::new_unchecked(&out[..])), Ok(r));
+        } else {
+            prop_assert!(bytes.len() < remora_wire::BTH_LEN
+                || Opcode::from_u8(bytes[0]).is_err()
+                || bytes[1] & 0x0F != 0);
+        }
+        prop_assert_eq!(
+            RethRepr::parse(&reth::Packet::new_unchecked(&bytes[..])).is_ok(),
+            bytes.len() >= remora_wire::RETH_LEN
+        );
+        prop_assert_eq!(
+            immdt::parse(&immdt::Packet::new_unchecked(&bytes[..])).is_ok(),
+            bytes.len() >= remora_wire::IMMDT_LEN
+        );
+        if let Ok(r) = AethRepr::parse(&aeth::Packet::new_unchecked(&bytes[..])) {
+            let mut out = [0u8; remora_wire::AETH_LEN];
+            r.emit(&mut aeth::Packet::new_unchecked(&mut out[..]));
+            prop_assert_eq!(&out[..], &bytes[..remora_wire::AETH_LEN]);
         }
     }
 }
