@@ -1,0 +1,260 @@
+//! The `cpu-simd` engine: the kernels of `kernels.rs` run in chunks on a sized thread pool,
+//! each compiled twice (baseline and AVX2) and picked at run time.
+use rayon::prelude::*;
+use remora_accel::simd::Level;
+use remora_accel::{BackendInfo, CpuPool};
+
+use super::kernels::{self, ConvChunk, Sink};
+use super::{ConvOut, ConvStats, Engine};
+use crate::azint::{AzMatrix, Profile};
+use crate::calib::ConvTables;
+use crate::geometry::AssemblyMap;
+use crate::sparse::SparseFrame;
+use crate::Result;
+
+/// Thread pool plus vectorised kernels.
+#[derive(Debug, Clone)]
+pub struct CpuEngine {
+    pool: CpuPool,
+    level: Level,
+}
+
+impl CpuEngine {
+    /// An engine with `threads` workers (0 = one per core), dispatching to the best SIMD level.
+    pub fn new(threads: usize) -> Result<Self> {
+        Ok(Self {
+            pool: CpuPool::new(threads)?,
+            level: remora_accel::simd::level(),
+        })
+    }
+
+    /// The same engine restricted to the baseline SIMD level (for comparisons).
+    pub fn baseline(mut self) -> Self {
+        self.level = Level::Baseline;
+        self
+    }
+
+    fn convert_into<S: Sink>(
+        &self,
+        raw: &[u16],
+        t: &ConvTables,
+        out: &mut [S],
+        energy: f32,
+        th: f32,
+    ) -> ConvStats {
+        let c = self.pool.chunk_len(raw.len(), 1024);
+        let level = self.level;
+        self.pool.install(|| {
+            out.par_chunks_mut(c)
+                .enumerate()
+                .map(|(i, o)| {
+                    let lo = i * c;
+                    let hi = lo + o.len();
+                    let chunk = ConvChunk {
+                        raw: &raw[lo..hi],
+                        ped: [
+                            &t.pedestal[0][lo..hi],
+                            &t.pedestal[1][lo..hi],
+                            &t.pedestal[2][lo..hi],
+                        ],
+                        gain: [&t.gain[0][lo..hi], &t.gain[1][lo..hi], &t.gain[2][lo..hi]],
+                    };
+                    dispatch::convert(level, &chunk, o, energy, th)
+                })
+                .reduce(ConvStats::default, |mut a, b| {
+                    a.add(b);
+                    a
+                })
+        })
+    }
+}
+
+impl Engine for CpuEngine {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            name: "cpu-simd",
+            threads: self.pool.threads(),
+            simd: self.level.name(),
+        }
+    }
+
+    fn convert(
+        &self,
+        raw: &[u16],
+        tables: &ConvTables,
+        out: ConvOut<'_>,
+        threshold: f32,
+    ) -> Result<ConvStats> {
+        super::check_convert(raw, tables, out.len())?;
+        super::check_energy(&out)?;
+        Ok(match out {
+            ConvOut::Energy(o) => self.convert_into(raw, tables, o, 1.0, threshold),
+            ConvOut::Photons { out, energy_kev } => {
+                self.convert_into(raw, tables, out, energy_kev, threshold)
+            }
+        })
+    }
+
+    fn track_pedestal(
+        &self,
+        raw: &[u16],
+        tables: &mut ConvTables,
+        counts: &mut [u16],
+        window: u16,
+    ) -> Result<()> {
+        super::check_pedestal(raw, tables, counts, window)?;
+        let c = self.pool.chunk_len(raw.len(), 1024);
+        let level = self.level;
+        self.pool.install(|| {
+            tables.pedestal[0]
+                .par_chunks_mut(c)
+                .zip(counts.par_chunks_mut(c))
+                .enumerate()
+                .for_each(|(i, (p, n))| {
+                    let lo = i * c;
+                    dispatch::track(level, &raw[lo..lo + p.len()], p, n, window);
+                })
+        });
+        Ok(())
+    }
+
+    fn count_above(&self, data: &[f32], threshold: f32) -> u64 {
+        let c = self.pool.chunk_len(data.len(), 1024);
+        let level = self.level;
+        self.pool.install(|| {
+            data.par_chunks(c)
+                .map(|d| dispatch::count(level, d, threshold))
+                .sum()
+        })
+    }
+
+    fn assemble(&self, raw: &[f32], map: &AssemblyMap, out: &mut [f32]) -> Result<()> {
+        super::check_assemble(raw, map, out)?;
+        let c = self.pool.chunk_len(out.len(), 1024);
+        let level = self.level;
+        self.pool.install(|| {
+            out.par_chunks_mut(c)
+                .zip(map.src.par_chunks(c))
+                .for_each(|(o, s)| dispatch::assemble(level, s, raw, o))
+        });
+        Ok(())
+    }
+
+    fn compress(
+        &self,
+        frame: &[f32],
+        rows: usize,
+        cols: usize,
+        threshold: f32,
+    ) -> Result<SparseFrame> {
+        super::check_compress(frame, rows, cols)?;
+        let rows_per = self.pool.chunk_len(rows, 1).max(1);
+        let parts: Vec<(Vec<u32>, Vec<u16>, Vec<f32>)> = self.pool.install(|| {
+            (0..rows.div_ceil(rows_per))
+                .into_par_iter()
+                .map(|ci| {
+                    let (r0, r1) = (ci * rows_per, ((ci + 1) * rows_per).min(rows));
+                    let mut per_row = Vec::with_capacity(r1 - r0);
+                    let (mut cs, mut vs) = (Vec::new(), Vec::new());
+                    for r in r0..r1 {
+                        let before = cs.len();
+                        kernels::compress_row(
+                            &frame[r * cols..(r + 1) * cols],
+                            threshold,
+                            &mut cs,
+                            &mut vs,
+                        );
+                        per_row.push((cs.len() - before) as u32);
+                    }
+                    (per_row, cs, vs)
+                })
+                .collect()
+        });
+        Ok(SparseFrame::from_parts(rows, cols, threshold, parts))
+    }
+
+    fn integrate(&self, m: &AzMatrix, image: &[f32]) -> Result<Profile> {
+        m.check_image(image)?;
+        let sums: Vec<(f64, f64, f64)> = self.pool.install(|| {
+            (0..m.bins)
+                .into_par_iter()
+                .with_min_len(8)
+                .map(|b| {
+                    let (lo, hi) = (m.indptr[b] as usize, m.indptr[b + 1] as usize);
+                    kernels::integrate_bin(
+                        &m.indices[lo..hi],
+                        &m.coef[lo..hi],
+                        &m.ncoef[lo..hi],
+                        image,
+                    )
+                })
+                .collect()
+        });
+        Ok(Profile::from_sums(m, sums, self.info()))
+    }
+}
+
+/// Picks the AVX2 copy of a kernel when the CPU has it.
+mod dispatch {
+    use super::*;
+
+    macro_rules! dispatch {
+        ($level:expr, $avx:ident, $base:path, ($($a:expr),*)) => {{
+            #[cfg(target_arch = "x86_64")]
+            if $level == Level::Avx2 {
+                // SAFETY: `Level::Avx2` comes from runtime detection (`simd::level`), so the
+                // CPU executing this supports every instruction the AVX2 copy may use.
+                return unsafe { avx2::$avx($($a),*) };
+            }
+            let _ = $level;
+            $base($($a),*)
+        }};
+    }
+
+    pub(super) fn convert<S: Sink>(
+        l: Level,
+        c: &ConvChunk<'_>,
+        o: &mut [S],
+        e: f32,
+        t: f32,
+    ) -> ConvStats {
+        dispatch!(l, convert, kernels::convert, (c, o, e, t))
+    }
+    pub(super) fn track(l: Level, r: &[u16], p: &mut [f32], n: &mut [u16], w: u16) {
+        dispatch!(l, track, kernels::track_pedestal, (r, p, n, w))
+    }
+    pub(super) fn count(l: Level, d: &[f32], t: f32) -> u64 {
+        dispatch!(l, count, kernels::count_above, (d, t))
+    }
+    pub(super) fn assemble(l: Level, s: &[u32], r: &[f32], o: &mut [f32]) {
+        dispatch!(l, assemble, kernels::assemble, (s, r, o))
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    mod avx2 {
+        use super::super::kernels::{self, ConvChunk, Sink};
+        use super::super::ConvStats;
+
+        #[target_feature(enable = "avx2")]
+        pub(super) fn convert<S: Sink>(
+            c: &ConvChunk<'_>,
+            o: &mut [S],
+            e: f32,
+            t: f32,
+        ) -> ConvStats {
+            kernels::convert(c, o, e, t)
+        }
+        #[target_feature(enable = "avx2")]
+        pub(super) fn track(r: &[u16], p: &mut [f32], n: &mut [u16], w: u16) {
+            kernels::track_pedestal(r, p, n, w)
+        }
+        #[target_feature(enable = "avx2")]
+        pub(super) fn count(d: &[f32], t: f32) -> u64 {
+            kernels::count_above(d, t)
+        }
+        #[target_feature(enable = "avx2")]
+        pub(super) fn assemble(s: &[u32], r: &[f32], o: &mut [f32]) {
+            kernels::assemble(s, r, o)
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! The chained per-frame pipeline: pedestal tracking on dark frames; on the others conversion
+//! with the veto count in the same pass, then for kept frames sparse compression and (when
+//! configured) assembly and azimuthal integration.
+use std::sync::Arc;
+
+use crate::azint::{AzConfig, AzMatrix, Profile};
+use crate::calib::{Calibration, ConvTables};
+use crate::engine::{ConvOut, ConvStats, Engine};
+use crate::geometry::{AssemblyMap, Layout};
+use crate::pedestal::{DarkPattern, PedestalTracker};
+use crate::poni::Poni;
+use crate::sparse::SparseFrame;
+use crate::{DaqError, Result};
+
+/// Pipeline settings.
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// Veto threshold 1: a pixel counts when its energy exceeds this (keV).
+    pub veto_pixel_kev: f32,
+    /// Veto threshold 2: a frame is kept when at least this many pixels count.
+    pub veto_min_pixels: u64,
+    /// Sparse compression keeps pixels above this (keV).
+    pub sparse_kev: f32,
+    /// Which frames are dark.
+    pub dark: DarkPattern,
+    /// Pedestal moving-average window (frames).
+    pub pedestal_window: u16,
+    /// Integration settings; `None` skips assembly and integration.
+    pub integrate: Option<(Poni, AzConfig)>,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            veto_pixel_kev: 50.0,
+            veto_min_pixels: 10,
+            sparse_kev: 6.0,
+            dark: DarkPattern::NONE,
+            pedestal_window: PedestalTracker::DEFAULT_WINDOW,
+            integrate: None,
+        }
+    }
+}
+
+/// What happened to one frame.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// A dark frame: the G0 pedestal was updated.
+    Dark,
+    /// Converted, then rejected by the veto.
+    Rejected(ConvStats),
+    /// Kept: its sparse form, and its profile when integration is on.
+    Kept {
+        /// Conversion counts (`above` is the spot count).
+        stats: ConvStats,
+        /// CSR of the pixels above the sparse threshold (raw layout).
+        sparse: SparseFrame,
+        /// The 1D profile.
+        profile: Option<Profile>,
+    },
+}
+
+/// The chained pipeline with its buffers, reused frame after frame.
+#[derive(Debug)]
+pub struct Pipeline {
+    engine: Arc<dyn Engine>,
+    cfg: PipelineConfig,
+    tables: ConvTables,
+    tracker: PedestalTracker,
+    rows: usize,
+    cols: usize,
+    assembly: Option<AssemblyMap>,
+    matrix: Option<AzMatrix>,
+    energy: Vec<f32>,
+    image: Vec<f32>,
+}
+
+impl Pipeline {
+    /// Prepares tables, the assembly map and the integration matrix.
+    pub fn new(
+        engine: Arc<dyn Engine>,
+        cal: &Calibration,
+        layout: &Layout,
+        mask: Option<&[u8]>,
+        cfg: PipelineConfig,
+    ) -> Result<Self> {
+        let det = cal.detector();
+        if layout.modules.len() != det.modules() {
+            return Err(DaqError::Config(format!(
+                "layout has {} modules, calibration {}",
+                layout.modules.len(),
+                det.modules()
+            )));
+        }
+        let tables = ConvTables::new(cal, mask)?;
+        let tracker = PedestalTracker::seeded(det.pixels(), cfg.pedestal_window)?;
+        let (assembly, matrix) = match &cfg.integrate {
+            Some((poni, az)) => {
+                let map = layout.assembly_map(mask)?;
+                let m = AzMatrix::build(poni, (map.rows, map.cols), Some(&map.mask), az)?;
+                (Some(map), Some(m))
+            }
+            None => (None, None),
+        };
+        let (rows, cols) = det.raw_shape();
+        let image = vec![0.0; assembly.as_ref().map_or(0, |a| a.pixels())];
+        Ok(Self {
+            engine,
+            cfg,
+            tables,
+            tracker,
+            rows,
+            cols,
+            assembly,
+            matrix,
+            energy: vec![0.0; det.pixels()],
+            image,
+        })
+    }
+
+    /// Processes frame number `n`.
+    pub fn process(&mut self, n: u64, raw: &[u16]) -> Result<Outcome> {
+        if self.cfg.dark.is_dark(n) {
+            self.tracker
+                .update(self.engine.as_ref(), raw, &mut self.tables)?;
+            return Ok(Outcome::Dark);
+        }
+        let stats = self.engine.convert(
+            raw,
+            &self.tables,
+            ConvOut::Energy(&mut self.energy),
+            self.cfg.veto_pixel_kev,
+        )?;
+        if stats.above < self.cfg.veto_min_pixels {
+            return Ok(Outcome::Rejected(stats));
+        }
+        let sparse =
+            self.engine
+                .compress(&self.energy, self.rows, self.cols, self.cfg.sparse_kev)?;
+        let profile = match (&self.assembly, &self.matrix) {
+            (Some(map), Some(m)) => {
+                self.engine.assemble(&self.energy, map, &mut self.image)?;
+                Some(self.engine.integrate(m, &self.image)?)
+            }
+            _ => None,
+        };
+        Ok(Outcome::Kept {
+            stats,
+            sparse,
+            profile,
+        })
+    }
+
+    /// The last converted frame (keV, raw layout).
+    pub fn energy(&self) -> &[f32] {
+        &self.energy
+    }
+
+    /// The last assembled image (empty without integration).
+    pub fn image(&self) -> &[f32] {
+        &self.image
+    }
+
+    /// The conversion tables (with the tracked pedestal).
+    pub fn tables(&self) -> &ConvTables {
+        &self.tables
+    }
+
+    /// The engine in use.
+    pub fn engine(&self) -> &Arc<dyn Engine> {
+        &self.engine
+    }
+
+    /// The integration matrix, if integration is on.
+    pub fn matrix(&self) -> Option<&AzMatrix> {
+        self.matrix.as_ref()
+    }
+}
