@@ -2,7 +2,6 @@
 
 use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{self, FallocateFlags};
 use rustix::io::Errno;
@@ -46,9 +45,6 @@ pub struct Region {
     span_len: usize,
     residency: ResidencyMap,
 }
-
-/// Set once `MADV_POPULATE_WRITE`/`READ` turned out missing (kernels before 5.14).
-static NO_POPULATE: AtomicBool = AtomicBool::new(false);
 
 impl Region {
     /// Builds the region: pins it or reads its residency from the kernel.
@@ -271,6 +267,21 @@ impl Region {
         Ok(self.residency.resident_count())
     }
 
+    /// The residency-map page holding byte `offset` (`None` past the end).
+    pub fn page_of(&self, offset: usize) -> Option<usize> {
+        (offset < self.len()).then(|| self.pages_of(offset, 1).start)
+    }
+
+    /// The first residency-map page of `[offset, offset+len)` that is not resident, if any
+    /// (what the receive path records as the faulting page). `None` also if the range leaves
+    /// the region.
+    pub fn first_missing_page(&self, offset: usize, len: usize) -> Option<usize> {
+        if len == 0 || self.check(offset, len).is_err() {
+            return None;
+        }
+        self.residency.first_missing(self.pages_of(offset, len))
+    }
+
     /// True if every page of `[offset, offset+len)` is resident per the map (no syscall).
     /// False if the range leaves the region.
     pub fn is_resident(&self, offset: usize, len: usize) -> bool {
@@ -324,7 +335,7 @@ impl Region {
     }
 
     fn populate_bytes(&self, ptr: *mut u8, len: usize, write: bool) -> Result<()> {
-        if !NO_POPULATE.load(Ordering::Relaxed) {
+        if sys::populate_supported() {
             let advice = if write {
                 Advice::LinuxPopulateWrite
             } else {
@@ -334,9 +345,10 @@ impl Region {
             // contents.
             match unsafe { sys::advise(ptr, len, advice) } {
                 Ok(()) => return Ok(()),
+                // The kernel has it but not for this mapping (e.g. VM_IO/PFN mappings of
+                // device memory): touch instead.
                 Err(Errno::INVAL) => {
-                    tracing::debug!("MADV_POPULATE_* unsupported; touching pages instead");
-                    NO_POPULATE.store(true, Ordering::Relaxed);
+                    tracing::debug!(len, "MADV_POPULATE_* refused here; touching pages instead");
                 }
                 Err(e) => {
                     return Err(Error::sys(

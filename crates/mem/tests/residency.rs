@@ -63,6 +63,11 @@ fn policies_on(backing: Backing) {
     assert_eq!(r.page_in(5 * PAGE_SIZE + 17, PageIn::OnePage).unwrap(), 1);
     assert_pages(&r, &only(5..6));
     assert!(r.is_resident(5 * PAGE_SIZE, PAGE_SIZE));
+    assert_eq!(r.page_of(5 * PAGE_SIZE + 17), Some(5));
+    assert_eq!(r.page_of(r.len()), None);
+    assert_eq!(r.first_missing_page(4 * PAGE_SIZE, 3 * PAGE_SIZE), Some(4));
+    assert_eq!(r.first_missing_page(5 * PAGE_SIZE, 2 * PAGE_SIZE), Some(6));
+    assert_eq!(r.first_missing_page(5 * PAGE_SIZE, PAGE_SIZE), None);
     assert!(!r.is_resident(5 * PAGE_SIZE, PAGE_SIZE + 1));
     // Again: nothing new.
     assert_eq!(r.page_in(5 * PAGE_SIZE, PageIn::OnePage).unwrap(), 0);
