@@ -9,6 +9,25 @@
 //! What it does not: move data between hosts (that is `remora-fabric`), handle page faults
 //! from remote memory (`remora-lazy`), or manage GPU memory (`remora-accel`; GPU host mappings
 //! can be registered as external buffers). Linux only.
+//!
+//! ```
+//! use remora_mem::{Access, Buffer, Mode, PageIn, Pd};
+//!
+//! let pd = Pd::new();
+//! let region = pd.register(Buffer::memfd("doc", 1 << 16)?, Access::ALL, Mode::OnDemand)?;
+//! // What a responder does with the RETH of an incoming WRITE:
+//! let acc = pd
+//!     .check_remote(region.rkey(), region.addr() + 4096, 5, Access::REMOTE_WRITE)
+//!     .expect("key, bounds and rights are fine");
+//! if !acc.region.is_resident(acc.offset, acc.len) {
+//!     acc.region.page_in(acc.offset, PageIn::Block(4))?; // PART's PI4
+//! }
+//! acc.region.write_at(acc.offset, b"hello")?;
+//! // A forged key or an address past the end is refused, never a crash.
+//! assert!(pd.check_remote(region.rkey() ^ 0x100, region.addr(), 5, Access::REMOTE_WRITE).is_err());
+//! assert!(pd.check_remote(region.rkey(), u64::MAX - 1, 5, Access::REMOTE_WRITE).is_err());
+//! # Ok::<(), remora_mem::Error>(())
+//! ```
 #![warn(missing_docs)]
 
 pub mod access;
@@ -30,3 +49,20 @@ pub use residency::{PageIn, ResidencyMap};
 pub const PAGE_SIZE: usize = 4096;
 /// Size of the huge pages [`Buffer::huge_pages`] maps (2 MB).
 pub const HUGE_PAGE_SIZE: usize = 2 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_types_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Buffer>();
+        check::<Region>();
+        check::<Pd>();
+        check::<ResidencyMap>();
+        check::<RemoteAccess>();
+        check::<Error>();
+        check::<AccessError>();
+    }
+}

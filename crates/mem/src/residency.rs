@@ -50,7 +50,8 @@ pub struct ResidencyMap {
 
 impl ResidencyMap {
     /// A map of `ceil(len / page_size)` pages, none resident. `page_size` must be a power of
-    /// two (it is rounded up to one otherwise; 0 counts as 1).
+    /// two (it is rounded up to one otherwise; 0 counts as 1). The bitmap takes one bit per
+    /// page, allocated here (regions size it from their real mapping).
     pub fn new(len: usize, page_size: usize) -> ResidencyMap {
         let page_size = page_size.max(1).next_power_of_two();
         let pages = len.div_ceil(page_size);
