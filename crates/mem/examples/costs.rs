@@ -31,7 +31,27 @@ fn main() {
         sum += a.offset;
     }
     let ns = t.elapsed().as_nanos() as f64 / n as f64;
-    println!("check_remote: {ns:.1} ns/op (checksum {sum})");
+    println!("check_remote, 1 thread: {ns:.1} ns/op (checksum {sum})");
+    // Two threads on the same table (the read lock's counter is shared).
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for k in 0..2u64 {
+            let (pd, regions) = (&pd, &regions);
+            s.spawn(move || {
+                let mut sum = 0usize;
+                for i in 0..n / 2 {
+                    let r = &regions[((i * 2 + k) % 64) as usize];
+                    sum += pd
+                        .check_remote(r.rkey(), r.addr() + (i % 1000), 64, Access::REMOTE_WRITE)
+                        .unwrap()
+                        .offset;
+                }
+                std::hint::black_box(sum);
+            });
+        }
+    });
+    let ns = t.elapsed().as_nanos() as f64 / n as f64;
+    println!("check_remote, 2 threads: {ns:.1} ns per op overall");
 
     println!(
         "{:>10} {:>12} {:>12} {:>12} {:>12} {:>12}",

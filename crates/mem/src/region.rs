@@ -69,6 +69,9 @@ impl Region {
             // (mappings are page-granular); mlock does not change contents.
             if let Err(e) = unsafe { sys::lock(span_start as *mut u8, span_len) } {
                 let lim = rustix::process::getrlimit(rustix::process::Resource::Memlock);
+                // mlock can fail part way (e.g. a hole in external memory): undo what it did.
+                // SAFETY: same range as above; munlock of unlocked pages is harmless.
+                let _ = unsafe { sys::unlock(span_start as *mut u8, span_len) };
                 return Err(Error::PinFailed {
                     len: span_len,
                     errno: e.raw_os_error(),
