@@ -1,6 +1,8 @@
 //! The memory a region covers: fresh anonymous, memfd or huge-page mappings, or memory the
 //! caller owns.
 
+use std::any::Any;
+use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{self, MemfdFlags, SealFlags};
@@ -27,12 +29,26 @@ pub enum Backing {
 /// Buffers this crate mapped are unmapped on drop (and a memfd it holds is closed); external
 /// memory is left alone. Lengths of mapped buffers are whole pages: `len()` is the requested
 /// length rounded up to [`PAGE_SIZE`] (or [`HUGE_PAGE_SIZE`] for huge pages).
-#[derive(Debug)]
 pub struct Buffer {
     ptr: *mut u8,
     len: usize,
     backing: Backing,
     fd: Option<OwnedFd>,
+    /// What keeps external memory alive (a `Vec`, a Python array, ...), dropped with the
+    /// Buffer.
+    owner: Option<Box<dyn Any + Send + Sync>>,
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("backing", &self.backing)
+            .field("fd", &self.fd)
+            .field("owned", &self.owner.is_some())
+            .finish()
+    }
 }
 
 // SAFETY: a Buffer is an address range plus an owned fd. It either owns its mapping outright
@@ -73,6 +89,7 @@ impl Buffer {
             len,
             backing: Backing::Anonymous,
             fd: None,
+            owner: None,
         })
     }
 
@@ -95,6 +112,7 @@ impl Buffer {
             len,
             backing: Backing::Memfd,
             fd: Some(fd),
+            owner: None,
         })
     }
 
@@ -117,6 +135,7 @@ impl Buffer {
             len,
             backing: Backing::HugePages,
             fd: None,
+            owner: None,
         })
     }
 
@@ -158,6 +177,7 @@ impl Buffer {
             len: map_len,
             backing: Backing::Memfd,
             fd: Some(fd),
+            owner: None,
         })
     }
 
@@ -183,7 +203,35 @@ impl Buffer {
             len,
             backing: Backing::External,
             fd: None,
+            owner: None,
         })
+    }
+
+    /// Like [`Buffer::external`], and keeps `owner` alive until the Buffer drops (after any
+    /// region over it is unpinned), e.g. the Python array whose data `ptr` points to.
+    ///
+    /// # Safety
+    /// As for [`Buffer::external`], with "the Buffer's life" covered by `owner`: the memory
+    /// must stay valid while `owner` lives and nothing may free or move it meanwhile.
+    pub unsafe fn external_owned(
+        ptr: *mut u8,
+        len: usize,
+        owner: Box<dyn Any + Send + Sync>,
+    ) -> Result<Buffer> {
+        // SAFETY: forwarded to the caller.
+        let mut b = unsafe { Buffer::external(ptr, len) }?;
+        b.owner = Some(owner);
+        Ok(b)
+    }
+
+    /// A buffer over a `Vec`'s heap memory, which the Buffer keeps (external
+    /// backing: no copy, not page-aligned). Refuses an empty vector.
+    pub fn from_vec(mut v: Vec<u8>) -> Result<Buffer> {
+        let (ptr, len) = (v.as_mut_ptr(), v.len());
+        // SAFETY: the Vec's heap buffer does not move when the Vec is moved into the Box, is
+        // never resized (nothing else can reach the Vec) and lives until the Buffer drops;
+        // it is writable.
+        unsafe { Buffer::external_owned(ptr, len, Box::new(v)) }
     }
 
     /// First byte of the buffer.
@@ -225,6 +273,7 @@ impl Buffer {
 impl Drop for Buffer {
     fn drop(&mut self) {
         if self.backing == Backing::External {
+            // The owner (if any) drops with the fields, after this.
             return;
         }
         // SAFETY: this Buffer created the mapping and is its only owner; regions over it hold

@@ -389,3 +389,35 @@ fn lookups_race_with_registration_safely() {
     });
     assert_eq!(pd.len(), 1);
 }
+
+#[test]
+fn owned_external_memory_lives_as_long_as_the_region() {
+    let pd = Pd::new();
+    let mut v = vec![0u8; 1000];
+    v[999] = 42;
+    let r = pd
+        .register(Buffer::from_vec(v).unwrap(), Access::ALL, Mode::OnDemand)
+        .unwrap();
+    assert_eq!(r.backing(), Backing::External);
+    assert_eq!(r.len(), 1000);
+    pd.deregister(r.rkey()).unwrap();
+    // The Vec lives inside the buffer: the bytes are still there and writable.
+    let mut out = [0u8; 1];
+    r.read_at(999, &mut out).unwrap();
+    assert_eq!(out, [42]);
+    r.write_at(0, b"ok").unwrap();
+    assert!(matches!(
+        Buffer::from_vec(Vec::new()),
+        Err(Error::ZeroLength)
+    ));
+    // An owner object is dropped exactly when the buffer is.
+    let alive = Arc::new(());
+    let mut backing = vec![1u8; 64];
+    // SAFETY: `backing` outlives the buffer (dropped at the end of the test, after it).
+    let b = unsafe { Buffer::external_owned(backing.as_mut_ptr(), 64, Box::new(alive.clone())) }
+        .unwrap();
+    assert_eq!(Arc::strong_count(&alive), 2);
+    drop(b);
+    assert_eq!(Arc::strong_count(&alive), 1);
+    drop(backing);
+}
