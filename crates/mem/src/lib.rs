@@ -65,4 +65,19 @@ mod tests {
         check::<Error>();
         check::<AccessError>();
     }
+
+    #[test]
+    fn debug_output_stays_short_for_big_regions() {
+        let pd = Pd::new();
+        let r = pd
+            .register(
+                Buffer::anonymous(64 << 20).unwrap(),
+                Access::ALL,
+                Mode::OnDemand,
+            )
+            .unwrap();
+        let text = format!("{pd:?} {r:?}");
+        assert!(text.len() < 1000, "{} bytes of Debug output", text.len());
+        assert!(text.contains("pages: 16384"));
+    }
 }

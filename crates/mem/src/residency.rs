@@ -39,13 +39,23 @@ impl PageIn {
 
 /// A bitmap with one bit per page, set when the page is resident. Lock-free (`AtomicU64`
 /// words) so the receive engine and page-in workers can share it.
-#[derive(Debug)]
 pub struct ResidencyMap {
     words: Box<[AtomicU64]>,
     pages: usize,
     page_size: usize,
     // Signed: a concurrent clear may be counted before the set it undoes.
     resident: AtomicIsize,
+}
+
+impl std::fmt::Debug for ResidencyMap {
+    // A summary: the bitmap of a large region is too long to print.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResidencyMap")
+            .field("pages", &self.pages)
+            .field("page_size", &self.page_size)
+            .field("resident", &self.resident_count())
+            .finish()
+    }
 }
 
 impl ResidencyMap {
