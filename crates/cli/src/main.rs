@@ -3,6 +3,8 @@
 use clap::{Parser, Subcommand};
 
 mod fabric;
+mod kv;
+mod lazy;
 
 /// remora: one-sided RDMA-style transfers, remote page faults and detector data processing.
 #[derive(Parser)]
@@ -20,6 +22,12 @@ enum Cmd {
     /// One-sided transfers over RoCEv2 datagrams, shared memory or TCP.
     #[command(subcommand)]
     Fabric(fabric::Cmd),
+    /// A memcached-compatible cache (`remora kv serve <memcached flags>`).
+    #[command(subcommand)]
+    Kv(kv::Cmd),
+    /// Memory that faults its pages in from a page server (userfaultfd), and the page server.
+    #[command(subcommand)]
+    Lazy(lazy::Cmd),
     /// Whole-system benchmarks by area.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -53,6 +61,8 @@ fn main() -> anyhow::Result<()> {
     init_logging(cli.verbose);
     match cli.cmd {
         Cmd::Fabric(c) => fabric::run(c),
+        Cmd::Kv(c) => kv::run(c),
+        Cmd::Lazy(c) => lazy::run(c),
         Cmd::Bench(BenchCmd::Fabric(a)) => fabric::bench(a),
         Cmd::Demo => fabric::demo(),
     }

@@ -1,3 +1,24 @@
-//! A memcached-compatible cache: text, meta and binary protocols over TCP, UDP and unix
-//! sockets, split into protocol, storage and server.
+//! A memcached-compatible cache: `remora kv serve` replaces `memcached` with the same flags,
+//! bytes on the wire and counters.
+//!
+//! Split like pelikan: [`protocol`] (pure, sans-IO parsers for the text, meta and binary
+//! protocols, typed requests and replies; protocol errors are replies), [`storage`] (a sharded
+//! hash table with exact per-shard LRU, a byte budget, CAS and expiry; time is passed in),
+//! [`handler`] (runs requests against storage and counts them) and [`server`] (TCP, unix and
+//! UDP sockets on mio/epoll worker threads). [`config`] parses memcached's command line.
+//!
+//! Not here: slab classes and slab statistics (memory is accounted per item instead),
+//! SASL, TLS, extstore, the LRU crawler, `stats detail` dumps, `watch`, and the meta
+//! stale-while-revalidate tokens beyond `N` vivify (`W` only; no `X`/`Z`, `I` is a plain
+//! delete), explicit meta CAS (`E`).
 #![warn(missing_docs)]
+
+pub mod config;
+pub mod handler;
+pub mod protocol;
+pub mod server;
+pub mod stats;
+pub mod storage;
+
+pub use config::{Config, ConfigError};
+pub use server::{Server, ServerError};

@@ -1,0 +1,74 @@
+//! `remora kv …`: the memcached-compatible cache.
+use anyhow::Context;
+use clap::Subcommand;
+
+/// `remora kv` subcommands.
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Serves memcached's protocols; takes memcached's flags (`-p 11211 -m 64 -t 4 -U 0 …`).
+    #[command(disable_help_flag = true)]
+    Serve {
+        /// memcached command-line flags, passed through unchanged.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<String>,
+    },
+}
+
+/// Runs a `remora kv` subcommand.
+pub fn run(cmd: Cmd) -> anyhow::Result<()> {
+    match cmd {
+        Cmd::Serve { args } => serve(&raw_serve_args().unwrap_or(args)),
+    }
+}
+
+/// The arguments after `kv serve`, taken from the raw command line: the global `-v` flag
+/// would otherwise swallow memcached's `-v`/`-vv`.
+fn raw_serve_args() -> Option<Vec<String>> {
+    let all: Vec<String> = std::env::args().collect();
+    let kv = all.iter().position(|a| a == "kv")?;
+    let serve = kv + 1 + all[kv + 1..].iter().position(|a| a == "serve")?;
+    Some(all[serve + 1..].to_vec())
+}
+
+fn serve(args: &[String]) -> anyhow::Result<()> {
+    let cfg = match remora_kv::Config::parse(args) {
+        Ok(c) => c,
+        Err(e) => {
+            // memcached prints the bare message and exits with EX_USAGE.
+            eprintln!("{e}");
+            std::process::exit(64);
+        }
+    };
+    if let Some(info) = &cfg.info {
+        println!("{info}");
+        return Ok(());
+    }
+    for w in &cfg.warnings {
+        tracing::warn!("{w}");
+        if cfg.verbose > 0 {
+            eprintln!("{w}");
+        }
+    }
+    let server = match remora_kv::Server::start(&cfg) {
+        Ok(s) => s,
+        Err(remora_kv::ServerError::RootWithoutUser) => {
+            eprintln!("can't run as root without the -u switch");
+            std::process::exit(64);
+        }
+        Err(e) => return Err(e).context("starting remora kv"),
+    };
+    if let Some(p) = &cfg.pid_file {
+        std::fs::write(p, format!("{}\n", std::process::id()))
+            .with_context(|| format!("writing pid file {p}"))?;
+    }
+    if cfg.verbose > 0 {
+        for a in &server.tcp_addrs {
+            eprintln!("server listening (tcp) on {a}");
+        }
+        for a in &server.udp_addrs {
+            eprintln!("server listening (udp) on {a}");
+        }
+    }
+    server.join();
+    Ok(())
+}

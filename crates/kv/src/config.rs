@@ -1,0 +1,413 @@
+//! memcached's command line (`-p 11211 -m 64 -t 4 -vv -o a=b,c …`), parsed by hand because
+//! clustered short flags and comma-separated `-o` suboptions do not fit a derive parser.
+//! Invalid values are refused with memcached's messages.
+
+use crate::handler::Settings;
+
+/// A refused command line; the message is memcached's wording.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// Everything `remora kv serve` was told.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Settings shared with the handler.
+    pub settings: Settings,
+    /// Addresses to listen on (`-l`); empty means all interfaces.
+    pub listen: Vec<String>,
+    /// `-u`: user to run as.
+    pub user: Option<String>,
+    /// `-v` count.
+    pub verbose: u8,
+    /// `-F`: refuse flush_all.
+    pub disable_flush: bool,
+    /// `-P`: pid file.
+    pub pid_file: Option<String>,
+    /// Warnings to log at start-up (ignored suboptions).
+    pub warnings: Vec<String>,
+    /// `-h` / `-V` asked for: print and exit.
+    pub info: Option<String>,
+}
+
+fn err<T>(m: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError(m.into()))
+}
+
+/// Parses a size with an optional k/m/g suffix (as `-I` accepts).
+pub fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (num, mul) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1usize << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<usize>().ok()?.checked_mul(mul)
+}
+
+/// C `atoi`: leading digits, 0 when none (memcached uses it for several flags).
+fn atoi(s: &str) -> i64 {
+    let s = s.trim_start();
+    let (neg, d) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let digits: String = d.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let v = digits.parse::<i64>().unwrap_or(0);
+    if neg {
+        -v
+    } else {
+        v
+    }
+}
+
+const LONG: &[(&str, char)] = &[
+    ("port", 'p'),
+    ("udp-port", 'U'),
+    ("listen", 'l'),
+    ("unix-socket", 's'),
+    ("unix-mask", 'a'),
+    ("memory-limit", 'm'),
+    ("conn-limit", 'c'),
+    ("threads", 't'),
+    ("max-item-size", 'I'),
+    ("disable-evictions", 'M'),
+    ("disable-cas", 'C'),
+    ("listen-backlog", 'b'),
+    ("protocol", 'B'),
+    ("max-reqs-per-event", 'R'),
+    ("disable-flush-all", 'F'),
+    ("enable-shutdown", 'A'),
+    ("user", 'u'),
+    ("verbose", 'v'),
+    ("extended", 'o'),
+    ("help", 'h'),
+    ("version", 'V'),
+    ("pidfile", 'P'),
+    ("slab-growth-factor", 'f'),
+    ("slab-min-size", 'n'),
+    ("lock-memory", 'k'),
+    ("enable-coredumps", 'r'),
+    ("enable-largepages", 'L'),
+];
+
+fn takes_value(c: char) -> bool {
+    "pUlsamctIbBRuoPfnDe".contains(c)
+}
+
+impl Config {
+    /// Parses memcached-style arguments (without the program name).
+    pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Config, ConfigError> {
+        let mut s = Settings::default();
+        let mut cfg = Config {
+            settings: s.clone(),
+            listen: Vec::new(),
+            user: None,
+            verbose: 0,
+            disable_flush: false,
+            pid_file: None,
+            warnings: Vec::new(),
+            info: None,
+        };
+        let mut item_size_set = false;
+        let mut opts: Vec<(char, Option<String>)> = Vec::new();
+        let mut i = 0;
+        while i < args.len() {
+            let a = args[i].as_ref();
+            i += 1;
+            if let Some(long) = a.strip_prefix("--") {
+                let (name, val) = match long.split_once('=') {
+                    Some((n, v)) => (n, Some(v.to_string())),
+                    None => (long, None),
+                };
+                let Some(&(_, c)) = LONG.iter().find(|(n, _)| *n == name) else {
+                    return err(format!("memcached: unrecognized option '--{name}'"));
+                };
+                let val = if takes_value(c) && val.is_none() {
+                    if i >= args.len() {
+                        return err(format!("memcached: option '--{name}' requires an argument"));
+                    }
+                    i += 1;
+                    Some(args[i - 1].as_ref().to_string())
+                } else {
+                    val
+                };
+                opts.push((c, val));
+                continue;
+            }
+            let Some(cluster) = a.strip_prefix('-').filter(|c| !c.is_empty()) else {
+                return err(format!("Illegal argument \"{a}\""));
+            };
+            let chars: Vec<char> = cluster.chars().collect();
+            let mut j = 0;
+            while j < chars.len() {
+                let c = chars[j];
+                j += 1;
+                if takes_value(c) {
+                    let rest: String = chars[j..].iter().collect();
+                    let v = if !rest.is_empty() {
+                        rest
+                    } else if i < args.len() {
+                        i += 1;
+                        args[i - 1].as_ref().to_string()
+                    } else {
+                        return err(format!("memcached: option requires an argument -- '{c}'"));
+                    };
+                    opts.push((c, Some(v)));
+                    break;
+                }
+                opts.push((c, None));
+            }
+        }
+        for (c, v) in opts {
+            let v = v.unwrap_or_default();
+            match c {
+                'p' => {
+                    let p = atoi(&v);
+                    if !(0..=65535).contains(&p) {
+                        return err(format!("ERROR: Invalid port number {p}."));
+                    }
+                    s.tcpport = p as u16;
+                }
+                'U' => {
+                    let p = atoi(&v);
+                    if !(0..=65535).contains(&p) {
+                        return err(format!("ERROR: Invalid port number {p}."));
+                    }
+                    s.udpport = p as u16;
+                }
+                'l' => cfg
+                    .listen
+                    .extend(v.split(',').filter(|x| !x.is_empty()).map(String::from)),
+                's' => s.domain_socket = Some(v),
+                'a' => match u32::from_str_radix(&v, 8) {
+                    Ok(m) => s.umask = m,
+                    Err(_) => return err("Invalid umask"),
+                },
+                'm' => {
+                    let mb = match v.trim().parse::<usize>() {
+                        Ok(n) => n << 20,
+                        Err(_) => parse_size(&v).unwrap_or(0),
+                    };
+                    s.maxbytes = mb;
+                }
+                'c' => {
+                    let n = atoi(&v);
+                    if n <= 0 {
+                        return err("Maximum connections must be greater than 0");
+                    }
+                    s.maxconns = n as usize;
+                }
+                't' => {
+                    let n = atoi(&v);
+                    if n <= 0 {
+                        return err("Number of threads must be greater than 0");
+                    }
+                    s.threads = n as usize;
+                }
+                'I' => {
+                    let Some(n) = parse_size(&v) else {
+                        return err(format!("Invalid value for -I: {v}"));
+                    };
+                    s.item_size_max = n;
+                    item_size_set = true;
+                }
+                'M' => s.evictions = false,
+                'C' => s.cas_enabled = false,
+                'b' => s.backlog = atoi(&v).clamp(1, i32::MAX as i64) as i32,
+                'B' => match v.as_str() {
+                    "auto" => s.binding_protocol = "auto-negotiate".into(),
+                    "ascii" | "binary" => s.binding_protocol = v.clone(),
+                    _ => {
+                        return err(format!(
+                            "Invalid value for binding protocol: {v}\n -- should be one of auto, binary, or ascii"
+                        ))
+                    }
+                },
+                'R' => {
+                    let n = atoi(&v);
+                    if n <= 0 {
+                        return err("Number of requests per event must be greater than 0");
+                    }
+                    s.reqs_per_event = n as usize;
+                }
+                'F' => cfg.disable_flush = true,
+                'A' => s.shutdown_enabled = true,
+                'u' => cfg.user = Some(v),
+                'v' => cfg.verbose = cfg.verbose.saturating_add(1),
+                'P' => cfg.pid_file = Some(v),
+                'f' => match v.parse::<f64>() {
+                    Ok(f) if f > 1.0 => s.growth_factor = f,
+                    _ => return err("Factor must be greater than 1"),
+                },
+                'n' => {
+                    let n = atoi(&v);
+                    if n <= 0 {
+                        return err("Chunk size must be greater than 0");
+                    }
+                    s.chunk_size = n as usize;
+                }
+                'o' => cfg.suboptions(&v, &mut s, &mut item_size_set)?,
+                'h' => cfg.info = Some(usage()),
+                'V' => cfg.info = Some(format!("memcached {}", crate::handler::VERSION)),
+                'k' | 'r' | 'L' | 'd' | 'D' | 'e' | 'S' | 'X' | 'W' | 'Y' | 'N' | 'Z' => cfg
+                    .warnings
+                    .push(format!("option -{c} is accepted but has no effect in remora")),
+                _ => return err(format!("Illegal argument \"{c}\"")),
+            }
+        }
+        if s.item_size_max < 1024 {
+            return err("Item max size cannot be less than 1024 bytes.");
+        }
+        if s.item_size_max > 1 << 30 {
+            return err("Cannot set item size limit higher than 1 gigabyte.");
+        }
+        if s.item_size_max > s.maxbytes / 2 {
+            return err("Cannot set item size limit higher than 1/2 of memory max.");
+        }
+        let _ = item_size_set;
+        s.interfaces = cfg.listen.clone();
+        cfg.settings = s;
+        Ok(cfg)
+    }
+
+    fn suboptions(
+        &mut self,
+        v: &str,
+        s: &mut Settings,
+        item_size_set: &mut bool,
+    ) -> Result<(), ConfigError> {
+        for sub in v.split(',').filter(|x| !x.is_empty()) {
+            let (k, val) = match sub.split_once('=') {
+                Some((k, val)) => (k, Some(val)),
+                None => (sub, None),
+            };
+            match (k, val) {
+                ("item_size_max", Some(val)) => match parse_size(val) {
+                    Some(n) => {
+                        s.item_size_max = n;
+                        *item_size_set = true;
+                    }
+                    None => return err(format!("Invalid value for item_size_max: {val}")),
+                },
+                (
+                    "modern"
+                    | "no_modern"
+                    | "maxconns_fast"
+                    | "no_maxconns_fast"
+                    | "lru_crawler"
+                    | "no_lru_crawler"
+                    | "lru_maintainer"
+                    | "no_lru_maintainer"
+                    | "slab_reassign"
+                    | "no_slab_reassign"
+                    | "slab_automove"
+                    | "hashpower"
+                    | "tail_repair_time"
+                    | "hash_algorithm"
+                    | "idle_timeout"
+                    | "watcher_logbuf_size"
+                    | "worker_logbuf_size"
+                    | "track_sizes"
+                    | "no_inline_ascii_resp"
+                    | "temporary_ttl"
+                    | "lru_segmented"
+                    | "no_lru_segmented"
+                    | "drop_privileges"
+                    | "no_drop_privileges"
+                    | "resp_obj_mem_limit"
+                    | "read_buf_mem_limit"
+                    | "slab_chunk_max",
+                    _,
+                ) => self.warnings.push(format!(
+                    "suboption \"{sub}\" accepted; remora has no equivalent"
+                )),
+                _ => self
+                    .warnings
+                    .push(format!("Illegal suboption \"{sub}\" ignored")),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `-h` text.
+pub fn usage() -> String {
+    "remora kv serve: memcached-compatible cache\n\
+     -p, --port=<num>          TCP port to listen on (default: 11211)\n\
+     -U, --udp-port=<num>      UDP port to listen on (default: 0, off)\n\
+     -s, --unix-socket=<file>  UNIX socket to listen on (disables network support)\n\
+     -a, --unix-mask=<mask>    access mask for UNIX socket, in octal (default: 700)\n\
+     -l, --listen=<addr>       interface to listen on (default: INADDR_ANY)\n\
+     -m, --memory-limit=<num>  item memory in megabytes (default: 64)\n\
+     -c, --conn-limit=<num>    max simultaneous connections (default: 1024)\n\
+     -t, --threads=<num>       number of threads to use (default: 4)\n\
+     -I, --max-item-size=<num> adjusts max item size (default: 1m, min: 1k, max: 1024m)\n\
+     -M, --disable-evictions   return error on memory exhausted instead of evicting\n\
+     -C, --disable-cas         disable use of CAS\n\
+     -b, --listen-backlog=<num> set the backlog queue limit (default: 1024)\n\
+     -B, --protocol=<name>     protocol - one of ascii, binary, or auto (default: auto)\n\
+     -R, --max-reqs-per-event  maximum number of requests per event (default: 20)\n\
+     -F, --disable-flush-all   disable flush_all command\n\
+     -A, --enable-shutdown     enable ascii \"shutdown\" command\n\
+     -u, --user=<user>         assume identity of <username> (only when run as root)\n\
+     -v, --verbose             verbose (print errors/warnings while in event loop)\n\
+     -vv                       very verbose (also print client commands/responses)\n\
+     -o, --extended            comma separated list of extended options\n"
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_flags() {
+        let c = Config::parse::<&str>(&[]).unwrap();
+        assert_eq!(c.settings.tcpport, 11211);
+        assert_eq!(c.settings.threads, 4);
+        assert_eq!(c.settings.maxbytes, 64 << 20);
+        let c =
+            Config::parse(&["-p", "1234", "-U0", "-t2", "-m", "128", "-vv", "-c", "10"]).unwrap();
+        assert_eq!(c.settings.tcpport, 1234);
+        assert_eq!(c.settings.udpport, 0);
+        assert_eq!(c.settings.threads, 2);
+        assert_eq!(c.settings.maxbytes, 128 << 20);
+        assert_eq!(c.verbose, 2);
+        assert_eq!(c.settings.maxconns, 10);
+        let c =
+            Config::parse(&["-I", "2m", "-o", "modern,bogus=1", "-l", "127.0.0.1,::1"]).unwrap();
+        assert_eq!(c.settings.item_size_max, 2 << 20);
+        assert_eq!(c.listen, vec!["127.0.0.1", "::1"]);
+        assert!(c.warnings.iter().any(|w| w.contains("bogus")));
+        let c = Config::parse(&["--port=99", "--threads", "3"]).unwrap();
+        assert_eq!((c.settings.tcpport, c.settings.threads), (99, 3));
+    }
+
+    #[test]
+    fn refusals_use_memcached_wording() {
+        let e = |a: &[&str]| Config::parse(a).unwrap_err().0;
+        assert_eq!(e(&["-t", "0"]), "Number of threads must be greater than 0");
+        assert_eq!(
+            e(&["-c", "0"]),
+            "Maximum connections must be greater than 0"
+        );
+        assert_eq!(
+            e(&["-I", "100"]),
+            "Item max size cannot be less than 1024 bytes."
+        );
+        assert_eq!(
+            e(&["-m", "64", "-I", "64m"]),
+            "Cannot set item size limit higher than 1/2 of memory max."
+        );
+        assert_eq!(e(&["-p", "70000"]), "ERROR: Invalid port number 70000.");
+        assert!(e(&["-B", "xx"]).starts_with("Invalid value for binding protocol: xx"));
+        assert_eq!(
+            e(&["-R", "0"]),
+            "Number of requests per event must be greater than 0"
+        );
+        assert!(e(&["-p"]).contains("requires an argument"));
+        assert!(e(&["-Q"]).contains("Illegal argument"));
+    }
+}

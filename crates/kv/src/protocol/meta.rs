@@ -1,0 +1,322 @@
+//! Meta commands (`mg ms md ma mn me`): a key followed by single-letter flags, some with a
+//! token (`T30`, `Oabc`). Return flags are echoed in the order the client gave them.
+
+use super::reply::Fail;
+use super::text::{Command, Parse, Tokens, MAX_TOKENS};
+use super::{parse_i64, parse_u32, parse_u64, Limits, KEY_MAX};
+
+/// Which meta command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaKind {
+    /// `mg`
+    Get,
+    /// `ms`
+    Set,
+    /// `md`
+    Delete,
+    /// `ma`
+    Arith,
+}
+
+/// Parsed flags of one meta command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaFlags<'a> {
+    /// Raw flag tokens in client order (for echoing return flags).
+    pub raw: [&'a [u8]; MAX_TOKENS],
+    /// Number of raw tokens.
+    pub n: usize,
+    /// `q`: hide the "nothing happened" reply.
+    pub quiet: bool,
+    /// `b`: key is base64.
+    pub base64: bool,
+    /// `v`: return the value.
+    pub value: bool,
+    /// `u`: do not bump LRU.
+    pub no_bump: bool,
+    /// `I`: invalidate (mark stale) instead of removing / allow stale CAS.
+    pub invalidate: bool,
+    /// `T`: new TTL.
+    pub ttl: Option<i64>,
+    /// `N`: vivify on miss with this TTL.
+    pub vivify: Option<i64>,
+    /// `R`: win the recache race if TTL is below this.
+    pub recache: Option<i64>,
+    /// `C`: compare CAS.
+    pub compare_cas: Option<u64>,
+    /// `E`: explicit new CAS.
+    pub explicit_cas: Option<u64>,
+    /// `F`: client flags.
+    pub client_flags: Option<u32>,
+    /// `M`: mode letter.
+    pub mode: Option<u8>,
+    /// `D`: delta.
+    pub delta: Option<u64>,
+    /// `J`: initial value for auto-created counters.
+    pub initial: Option<u64>,
+    /// `x`: md removes the value but keeps the item.
+    pub remove_value: bool,
+}
+
+/// One meta request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetaCommand<'a> {
+    /// `mn`
+    Noop,
+    /// `me <key>`
+    Debug {
+        /// Key.
+        key: &'a [u8],
+    },
+    /// mg / ms / md / ma.
+    Op {
+        /// Which.
+        kind: MetaKind,
+        /// Key as sent (base64 if `b`).
+        key: &'a [u8],
+        /// Data block (ms only).
+        data: &'a [u8],
+        /// Flags.
+        flags: Box<MetaFlags<'a>>,
+    },
+}
+
+fn allowed(kind: MetaKind) -> &'static [u8] {
+    match kind {
+        MetaKind::Get => b"bcfhklOqstuvENRT",
+        MetaKind::Set => b"bcCEFIkOqsSTM",
+        MetaKind::Delete => b"bCEIkOqTx",
+        MetaKind::Arith => b"bCEcNJDTMOqtvk",
+    }
+}
+
+/// Parses a meta command line (`l`, `used` bytes including the newline) from `buf`.
+pub(super) fn parse<'a>(
+    buf: &'a [u8],
+    l: &'a [u8],
+    used: usize,
+    tk: &Tokens<'a>,
+    lim: &Limits,
+) -> Parse<'a> {
+    let _ = l;
+    let done = |c| Parse::Done(c, used);
+    let t = &tk.t;
+    let n = tk.n;
+    let kind = match t[0] {
+        b"mn" => return done(Command::Meta(MetaCommand::Noop)),
+        b"me" => {
+            if n < 2 {
+                return done(Command::Fail(Fail::Error));
+            }
+            if t[1].len() > KEY_MAX {
+                return done(Command::Fail(Fail::BadFormat));
+            }
+            return done(Command::Meta(MetaCommand::Debug { key: t[1] }));
+        }
+        b"mg" => MetaKind::Get,
+        b"ms" => MetaKind::Set,
+        b"md" => MetaKind::Delete,
+        _ => MetaKind::Arith,
+    };
+    if n < 2 {
+        return done(Command::Fail(Fail::Error));
+    }
+    let key = t[1];
+    if key.len() > KEY_MAX {
+        return done(Command::Fail(Fail::BadFormat));
+    }
+    let mut first_flag = 2;
+    let mut datalen = 0usize;
+    if kind == MetaKind::Set {
+        let Some(dl) = t.get(2).filter(|_| n > 2).and_then(|d| parse_u64(d)) else {
+            return done(Command::Fail(Fail::BadFormat));
+        };
+        datalen = dl as usize;
+        first_flag = 3;
+    }
+    let mut f = MetaFlags {
+        raw: [&[]; MAX_TOKENS],
+        n: 0,
+        quiet: false,
+        base64: false,
+        value: false,
+        no_bump: false,
+        invalidate: false,
+        ttl: None,
+        vivify: None,
+        recache: None,
+        compare_cas: None,
+        explicit_cas: None,
+        client_flags: None,
+        mode: None,
+        delta: None,
+        initial: None,
+        remove_value: false,
+    };
+    let ok = allowed(kind);
+    let mut seen = [false; 128];
+    let mut bad = None;
+    for &tok in &t[first_flag..n] {
+        let c = tok[0];
+        if !ok.contains(&c) {
+            bad.get_or_insert(Fail::InvalidFlag);
+            continue;
+        }
+        if seen[c as usize & 127] {
+            bad.get_or_insert(Fail::InvalidOrDuplicateFlag);
+            continue;
+        }
+        seen[c as usize & 127] = true;
+        f.raw[f.n] = tok;
+        f.n += 1;
+        let arg = &tok[1..];
+        let r: Result<(), Fail> = (|| {
+            let e = Fail::InvalidOrDuplicateFlag;
+            match c {
+                b'q' => f.quiet = true,
+                b'b' => f.base64 = true,
+                b'v' => f.value = true,
+                b'u' => f.no_bump = true,
+                b'I' => f.invalidate = true,
+                b'x' => f.remove_value = true,
+                b'T' => f.ttl = Some(parse_i64(arg).ok_or(e)?),
+                b'N' => f.vivify = Some(parse_i64(arg).ok_or(e)?),
+                b'R' => f.recache = Some(parse_i64(arg).ok_or(e)?),
+                b'C' => f.compare_cas = Some(parse_u64(arg).ok_or(e)?),
+                b'E' => f.explicit_cas = Some(parse_u64(arg).ok_or(e)?),
+                b'F' => f.client_flags = Some(parse_u32(arg).ok_or(e)?),
+                b'D' => f.delta = Some(parse_u64(arg).ok_or(e)?),
+                b'J' => f.initial = Some(parse_u64(arg).ok_or(e)?),
+                b'M' => {
+                    let m = *arg.first().ok_or(e)?;
+                    let valid: &[u8] = if kind == MetaKind::Set {
+                        b"EeAaPpRrSs"
+                    } else {
+                        b"IiDd+-"
+                    };
+                    if !valid.contains(&m) {
+                        return Err(if kind == MetaKind::Set {
+                            Fail::InvalidMsMode
+                        } else {
+                            Fail::InvalidMaMode
+                        });
+                    }
+                    f.mode = Some(m.to_ascii_uppercase());
+                }
+                b'O' if arg.len() > 32 => return Err(Fail::BadFormat),
+                _ => {}
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            bad.get_or_insert(e);
+        }
+    }
+    if kind == MetaKind::Set {
+        if datalen + key.len() + crate::storage::ITEM_OVERHEAD > lim.item_max {
+            return done(Command::TooLarge {
+                key,
+                cmd: super::text::StoreCmd::Set,
+                swallow: datalen + 2,
+                noreply: false,
+            });
+        }
+        let total = used + datalen + 2;
+        if buf.len() < total {
+            return Parse::Incomplete;
+        }
+        if &buf[used + datalen..total] != b"\r\n" {
+            return Parse::Done(Command::Fail(Fail::BadDataChunk), total);
+        }
+        if let Some(e) = bad {
+            return Parse::Done(Command::Fail(e), total);
+        }
+        return Parse::Done(
+            Command::Meta(MetaCommand::Op {
+                kind,
+                key,
+                data: &buf[used..used + datalen],
+                flags: Box::new(f),
+            }),
+            total,
+        );
+    }
+    if let Some(e) = bad {
+        return done(Command::Fail(e));
+    }
+    done(Command::Meta(MetaCommand::Op {
+        kind,
+        key,
+        data: &[],
+        flags: Box::new(f),
+    }))
+}
+
+/// Decodes a base64 key (standard alphabet, padding optional) into `out`.
+pub fn base64_decode(s: &[u8], out: &mut Vec<u8>) -> bool {
+    fn val(c: u8) -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    }
+    out.clear();
+    let s = s
+        .strip_suffix(b"==")
+        .or_else(|| s.strip_suffix(b"="))
+        .unwrap_or(s);
+    let mut acc = 0u32;
+    let mut bits = 0;
+    for &c in s {
+        let Some(v) = val(c) else { return false };
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    !out.is_empty()
+}
+
+/// Encodes bytes as base64 with padding.
+pub fn base64_encode(s: &[u8], out: &mut Vec<u8>) {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for ch in s.chunks(3) {
+        let b = [ch[0], *ch.get(1).unwrap_or(&0), *ch.get(2).unwrap_or(&0)];
+        let v = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        out.push(A[(v >> 18) as usize & 63]);
+        out.push(A[(v >> 12) as usize & 63]);
+        out.push(if ch.len() > 1 {
+            A[(v >> 6) as usize & 63]
+        } else {
+            b'='
+        });
+        out.push(if ch.len() > 2 {
+            A[v as usize & 63]
+        } else {
+            b'='
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_roundtrip() {
+        for s in [&b"a"[..], b"ab", b"abc", b"hello world"] {
+            let mut e = Vec::new();
+            base64_encode(s, &mut e);
+            let mut d = Vec::new();
+            assert!(base64_decode(&e, &mut d));
+            assert_eq!(d, s);
+        }
+        let mut d = Vec::new();
+        assert!(!base64_decode(b"!!", &mut d));
+    }
+}

@@ -1,0 +1,177 @@
+//! Typed replies and their exact memcached byte strings.
+
+/// An error reply (the protocol's errors are responses, not Rust errors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fail {
+    /// `ERROR`: unknown command or wrong token count.
+    Error,
+    /// `CLIENT_ERROR bad command line format`.
+    BadFormat,
+    /// `CLIENT_ERROR bad data chunk`.
+    BadDataChunk,
+    /// `SERVER_ERROR object too large for cache`.
+    TooLarge,
+    /// `SERVER_ERROR out of memory storing object`.
+    NoMemory,
+    /// `CLIENT_ERROR invalid exptime argument`.
+    InvalidExptime,
+    /// `CLIENT_ERROR invalid numeric delta argument`.
+    InvalidDelta,
+    /// `CLIENT_ERROR cannot increment or decrement non-numeric value`.
+    NonNumeric,
+    /// delete with a bad extra argument.
+    DeleteUsage,
+    /// `stats detail` without on/off/dump.
+    StatsDetailUsage,
+    /// `shutdown` without `-A`.
+    ShutdownDisabled,
+    /// meta: unknown flag.
+    InvalidFlag,
+    /// meta: bad flag token.
+    InvalidOrDuplicateFlag,
+    /// meta: bad `M` mode for ms.
+    InvalidMsMode,
+    /// meta: bad `M` mode for ma.
+    InvalidMaMode,
+    /// `CLIENT_ERROR line too long` (sent before closing).
+    LineTooLong,
+}
+
+impl Fail {
+    /// The reply line without CRLF.
+    pub fn text(self) -> &'static str {
+        match self {
+            Fail::Error => "ERROR",
+            Fail::BadFormat => "CLIENT_ERROR bad command line format",
+            Fail::BadDataChunk => "CLIENT_ERROR bad data chunk",
+            Fail::TooLarge => "SERVER_ERROR object too large for cache",
+            Fail::NoMemory => "SERVER_ERROR out of memory storing object",
+            Fail::InvalidExptime => "CLIENT_ERROR invalid exptime argument",
+            Fail::InvalidDelta => "CLIENT_ERROR invalid numeric delta argument",
+            Fail::NonNumeric => "CLIENT_ERROR cannot increment or decrement non-numeric value",
+            Fail::DeleteUsage => {
+                "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]"
+            }
+            Fail::StatsDetailUsage => "CLIENT_ERROR usage: stats detail on|off|dump",
+            Fail::ShutdownDisabled => "ERROR: shutdown not enabled",
+            Fail::InvalidFlag => "CLIENT_ERROR invalid flag",
+            Fail::InvalidOrDuplicateFlag => "CLIENT_ERROR invalid or duplicate flag",
+            Fail::InvalidMsMode => "CLIENT_ERROR invalid mode for ms M token",
+            Fail::InvalidMaMode => "CLIENT_ERROR invalid mode for ma M token",
+            Fail::LineTooLong => "CLIENT_ERROR line too long",
+        }
+    }
+}
+
+/// A simple one-line reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// `STORED`
+    Stored,
+    /// `NOT_STORED`
+    NotStored,
+    /// `EXISTS`
+    Exists,
+    /// `NOT_FOUND`
+    NotFound,
+    /// `DELETED`
+    Deleted,
+    /// `TOUCHED`
+    Touched,
+    /// `OK`
+    Ok,
+    /// `END`
+    End,
+    /// `RESET`
+    Reset,
+    /// An error.
+    Fail(Fail),
+}
+
+impl Reply {
+    /// The reply line without CRLF.
+    pub fn text(self) -> &'static str {
+        match self {
+            Reply::Stored => "STORED",
+            Reply::NotStored => "NOT_STORED",
+            Reply::Exists => "EXISTS",
+            Reply::NotFound => "NOT_FOUND",
+            Reply::Deleted => "DELETED",
+            Reply::Touched => "TOUCHED",
+            Reply::Ok => "OK",
+            Reply::End => "END",
+            Reply::Reset => "RESET",
+            Reply::Fail(f) => f.text(),
+        }
+    }
+
+    /// Appends the line and CRLF.
+    pub fn write(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.text().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Appends a decimal number.
+pub fn put_u64(out: &mut Vec<u8>, v: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    let mut v = v;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+/// Appends a signed decimal number.
+pub fn put_i64(out: &mut Vec<u8>, v: i64) {
+    if v < 0 {
+        out.push(b'-');
+    }
+    put_u64(out, v.unsigned_abs());
+}
+
+/// Appends `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`.
+pub fn put_value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas: Option<u64>) {
+    out.reserve(key.len() + data.len() + 48);
+    out.extend_from_slice(b"VALUE ");
+    out.extend_from_slice(key);
+    out.push(b' ');
+    put_u64(out, flags as u64);
+    out.push(b' ');
+    put_u64(out, data.len() as u64);
+    if let Some(c) = cas {
+        out.push(b' ');
+        put_u64(out, c);
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_values() {
+        let mut o = Vec::new();
+        put_u64(&mut o, 0);
+        o.push(b' ');
+        put_u64(&mut o, u64::MAX);
+        o.push(b' ');
+        put_i64(&mut o, -5);
+        assert_eq!(o, b"0 18446744073709551615 -5");
+        let mut o = Vec::new();
+        put_value(&mut o, b"k", 3, b"ab", Some(9));
+        assert_eq!(o, b"VALUE k 3 2 9\r\nab\r\n");
+        let mut o = Vec::new();
+        Reply::Fail(Fail::BadDataChunk).write(&mut o);
+        assert_eq!(o, b"CLIENT_ERROR bad data chunk\r\n");
+    }
+}

@@ -1,0 +1,239 @@
+//! One worker thread: a mio loop over its connections.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mio::net::{TcpStream, UnixStream};
+use mio::{event::Source, Events, Interest, Poll, Registry, Token};
+
+use crate::handler::{process, Engine, Session};
+use crate::stats;
+
+use super::WAKER;
+
+/// Replies buffered per connection before it stops parsing more requests.
+const OUT_LIMIT: usize = 1 << 20;
+/// Read size per call.
+const READ_CHUNK: usize = 16 * 1024;
+/// Buffers above this are shrunk back when idle so idle connections stay small.
+const KEEP: usize = 64 * 1024;
+
+/// An accepted stream.
+pub enum Stream {
+    /// TCP.
+    Tcp(TcpStream),
+    /// Unix domain.
+    Unix(UnixStream),
+}
+
+impl Read for Stream {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(b),
+            Stream::Unix(s) => s.read(b),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(b),
+            Stream::Unix(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Source for Stream {
+    fn register(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.register(r, t, i),
+            Stream::Unix(s) => s.register(r, t, i),
+        }
+    }
+    fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.reregister(r, t, i),
+            Stream::Unix(s) => s.reregister(r, t, i),
+        }
+    }
+    fn deregister(&mut self, r: &Registry) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.deregister(r),
+            Stream::Unix(s) => s.deregister(r),
+        }
+    }
+}
+
+struct Conn {
+    stream: Stream,
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    session: Session,
+    closing: bool,
+}
+
+impl Conn {
+    /// Sends buffered output; Ok(true) when all of it left.
+    fn flush(&mut self, counters: &stats::Counters) -> io::Result<bool> {
+        while self.wpos < self.wbuf.len() {
+            match self.stream.write(&self.wbuf[self.wpos..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.wpos += n;
+                    stats::add(&counters.bytes_written, n as u64);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.wbuf.clear();
+        self.wpos = 0;
+        if self.wbuf.capacity() > KEEP {
+            self.wbuf.shrink_to(KEEP);
+        }
+        Ok(true)
+    }
+
+    /// Makes room to read: compacts, then grows (the parser bounds what can be pending).
+    fn reserve(&mut self) {
+        if self.rstart == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+            if self.rbuf.len() > KEEP {
+                self.rbuf.truncate(READ_CHUNK);
+                self.rbuf.shrink_to_fit();
+            }
+        }
+        if self.rbuf.len() - self.rend >= READ_CHUNK / 2 {
+            return;
+        }
+        if self.rstart > 0 {
+            self.rbuf.copy_within(self.rstart..self.rend, 0);
+            self.rend -= self.rstart;
+            self.rstart = 0;
+        }
+        if self.rbuf.len() - self.rend < READ_CHUNK / 2 {
+            let n = (self.rbuf.len() * 2).max(READ_CHUNK);
+            self.rbuf.resize(n, 0);
+        }
+    }
+
+    /// Runs the connection until it would block; false = drop it.
+    fn drive(&mut self, eng: &Engine) -> bool {
+        let counters = self.session.counters.clone();
+        loop {
+            let mut stalled = false;
+            if self.rstart < self.rend && !self.closing {
+                let o = process(
+                    eng,
+                    &mut self.session,
+                    &self.rbuf[self.rstart..self.rend],
+                    &mut self.wbuf,
+                    OUT_LIMIT,
+                );
+                self.rstart += o.consumed;
+                if o.close {
+                    self.closing = true;
+                }
+                stalled = self.wbuf.len() >= OUT_LIMIT;
+            }
+            match self.flush(&counters) {
+                Err(_) => return false,
+                Ok(false) => return true,
+                Ok(true) => {}
+            }
+            if self.closing {
+                return false;
+            }
+            // A request may be waiting on output room: run again before reading more.
+            if stalled {
+                continue;
+            }
+            self.reserve();
+            match self.stream.read(&mut self.rbuf[self.rend..]) {
+                Ok(0) => return false,
+                Ok(n) => self.rend += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// A worker thread's loop.
+pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<AtomicBool>) {
+    let counters = eng.register_worker();
+    let mut conns: HashMap<usize, Conn> = HashMap::new();
+    let mut next_token = 0usize;
+    let mut events = Events::with_capacity(1024);
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(200))) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                tracing::error!("worker poll: {e}");
+            }
+            continue;
+        }
+        for ev in events.iter() {
+            if ev.token() == WAKER {
+                while let Ok(mut s) = rx.try_recv() {
+                    let t = next_token;
+                    next_token = (next_token + 1) % (usize::MAX - 1);
+                    if s.register(
+                        poll.registry(),
+                        Token(t),
+                        Interest::READABLE | Interest::WRITABLE,
+                    )
+                    .is_err()
+                    {
+                        eng.conns.curr.fetch_sub(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    conns.insert(
+                        t,
+                        Conn {
+                            stream: s,
+                            rbuf: Vec::new(),
+                            rstart: 0,
+                            rend: 0,
+                            wbuf: Vec::new(),
+                            wpos: 0,
+                            session: Session::new(counters.clone()),
+                            closing: false,
+                        },
+                    );
+                }
+                continue;
+            }
+            let t = ev.token().0;
+            let keep = match conns.get_mut(&t) {
+                Some(c) => c.drive(&eng),
+                None => continue,
+            };
+            if !keep {
+                if let Some(mut c) = conns.remove(&t) {
+                    let _ = c.stream.deregister(poll.registry());
+                    eng.conns.curr.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+        if eng.shutdown.load(Ordering::Relaxed) {
+            stop.store(true, Ordering::Relaxed);
+        }
+    }
+}

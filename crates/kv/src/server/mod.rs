@@ -1,0 +1,300 @@
+//! Network I/O: an acceptor thread hands TCP and unix connections round-robin to worker
+//! threads, each running its own `mio` (epoll) loop; one thread serves UDP.
+//!
+//! Each connection reads what the kernel has, runs every whole request in it, and sends all
+//! replies with one write: pipelined requests and multigets leave in few segments. Output is
+//! capped per connection; a slow reader stops being read (and parsed) until it drains, so its
+//! memory stays bounded and other connections are not affected.
+
+mod conn;
+mod udp;
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use mio::net::{TcpListener, UnixListener};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use crate::config::Config;
+use crate::handler::Engine;
+use conn::Stream;
+
+/// Start-up failures.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Could not bind a listening socket.
+    #[error("failed to listen on {addr}: {source}")]
+    Bind {
+        /// What was being bound.
+        addr: String,
+        /// Cause.
+        source: io::Error,
+    },
+    /// `-l` value is not an address.
+    #[error("invalid listen address \"{0}\"")]
+    BadAddress(String),
+    /// Root without `-u`.
+    #[error("can't run as root without the -u switch")]
+    RootWithoutUser,
+    /// `-u` could not be applied.
+    #[error("failed to assume identity of user {0}")]
+    User(String),
+    /// Another I/O failure at start-up.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// A running server.
+pub struct Server {
+    /// Shared state.
+    pub engine: Arc<Engine>,
+    /// Bound TCP addresses.
+    pub tcp_addrs: Vec<SocketAddr>,
+    /// Bound UDP addresses.
+    pub udp_addrs: Vec<SocketAddr>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+const WAKER: Token = Token(usize::MAX);
+
+fn resolve(cfg: &Config, port: u16) -> Result<Vec<SocketAddr>, ServerError> {
+    if cfg.listen.is_empty() {
+        return Ok(vec![SocketAddr::new(IpAddr::from([0u8; 4]), port)]);
+    }
+    let mut v = Vec::new();
+    for l in &cfg.listen {
+        if let Ok(a) = l.parse::<SocketAddr>() {
+            v.push(a);
+        } else if let Ok(ip) = l.trim_matches(|c| c == '[' || c == ']').parse::<IpAddr>() {
+            v.push(SocketAddr::new(ip, port));
+        } else if l == "localhost" {
+            v.push(SocketAddr::new(IpAddr::from([127, 0, 0, 1]), port));
+        } else {
+            return Err(ServerError::BadAddress(l.clone()));
+        }
+    }
+    Ok(v)
+}
+
+fn drop_privileges(cfg: &Config) -> Result<(), ServerError> {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let Some(user) = &cfg.user else {
+        if uid == 0 {
+            return Err(ServerError::RootWithoutUser);
+        }
+        return Ok(());
+    };
+    if uid != 0 {
+        return Ok(());
+    }
+    let name =
+        std::ffi::CString::new(user.as_str()).map_err(|_| ServerError::User(user.clone()))?;
+    // SAFETY: getpwnam reads a NUL-terminated name and returns a pointer into static storage
+    // (or null), which we read immediately on this thread before any other getpw* call.
+    let (pw_uid, pw_gid) = unsafe {
+        let pw = libc::getpwnam(name.as_ptr());
+        if pw.is_null() {
+            return Err(ServerError::User(user.clone()));
+        }
+        ((*pw).pw_uid, (*pw).pw_gid)
+    };
+    if pw_uid == 0 {
+        return Ok(());
+    }
+    // SAFETY: plain syscalls on integer ids; failures are checked.
+    let ok = unsafe { libc::setgid(pw_gid) == 0 && libc::setuid(pw_uid) == 0 };
+    if !ok {
+        return Err(ServerError::User(user.clone()));
+    }
+    Ok(())
+}
+
+impl Server {
+    /// Binds every listener, drops privileges, and starts the threads.
+    pub fn start(cfg: &Config) -> Result<Server, ServerError> {
+        let engine = Arc::new(Engine::new(cfg.settings.clone()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = &cfg.settings;
+        let mut tcp = Vec::new();
+        let mut unix = None;
+        let mut udp_socks = Vec::new();
+        if let Some(path) = &s.domain_socket {
+            let _ = std::fs::remove_file(path);
+            let l = UnixListener::bind(path).map_err(|e| ServerError::Bind {
+                addr: path.clone(),
+                source: e,
+            })?;
+            use std::os::unix::fs::PermissionsExt;
+            // -a is the socket's access mode (memcached calls it a mask; default 0700).
+            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(s.umask));
+            unix = Some(l);
+        } else {
+            for a in resolve(cfg, s.tcpport)? {
+                let l = TcpListener::bind(a).map_err(|e| ServerError::Bind {
+                    addr: a.to_string(),
+                    source: e,
+                })?;
+                tcp.push(l);
+            }
+            if s.udpport != 0 {
+                for a in resolve(cfg, s.udpport)? {
+                    let u = std::net::UdpSocket::bind(a).map_err(|e| ServerError::Bind {
+                        addr: a.to_string(),
+                        source: e,
+                    })?;
+                    udp_socks.push(u);
+                }
+            }
+        }
+        drop_privileges(cfg)?;
+        let tcp_addrs = tcp.iter().filter_map(|l| l.local_addr().ok()).collect();
+        let udp_addrs = udp_socks
+            .iter()
+            .filter_map(|u| u.local_addr().ok())
+            .collect();
+
+        let mut threads = Vec::new();
+        let mut handoff = Vec::new();
+        for i in 0..s.threads {
+            let poll = Poll::new()?;
+            let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+            let (tx, rx) = mpsc::channel::<Stream>();
+            handoff.push((tx, waker));
+            let eng = engine.clone();
+            let stop = stop.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("kv-worker-{i}"))
+                    .spawn(move || conn::worker(poll, rx, eng, stop))?,
+            );
+        }
+        for u in udp_socks {
+            let eng = engine.clone();
+            let stop = stop.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("kv-udp".into())
+                    .spawn(move || udp::serve(u, eng, stop))?,
+            );
+        }
+        let eng = engine.clone();
+        let st = stop.clone();
+        let poll = Poll::new()?;
+        threads.push(
+            std::thread::Builder::new()
+                .name("kv-accept".into())
+                .spawn(move || acceptor(poll, tcp, unix, handoff, eng, st))?,
+        );
+        Ok(Server {
+            engine,
+            tcp_addrs,
+            udp_addrs,
+            stop,
+            threads,
+        })
+    }
+
+    /// Asks every thread to stop.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Waits until stopped (by [`Server::stop`] or `shutdown`).
+    pub fn join(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn acceptor(
+    mut poll: Poll,
+    mut tcp: Vec<TcpListener>,
+    mut unix: Option<UnixListener>,
+    handoff: Vec<(mpsc::Sender<Stream>, Arc<Waker>)>,
+    eng: Arc<Engine>,
+    stop: Arc<AtomicBool>,
+) {
+    for (i, l) in tcp.iter_mut().enumerate() {
+        if let Err(e) = poll.registry().register(l, Token(i), Interest::READABLE) {
+            tracing::error!("register listener: {e}");
+        }
+    }
+    let unix_token = Token(tcp.len());
+    if let Some(u) = unix.as_mut() {
+        if let Err(e) = poll.registry().register(u, unix_token, Interest::READABLE) {
+            tracing::error!("register unix listener: {e}");
+        }
+    }
+    let mut events = Events::with_capacity(64);
+    let mut next = 0usize;
+    let maxconns = eng.settings.maxconns as u64;
+    loop {
+        if stop.load(Ordering::Relaxed) || eng.shutdown.load(Ordering::Relaxed) {
+            stop.store(true, Ordering::Relaxed);
+            for (_, w) in &handoff {
+                let _ = w.wake();
+            }
+            return;
+        }
+        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(100))) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                tracing::error!("acceptor poll: {e}");
+            }
+            continue;
+        }
+        for ev in events.iter() {
+            loop {
+                let accepted = if ev.token() == unix_token {
+                    match unix.as_ref().map(|u| u.accept()) {
+                        Some(Ok((s, _))) => Ok(Stream::Unix(s)),
+                        Some(Err(e)) => Err(e),
+                        None => break,
+                    }
+                } else {
+                    match tcp.get(ev.token().0).map(|l| l.accept()) {
+                        Some(Ok((s, _))) => {
+                            let _ = s.set_nodelay(true);
+                            Ok(Stream::Tcp(s))
+                        }
+                        Some(Err(e)) => Err(e),
+                        None => break,
+                    }
+                };
+                match accepted {
+                    Ok(mut s) => {
+                        if eng.conns.curr.load(Ordering::Relaxed) >= maxconns {
+                            eng.conns.rejected.fetch_add(1, Ordering::Relaxed);
+                            use std::io::Write;
+                            let _ = s.write(b"ERROR Too many open connections\r\n");
+                            continue;
+                        }
+                        eng.conns.curr.fetch_add(1, Ordering::Relaxed);
+                        eng.conns.total.fetch_add(1, Ordering::Relaxed);
+                        let (tx, w) = &handoff[next % handoff.len()];
+                        next = next.wrapping_add(1);
+                        if tx.send(s).is_ok() {
+                            let _ = w.wake();
+                        } else {
+                            eng.conns.curr.fetch_sub(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        // EMFILE and friends: back off briefly instead of spinning.
+                        tracing::warn!("accept: {e}");
+                        std::thread::sleep(Duration::from_millis(10));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! The UDP server: one request per datagram (after the 8-byte frame header); the reply is
+//! split into frames of at most 1400 bytes sent back to the sender.
+
+use std::net::UdpSocket;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::handler::{process, Engine, Session};
+use crate::protocol::udp::{split, Frame, HEADER_LEN};
+
+/// Serves one UDP socket until `stop`.
+pub fn serve(sock: UdpSocket, eng: Arc<Engine>, stop: Arc<AtomicBool>) {
+    let counters = eng.register_worker();
+    if let Err(e) = sock.set_read_timeout(Some(Duration::from_millis(200))) {
+        tracing::error!("udp socket: {e}");
+        return;
+    }
+    let mut buf = vec![0u8; 65536];
+    let mut out = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let (n, peer) = match sock.recv_from(&mut buf) {
+            Ok(x) => x,
+            Err(_) => continue,
+        };
+        let Some(frame) = Frame::decode(&buf[..n]) else {
+            continue;
+        };
+        // memcached ignores requests spread over several datagrams.
+        if frame.total != 1 || frame.seq != 0 {
+            continue;
+        }
+        out.clear();
+        let mut session = Session::new(counters.clone());
+        process(&eng, &mut session, &buf[HEADER_LEN..n], &mut out, 1 << 20);
+        if out.is_empty() {
+            continue;
+        }
+        for d in split(frame.request_id, &out) {
+            let _ = sock.send_to(&d, peer);
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! Item storage: a sharded hash table with one exact LRU list per shard, a byte budget (`-m`)
+//! enforced by evicting from the LRU tail, CAS, expiry and `flush_all`.
+//!
+//! Time is passed in (`now`, seconds on the server's relative clock, see [`crate::clock`]) so the
+//! storage is deterministic and testable without sleeping.
+//!
+//! Memory accounting: each item is charged its key and value lengths plus [`ITEM_OVERHEAD`], an
+//! honest estimate of the per-item bookkeeping (entry struct, table slot, allocator headers).
+//! There are no slab classes: values are plain heap allocations of their exact size.
+
+mod shard;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+pub use shard::ItemRef;
+use shard::Shard;
+
+/// Bytes charged per item beyond its key and value.
+pub const ITEM_OVERHEAD: usize = 96;
+
+/// Relative expiry boundary: larger exptimes are absolute Unix times (memcached's rule).
+pub const REALTIME_MAXDELTA: i64 = 60 * 60 * 24 * 30;
+
+/// How a store command treats an existing item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreMode {
+    /// Store unconditionally.
+    Set,
+    /// Store only if absent.
+    Add,
+    /// Store only if present.
+    Replace,
+    /// Append the data to an existing item.
+    Append,
+    /// Prepend the data to an existing item.
+    Prepend,
+    /// Store only if the item's CAS equals the given value.
+    Cas(u64),
+}
+
+/// Result of a store command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreOutcome {
+    /// Stored with this CAS.
+    Stored(u64),
+    /// A condition failed (add on present, replace/append/prepend on absent).
+    NotStored,
+    /// CAS mismatch.
+    Exists,
+    /// CAS on an absent item.
+    NotFound,
+    /// The item is larger than the item size limit.
+    TooLarge,
+    /// No room could be made (no-evict mode, or the item exceeds a shard's budget).
+    NoMemory,
+}
+
+/// Result of a delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// Removed.
+    Deleted,
+    /// No such item.
+    NotFound,
+    /// CAS given and it did not match.
+    Exists,
+}
+
+/// Result of incr/decr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArithOutcome {
+    /// New value and CAS.
+    Value(u64, u64),
+    /// No such item.
+    NotFound,
+    /// The stored value is not a decimal number.
+    NonNumeric,
+    /// CAS given and it did not match.
+    Exists,
+}
+
+/// Item counters summed over shards.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StoreCounters {
+    /// Items currently stored (expired ones count until reclaimed).
+    pub curr_items: u64,
+    /// Items ever stored.
+    pub total_items: u64,
+    /// Bytes charged (keys + values + overhead).
+    pub bytes: u64,
+    /// Items evicted to make room.
+    pub evictions: u64,
+    /// Expired items whose memory was reused.
+    pub reclaimed: u64,
+    /// Expired items that were never fetched.
+    pub expired_unfetched: u64,
+    /// Evicted items that were never fetched.
+    pub evicted_unfetched: u64,
+}
+
+/// Storage limits.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreConfig {
+    /// Memory budget in bytes (`-m`).
+    pub mem_limit: usize,
+    /// Largest item (`-I`), counting key, value and overhead.
+    pub item_max: usize,
+    /// Refuse to evict (`-M`): stores fail with out-of-memory instead.
+    pub no_evict: bool,
+    /// Whether CAS values are kept (`-C` turns them off: CAS reads 0).
+    pub use_cas: bool,
+}
+
+/// The sharded item store.
+pub struct Store {
+    shards: Box<[Mutex<Shard>]>,
+    mask: u64,
+    next_cas: AtomicU64,
+    config: StoreConfig,
+    /// Immediate flushes invalidate every item with a lower CAS (items stored in the same second
+    /// as the flush survive only if they come after it).
+    flush_cas: AtomicU64,
+    /// Delayed flush: items last written at or before this time die once `now` reaches it.
+    oldest_live: AtomicU64,
+}
+
+/// Outcome of `get`-like reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// Found and handed to the reader.
+    Hit,
+    /// Absent, expired or flushed.
+    Miss,
+}
+
+/// Options of a read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadOpts {
+    /// New exptime to set (gat, mg T).
+    pub touch: Option<i64>,
+    /// Leave the LRU position and fetched bit alone (mg u).
+    pub no_bump: bool,
+}
+
+impl Store {
+    /// Creates an empty store.
+    pub fn new(config: StoreConfig) -> Store {
+        // Enough shards to spread lock contention, few enough that one shard still holds
+        // at least two largest items.
+        let mut n = 64usize;
+        while n > 1 && config.mem_limit / n < 2 * config.item_max {
+            n /= 2;
+        }
+        let per = config.mem_limit / n;
+        let shards = (0..n).map(|_| Mutex::new(Shard::new(per))).collect();
+        Store {
+            shards,
+            mask: (n - 1) as u64,
+            next_cas: AtomicU64::new(1),
+            config,
+            flush_cas: AtomicU64::new(0),
+            oldest_live: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// The limits this store was made with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    fn hash(key: &[u8]) -> u64 {
+        use std::hash::BuildHasher;
+        rustc_hash::FxBuildHasher.hash_one(key)
+    }
+
+    fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, Shard> {
+        // Top bits pick the shard; hashbrown uses the low and top-7 bits inside it.
+        let i = ((hash >> 40) & self.mask) as usize;
+        match self.shards[i].lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    fn new_cas(&self) -> u64 {
+        if self.config.use_cas {
+            self.next_cas.fetch_add(1, Ordering::Relaxed)
+        } else {
+            0
+        }
+    }
+
+    fn ctx(&self, now: u32) -> shard::Ctx {
+        shard::Ctx {
+            now,
+            flush_cas: self.flush_cas.load(Ordering::Relaxed),
+            oldest_live: self.oldest_live.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Converts a protocol exptime into an absolute relative-clock time (0 = never, 1 = already
+    /// expired), following memcached: negative expires at once, up to 30 days is relative,
+    /// beyond is a Unix time.
+    pub fn exptime(exptime: i64, now: u32, process_started: i64) -> u32 {
+        if exptime < 0 {
+            return 1;
+        }
+        if exptime == 0 {
+            return 0;
+        }
+        if exptime > REALTIME_MAXDELTA {
+            if exptime <= process_started {
+                return 1;
+            }
+            return (exptime - process_started).min(u32::MAX as i64) as u32;
+        }
+        (exptime + now as i64).min(u32::MAX as i64) as u32
+    }
+
+    /// Whether an item of this size fits at all.
+    pub fn fits(&self, key_len: usize, value_len: usize) -> bool {
+        key_len + value_len + ITEM_OVERHEAD <= self.config.item_max
+    }
+
+    /// Reads one item; `f` sees it while the shard is locked (copy out what you need).
+    pub fn get<R>(
+        &self,
+        key: &[u8],
+        now: u32,
+        opts: ReadOpts,
+        exptime_abs: u32,
+        f: impl FnOnce(ItemRef<'_>) -> R,
+    ) -> Option<R> {
+        let h = Self::hash(key);
+        let ctx = self.ctx(now);
+        self.shard(h).get(h, key, &ctx, opts, exptime_abs, f)
+    }
+
+    /// Stores an item; `data` is the value without the trailing CRLF.
+    #[allow(clippy::too_many_arguments)]
+    pub fn store(
+        &self,
+        mode: StoreMode,
+        key: &[u8],
+        flags: u32,
+        exptime_abs: u32,
+        data: &[u8],
+        now: u32,
+    ) -> StoreOutcome {
+        if !self.fits(key.len(), data.len()) {
+            // memcached drops the old value so a failed overwrite cannot leave stale data.
+            if matches!(mode, StoreMode::Set | StoreMode::Cas(_)) {
+                self.delete(key, now, None);
+            }
+            return StoreOutcome::TooLarge;
+        }
+        let h = Self::hash(key);
+        let ctx = self.ctx(now);
+        let mut s = self.shard(h);
+        s.store(
+            h,
+            mode,
+            key,
+            flags,
+            exptime_abs,
+            data,
+            &ctx,
+            &|| self.new_cas(),
+            self.config.item_max,
+            self.config.no_evict,
+        )
+    }
+
+    /// Deletes an item, optionally only if its CAS matches.
+    pub fn delete(&self, key: &[u8], now: u32, cas: Option<u64>) -> DeleteOutcome {
+        let h = Self::hash(key);
+        let ctx = self.ctx(now);
+        self.shard(h).delete(h, key, &ctx, cas)
+    }
+
+    /// incr (`incr = true`, wraps at 2^64) or decr (floors at 0).
+    pub fn arith(
+        &self,
+        key: &[u8],
+        incr: bool,
+        delta: u64,
+        now: u32,
+        cas: Option<u64>,
+    ) -> ArithOutcome {
+        let h = Self::hash(key);
+        let ctx = self.ctx(now);
+        self.shard(h)
+            .arith(h, key, incr, delta, &ctx, cas, &|| self.new_cas())
+    }
+
+    /// Sets a new expiry; returns whether the item exists.
+    pub fn touch(&self, key: &[u8], exptime_abs: u32, now: u32) -> bool {
+        let opts = ReadOpts {
+            touch: Some(0),
+            no_bump: false,
+        };
+        self.get(key, now, opts, exptime_abs, |_| ()).is_some()
+    }
+
+    /// Invalidates every item now (`delay_until` = None) or once `now` reaches the given time.
+    pub fn flush(&self, delay_until: Option<u32>) {
+        match delay_until {
+            None => {
+                let c = self.next_cas.load(Ordering::Relaxed);
+                self.flush_cas.store(c, Ordering::Relaxed);
+                self.oldest_live.store(u64::MAX, Ordering::Relaxed);
+                for s in self.shards.iter() {
+                    let mut g = match s.lock() {
+                        Ok(g) => g,
+                        Err(p) => p.into_inner(),
+                    };
+                    g.clear();
+                }
+            }
+            Some(t) => self.oldest_live.store(t as u64, Ordering::Relaxed),
+        }
+    }
+
+    /// Sums item counters over all shards.
+    pub fn counters(&self) -> StoreCounters {
+        let mut c = StoreCounters::default();
+        for s in self.shards.iter() {
+            let g = match s.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            g.add_counters(&mut c);
+        }
+        c
+    }
+
+    /// Number of items stored.
+    pub fn len(&self) -> usize {
+        self.counters().curr_items as usize
+    }
+
+    /// True when no item is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests;

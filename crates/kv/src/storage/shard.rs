@@ -1,0 +1,429 @@
+//! One shard: a hash table of slot indices, a slab of entries and an intrusive LRU list.
+
+use hashbrown::HashTable;
+
+use super::{
+    ArithOutcome, DeleteOutcome, ReadOpts, StoreCounters, StoreMode, StoreOutcome, ITEM_OVERHEAD,
+};
+
+const NIL: u32 = u32::MAX;
+
+/// Time and flush state a shard needs to judge liveness.
+pub(super) struct Ctx {
+    pub now: u32,
+    pub flush_cas: u64,
+    pub oldest_live: u64,
+}
+
+struct Entry {
+    key: Box<[u8]>,
+    value: Vec<u8>,
+    hash: u64,
+    cas: u64,
+    flags: u32,
+    /// Relative-clock expiry, 0 = never.
+    exptime: u32,
+    /// Last access.
+    time: u32,
+    prev: u32,
+    next: u32,
+    fetched: bool,
+}
+
+impl Entry {
+    fn charge(&self) -> usize {
+        charge(self.key.len(), self.value.len())
+    }
+
+    fn live(&self, ctx: &Ctx) -> bool {
+        if self.exptime != 0 && self.exptime <= ctx.now {
+            return false;
+        }
+        if self.cas < ctx.flush_cas && self.cas != 0 {
+            return false;
+        }
+        if ctx.oldest_live <= ctx.now as u64 && self.time as u64 <= ctx.oldest_live {
+            return false;
+        }
+        true
+    }
+}
+
+fn charge(key: usize, value: usize) -> usize {
+    key + value + ITEM_OVERHEAD
+}
+
+/// A read-only view of an item handed to readers while the shard is locked.
+#[derive(Debug, Clone, Copy)]
+pub struct ItemRef<'a> {
+    /// The key.
+    pub key: &'a [u8],
+    /// The value, without CRLF.
+    pub value: &'a [u8],
+    /// Client flags.
+    pub flags: u32,
+    /// CAS unique.
+    pub cas: u64,
+    /// Expiry on the relative clock (0 = never), after any touch.
+    pub exptime: u32,
+    /// Last access before this read.
+    pub last_access: u32,
+    /// Whether it had been fetched before this read.
+    pub fetched: bool,
+}
+
+pub(super) struct Shard {
+    table: HashTable<u32>,
+    slots: Vec<Option<Entry>>,
+    free: Vec<u32>,
+    head: u32,
+    tail: u32,
+    used: usize,
+    limit: usize,
+    total_items: u64,
+    evictions: u64,
+    reclaimed: u64,
+    expired_unfetched: u64,
+    evicted_unfetched: u64,
+}
+
+impl Shard {
+    pub fn new(limit: usize) -> Shard {
+        Shard {
+            table: HashTable::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            used: 0,
+            limit,
+            total_items: 0,
+            evictions: 0,
+            reclaimed: 0,
+            expired_unfetched: 0,
+            evicted_unfetched: 0,
+        }
+    }
+
+    fn entry(&self, i: u32) -> &Entry {
+        // Indices in the table and list always point at occupied slots.
+        self.slots[i as usize].as_ref().expect("live slot")
+    }
+
+    fn entry_mut(&mut self, i: u32) -> &mut Entry {
+        self.slots[i as usize].as_mut().expect("live slot")
+    }
+
+    fn find(&self, hash: u64, key: &[u8]) -> Option<u32> {
+        let slots = &self.slots;
+        self.table
+            .find(hash, |&i| {
+                slots[i as usize].as_ref().is_some_and(|e| &*e.key == key)
+            })
+            .copied()
+    }
+
+    fn unlink_lru(&mut self, i: u32) {
+        let (p, n) = {
+            let e = self.entry(i);
+            (e.prev, e.next)
+        };
+        if p != NIL {
+            self.entry_mut(p).next = n;
+        } else {
+            self.head = n;
+        }
+        if n != NIL {
+            self.entry_mut(n).prev = p;
+        } else {
+            self.tail = p;
+        }
+    }
+
+    fn push_head(&mut self, i: u32) {
+        let old = self.head;
+        {
+            let e = self.entry_mut(i);
+            e.prev = NIL;
+            e.next = old;
+        }
+        if old != NIL {
+            self.entry_mut(old).prev = i;
+        } else {
+            self.tail = i;
+        }
+        self.head = i;
+    }
+
+    fn bump(&mut self, i: u32) {
+        if self.head != i {
+            self.unlink_lru(i);
+            self.push_head(i);
+        }
+    }
+
+    /// Removes slot `i` from table, list and slab.
+    fn remove(&mut self, i: u32) -> Entry {
+        let hash = self.entry(i).hash;
+        if let Ok(o) = self.table.find_entry(hash, |&j| j == i) {
+            o.remove();
+        }
+        self.unlink_lru(i);
+        let e = self.slots[i as usize].take().expect("live slot");
+        self.free.push(i);
+        self.used -= e.charge();
+        e
+    }
+
+    /// Finds a live item, dropping it if it is expired or flushed.
+    fn lookup(&mut self, hash: u64, key: &[u8], ctx: &Ctx) -> Option<u32> {
+        let i = self.find(hash, key)?;
+        if self.entry(i).live(ctx) {
+            Some(i)
+        } else {
+            let e = self.remove(i);
+            if !e.fetched {
+                self.expired_unfetched += 1;
+            }
+            self.reclaimed += 1;
+            None
+        }
+    }
+
+    /// Makes room for `need` bytes; false if it cannot (no-evict mode or too big).
+    fn make_room(&mut self, need: usize, ctx: &Ctx, no_evict: bool) -> bool {
+        while self.used + need > self.limit {
+            let t = self.tail;
+            if t == NIL {
+                return false;
+            }
+            let live = self.entry(t).live(ctx);
+            if live && no_evict {
+                return false;
+            }
+            let e = self.remove(t);
+            if live {
+                self.evictions += 1;
+                if !e.fetched {
+                    self.evicted_unfetched += 1;
+                }
+            } else {
+                self.reclaimed += 1;
+            }
+        }
+        true
+    }
+
+    fn insert(&mut self, e: Entry) -> u32 {
+        self.used += e.charge();
+        let hash = e.hash;
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(e);
+                i
+            }
+            None => {
+                self.slots.push(Some(e));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slots = &self.slots;
+        self.table.insert_unique(hash, i, |&j| {
+            slots[j as usize].as_ref().map_or(0, |e| e.hash)
+        });
+        self.push_head(i);
+        self.total_items += 1;
+        i
+    }
+
+    pub fn get<R>(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        ctx: &Ctx,
+        opts: ReadOpts,
+        exptime_abs: u32,
+        f: impl FnOnce(ItemRef<'_>) -> R,
+    ) -> Option<R> {
+        let i = self.lookup(hash, key, ctx)?;
+        if !opts.no_bump {
+            self.bump(i);
+        }
+        let e = self.entry_mut(i);
+        if opts.touch.is_some() {
+            e.exptime = exptime_abs;
+        }
+        let view = ItemRef {
+            key: &e.key,
+            value: &e.value,
+            flags: e.flags,
+            cas: e.cas,
+            exptime: e.exptime,
+            last_access: e.time,
+            fetched: e.fetched,
+        };
+        let r = f(view);
+        if !opts.no_bump {
+            e.fetched = true;
+            e.time = ctx.now;
+        }
+        Some(r)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn store(
+        &mut self,
+        hash: u64,
+        mode: StoreMode,
+        key: &[u8],
+        flags: u32,
+        exptime_abs: u32,
+        data: &[u8],
+        ctx: &Ctx,
+        new_cas: &dyn Fn() -> u64,
+        item_max: usize,
+        no_evict: bool,
+    ) -> StoreOutcome {
+        let old = self.lookup(hash, key, ctx);
+        let (value, flags, exptime) = match (mode, old) {
+            (StoreMode::Add, Some(i)) => {
+                // memcached refreshes the LRU position of the item an add collides with.
+                self.bump(i);
+                return StoreOutcome::NotStored;
+            }
+            (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
+                return StoreOutcome::NotStored
+            }
+            (StoreMode::Cas(_), None) => return StoreOutcome::NotFound,
+            (StoreMode::Cas(c), Some(i)) if self.entry(i).cas != c => return StoreOutcome::Exists,
+            (StoreMode::Append | StoreMode::Prepend, Some(i)) => {
+                let e = self.entry(i);
+                if charge(key.len(), e.value.len() + data.len()) > item_max {
+                    return StoreOutcome::TooLarge;
+                }
+                let mut v = Vec::with_capacity(e.value.len() + data.len());
+                if mode == StoreMode::Append {
+                    v.extend_from_slice(&e.value);
+                    v.extend_from_slice(data);
+                } else {
+                    v.extend_from_slice(data);
+                    v.extend_from_slice(&e.value);
+                }
+                (v, e.flags, e.exptime)
+            }
+            _ => (data.to_vec(), flags, exptime_abs),
+        };
+        let fetched = false;
+        if let Some(i) = old {
+            self.remove(i);
+        }
+        let need = charge(key.len(), value.len());
+        if !self.make_room(need, ctx, no_evict) {
+            return StoreOutcome::NoMemory;
+        }
+        let cas = new_cas();
+        self.insert(Entry {
+            key: key.into(),
+            value,
+            hash,
+            cas,
+            flags,
+            exptime,
+            time: ctx.now,
+            prev: NIL,
+            next: NIL,
+            fetched,
+        });
+        StoreOutcome::Stored(cas)
+    }
+
+    pub fn delete(&mut self, hash: u64, key: &[u8], ctx: &Ctx, cas: Option<u64>) -> DeleteOutcome {
+        match self.lookup(hash, key, ctx) {
+            None => DeleteOutcome::NotFound,
+            Some(i) => {
+                if let Some(c) = cas {
+                    if c != 0 && self.entry(i).cas != c {
+                        return DeleteOutcome::Exists;
+                    }
+                }
+                self.remove(i);
+                DeleteOutcome::Deleted
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn arith(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        incr: bool,
+        delta: u64,
+        ctx: &Ctx,
+        cas: Option<u64>,
+        new_cas: &dyn Fn() -> u64,
+    ) -> ArithOutcome {
+        let Some(i) = self.lookup(hash, key, ctx) else {
+            return ArithOutcome::NotFound;
+        };
+        if let Some(c) = cas {
+            if c != 0 && self.entry(i).cas != c {
+                return ArithOutcome::Exists;
+            }
+        }
+        let Some(cur) = parse_counter(&self.entry(i).value) else {
+            return ArithOutcome::NonNumeric;
+        };
+        let v = if incr {
+            cur.wrapping_add(delta)
+        } else {
+            cur.saturating_sub(delta)
+        };
+        let text = v.to_string();
+        let old_len = self.entry(i).value.len();
+        self.bump(i);
+        let e = self.entry_mut(i);
+        e.value.clear();
+        e.value.extend_from_slice(text.as_bytes());
+        // Like memcached, a shorter number is written in place and padded with spaces.
+        if text.len() < old_len {
+            e.value.resize(old_len, b' ');
+        }
+        let new_cas = new_cas();
+        e.cas = new_cas;
+        e.time = ctx.now;
+        let new_len = e.value.len();
+        self.used = self.used + new_len - old_len;
+        ArithOutcome::Value(v, new_cas)
+    }
+
+    pub fn clear(&mut self) {
+        self.table.clear();
+        self.slots.clear();
+        self.free.clear();
+        self.head = NIL;
+        self.tail = NIL;
+        self.used = 0;
+    }
+
+    pub fn add_counters(&self, c: &mut StoreCounters) {
+        c.curr_items += self.table.len() as u64;
+        c.total_items += self.total_items;
+        c.bytes += self.used as u64;
+        c.evictions += self.evictions;
+        c.reclaimed += self.reclaimed;
+        c.expired_unfetched += self.expired_unfetched;
+        c.evicted_unfetched += self.evicted_unfetched;
+    }
+}
+
+/// Parses a stored counter: leading decimal digits, then optional spaces (memcached pads
+/// shrunken decr results). Anything else is non-numeric.
+pub(crate) fn parse_counter(v: &[u8]) -> Option<u64> {
+    let end = v.iter().position(|&b| b == b' ').unwrap_or(v.len());
+    let (digits, rest) = v.split_at(end);
+    if digits.is_empty() || rest.iter().any(|&b| b != b' ') {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}

@@ -1,0 +1,298 @@
+use super::*;
+use proptest::prelude::*;
+use std::collections::HashMap;
+
+fn store(mem: usize) -> Store {
+    Store::new(StoreConfig {
+        mem_limit: mem,
+        item_max: 1 << 20,
+        no_evict: false,
+        use_cas: true,
+    })
+}
+
+const R: ReadOpts = ReadOpts {
+    touch: None,
+    no_bump: false,
+};
+
+fn get(s: &Store, k: &[u8], now: u32) -> Option<Vec<u8>> {
+    s.get(k, now, R, 0, |it| it.value.to_vec())
+}
+
+#[test]
+fn set_get_delete() {
+    let s = store(64 << 20);
+    assert!(matches!(
+        s.store(StoreMode::Set, b"k", 5, 0, b"v", 10),
+        StoreOutcome::Stored(_)
+    ));
+    assert_eq!(get(&s, b"k", 10), Some(b"v".to_vec()));
+    assert_eq!(
+        s.store(StoreMode::Add, b"k", 0, 0, b"x", 10),
+        StoreOutcome::NotStored
+    );
+    assert_eq!(
+        s.store(StoreMode::Replace, b"z", 0, 0, b"x", 10),
+        StoreOutcome::NotStored
+    );
+    assert_eq!(s.delete(b"k", 10, None), DeleteOutcome::Deleted);
+    assert_eq!(s.delete(b"k", 10, None), DeleteOutcome::NotFound);
+}
+
+#[test]
+fn cas_rules() {
+    let s = store(64 << 20);
+    let StoreOutcome::Stored(c) = s.store(StoreMode::Set, b"k", 0, 0, b"v", 10) else {
+        panic!()
+    };
+    assert_eq!(
+        s.store(StoreMode::Cas(c + 100), b"k", 0, 0, b"w", 10),
+        StoreOutcome::Exists
+    );
+    assert_eq!(
+        s.store(StoreMode::Cas(c), b"z", 0, 0, b"w", 10),
+        StoreOutcome::NotFound
+    );
+    assert!(
+        matches!(s.store(StoreMode::Cas(c), b"k", 0, 0, b"w", 10), StoreOutcome::Stored(n) if n > c)
+    );
+    assert_eq!(get(&s, b"k", 10), Some(b"w".to_vec()));
+}
+
+#[test]
+fn expiry_rules() {
+    let started = 1_700_000_000i64;
+    assert_eq!(Store::exptime(0, 10, started), 0);
+    assert_eq!(Store::exptime(-1, 10, started), 1);
+    assert_eq!(Store::exptime(100, 10, started), 110);
+    assert_eq!(Store::exptime(started + 50, 10, started), 50);
+    assert_eq!(Store::exptime(started - 50, 10, started), 1);
+    let s = store(64 << 20);
+    s.store(StoreMode::Set, b"k", 0, 110, b"v", 10);
+    assert!(get(&s, b"k", 109).is_some());
+    assert!(get(&s, b"k", 110).is_none());
+    s.store(StoreMode::Set, b"n", 0, 1, b"v", 10);
+    assert!(get(&s, b"n", 10).is_none());
+}
+
+#[test]
+fn arith_wraps_and_floors() {
+    let s = store(64 << 20);
+    s.store(StoreMode::Set, b"n", 0, 0, b"18446744073709551615", 10);
+    assert!(matches!(
+        s.arith(b"n", true, 2, 10, None),
+        ArithOutcome::Value(1, _)
+    ));
+    s.store(StoreMode::Set, b"n", 0, 0, b"10", 10);
+    assert!(matches!(
+        s.arith(b"n", false, 1, 10, None),
+        ArithOutcome::Value(9, _)
+    ));
+    assert_eq!(get(&s, b"n", 10), Some(b"9 ".to_vec()));
+    assert!(matches!(
+        s.arith(b"n", false, 100, 10, None),
+        ArithOutcome::Value(0, _)
+    ));
+    s.store(StoreMode::Set, b"x", 0, 0, b"abc", 10);
+    assert_eq!(s.arith(b"x", true, 1, 10, None), ArithOutcome::NonNumeric);
+    assert_eq!(s.arith(b"y", true, 1, 10, None), ArithOutcome::NotFound);
+}
+
+#[test]
+fn flush_now_and_delayed() {
+    let s = store(64 << 20);
+    s.store(StoreMode::Set, b"a", 0, 0, b"v", 10);
+    s.flush(None);
+    assert!(get(&s, b"a", 10).is_none());
+    s.store(StoreMode::Set, b"b", 0, 0, b"v", 10);
+    assert!(get(&s, b"b", 10).is_some());
+    s.flush(Some(14));
+    assert!(get(&s, b"b", 13).is_some());
+    assert!(get(&s, b"b", 15).is_none());
+}
+
+#[test]
+fn lru_evicts_least_recently_used() {
+    // One shard (small budget): 10 items of ~1 KiB fit in 12 KiB.
+    let s = Store::new(StoreConfig {
+        mem_limit: 12 * 1024,
+        item_max: 4096,
+        no_evict: false,
+        use_cas: true,
+    });
+    let v = vec![b'x'; 1000];
+    for i in 0..10u32 {
+        s.store(StoreMode::Set, format!("k{i}").as_bytes(), 0, 0, &v, 10);
+    }
+    // Touch k0 so k1 becomes the oldest.
+    assert!(get(&s, b"k0", 10).is_some());
+    for i in 10..13u32 {
+        s.store(StoreMode::Set, format!("k{i}").as_bytes(), 0, 0, &v, 10);
+    }
+    assert!(get(&s, b"k0", 10).is_some(), "recently used item survived");
+    assert!(
+        get(&s, b"k1", 10).is_none(),
+        "least recently used item evicted"
+    );
+    let c = s.counters();
+    assert!(c.evictions >= 1);
+    assert!(c.bytes as usize <= 12 * 1024);
+}
+
+#[test]
+fn no_evict_mode_refuses() {
+    let s = Store::new(StoreConfig {
+        mem_limit: 8 * 1024,
+        item_max: 2048,
+        no_evict: true,
+        use_cas: true,
+    });
+    let v = vec![b'x'; 1000];
+    let mut refused = false;
+    for i in 0..20u32 {
+        if s.store(StoreMode::Set, format!("k{i}").as_bytes(), 0, 0, &v, 10)
+            == StoreOutcome::NoMemory
+        {
+            refused = true;
+        }
+    }
+    assert!(refused);
+    assert_eq!(s.counters().evictions, 0);
+}
+
+#[test]
+fn too_large_drops_old_value() {
+    let s = Store::new(StoreConfig {
+        mem_limit: 64 << 20,
+        item_max: 1024,
+        no_evict: false,
+        use_cas: true,
+    });
+    s.store(StoreMode::Set, b"k", 0, 0, b"v", 10);
+    assert_eq!(
+        s.store(StoreMode::Set, b"k", 0, 0, &[0; 2000], 10),
+        StoreOutcome::TooLarge
+    );
+    assert!(get(&s, b"k", 10).is_none());
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Set(u8, Vec<u8>),
+    Add(u8, Vec<u8>),
+    Replace(u8, Vec<u8>),
+    Append(u8, Vec<u8>),
+    Prepend(u8, Vec<u8>),
+    Delete(u8),
+    Incr(u8, u64),
+    Decr(u8, u64),
+    Get(u8),
+    Flush,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let k = 0u8..8;
+    let v = prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..16),
+        (0u64..1000).prop_map(|n| n.to_string().into_bytes())
+    ];
+    prop_oneof![
+        (k.clone(), v.clone()).prop_map(|(k, v)| Op::Set(k, v)),
+        (k.clone(), v.clone()).prop_map(|(k, v)| Op::Add(k, v)),
+        (k.clone(), v.clone()).prop_map(|(k, v)| Op::Replace(k, v)),
+        (k.clone(), v.clone()).prop_map(|(k, v)| Op::Append(k, v)),
+        (k.clone(), v).prop_map(|(k, v)| Op::Prepend(k, v)),
+        k.clone().prop_map(Op::Delete),
+        (k.clone(), any::<u64>()).prop_map(|(k, d)| Op::Incr(k, d)),
+        (k.clone(), any::<u64>()).prop_map(|(k, d)| Op::Decr(k, d)),
+        k.prop_map(Op::Get),
+        Just(Op::Flush),
+    ]
+}
+
+proptest! {
+    /// Random operation sequences agree with a HashMap model (no eviction at this size).
+    #[test]
+    fn matches_model(ops in proptest::collection::vec(op(), 1..200)) {
+        let s = store(64 << 20);
+        let mut m: HashMap<u8, Vec<u8>> = HashMap::new();
+        for o in ops {
+            match o.clone() {
+                Op::Set(k, v) => {
+                    prop_assert!(matches!(s.store(StoreMode::Set, &[k], 0, 0, &v, 10), StoreOutcome::Stored(_)));
+                    m.insert(k, v);
+                }
+                Op::Add(k, v) => {
+                    let r = s.store(StoreMode::Add, &[k], 0, 0, &v, 10);
+                    if let std::collections::hash_map::Entry::Vacant(e) = m.entry(k) {
+                        prop_assert!(matches!(r, StoreOutcome::Stored(_)));
+                        e.insert(v);
+                    } else {
+                        prop_assert_eq!(r, StoreOutcome::NotStored);
+                    }
+                }
+                Op::Replace(k, v) => {
+                    let r = s.store(StoreMode::Replace, &[k], 0, 0, &v, 10);
+                    if let Some(e) = m.get_mut(&k) {
+                        prop_assert!(matches!(r, StoreOutcome::Stored(_)));
+                        *e = v;
+                    } else {
+                        prop_assert_eq!(r, StoreOutcome::NotStored);
+                    }
+                }
+                Op::Append(k, ref v) | Op::Prepend(k, ref v) => {
+                    let append = matches!(o, Op::Append(..));
+                    let mode = if append { StoreMode::Append } else { StoreMode::Prepend };
+                    let r = s.store(mode, &[k], 0, 0, v, 10);
+                    if let Some(e) = m.get_mut(&k) {
+                        prop_assert!(matches!(r, StoreOutcome::Stored(_)));
+                        if append {
+                            e.extend_from_slice(v);
+                        } else {
+                            let mut n = v.clone();
+                            n.extend_from_slice(e);
+                            *e = n;
+                        }
+                    } else {
+                        prop_assert_eq!(r, StoreOutcome::NotStored);
+                    }
+                }
+                Op::Delete(k) => {
+                    let r = s.delete(&[k], 10, None);
+                    prop_assert_eq!(r == DeleteOutcome::Deleted, m.remove(&k).is_some());
+                }
+                Op::Incr(k, d) | Op::Decr(k, d) => {
+                    let incr = matches!(o, Op::Incr(..));
+                    let r = s.arith(&[k], incr, d, 10, None);
+                    match m.get_mut(&k) {
+                        None => prop_assert_eq!(r, ArithOutcome::NotFound),
+                        Some(v) => match shard::parse_counter(v) {
+                            None => prop_assert_eq!(r, ArithOutcome::NonNumeric),
+                            Some(n) => {
+                                let want = if incr { n.wrapping_add(d) } else { n.saturating_sub(d) };
+                                prop_assert!(matches!(r, ArithOutcome::Value(x, _) if x == want));
+                                let mut t = want.to_string().into_bytes();
+                                if t.len() < v.len() { t.resize(v.len(), b' '); }
+                                *v = t;
+                            }
+                        },
+                    }
+                }
+                Op::Get(k) => prop_assert_eq!(get(&s, &[k], 10), m.get(&k).cloned()),
+                Op::Flush => { s.flush(None); m.clear(); }
+            }
+        }
+        prop_assert_eq!(s.len(), m.len());
+    }
+
+    /// Under a tight budget the charged bytes never exceed the limit.
+    #[test]
+    fn memory_stays_bounded(sizes in proptest::collection::vec(0usize..3000, 1..300)) {
+        let s = Store::new(StoreConfig { mem_limit: 32 * 1024, item_max: 4096, no_evict: false, use_cas: true });
+        for (i, n) in sizes.into_iter().enumerate() {
+            let _ = s.store(StoreMode::Set, format!("k{}", i % 50).as_bytes(), 0, 0, &vec![1u8; n], 10);
+            prop_assert!(s.counters().bytes <= 32 * 1024);
+        }
+    }
+}
