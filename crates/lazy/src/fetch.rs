@@ -74,6 +74,11 @@ pub trait PageFetcher: Send + Sync {
     fn known_zero(&self, _offset: u64, _len: u64) -> bool {
         false
     }
+    /// The bytes of `[offset, offset+len)` in this process's memory, if the source lives here
+    /// and holds the whole range: they are installed straight from there, with no staging copy.
+    fn direct(&self, _offset: u64, _len: usize) -> Option<&[u8]> {
+        None
+    }
     /// Opens the bulk channel starting at `from`; chunks cover whole `unit`s.
     fn open_push(&self, from: u64, unit: u64) -> Result<Box<dyn PushStream>, FetchError>;
     /// Transport name for reports (`local`, `tcp`, ...).
@@ -83,12 +88,20 @@ pub trait PageFetcher: Send + Sync {
 /// Serves from a source in this process: the cost of userfaultfd alone.
 pub struct LocalFetcher {
     src: Arc<dyn PageSource>,
+    mem: Option<Arc<crate::source::MemorySource>>,
 }
 
 impl LocalFetcher {
     /// Serves `src`.
     pub fn new(src: Arc<dyn PageSource>) -> LocalFetcher {
-        LocalFetcher { src }
+        LocalFetcher { src, mem: None }
+    }
+    /// Serves bytes held in memory; faults install straight from them (no staging copy).
+    pub fn memory(src: Arc<crate::source::MemorySource>) -> LocalFetcher {
+        LocalFetcher {
+            src: src.clone(),
+            mem: Some(src),
+        }
     }
 }
 
@@ -101,6 +114,11 @@ impl PageFetcher for LocalFetcher {
             .read_at(offset, buf)
             .map_err(|e| FetchError::Fatal(e.to_string()))?;
         Ok(if is_zero(buf) { Fetched::Zero } else { Fetched::Data })
+    }
+    fn direct(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let b = self.mem.as_ref()?.bytes();
+        let start = usize::try_from(offset).ok()?;
+        b.get(start..start.checked_add(len)?)
     }
     fn open_push(&self, from: u64, unit: u64) -> Result<Box<dyn PushStream>, FetchError> {
         Ok(Box::new(LocalPush {

@@ -18,6 +18,7 @@
 //! track write-protection or dirty pages (no pre-copy); a region's pages come from one server.
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod error;
 pub mod fetch;
 pub mod prefetch;

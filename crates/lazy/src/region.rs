@@ -167,6 +167,10 @@ pub(crate) struct Core {
     last_error: Mutex<Option<String>>,
     pool: Mutex<Vec<Vec<u8>>>,
     cv: (Mutex<()>, Condvar),
+    /// Threads in wait_change (notify skips the lock when there are none).
+    waiters: AtomicUsize,
+    /// False for Prefetch::None (skips the prefetcher's lock on the fault path).
+    prefetching: bool,
     /// 1 + the unit of the latest fault, for the push thread (0: none).
     push_hint: AtomicU64,
     record: Option<Mutex<Vec<usize>>>,
@@ -227,6 +231,8 @@ impl LazyRegion {
             last_error: Mutex::new(None),
             pool: Mutex::new(Vec::new()),
             cv: (Mutex::new(()), Condvar::new()),
+            waiters: AtomicUsize::new(0),
+            prefetching: opts.prefetch != Prefetch::None,
             push_hint: AtomicU64::new(0),
             record: opts.record.then(|| Mutex::new(Vec::new())),
         });
@@ -419,12 +425,19 @@ impl Core {
             .is_ok()
     }
     fn notify(&self) {
+        if self.waiters.load(Ordering::SeqCst) == 0 {
+            return;
+        }
         let _g = self.cv.0.lock().unwrap_or_else(|p| p.into_inner());
         self.cv.1.notify_all();
     }
+    /// Waits for a state change or `t` (a change missed between the caller's check and the wait
+    /// costs at most `t`).
     fn wait_change(&self, t: Duration) {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
         let g = self.cv.0.lock().unwrap_or_else(|p| p.into_inner());
         let _ = self.cv.1.wait_timeout(g, t);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
     }
     fn addr(&self, u: usize) -> u64 {
         self.base + (u * self.unit) as u64
@@ -498,6 +511,9 @@ impl Core {
 
     /// Fetches a claimed unit together with the prefetch policy's units.
     fn resolve_claimed(&self, u: usize) -> Result<()> {
+        if !self.prefetching {
+            return self.fill_run(u, 1, false);
+        }
         let mut want = Vec::new();
         self.prefetch
             .lock()
@@ -583,6 +599,20 @@ impl Core {
     fn fill_run(&self, first: usize, n: usize, again: bool) -> Result<()> {
         let off = (first * self.unit) as u64;
         let bytes = n * self.unit;
+        let fd = self.uffd.as_raw_fd();
+        let dst = self.addr(first);
+        if let Some(src) = self.fetcher.direct(off, bytes) {
+            // In-process source: install straight from it.
+            let r = if crate::source::is_zero(src) {
+                self.c.units_zero.fetch_add(n as u64, Ordering::Relaxed);
+                install(|d, _, l| sys::zeropage(fd, d, l), dst, src.as_ptr(), bytes as u64, fd)
+            } else {
+                self.c.units_copied.fetch_add(n as u64, Ordering::Relaxed);
+                // SAFETY: `src` is `bytes` readable bytes borrowed from the fetcher.
+                install(|d, s, l| unsafe { sys::copy(fd, d, s, l) }, dst, src.as_ptr(), bytes as u64, fd)
+            };
+            return self.finish(first, n, again, r);
+        }
         let start = Instant::now();
         let deadline = start + self.deadline;
         let mut backoff = Duration::from_millis(1);
@@ -618,8 +648,6 @@ impl Core {
                 }
             }
         };
-        let fd = self.uffd.as_raw_fd();
-        let dst = self.addr(first);
         let installed = match outcome {
             Ok(Fetched::Data) => {
                 // SAFETY: `buf` holds `bytes` readable bytes for the duration of the call.
@@ -635,6 +663,11 @@ impl Core {
             Err(e) => Err(e),
         };
         self.give_buf(buf);
+        self.finish(first, n, again, installed)
+    }
+
+    /// Marks an install's units present, or poisons them if it failed.
+    fn finish(&self, first: usize, n: usize, again: bool, installed: Result<()>) -> Result<()> {
         match installed {
             Ok(()) => {
                 for u in first..first + n {

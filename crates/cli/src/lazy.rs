@@ -1,0 +1,295 @@
+//! `remora lazy serve` and `remora lazy bench`: the page server and OPERA's fault benchmark.
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use remora_lazy::bench::{self, Pattern};
+use remora_lazy::{
+    FileSource, LocalFetcher, MemorySource, Mode, PageFetcher, PageServer, PageSource, Prefetch,
+    ProcessSource, TcpFetcher,
+};
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Lazy-memory subcommands.
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Serves a file, a process's memory or synthetic bytes to lazy regions.
+    Serve(ServeArgs),
+    /// Measures fault latency (OPERA's micro-benchmark).
+    Bench(BenchArgs),
+}
+
+/// Page-server transports.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ServeTransport {
+    /// The page-server protocol over TCP.
+    Tcp,
+    /// RC READ of a registered region over RoCEv2 datagrams (needs remora-fabric).
+    Udp,
+    /// Same-host shared memory (needs remora-fabric).
+    Shm,
+}
+
+/// Arguments of `remora lazy serve`.
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Serve this file (or /proc/self/fd/N for a memfd).
+    #[arg(long, conflicts_with_all = ["pid", "synthetic"])]
+    file: Option<std::path::PathBuf>,
+    /// Serve this process's memory (process_vm_readv).
+    #[arg(long, conflicts_with = "synthetic")]
+    pid: Option<i32>,
+    /// Address range START-END (hex, 0x optional) of --pid; repeatable; default: its writable
+    /// private mappings from /proc/PID/maps.
+    #[arg(long = "range", requires = "pid", value_parser = parse_range)]
+    ranges: Vec<(u64, u64)>,
+    /// Stop the process (SIGSTOP) while serving it; SIGCONT on exit.
+    #[arg(long, requires = "pid")]
+    stop: bool,
+    /// Serve this many bytes of synthetic data held in memory (used by `lazy bench`).
+    #[arg(long)]
+    synthetic: Option<usize>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    listen: SocketAddr,
+    /// Transport.
+    #[arg(long, value_enum, default_value = "tcp")]
+    transport: ServeTransport,
+}
+
+fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s
+        .split_once('-')
+        .ok_or_else(|| format!("range `{s}`: expected START-END"))?;
+    let hex = |x: &str| {
+        u64::from_str_radix(x.trim_start_matches("0x"), 16)
+            .map_err(|_| format!("range `{s}`: `{x}` is not hex"))
+    };
+    let (a, b) = (hex(a)?, hex(b)?);
+    if b <= a {
+        return Err(format!("range `{s}`: END must be above START"));
+    }
+    Ok((a, b - a))
+}
+
+/// Bench transports.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchTransport {
+    /// Served from memory in the same process (the userfaultfd floor).
+    Local,
+    /// TCP page server.
+    Tcp,
+    /// RC READ over RoCEv2 datagrams (needs remora-fabric).
+    Udp,
+    /// Shared memory (needs remora-fabric).
+    Shm,
+}
+
+/// Arguments of `remora lazy bench`.
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Transport.
+    #[arg(long, value_enum, default_value = "local")]
+    transport: BenchTransport,
+    /// Fault unit in bytes.
+    #[arg(long, default_value_t = 4096, value_parser = parse_page_size)]
+    page_size: usize,
+    /// Faults per trial.
+    #[arg(long, default_value_t = 1000)]
+    faults: usize,
+    /// Trials.
+    #[arg(long, default_value_t = 50)]
+    trials: usize,
+    /// Access pattern: seq or random.
+    #[arg(long, default_value = "random")]
+    pattern: Pattern,
+    /// Prefetch: none, next:N, adaptive.
+    #[arg(long, default_value = "none")]
+    prefetch: Prefetch,
+    /// Resolution mode: thread, thread:N or sigbus.
+    #[arg(long, default_value = "sigbus")]
+    mode: Mode,
+    /// Use a running server instead of starting one.
+    #[arg(long)]
+    connect: Option<SocketAddr>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_page_size(s: &str) -> Result<usize, String> {
+    let n: usize = s.parse().map_err(|_| format!("page size `{s}`"))?;
+    if !n.is_power_of_two() || !(4096..=2 << 20).contains(&n) {
+        return Err(format!("page size {n}: a power of two from 4096 to 2097152"));
+    }
+    Ok(n)
+}
+
+/// Runs a lazy subcommand.
+pub fn run(c: Cmd) -> Result<()> {
+    match c {
+        Cmd::Serve(a) => serve(a),
+        Cmd::Bench(a) => bench_cmd(a),
+    }
+}
+
+/// Pseudo-random, never-zero bytes (so no page short-cuts as a zero page).
+fn synthetic(n: usize) -> Vec<u8> {
+    let mut x = 0x9e3779b97f4a7c15u64;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x as u8) | 1
+        })
+        .collect()
+}
+
+fn serve(a: ServeArgs) -> Result<()> {
+    if a.transport != ServeTransport::Tcp {
+        bail!("lazy serve: only --transport tcp is implemented; udp and shm wait for remora-fabric");
+    }
+    let src: Arc<dyn PageSource> = match (&a.file, a.pid, a.synthetic) {
+        (Some(f), _, _) => Arc::new(FileSource::open(f).with_context(|| format!("serve {}", f.display()))?),
+        (None, Some(pid), _) => Arc::new(
+            ProcessSource::new(pid, &a.ranges, a.stop).with_context(|| format!("serve pid {pid}"))?,
+        ),
+        (None, None, Some(n)) => Arc::new(MemorySource::new(synthetic(n))),
+        _ => bail!("lazy serve: give --file, --pid or --synthetic"),
+    };
+    if src.is_empty() {
+        bail!("lazy serve: the source is empty");
+    }
+    let describe = src.describe();
+    let server = PageServer::bind(a.listen, src).context("lazy serve")?;
+    let addr = server.local_addr()?;
+    // The first stdout line is the address (`lazy bench` reads it).
+    println!("listening on {addr}");
+    std::io::stdout().flush().ok();
+    tracing::info!("serving {describe}");
+    server.run();
+    Ok(())
+}
+
+/// A page server child process; killed when dropped.
+struct ServerChild(std::process::Child, SocketAddr);
+
+impl Drop for ServerChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_server(bytes: usize) -> Result<ServerChild> {
+    let exe = std::env::current_exe().context("find the remora executable")?;
+    let mut child = std::process::Command::new(exe)
+        .args(["lazy", "serve", "--listen", "127.0.0.1:0", "--synthetic"])
+        .arg(bytes.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("start the page server")?;
+    let out = child.stdout.take().context("server stdout")?;
+    let mut line = String::new();
+    std::io::BufReader::new(out)
+        .read_line(&mut line)
+        .context("read the server's address")?;
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .and_then(|a| a.parse().ok());
+    match addr {
+        Some(addr) => Ok(ServerChild(child, addr)),
+        None => {
+            let _ = child.kill();
+            bail!("page server did not start (said `{}`)", line.trim())
+        }
+    }
+}
+
+fn bench_cmd(a: BenchArgs) -> Result<()> {
+    let bytes = a
+        .faults
+        .checked_mul(a.page_size)
+        .context("--faults x --page-size overflows")?;
+    if a.faults == 0 || a.trials == 0 {
+        bail!("--faults and --trials must be at least 1");
+    }
+    let mut _child = None;
+    let fetcher: Arc<dyn PageFetcher> = match a.transport {
+        BenchTransport::Local => Arc::new(LocalFetcher::memory(Arc::new(MemorySource::new(
+            synthetic(bytes),
+        )))),
+        BenchTransport::Tcp => {
+            let addr = match a.connect {
+                Some(addr) => addr,
+                None => {
+                    let c = spawn_server(bytes)?;
+                    let addr = c.1;
+                    _child = Some(c);
+                    addr
+                }
+            };
+            Arc::new(
+                TcpFetcher::connect(addr, Duration::from_secs(5))
+                    .with_context(|| format!("connect to page server {addr}"))?,
+            )
+        }
+        BenchTransport::Udp | BenchTransport::Shm => {
+            bail!("lazy bench: udp and shm transports wait for remora-fabric; use local or tcp")
+        }
+    };
+    let cfg = bench::Config {
+        unit: a.page_size,
+        faults: a.faults,
+        trials: a.trials,
+        pattern: a.pattern,
+        prefetch: a.prefetch,
+        mode: a.mode,
+    };
+    let r = bench::run(fetcher, &cfg).context("lazy bench")?;
+    let mode = match a.mode {
+        Mode::Sigbus => "sigbus".to_string(),
+        Mode::Thread { handlers } => format!("thread:{handlers}"),
+    };
+    if a.json {
+        let v = serde_json::json!({
+            "transport": r.transport,
+            "page_size": a.page_size,
+            "faults": a.faults,
+            "trials": a.trials,
+            "pattern": format!("{:?}", a.pattern).to_lowercase(),
+            "prefetch": a.prefetch.to_string(),
+            "mode": mode,
+            "mean_us": r.mean_us,
+            "std_us": r.std_us,
+            "p50_us": r.p50_us,
+            "p99_us": r.p99_us,
+            "trial_std_us": r.trial_std_us,
+            "scan_ms": r.scan_ms,
+            "memcpy_ms": r.memcpy_ms,
+            "faults_per_trial": r.faults_per_trial,
+        });
+        println!("{v}");
+    } else {
+        println!(
+            "{} {} B {:?} prefetch {} mode {}: {:.2} ± {:.2} µs per access (p50 {:.2}, p99 {:.2}); \
+             {:.0} faults/trial; scan {:.2} ms vs local memcpy {:.2} ms",
+            r.transport,
+            a.page_size,
+            a.pattern,
+            a.prefetch,
+            mode,
+            r.mean_us,
+            r.std_us,
+            r.p50_us,
+            r.p99_us,
+            r.faults_per_trial,
+            r.scan_ms,
+            r.memcpy_ms
+        );
+    }
+    Ok(())
+}
