@@ -35,17 +35,38 @@ fn all_engines_agree_bit_for_bit_on_every_stage() {
     let tables = ConvTables::new(s.calibration(), Some(&mask)).unwrap();
     let map = s.layout().assembly_map(Some(&mask)).unwrap();
     let poni = s.config().poni;
-    let cfg = AzConfig { unit: Unit::QNm, bins: 300, split: Split::BBox, polarization: Some(0.9), ..Default::default() };
+    let cfg = AzConfig {
+        unit: Unit::QNm,
+        bins: 300,
+        split: Split::BBox,
+        polarization: Some(0.9),
+        ..Default::default()
+    };
     let matrix = AzMatrix::build(&poni, (map.rows, map.cols), Some(&map.mask), &cfg).unwrap();
 
     let mut reference: Option<(Vec<u32>, Vec<i32>, _, Vec<u32>, _, Vec<f64>)> = None;
     for e in engines() {
         let mut energy = vec![0f32; raw.len()];
-        let st = e.convert(&raw, &tables, ConvOut::Energy(&mut energy), 50.0).unwrap();
+        let st = e
+            .convert(&raw, &tables, ConvOut::Energy(&mut energy), 50.0)
+            .unwrap();
         let mut counts = vec![0i32; raw.len()];
-        let st2 = e.convert(&raw, &tables, ConvOut::Photons { out: &mut counts, energy_kev: 12.4 }, 50.0).unwrap();
+        let st2 = e
+            .convert(
+                &raw,
+                &tables,
+                ConvOut::Photons {
+                    out: &mut counts,
+                    energy_kev: 12.4,
+                },
+                50.0,
+            )
+            .unwrap();
         assert_eq!(st, st2);
-        assert!(st.saturated >= 1 && st.errors >= 2 && st.invalid_gain >= 2, "{st:?}");
+        assert!(
+            st.saturated >= 1 && st.errors >= 2 && st.invalid_gain >= 2,
+            "{st:?}"
+        );
         assert_eq!(e.count_above(&energy, 50.0), st.above);
         let mut image = vec![0f32; map.pixels()];
         e.assemble(&energy, &map, &mut image).unwrap();
@@ -53,7 +74,14 @@ fn all_engines_agree_bit_for_bit_on_every_stage() {
         let prof = e.integrate(&matrix, &image).unwrap();
         assert_eq!(prof.engine.name, e.info().name);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        let got = (bits(&energy), counts.clone(), st, bits(&image), sparse, prof.intensity.clone());
+        let got = (
+            bits(&energy),
+            counts.clone(),
+            st,
+            bits(&image),
+            sparse,
+            prof.intensity.clone(),
+        );
         match &reference {
             None => reference = Some(got),
             Some(r) => {
@@ -69,7 +97,9 @@ fn all_engines_agree_bit_for_bit_on_every_stage() {
         }
         // Flags: never finite numbers.
         assert_eq!(energy[0], f32::INFINITY);
-        assert!(energy[1].is_nan() && energy[2].is_nan() && energy[3].is_nan() && energy[4].is_nan());
+        assert!(
+            energy[1].is_nan() && energy[2].is_nan() && energy[3].is_nan() && energy[4].is_nan()
+        );
         assert!(energy[100].is_nan());
         assert!(energy[5].is_finite());
         assert_eq!(counts[0], i32::MAX);
@@ -86,16 +116,30 @@ fn photon_counts_match_the_truth_in_g0_and_g1() {
     assert_eq!(e.skipped[0].0, "cuda");
     let mut counts = vec![0i32; f.raw.len()];
     e.engine
-        .convert(&f.raw, &tables, ConvOut::Photons { out: &mut counts, energy_kev: 12.4 }, f32::INFINITY)
+        .convert(
+            &f.raw,
+            &tables,
+            ConvOut::Photons {
+                out: &mut counts,
+                energy_kev: 12.4,
+            },
+            f32::INFINITY,
+        )
         .unwrap();
     let (mut g0, mut g1) = (0, 0);
     for i in 0..f.raw.len() {
         match decode(f.raw[i]) {
-            Word::Value { stage: GainStage::G0, .. } => {
+            Word::Value {
+                stage: GainStage::G0,
+                ..
+            } => {
                 assert_eq!(counts[i], f.photons[i] as i32, "pixel {i}");
                 g0 += 1;
             }
-            Word::Value { stage: GainStage::G1, .. } => {
+            Word::Value {
+                stage: GainStage::G1,
+                ..
+            } => {
                 // G1 quantisation: 1 ADU ≈ 0.67 keV, a tenth of a photon.
                 assert!((counts[i] - f.photons[i] as i32).abs() <= 1, "pixel {i}");
                 g1 += 1;
@@ -118,7 +162,11 @@ fn pedestal_tracking_converges_to_the_truth() {
     for v in &mut off[..MODULE_PIXELS] {
         *v += 40.0;
     }
-    let wrong = Calibration::new(truth.gain.clone(), PedestalMaps::from_vec(det, off).unwrap()).unwrap();
+    let wrong = Calibration::new(
+        truth.gain.clone(),
+        PedestalMaps::from_vec(det, off).unwrap(),
+    )
+    .unwrap();
     let mut tables = ConvTables::new(&wrong, None).unwrap();
     let mut tracker = PedestalTracker::fresh(det.pixels(), 128).unwrap();
     let e = CpuEngine::new(2).unwrap();
@@ -128,7 +176,11 @@ fn pedestal_tracking_converges_to_the_truth() {
         tracker.update(&e, &f.raw, &mut tables).unwrap();
     }
     let t0 = truth.pedestal.map(0, 0);
-    let errs: Vec<f64> = tables.pedestal[0].iter().zip(t0).map(|(a, b)| f64::from(a - b).abs()).collect();
+    let errs: Vec<f64> = tables.pedestal[0]
+        .iter()
+        .zip(t0)
+        .map(|(a, b)| f64::from(a - b).abs())
+        .collect();
     let mean = errs.iter().sum::<f64>() / errs.len() as f64;
     let max = errs.iter().cloned().fold(0.0, f64::max);
     // Noise 3 ADU over ~128 frames: σ ≈ 0.27 ADU.
@@ -140,14 +192,18 @@ fn pedestal_tracking_converges_to_the_truth() {
     let mut t2 = ConvTables::new(&wrong, None).unwrap();
     let mut tr2 = PedestalTracker::fresh(det.pixels(), 128).unwrap();
     for n in 0..3 {
-        tr2.update(&remora_daq::engine::ScalarEngine, &s.frame(n).raw, &mut t2).unwrap();
+        tr2.update(&remora_daq::engine::ScalarEngine, &s.frame(n).raw, &mut t2)
+            .unwrap();
     }
     let mut t3 = ConvTables::new(&wrong, None).unwrap();
     let mut tr3 = PedestalTracker::fresh(det.pixels(), 128).unwrap();
     for n in 0..3 {
         tr3.update(&e, &s.frame(n).raw, &mut t3).unwrap();
     }
-    assert!(t2.pedestal[0].iter().zip(&t3.pedestal[0]).all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert!(t2.pedestal[0]
+        .iter()
+        .zip(&t3.pedestal[0])
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
 }
 
 #[test]
@@ -158,7 +214,9 @@ fn dark_pixels_not_in_g0_are_left_out() {
     let before = tables.pedestal[0].clone();
     let mut tracker = PedestalTracker::fresh(det.pixels(), 4).unwrap();
     let raw = vec![0x4123u16; det.pixels()];
-    tracker.update(&CpuEngine::new(2).unwrap(), &raw, &mut tables).unwrap();
+    tracker
+        .update(&CpuEngine::new(2).unwrap(), &raw, &mut tables)
+        .unwrap();
     assert_eq!(tables.pedestal[0], before);
     assert!(tracker.counts.iter().all(|&c| c == 0));
 }
@@ -174,7 +232,13 @@ fn pipeline_tracks_darks_vetoes_and_keeps_spotty_frames() {
         veto_min_pixels: 20,
         sparse_kev: 6.0,
         dark: cfg.dark,
-        integrate: Some((cfg.poni, AzConfig { bins: 200, ..Default::default() })),
+        integrate: Some((
+            cfg.poni,
+            AzConfig {
+                bins: 200,
+                ..Default::default()
+            },
+        )),
         ..Default::default()
     };
     let mut p = Pipeline::new(e.clone(), s.calibration(), s.layout(), None, pcfg.clone()).unwrap();
@@ -183,7 +247,11 @@ fn pipeline_tracks_darks_vetoes_and_keeps_spotty_frames() {
         let f = s.frame(n);
         match p.process(n, &f.raw).unwrap() {
             Outcome::Dark => dark += 1,
-            Outcome::Kept { stats, sparse, profile } => {
+            Outcome::Kept {
+                stats,
+                sparse,
+                profile,
+            } => {
                 kept += 1;
                 assert!(stats.above >= 20);
                 assert!(sparse.nnz() > 0 && sparse.bytes() < f.raw.len() * 2);
@@ -204,7 +272,10 @@ fn pipeline_tracks_darks_vetoes_and_keeps_spotty_frames() {
     cfg.spots = 0;
     s = Synth::new(cfg).unwrap();
     let mut p = Pipeline::new(e, s.calibration(), s.layout(), None, pcfg).unwrap();
-    assert!(matches!(p.process(0, &s.frame(0).raw).unwrap(), Outcome::Rejected(_)));
+    assert!(matches!(
+        p.process(0, &s.frame(0).raw).unwrap(),
+        Outcome::Rejected(_)
+    ));
 }
 
 #[test]
@@ -214,12 +285,26 @@ fn wrong_sizes_are_errors_not_panics() {
     let mut tables = ConvTables::new(&cal, None).unwrap();
     for e in engines() {
         let mut out = vec![0f32; 10];
-        assert!(e.convert(&[0u16; 10], &tables, ConvOut::Energy(&mut out), 1.0).is_err());
+        assert!(e
+            .convert(&[0u16; 10], &tables, ConvOut::Energy(&mut out), 1.0)
+            .is_err());
         let mut out = vec![0f32; det.pixels()];
-        assert!(e.convert(&[0u16; 10], &tables, ConvOut::Energy(&mut out), 1.0).is_err());
+        assert!(e
+            .convert(&[0u16; 10], &tables, ConvOut::Energy(&mut out), 1.0)
+            .is_err());
         let mut c = vec![0i32; det.pixels()];
         let raw = vec![0u16; det.pixels()];
-        assert!(e.convert(&raw, &tables, ConvOut::Photons { out: &mut c, energy_kev: 0.0 }, 1.0).is_err());
+        assert!(e
+            .convert(
+                &raw,
+                &tables,
+                ConvOut::Photons {
+                    out: &mut c,
+                    energy_kev: 0.0
+                },
+                1.0
+            )
+            .is_err());
         let mut counts = vec![0u16; 3];
         assert!(e.track_pedestal(&raw, &mut tables, &mut counts, 8).is_err());
         assert!(e.compress(&[0.0; 10], 3, 3, 0.0).is_err());

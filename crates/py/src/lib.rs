@@ -4,7 +4,9 @@
 //! package under `python/remora/` re-exports them (`remora.fabric`, `remora.daq`, ...).
 use pyo3::prelude::*;
 
+mod daq;
 mod fabric;
+mod lazy;
 
 /// Adds one named submodule to the native module.
 pub(crate) fn submodule<'py>(
@@ -21,5 +23,7 @@ pub(crate) fn submodule<'py>(
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     submodule(m, "fabric", fabric::register)?;
+    submodule(m, "lazy", lazy::register)?;
+    submodule(m, "daq", daq::register)?;
     Ok(())
 }

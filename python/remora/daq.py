@@ -1,0 +1,51 @@
+"""JUNGFRAU processing core: conversion, pedestal tracking, veto, sparse compression and
+azimuthal integration (the Rust engines in ``remora._native.daq``), plus a straightforward numpy
+reference for the conversion.
+
+Arrays go in without copies when they are C-contiguous and of the exact dtype (``uint16`` raw
+frames, ``float32`` images, ``uint8`` masks); other inputs raise ``TypeError``/``ValueError``.
+Raw frames are ``(modules * 512, 1024)`` in module order; converted frames are float32 keV with
+NaN for masked, error and invalid-gain pixels and +inf for saturated ones.
+"""
+import numpy as np
+
+from ._native import daq as _m
+
+Calibration = _m.Calibration
+Converter = _m.Converter
+Layout = _m.Layout
+Integrator = _m.Integrator
+Synth = _m.Synth
+Pipeline = _m.Pipeline
+engines = _m.engines
+count_above = _m.count_above
+compress = _m.compress
+decompress = _m.decompress
+
+__all__ = [
+    "Calibration", "Converter", "Layout", "Integrator", "Synth", "Pipeline",
+    "engines", "count_above", "compress", "decompress", "reference_convert",
+]
+
+
+def reference_convert(raw, pedestal, gain, mask=None):
+    """Converts raw frames with plain numpy: ``(ADC - pedestal[g]) / gain[g]`` in float32.
+
+    ``raw``: uint16 ``(modules * 512, 1024)``; ``pedestal``: float32 ``(modules, 3, 512, 1024)``;
+    ``gain``: float64 PSI maps ``(modules, 6, 512, 1024)`` (G0, G1, G2 used, cast to float32);
+    ``mask``: optional, non-zero = masked. Special words as in the Rust engines.
+    """
+    modules = pedestal.shape[0]
+    r = np.asarray(raw).reshape(modules, 512, 1024)
+    bits = (r >> 14).astype(np.intp)
+    adc = (r & 0x3FFF).astype(np.float32)
+    stage = np.array([0, 1, 0, 2])[bits]
+    ped = np.take_along_axis(pedestal, stage[:, None], axis=1)[:, 0]
+    g = np.take_along_axis(gain[:, :3].astype(np.float32), stage[:, None], axis=1)[:, 0]
+    e = (adc - ped) / g
+    e[bits == 2] = np.nan
+    e[(r == 0xFFFF) | (r == 0x4000)] = np.nan
+    e[r == 0xC000] = np.inf
+    if mask is not None:
+        e[np.asarray(mask).reshape(e.shape) != 0] = np.nan
+    return e.reshape(np.shape(raw))
