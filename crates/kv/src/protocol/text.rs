@@ -408,8 +408,9 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
             };
             done(Command::FlushAll { delay, noreply })
         }
-        b"version" if n == 1 => done(Command::Version),
-        b"quit" if n == 1 => done(Command::Quit),
+        // memcached ignores extra tokens after these two.
+        b"version" => done(Command::Version),
+        b"quit" => done(Command::Quit),
         b"shutdown" if n <= 2 => done(Command::Shutdown),
         b"verbosity" if n >= 2 && n <= 3 => {
             let noreply = noreply_last;

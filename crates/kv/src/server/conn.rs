@@ -81,6 +81,7 @@ struct Conn {
     wpos: usize,
     session: Session,
     closing: bool,
+    drained: bool,
 }
 
 impl Conn {
@@ -161,10 +162,20 @@ impl Conn {
             if stalled {
                 continue;
             }
+            if self.drained {
+                // The last read came back short: the socket was empty, and edge-triggered
+                // epoll will report new data. Skipping the EAGAIN read saves a syscall.
+                self.drained = false;
+                return true;
+            }
             self.reserve();
+            let room = self.rbuf.len() - self.rend;
             match self.stream.read(&mut self.rbuf[self.rend..]) {
                 Ok(0) => return false,
-                Ok(n) => self.rend += n,
+                Ok(n) => {
+                    self.rend += n;
+                    self.drained = n < room;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return false,
@@ -215,6 +226,7 @@ pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<
                             wpos: 0,
                             session: Session::new(counters.clone()),
                             closing: false,
+                            drained: false,
                         },
                     );
                 }

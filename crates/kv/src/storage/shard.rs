@@ -16,8 +16,9 @@ pub(super) struct Ctx {
 }
 
 struct Entry {
-    key: Box<[u8]>,
-    value: Vec<u8>,
+    /// Key followed by value in one allocation: one cache miss reaches both.
+    data: Box<[u8]>,
+    key_len: u8,
     hash: u64,
     cas: u64,
     flags: u32,
@@ -31,8 +32,19 @@ struct Entry {
 }
 
 impl Entry {
+    fn key(&self) -> &[u8] {
+        &self.data[..self.key_len as usize]
+    }
+
+    fn value(&self) -> &[u8] {
+        &self.data[self.key_len as usize..]
+    }
+
     fn charge(&self) -> usize {
-        charge(self.key.len(), self.value.len())
+        charge(
+            self.key_len as usize,
+            self.data.len() - self.key_len as usize,
+        )
     }
 
     fn live(&self, ctx: &Ctx) -> bool {
@@ -118,7 +130,9 @@ impl Shard {
         let slots = &self.slots;
         self.table
             .find(hash, |&i| {
-                slots[i as usize].as_ref().is_some_and(|e| &*e.key == key)
+                slots[i as usize]
+                    .as_ref()
+                    .is_some_and(|e| e.hash == hash && e.key() == key)
             })
             .copied()
     }
@@ -254,8 +268,8 @@ impl Shard {
             e.exptime = exptime_abs;
         }
         let view = ItemRef {
-            key: &e.key,
-            value: &e.value,
+            key: e.key(),
+            value: e.value(),
             flags: e.flags,
             cas: e.cas,
             exptime: e.exptime,
@@ -298,33 +312,39 @@ impl Shard {
             (StoreMode::Cas(c), Some(i)) if self.entry(i).cas != c => return StoreOutcome::Exists,
             (StoreMode::Append | StoreMode::Prepend, Some(i)) => {
                 let e = self.entry(i);
-                if charge(key.len(), e.value.len() + data.len()) > item_max {
+                if charge(key.len(), e.value().len() + data.len()) > item_max {
                     return StoreOutcome::TooLarge;
                 }
-                let mut v = Vec::with_capacity(e.value.len() + data.len());
+                let mut v = Vec::with_capacity(key.len() + e.value().len() + data.len());
+                v.extend_from_slice(key);
                 if mode == StoreMode::Append {
-                    v.extend_from_slice(&e.value);
+                    v.extend_from_slice(e.value());
                     v.extend_from_slice(data);
                 } else {
                     v.extend_from_slice(data);
-                    v.extend_from_slice(&e.value);
+                    v.extend_from_slice(e.value());
                 }
-                (v, e.flags, e.exptime)
+                (v.into_boxed_slice(), e.flags, e.exptime)
             }
-            _ => (data.to_vec(), flags, exptime_abs),
+            _ => {
+                let mut v = Vec::with_capacity(key.len() + data.len());
+                v.extend_from_slice(key);
+                v.extend_from_slice(data);
+                (v.into_boxed_slice(), flags, exptime_abs)
+            }
         };
         let fetched = false;
         if let Some(i) = old {
             self.remove(i);
         }
-        let need = charge(key.len(), value.len());
+        let need = charge(key.len(), value.len() - key.len());
         if !self.make_room(need, ctx, no_evict) {
             return StoreOutcome::NoMemory;
         }
         let cas = new_cas();
         self.insert(Entry {
-            key: key.into(),
-            value,
+            data: value,
+            key_len: key.len() as u8,
             hash,
             cas,
             flags,
@@ -371,7 +391,7 @@ impl Shard {
                 return ArithOutcome::Exists;
             }
         }
-        let Some(cur) = parse_counter(&self.entry(i).value) else {
+        let Some(cur) = parse_counter(self.entry(i).value()) else {
             return ArithOutcome::NonNumeric;
         };
         let v = if incr {
@@ -380,19 +400,22 @@ impl Shard {
             cur.saturating_sub(delta)
         };
         let text = v.to_string();
-        let old_len = self.entry(i).value.len();
+        let old_len = self.entry(i).data.len();
         self.bump(i);
         let e = self.entry_mut(i);
-        e.value.clear();
-        e.value.extend_from_slice(text.as_bytes());
+        let kl = e.key_len as usize;
+        let mut d = Vec::with_capacity(kl + text.len().max(old_len - kl));
+        d.extend_from_slice(e.key());
+        d.extend_from_slice(text.as_bytes());
         // Like memcached, a shorter number is written in place and padded with spaces.
-        if text.len() < old_len {
-            e.value.resize(old_len, b' ');
+        if d.len() < old_len {
+            d.resize(old_len, b' ');
         }
+        e.data = d.into_boxed_slice();
         let new_cas = new_cas();
         e.cas = new_cas;
         e.time = ctx.now;
-        let new_len = e.value.len();
+        let new_len = e.data.len();
         self.used = self.used + new_len - old_len;
         ArithOutcome::Value(v, new_cas)
     }
