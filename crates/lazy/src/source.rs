@@ -191,8 +191,24 @@ impl ProcessSource {
         if pid <= 0 {
             return Err(Error::Invalid(format!("pid {pid}")));
         }
+        // Stop first, so that the maps read below are the ones that will be served.
+        if stop {
+            // SAFETY: kill() with a pid and a signal number; no memory involved.
+            if unsafe { libc::kill(pid, libc::SIGSTOP) } != 0 {
+                return Err(Error::io(format!("SIGSTOP {pid}"), std::io::Error::last_os_error()));
+            }
+            wait_stopped(pid);
+        }
+        let cont = |e: Error| {
+            if stop {
+                // SAFETY: as above; undoes our SIGSTOP on the error path.
+                unsafe { libc::kill(pid, libc::SIGCONT) };
+            }
+            e
+        };
         let ranges = if ranges.is_empty() {
-            let maps = crate::procmaps::read(pid).map_err(|e| Error::io(format!("read /proc/{pid}/maps"), e))?;
+            let maps = crate::procmaps::read(pid)
+                .map_err(|e| cont(Error::io(format!("read /proc/{pid}/maps"), e)))?;
             crate::procmaps::default_ranges(&maps)
         } else {
             ranges.to_vec()
@@ -205,19 +221,12 @@ impl ProcessSource {
                 continue;
             }
             va.checked_add(l)
-                .ok_or_else(|| Error::Invalid(format!("range {va:#x}+{l:#x} overflows")))?;
+                .ok_or_else(|| cont(Error::Invalid(format!("range {va:#x}+{l:#x} overflows"))))?;
             starts.push(len);
             segments.push(Segment { va, len: l });
             len = len
                 .checked_add(l)
-                .ok_or_else(|| Error::Invalid("ranges too long".into()))?;
-        }
-        if stop {
-            // SAFETY: kill() with a pid and a signal number; no memory involved.
-            if unsafe { libc::kill(pid, libc::SIGSTOP) } != 0 {
-                return Err(Error::io(format!("SIGSTOP {pid}"), std::io::Error::last_os_error()));
-            }
-            wait_stopped(pid);
+                .ok_or_else(|| cont(Error::Invalid("ranges too long".into())))?;
         }
         Ok(ProcessSource {
             pid,

@@ -1,0 +1,13 @@
+"""Lazy memory: numpy arrays whose pages fault in from a page server (userfaultfd).
+
+``PageServer.file(path)``, ``PageServer.memory(data)`` or ``PageServer.process(pid)`` serve bytes
+over TCP; ``LazyRegion.connect(server.address, unit=4096, mode="thread", prefetch="none",
+push=False)`` maps them lazily and ``region.array()`` is a zero-copy uint8 view. ``region.read()``
+raises ``TimeoutError`` when the server is gone, where a raw access would raise SIGBUS.
+"""
+from ._native import lazy as _m
+
+PageServer = _m.PageServer
+LazyRegion = _m.LazyRegion
+
+__all__ = ["PageServer", "LazyRegion"]
