@@ -121,7 +121,9 @@ pub struct BenchArgs {
 fn parse_page_size(s: &str) -> Result<usize, String> {
     let n: usize = s.parse().map_err(|_| format!("page size `{s}`"))?;
     if !n.is_power_of_two() || !(4096..=2 << 20).contains(&n) {
-        return Err(format!("page size {n}: a power of two from 4096 to 2097152"));
+        return Err(format!(
+            "page size {n}: a power of two from 4096 to 2097152"
+        ));
     }
     Ok(n)
 }
@@ -149,12 +151,17 @@ fn synthetic(n: usize) -> Vec<u8> {
 
 fn serve(a: ServeArgs) -> Result<()> {
     if a.transport != ServeTransport::Tcp {
-        bail!("lazy serve: only --transport tcp is implemented; udp and shm wait for remora-fabric");
+        bail!(
+            "lazy serve: only --transport tcp is implemented; udp and shm wait for remora-fabric"
+        );
     }
     let src: Arc<dyn PageSource> = match (&a.file, a.pid, a.synthetic) {
-        (Some(f), _, _) => Arc::new(FileSource::open(f).with_context(|| format!("serve {}", f.display()))?),
+        (Some(f), _, _) => {
+            Arc::new(FileSource::open(f).with_context(|| format!("serve {}", f.display()))?)
+        }
         (None, Some(pid), _) => Arc::new(
-            ProcessSource::new(pid, &a.ranges, a.stop).with_context(|| format!("serve pid {pid}"))?,
+            ProcessSource::new(pid, &a.ranges, a.stop)
+                .with_context(|| format!("serve pid {pid}"))?,
         ),
         (None, None, Some(n)) => Arc::new(MemorySource::new(synthetic(n))),
         _ => bail!("lazy serve: give --file, --pid or --synthetic"),

@@ -24,7 +24,11 @@ fn serve(args: &[&str]) -> (Killed, String) {
     let out = c.stdout.take().unwrap();
     let mut line = String::new();
     BufReader::new(out).read_line(&mut line).unwrap();
-    let addr = line.trim().strip_prefix("listening on ").expect(&line).to_string();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect(&line)
+        .to_string();
     (Killed(c), addr)
 }
 
@@ -51,7 +55,9 @@ fn run(args: &[&str]) -> (bool, String, String) {
 
 fn field(json: &str, name: &str) -> f64 {
     let v: serde_json::Value = serde_json::from_str(json.trim()).expect(json);
-    v[name].as_f64().unwrap_or_else(|| panic!("{name} missing in {json}"))
+    v[name]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{name} missing in {json}"))
 }
 
 #[test]
@@ -59,7 +65,16 @@ fn bench_local_and_tcp_print_json() {
     for t in ["local", "tcp"] {
         for mode in ["thread", "sigbus"] {
             let (ok, out, err) = run(&[
-                "lazy", "bench", "--transport", t, "--mode", mode, "--faults", "64", "--trials", "3",
+                "lazy",
+                "bench",
+                "--transport",
+                t,
+                "--mode",
+                mode,
+                "--faults",
+                "64",
+                "--trials",
+                "3",
                 "--json",
             ]);
             assert!(ok, "{err}");
@@ -78,8 +93,19 @@ fn bench_local_and_tcp_print_json() {
 #[test]
 fn bench_prefetch_takes_fewer_faults() {
     let (ok, out, err) = run(&[
-        "lazy", "bench", "--page-size", "65536", "--faults", "64", "--trials", "2", "--pattern",
-        "seq", "--prefetch", "next:7", "--json",
+        "lazy",
+        "bench",
+        "--page-size",
+        "65536",
+        "--faults",
+        "64",
+        "--trials",
+        "2",
+        "--pattern",
+        "seq",
+        "--prefetch",
+        "next:7",
+        "--json",
     ]);
     assert!(ok, "{err}");
     assert!(field(&out, "faults_per_trial") <= 8.0, "{out}");
@@ -91,8 +117,17 @@ fn serve_file_and_bench_against_it() {
     std::fs::write(&path, vec![0xabu8; 64 * 4096]).unwrap();
     let (_srv, addr) = serve(&["--file", path.to_str().unwrap()]);
     let (ok, out, err) = run(&[
-        "lazy", "bench", "--transport", "tcp", "--connect", &addr, "--faults", "64", "--trials",
-        "2", "--json",
+        "lazy",
+        "bench",
+        "--transport",
+        "tcp",
+        "--connect",
+        &addr,
+        "--faults",
+        "64",
+        "--trials",
+        "2",
+        "--json",
     ]);
     std::fs::remove_file(&path).ok();
     assert!(ok, "{err}");
@@ -117,7 +152,16 @@ fn serve_a_stopped_process() {
     };
     assert_eq!(state(), "T", "served process is stopped");
     let (ok, _out, err) = run(&[
-        "lazy", "bench", "--transport", "tcp", "--connect", &addr, "--faults", "4", "--trials", "1",
+        "lazy",
+        "bench",
+        "--transport",
+        "tcp",
+        "--connect",
+        &addr,
+        "--faults",
+        "4",
+        "--trials",
+        "1",
     ]);
     assert!(ok, "{err}");
     drop(srv);
@@ -134,6 +178,17 @@ fn bad_arguments_are_clear_errors() {
     assert!(!ok && err.contains("/nonexistent/x"), "{err}");
     let (ok, _, err) = run(&["lazy", "serve", "--pid", "1", "--range", "20-10"]);
     assert!(!ok && err.contains("END must be above START"), "{err}");
-    let (ok, _, err) = run(&["lazy", "bench", "--transport", "tcp", "--connect", "127.0.0.1:1", "--faults", "2", "--trials", "1"]);
+    let (ok, _, err) = run(&[
+        "lazy",
+        "bench",
+        "--transport",
+        "tcp",
+        "--connect",
+        "127.0.0.1:1",
+        "--faults",
+        "2",
+        "--trials",
+        "1",
+    ]);
     assert!(!ok && err.contains("127.0.0.1:1"), "{err}");
 }

@@ -8,8 +8,16 @@ fn main() {
     let unit: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(4096);
     for mode in [Mode::Thread { handlers: 1 }, Mode::Sigbus] {
         let src: Vec<u8> = (0..unit * 1000).map(|i| (i % 251 + 1) as u8).collect();
-        let f: Arc<dyn PageFetcher> = Arc::new(LocalFetcher::memory(Arc::new(MemorySource::new(src))));
-        let cfg = Config { unit, faults: 1000, trials: 20, pattern: Pattern::Random, prefetch: Prefetch::None, mode };
+        let f: Arc<dyn PageFetcher> =
+            Arc::new(LocalFetcher::memory(Arc::new(MemorySource::new(src))));
+        let cfg = Config {
+            unit,
+            faults: 1000,
+            trials: 20,
+            pattern: Pattern::Random,
+            prefetch: Prefetch::None,
+            mode,
+        };
         let r = run(f, &cfg).unwrap();
         println!("{mode:?}: {r:?}");
     }

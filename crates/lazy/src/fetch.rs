@@ -109,11 +109,20 @@ impl PageFetcher for LocalFetcher {
     fn len(&self) -> u64 {
         self.src.len()
     }
-    fn fetch(&self, offset: u64, buf: &mut [u8], _deadline: Instant) -> Result<Fetched, FetchError> {
+    fn fetch(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        _deadline: Instant,
+    ) -> Result<Fetched, FetchError> {
         self.src
             .read_at(offset, buf)
             .map_err(|e| FetchError::Fatal(e.to_string()))?;
-        Ok(if is_zero(buf) { Fetched::Zero } else { Fetched::Data })
+        Ok(if is_zero(buf) {
+            Fetched::Zero
+        } else {
+            Fetched::Data
+        })
     }
     fn direct(&self, offset: u64, len: usize) -> Option<&[u8]> {
         let b = self.mem.as_ref()?.bytes();
@@ -186,7 +195,8 @@ impl TcpFetcher {
     pub fn connect(addr: SocketAddr, timeout: Duration) -> crate::Result<TcpFetcher> {
         let mut s = Self::dial(addr, timeout)
             .map_err(|e| crate::Error::Protocol(format!("connect {addr}: {e}")))?;
-        let hello = read_hello(&mut s).map_err(|e| crate::Error::Protocol(format!("{addr}: {e}")))?;
+        let hello =
+            read_hello(&mut s).map_err(|e| crate::Error::Protocol(format!("{addr}: {e}")))?;
         Ok(TcpFetcher {
             addr,
             hello,
@@ -207,7 +217,8 @@ impl TcpFetcher {
         let s = TcpStream::connect_timeout(&addr, timeout.max(Duration::from_millis(1)))
             .map_err(|e| FetchError::Transient(format!("connect {addr}: {e}")))?;
         s.set_nodelay(true).ok();
-        s.set_read_timeout(Some(timeout.max(Duration::from_millis(1)))).ok();
+        s.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .ok();
         Ok(s)
     }
 
@@ -323,7 +334,9 @@ impl PushStream for TcpPush {
             .map_err(|e| FetchError::Transient(format!("restart push: {e}")))
     }
     fn next(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> Result<PushNext, FetchError> {
-        self.s.set_read_timeout(Some(timeout.max(Duration::from_millis(1)))).ok();
+        self.s
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .ok();
         let mut h = [0u8; HEADER_LEN];
         // Peek so a timeout between chunks does not lose a half-read header.
         match self.s.peek(&mut h) {
@@ -331,7 +344,12 @@ impl PushStream for TcpPush {
                 self.s.set_read_timeout(Some(Duration::from_secs(5))).ok();
             }
             Ok(_) => {}
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
                 return Ok(PushNext::Idle)
             }
             Err(e) => return Err(FetchError::Transient(format!("push: {e}"))),

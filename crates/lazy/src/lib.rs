@@ -31,7 +31,9 @@ pub mod source;
 mod sys;
 
 pub use error::{Error, Result};
-pub use fetch::{FetchError, Fetched, LocalFetcher, PageFetcher, PushChunk, PushNext, PushStream, TcpFetcher};
+pub use fetch::{
+    FetchError, Fetched, LocalFetcher, PageFetcher, PushChunk, PushNext, PushStream, TcpFetcher,
+};
 pub use prefetch::{Prefetch, Prefetcher, WorkingSet};
 pub use region::{LazyRegion, Mode, Options, Progress, Stats};
 pub use server::{PageServer, ServerHandle};

@@ -174,7 +174,11 @@ impl WorkingSet {
             .ok_or("working set: first line must be `unit N`")?;
         let units = lines
             .filter(|l| !l.trim().is_empty())
-            .map(|l| l.trim().parse().map_err(|_| format!("working set: bad line `{l}`")))
+            .map(|l| {
+                l.trim()
+                    .parse()
+                    .map_err(|_| format!("working set: bad line `{l}`"))
+            })
             .collect::<Result<_, _>>()?;
         Ok(WorkingSet { unit, units })
     }
@@ -229,13 +233,21 @@ mod tests {
 
     #[test]
     fn adaptive_backs_off_on_random_access() {
-        let r = run(Prefetch::Adaptive { max: 8 }, &[5, 90, 13, 44, 71, 2, 60], 100);
+        let r = run(
+            Prefetch::Adaptive { max: 8 },
+            &[5, 90, 13, 44, 71, 2, 60],
+            100,
+        );
         assert!(r.iter().skip(2).all(|v| v.is_empty()), "{r:?}");
     }
 
     #[test]
     fn adaptive_survives_one_outlier() {
-        let r = run(Prefetch::Adaptive { max: 8 }, &[0, 1, 2, 3, 50, 51, 52], 100);
+        let r = run(
+            Prefetch::Adaptive { max: 8 },
+            &[0, 1, 2, 3, 50, 51, 52],
+            100,
+        );
         assert!(!r[6].is_empty(), "{r:?}");
         assert_eq!(r[6][0], 53);
     }
@@ -244,13 +256,19 @@ mod tests {
     fn parses() {
         assert_eq!("next:4".parse::<Prefetch>(), Ok(Prefetch::Next(4)));
         assert_eq!("none".parse::<Prefetch>(), Ok(Prefetch::None));
-        assert_eq!("adaptive".parse::<Prefetch>(), Ok(Prefetch::Adaptive { max: 32 }));
+        assert_eq!(
+            "adaptive".parse::<Prefetch>(),
+            Ok(Prefetch::Adaptive { max: 32 })
+        );
         assert!("next:x".parse::<Prefetch>().is_err());
     }
 
     #[test]
     fn working_set_roundtrip() {
-        let w = WorkingSet { unit: 4096, units: vec![3, 1, 7] };
+        let w = WorkingSet {
+            unit: 4096,
+            units: vec![3, 1, 7],
+        };
         assert_eq!(WorkingSet::from_text(&w.to_text()), Ok(w));
         assert!(WorkingSet::from_text("3\n").is_err());
     }

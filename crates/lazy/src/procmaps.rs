@@ -58,7 +58,12 @@ pub fn default_ranges(entries: &[MapEntry]) -> Vec<(u64, u64)> {
     entries
         .iter()
         .filter(|e| e.readable && e.writable)
-        .filter(|e| !matches!(e.name.as_str(), "[vvar]" | "[vsyscall]" | "[vdso]" | "[vvar_vclock]"))
+        .filter(|e| {
+            !matches!(
+                e.name.as_str(),
+                "[vvar]" | "[vsyscall]" | "[vdso]" | "[vvar_vclock]"
+            )
+        })
         .map(|e| (e.start, e.end - e.start))
         .collect()
 }

@@ -325,7 +325,10 @@ mod tests {
     fn hello_zero_map() {
         let h = Hello {
             len: 3 * 4096 * 64,
-            segments: vec![Segment { va: 0, len: 3 * 4096 * 64 }],
+            segments: vec![Segment {
+                va: 0,
+                len: 3 * 4096 * 64,
+            }],
             zero_map: vec![0, 0b110, 0],
         };
         let p = Hello::parse(&h.emit()).unwrap();

@@ -199,13 +199,18 @@ impl LazyRegion {
         }
         let units = usize::try_from(len.div_ceil(unit as u64))
             .ok()
-            .filter(|u| u.checked_mul(unit).is_some_and(|b| b <= isize::MAX as usize))
+            .filter(|u| {
+                u.checked_mul(unit)
+                    .is_some_and(|b| b <= isize::MAX as usize)
+            })
             .ok_or_else(|| Error::Invalid(format!("source of {len} bytes too large")))?;
         let mapped = units * unit;
         let sigbus = opts.mode == Mode::Sigbus;
         let supported = sys::supported_features().map_err(|e| Error::os("userfaultfd", e))?;
         if sigbus && supported & sys::FEATURE_SIGBUS == 0 {
-            return Err(Error::Invalid("this kernel lacks UFFD_FEATURE_SIGBUS".into()));
+            return Err(Error::Invalid(
+                "this kernel lacks UFFD_FEATURE_SIGBUS".into(),
+            ));
         }
         let want = supported & sys::FEATURE_POISON | if sigbus { sys::FEATURE_SIGBUS } else { 0 };
         let (uffd, _) = sys::open_uffd(want).map_err(|e| Error::os("userfaultfd API", e))?;
@@ -263,7 +268,10 @@ impl LazyRegion {
         }
         if let Some(ws) = opts.working_set {
             let c = core.clone();
-            threads.push(spawn("lazy-workingset", Box::new(move || c.working_set_loop(ws)))?);
+            threads.push(spawn(
+                "lazy-workingset",
+                Box::new(move || c.working_set_loop(ws)),
+            )?);
         }
         if opts.push {
             let c = core.clone();
@@ -605,11 +613,23 @@ impl Core {
             // In-process source: install straight from it.
             let r = if crate::source::is_zero(src) {
                 self.c.units_zero.fetch_add(n as u64, Ordering::Relaxed);
-                install(|d, _, l| sys::zeropage(fd, d, l), dst, src.as_ptr(), bytes as u64, fd)
+                install(
+                    |d, _, l| sys::zeropage(fd, d, l),
+                    dst,
+                    src.as_ptr(),
+                    bytes as u64,
+                    fd,
+                )
             } else {
                 self.c.units_copied.fetch_add(n as u64, Ordering::Relaxed);
                 // SAFETY: `src` is `bytes` readable bytes borrowed from the fetcher.
-                install(|d, s, l| unsafe { sys::copy(fd, d, s, l) }, dst, src.as_ptr(), bytes as u64, fd)
+                install(
+                    |d, s, l| unsafe { sys::copy(fd, d, s, l) },
+                    dst,
+                    src.as_ptr(),
+                    bytes as u64,
+                    fd,
+                )
             };
             return self.finish(first, n, again, r);
         }
@@ -651,12 +671,24 @@ impl Core {
         let installed = match outcome {
             Ok(Fetched::Data) => {
                 // SAFETY: `buf` holds `bytes` readable bytes for the duration of the call.
-                let r = install(|d, s, l| unsafe { sys::copy(fd, d, s, l) }, dst, buf.as_ptr(), bytes as u64, fd);
+                let r = install(
+                    |d, s, l| unsafe { sys::copy(fd, d, s, l) },
+                    dst,
+                    buf.as_ptr(),
+                    bytes as u64,
+                    fd,
+                );
                 self.c.units_copied.fetch_add(n as u64, Ordering::Relaxed);
                 r
             }
             Ok(Fetched::Zero) => {
-                let r = install(|d, _, l| sys::zeropage(fd, d, l), dst, buf.as_ptr(), bytes as u64, fd);
+                let r = install(
+                    |d, _, l| sys::zeropage(fd, d, l),
+                    dst,
+                    buf.as_ptr(),
+                    bytes as u64,
+                    fd,
+                );
                 self.c.units_zero.fetch_add(n as u64, Ordering::Relaxed);
                 r
             }
@@ -692,7 +724,13 @@ impl Core {
     /// Poisons claimed units so that accesses raise SIGBUS instead of waiting forever.
     fn poison(&self, first: usize, n: usize, was_present: bool) {
         let fd = self.uffd.as_raw_fd();
-        let r = install(|d, _, l| sys::poison(fd, d, l), self.addr(first), std::ptr::null(), (n * self.unit) as u64, fd);
+        let r = install(
+            |d, _, l| sys::poison(fd, d, l),
+            self.addr(first),
+            std::ptr::null(),
+            (n * self.unit) as u64,
+            fd,
+        );
         if let Err(e) = r {
             // Without UFFDIO_POISON (Linux < 6.6) waiters are still woken; they fault again and
             // find nobody to answer only after close, when the uffd is unregistered.
@@ -861,7 +899,13 @@ impl Core {
             let dst = self.addr(u);
             let l = ((e - u) * self.unit) as u64;
             let r = if zero {
-                install(|d, _, l| sys::zeropage(fd, d, l), dst, std::ptr::null(), l, fd)
+                install(
+                    |d, _, l| sys::zeropage(fd, d, l),
+                    dst,
+                    std::ptr::null(),
+                    l,
+                    fd,
+                )
             } else {
                 let src = buf[(u - first) * self.unit..].as_ptr();
                 // SAFETY: `src` points at `l` bytes of `buf` (checked by the slicing above and

@@ -28,8 +28,7 @@ pub struct ServerHandle {
 impl PageServer {
     /// Binds `addr` (port 0 picks one).
     pub fn bind(addr: SocketAddr, source: Arc<dyn PageSource>) -> Result<PageServer> {
-        let listener =
-            TcpListener::bind(addr).map_err(|e| Error::io(format!("bind {addr}"), e))?;
+        let listener = TcpListener::bind(addr).map_err(|e| Error::io(format!("bind {addr}"), e))?;
         Ok(PageServer { listener, source })
     }
     /// The bound address.
@@ -123,7 +122,12 @@ impl ServerHandle {
     /// Stops accepting and closes every connection (what a crashed server looks like to clients).
     pub fn kill(&mut self) {
         self.stop.store(true, Ordering::Release);
-        for c in self.conns.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+        for c in self
+            .conns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
             let _ = c.shutdown(Shutdown::Both);
         }
         if let Some(t) = self.thread.take() {
@@ -224,7 +228,9 @@ fn serve_read<S: Write>(
             &buf[..]
         }
     };
-    stream.write_all(out).map_err(|e| Error::io("send reply", e))
+    stream
+        .write_all(out)
+        .map_err(|e| Error::io("send reply", e))
 }
 
 fn serve_push<S>(mut stream: S, src: &dyn PageSource, from: u64, unit: u64) -> Result<()>

@@ -78,7 +78,9 @@ pub(crate) fn register(start: u64, end: u64, core: *const Core) -> std::io::Resu
 /// Removes a slot and waits until no handler can still be using its region.
 pub(crate) fn unregister(slot: usize) {
     let _g = TABLE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    TABLE[slot].core.store(std::ptr::null_mut(), Ordering::SeqCst);
+    TABLE[slot]
+        .core
+        .store(std::ptr::null_mut(), Ordering::SeqCst);
     while ACTIVE.load(Ordering::SeqCst) != 0 {
         std::thread::yield_now();
     }

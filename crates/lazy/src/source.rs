@@ -84,7 +84,8 @@ pub struct FileSource {
 impl FileSource {
     /// Opens a file by path.
     pub fn open(path: &std::path::Path) -> Result<FileSource> {
-        let file = File::open(path).map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+        let file =
+            File::open(path).map_err(|e| Error::io(format!("open {}", path.display()), e))?;
         let mut s = FileSource::from_file(file)?;
         s.name = path.display().to_string();
         Ok(s)
@@ -195,7 +196,10 @@ impl ProcessSource {
         if stop {
             // SAFETY: kill() with a pid and a signal number; no memory involved.
             if unsafe { libc::kill(pid, libc::SIGSTOP) } != 0 {
-                return Err(Error::io(format!("SIGSTOP {pid}"), std::io::Error::last_os_error()));
+                return Err(Error::io(
+                    format!("SIGSTOP {pid}"),
+                    std::io::Error::last_os_error(),
+                ));
             }
             wait_stopped(pid);
         }
@@ -249,7 +253,9 @@ fn wait_stopped(pid: i32) {
     while std::time::Instant::now() < end {
         match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             Ok(s) => {
-                let state = s.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next());
+                let state = s
+                    .rsplit_once(')')
+                    .and_then(|(_, r)| r.split_whitespace().next());
                 if matches!(state, Some("T") | Some("t")) {
                     return;
                 }
@@ -291,14 +297,22 @@ impl PageSource for ProcessSource {
             let got = crate::sys::process_read(self.pid, seg.va + within, &mut buf[done..done + n])
                 .map_err(|e| {
                     Error::io(
-                        format!("process_vm_readv pid {} at {:#x}", self.pid, seg.va + within),
+                        format!(
+                            "process_vm_readv pid {} at {:#x}",
+                            self.pid,
+                            seg.va + within
+                        ),
                         e,
                     )
                 })?;
             if got == 0 {
                 return Err(Error::Refused {
                     offset: at,
-                    reason: format!("pid {} memory at {:#x} unreadable", self.pid, seg.va + within),
+                    reason: format!(
+                        "pid {} memory at {:#x} unreadable",
+                        self.pid,
+                        seg.va + within
+                    ),
                 });
             }
             done += got;
@@ -343,7 +357,9 @@ impl PushCursor {
     /// A cursor over `len` bytes starting at `from`. `unit` (the client's fault unit, a power of
     /// two) raises the smallest chunk so that chunks cover whole units.
     pub fn new(len: u64, from: u64, unit: u64) -> PushCursor {
-        let min = unit.clamp(PUSH_MIN_CHUNK, PUSH_MAX_CHUNK).next_power_of_two();
+        let min = unit
+            .clamp(PUSH_MIN_CHUNK, PUSH_MAX_CHUNK)
+            .next_power_of_two();
         let mut c = PushCursor {
             len,
             pos: 0,
@@ -446,7 +462,11 @@ mod tests {
             eprintln!("skip: file system reports no holes");
             return;
         }
-        assert_eq!(m[0] & 0b111, 0b011, "pages 0 and 1 are holes, page 2 has data");
+        assert_eq!(
+            m[0] & 0b111,
+            0b011,
+            "pages 0 and 1 are holes, page 2 has data"
+        );
     }
 
     #[test]
@@ -454,7 +474,10 @@ mod tests {
         let data: Vec<u8> = (0..20000u32).map(|i| (i * 7) as u8).collect();
         let s = ProcessSource::new(
             std::process::id() as i32,
-            &[(data.as_ptr() as u64, 10000), (data.as_ptr() as u64 + 12000, 8000)],
+            &[
+                (data.as_ptr() as u64, 10000),
+                (data.as_ptr() as u64 + 12000, 8000),
+            ],
             false,
         )
         .unwrap();

@@ -123,7 +123,7 @@ pub fn open_uffd(features: u64) -> io::Result<(OwnedFd, u64)> {
             .open("/dev/userfaultfd")
             .map_err(|_| first)?;
         const USERFAULTFD_IOC_NEW: u64 = 0xAA00; // _IO(0xAA, 0x00)
-        // SAFETY: USERFAULTFD_IOC_NEW takes the open flags by value and returns a new fd.
+                                                 // SAFETY: USERFAULTFD_IOC_NEW takes the open flags by value and returns a new fd.
         let r = unsafe { libc::ioctl(dev.as_raw_fd(), USERFAULTFD_IOC_NEW as _, flags) };
         if r < 0 {
             return Err(io::Error::last_os_error());
@@ -194,7 +194,10 @@ pub unsafe fn copy(fd: RawFd, dst: u64, src: *const u8, len: u64) -> Partial {
         copy: 0,
     };
     match ioctl(fd, UFFDIO_COPY, &mut c) {
-        Ok(()) => Partial { done: len, err: None },
+        Ok(()) => Partial {
+            done: len,
+            err: None,
+        },
         Err(e) => Partial {
             done: c.copy.max(0) as u64,
             err: Some(e),
@@ -210,7 +213,10 @@ pub fn zeropage(fd: RawFd, start: u64, len: u64) -> Partial {
         zeropage: 0,
     };
     match ioctl(fd, UFFDIO_ZEROPAGE, &mut z) {
-        Ok(()) => Partial { done: len, err: None },
+        Ok(()) => Partial {
+            done: len,
+            err: None,
+        },
         Err(e) => Partial {
             done: z.zeropage.max(0) as u64,
             err: Some(e),
@@ -226,7 +232,10 @@ pub fn poison(fd: RawFd, start: u64, len: u64) -> Partial {
         updated: 0,
     };
     match ioctl(fd, UFFDIO_POISON, &mut p) {
-        Ok(()) => Partial { done: len, err: None },
+        Ok(()) => Partial {
+            done: len,
+            err: None,
+        },
         Err(e) => Partial {
             done: p.updated.max(0) as u64,
             err: Some(e),
@@ -323,10 +332,6 @@ impl Mapping {
     /// Start address.
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
-    }
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
     }
 }
 

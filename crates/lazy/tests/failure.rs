@@ -20,7 +20,12 @@ fn stalled_server(len: u64) -> (SocketAddr, Arc<AtomicBool>) {
     l.set_nonblocking(true).unwrap();
     std::thread::spawn(move || {
         let mut held = Vec::new();
-        let hello = Hello { len, segments: vec![Segment { va: 0, len }], zero_map: vec![] }.emit();
+        let hello = Hello {
+            len,
+            segments: vec![Segment { va: 0, len }],
+            zero_map: vec![],
+        }
+        .emit();
         while !s2.load(Ordering::Acquire) {
             match l.accept() {
                 Ok((mut s, _)) => {
@@ -37,14 +42,25 @@ fn stalled_server(len: u64) -> (SocketAddr, Arc<AtomicBool>) {
 
 fn tcp_region(addr: SocketAddr, mode: Mode, deadline: Duration) -> LazyRegion {
     let f = TcpFetcher::connect(addr, Duration::from_secs(2)).unwrap();
-    LazyRegion::open(Arc::new(f), Options { mode, deadline, ..Options::default() }).unwrap()
+    LazyRegion::open(
+        Arc::new(f),
+        Options {
+            mode,
+            deadline,
+            ..Options::default()
+        },
+    )
+    .unwrap()
 }
 
 fn served(src: Vec<u8>) -> ServerHandle {
-    PageServer::bind("127.0.0.1:0".parse().unwrap(), Arc::new(MemorySource::new(src)))
-        .unwrap()
-        .spawn()
-        .unwrap()
+    PageServer::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(MemorySource::new(src)),
+    )
+    .unwrap()
+    .spawn()
+    .unwrap()
 }
 
 #[test]
@@ -65,7 +81,10 @@ fn dead_server_poisons_and_reports() {
             assert!(r.last_error().unwrap().contains("unavailable"));
             assert_eq!(r.progress().poisoned, 1);
             // A second access to the same unit fails at once.
-            assert!(matches!(r.read_at(512 << 10, &mut b), Err(Error::Poisoned { .. })));
+            assert!(matches!(
+                r.read_at(512 << 10, &mut b),
+                Err(Error::Poisoned { .. })
+            ));
             // What was fetched stays readable.
             r.read_at(0, &mut b).unwrap();
         }
@@ -192,7 +211,12 @@ fn raw_access_after_failure_raises_sigbus() {
     if is_child() {
         return;
     }
-    for name in ["child_dead_thread", "child_dead_sigbus", "child_close_thread", "child_close_sigbus"] {
+    for name in [
+        "child_dead_thread",
+        "child_dead_sigbus",
+        "child_close_thread",
+        "child_close_sigbus",
+    ] {
         let st = run_child(name);
         assert_eq!(st.signal(), Some(libc_sigbus()), "{name} ended with {st:?}");
     }
@@ -210,18 +234,29 @@ fn hostile_servers_give_clear_errors() {
         let addr = l.local_addr().unwrap();
         std::thread::spawn(move || {
             if let Ok((mut s, _)) = l.accept() {
-                s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n0123456789").ok();
+                s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n0123456789")
+                    .ok();
                 std::thread::sleep(Duration::from_millis(500));
             }
         });
-        let e = TcpFetcher::connect(addr, Duration::from_secs(2)).err().unwrap();
+        let e = TcpFetcher::connect(addr, Duration::from_secs(2))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("not a remora page server"), "{e}");
 
         // A server that answers reads for the wrong offset.
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         std::thread::spawn(move || {
-            let hello = Hello { len: 1 << 20, segments: vec![Segment { va: 0, len: 1 << 20 }], zero_map: vec![] }.emit();
+            let hello = Hello {
+                len: 1 << 20,
+                segments: vec![Segment {
+                    va: 0,
+                    len: 1 << 20,
+                }],
+                zero_map: vec![],
+            }
+            .emit();
             for s in l.incoming().take(4) {
                 let mut s = s.unwrap();
                 s.write_all(&hello).ok();
@@ -246,7 +281,11 @@ fn server_survives_hostile_clients() {
     bounded(30, || {
         let src = pattern(1 << 20, 4096);
         let srv = served(src.clone());
-        for junk in [&b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"[..], b"\x01\0\0\0\xff\xff\xff\x7f\0\0\0\0\0\0\0\0", b"\x01\0\0\0\0\x10\0\0\0\0\0\0\0\0\0\x7f"] {
+        for junk in [
+            &b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"[..],
+            b"\x01\0\0\0\xff\xff\xff\x7f\0\0\0\0\0\0\0\0",
+            b"\x01\0\0\0\0\x10\0\0\0\0\0\0\0\0\0\x7f",
+        ] {
             let mut s = TcpStream::connect(srv.addr()).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
             s.write_all(junk).ok();
@@ -254,7 +293,11 @@ fn server_survives_hostile_clients() {
             let _ = s.read_to_end(&mut sink);
         }
         // Out of range read gets an Error reply, and the server still serves others.
-        let r = tcp_region(srv.addr(), Mode::Thread { handlers: 1 }, Duration::from_secs(2));
+        let r = tcp_region(
+            srv.addr(),
+            Mode::Thread { handlers: 1 },
+            Duration::from_secs(2),
+        );
         let mut b = vec![0u8; 4096];
         r.read_at(4096 * 7, &mut b).unwrap();
         assert_eq!(&b[..], &src[4096 * 7..4096 * 8]);

@@ -33,7 +33,11 @@ fn check_random(r: &LazyRegion, src: &[u8], threads: usize) {
 }
 
 fn modes() -> [Mode; 3] {
-    [Mode::Thread { handlers: 1 }, Mode::Thread { handlers: 2 }, Mode::Sigbus]
+    [
+        Mode::Thread { handlers: 1 },
+        Mode::Thread { handlers: 2 },
+        Mode::Sigbus,
+    ]
 }
 
 #[test]
@@ -45,12 +49,19 @@ fn local_every_byte_matches_one_and_eight_threads() {
                     let src = pattern(3 << 20 | 123, unit);
                     let r = LazyRegion::open(
                         local(src.clone()),
-                        Options { unit, mode, ..Options::default() },
+                        Options {
+                            unit,
+                            mode,
+                            ..Options::default()
+                        },
                     )
                     .unwrap();
                     check_random(&r, &src, threads);
                     let st = r.stats();
-                    assert!(st.units_zero > 0, "zero units installed as zero pages: {st:?}");
+                    assert!(
+                        st.units_zero > 0,
+                        "zero units installed as zero pages: {st:?}"
+                    );
                     assert!(st.units_copied > 0);
                     assert_eq!(r.progress().poisoned, 0);
                 }
@@ -66,7 +77,11 @@ fn two_megabyte_units() {
         for mode in [Mode::Thread { handlers: 1 }, Mode::Sigbus] {
             let r = LazyRegion::open(
                 local(src.clone()),
-                Options { unit: 2 << 20, mode, ..Options::default() },
+                Options {
+                    unit: 2 << 20,
+                    mode,
+                    ..Options::default()
+                },
             )
             .unwrap();
             check_random(&r, &src, 4);
@@ -101,12 +116,22 @@ fn tcp_file_memfd_and_process_sources() {
         std::io::Write::write_all(&mut f, &src).unwrap();
         let memfd: Arc<dyn PageSource> = Arc::new(FileSource::from_file(f).unwrap());
         for (name, s) in [("file", file), ("memfd", memfd)] {
-            let srv = PageServer::bind("127.0.0.1:0".parse().unwrap(), s).unwrap().spawn().unwrap();
+            let srv = PageServer::bind("127.0.0.1:0".parse().unwrap(), s)
+                .unwrap()
+                .spawn()
+                .unwrap();
             for mode in modes() {
                 for threads in [1, 8] {
                     let f = TcpFetcher::connect(srv.addr(), Duration::from_secs(2)).unwrap();
-                    let r = LazyRegion::open(Arc::new(f), Options { unit, mode, ..Options::default() })
-                        .unwrap();
+                    let r = LazyRegion::open(
+                        Arc::new(f),
+                        Options {
+                            unit,
+                            mode,
+                            ..Options::default()
+                        },
+                    )
+                    .unwrap();
                     assert_eq!(r.transport(), "tcp");
                     check_random(&r, &src, threads);
                     assert_eq!(r.progress().poisoned, 0, "{name}");
@@ -121,7 +146,10 @@ fn tcp_file_memfd_and_process_sources() {
 fn tcp_live_process_memory() {
     bounded(60, || {
         // A child process whose memory we serve, stopped while served so it cannot change.
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let pid = child.id() as i32;
         std::thread::sleep(Duration::from_millis(50));
         let maps = remora_lazy::procmaps::read(pid).unwrap();
@@ -137,7 +165,10 @@ fn tcp_live_process_memory() {
             std::os::unix::fs::FileExt::read_exact_at(&mem, &mut b, va).unwrap();
             expect.extend_from_slice(&b);
         }
-        let srv = PageServer::bind("127.0.0.1:0".parse().unwrap(), s).unwrap().spawn().unwrap();
+        let srv = PageServer::bind("127.0.0.1:0".parse().unwrap(), s)
+            .unwrap()
+            .spawn()
+            .unwrap();
         let f = TcpFetcher::connect(srv.addr(), Duration::from_secs(2)).unwrap();
         assert_eq!(f.hello().segments.len(), ranges.len());
         let r = LazyRegion::open(Arc::new(f), Options::default()).unwrap();
@@ -157,7 +188,11 @@ fn prefetch_policies_fill_correctly_and_prefetch() {
             for mode in [Mode::Thread { handlers: 1 }, Mode::Sigbus] {
                 let r = LazyRegion::open(
                     local(src.clone()),
-                    Options { prefetch: p, mode, ..Options::default() },
+                    Options {
+                        prefetch: p,
+                        mode,
+                        ..Options::default()
+                    },
                 )
                 .unwrap();
                 // Sequential scan.
@@ -166,7 +201,10 @@ fn prefetch_policies_fill_correctly_and_prefetch() {
                 std::hint::black_box(sum);
                 let st = r.stats();
                 assert!(st.units_prefetched > 0, "{p}: {st:?}");
-                assert!(st.faults < 1024 / 2, "{p}: prefetch should halve the faults: {st:?}");
+                assert!(
+                    st.faults < 1024 / 2,
+                    "{p}: prefetch should halve the faults: {st:?}"
+                );
                 assert!(r.as_slice() == &src[..]);
             }
         }
@@ -191,12 +229,20 @@ fn push_completes_the_region_without_access() {
             for unit in [4096, 65536] {
                 let r = LazyRegion::open(
                     f.clone(),
-                    Options { unit, push: true, ..Options::default() },
+                    Options {
+                        unit,
+                        push: true,
+                        ..Options::default()
+                    },
                 )
                 .unwrap();
                 // Faults interleave with the push; they restart it.
                 std::hint::black_box(r.as_slice()[5 << 20]);
-                assert!(r.wait_complete(Duration::from_secs(20)), "{:?}", r.progress());
+                assert!(
+                    r.wait_complete(Duration::from_secs(20)),
+                    "{:?}",
+                    r.progress()
+                );
                 assert!(r.stats().units_pushed > 0);
                 assert!(r.as_slice() == &src[..]);
             }
@@ -210,7 +256,11 @@ fn working_set_is_recorded_and_replayed() {
         let src = pattern(2 << 20, 4096);
         let r = LazyRegion::open(
             local(src.clone()),
-            Options { record: true, mode: Mode::Thread { handlers: 1 }, ..Options::default() },
+            Options {
+                record: true,
+                mode: Mode::Thread { handlers: 1 },
+                ..Options::default()
+            },
         )
         .unwrap();
         let touched = [7usize, 300, 2, 150];
@@ -222,7 +272,10 @@ fn working_set_is_recorded_and_replayed() {
         let ws = WorkingSet::from_text(&ws.to_text()).unwrap();
         let r2 = LazyRegion::open(
             local(src.clone()),
-            Options { working_set: Some(ws), ..Options::default() },
+            Options {
+                working_set: Some(ws),
+                ..Options::default()
+            },
         )
         .unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -246,9 +299,18 @@ fn checked_reads_and_ranges() {
         let mut b = vec![0u8; 10_000];
         r.read_at(95_000 - 10_000, &mut b).unwrap();
         assert_eq!(&b[..], &src[85_000..95_000]);
-        assert!(matches!(r.read_at(95_000, &mut b), Err(Error::OutOfRange { .. })));
         assert!(matches!(
-            LazyRegion::open(local(src), Options { unit: 3000, ..Options::default() }),
+            r.read_at(95_000, &mut b),
+            Err(Error::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            LazyRegion::open(
+                local(src),
+                Options {
+                    unit: 3000,
+                    ..Options::default()
+                }
+            ),
             Err(Error::Invalid(_))
         ));
     });

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 fn err(e: lz::Error) -> PyErr {
     match e {
-        lz::Error::Invalid(_) | lz::Error::OutOfRange { .. } => PyValueError::new_err(e.to_string()),
+        lz::Error::Invalid(_) | lz::Error::OutOfRange { .. } => {
+            PyValueError::new_err(e.to_string())
+        }
         lz::Error::Unavailable { .. } => PyTimeoutError::new_err(e.to_string()),
         _ => PyOSError::new_err(e.to_string()),
     }
@@ -55,15 +57,25 @@ impl PageServer {
     /// private mappings; `stop` sends SIGSTOP while served.
     #[staticmethod]
     #[pyo3(signature = (pid, ranges = None, stop = false, listen = "127.0.0.1:0"))]
-    fn process(pid: i32, ranges: Option<Vec<(u64, u64)>>, stop: bool, listen: &str) -> PyResult<PageServer> {
+    fn process(
+        pid: i32,
+        ranges: Option<Vec<(u64, u64)>>,
+        stop: bool,
+        listen: &str,
+    ) -> PyResult<PageServer> {
         let mut rs = Vec::new();
         for (a, b) in ranges.unwrap_or_default() {
             if b <= a {
-                return Err(PyValueError::new_err(format!("range {a:#x}-{b:#x} is empty")));
+                return Err(PyValueError::new_err(format!(
+                    "range {a:#x}-{b:#x} is empty"
+                )));
             }
             rs.push((a, b - a));
         }
-        start(Arc::new(lz::ProcessSource::new(pid, &rs, stop).map_err(err)?), listen)
+        start(
+            Arc::new(lz::ProcessSource::new(pid, &rs, stop).map_err(err)?),
+            listen,
+        )
     }
     /// `host:port` clients connect to.
     #[getter]
@@ -85,9 +97,17 @@ struct LazyRegion {
     inner: Arc<lz::LazyRegion>,
 }
 
-fn options(unit: usize, mode: &str, prefetch: &str, push: bool, deadline: f64) -> PyResult<lz::Options> {
+fn options(
+    unit: usize,
+    mode: &str,
+    prefetch: &str,
+    push: bool,
+    deadline: f64,
+) -> PyResult<lz::Options> {
     if !(deadline.is_finite() && deadline > 0.0) {
-        return Err(PyValueError::new_err("deadline must be a positive number of seconds"));
+        return Err(PyValueError::new_err(
+            "deadline must be a positive number of seconds",
+        ));
     }
     Ok(lz::Options {
         unit,
