@@ -2,6 +2,7 @@
 //! and call the public API of the crates below.
 use clap::{Parser, Subcommand};
 
+mod daq;
 mod fabric;
 mod kv;
 mod lazy;
@@ -28,6 +29,9 @@ enum Cmd {
     /// Memory that faults its pages in from a page server (userfaultfd), and the page server.
     #[command(subcommand)]
     Lazy(lazy::Cmd),
+    /// JUNGFRAU detector processing (synthetic data, conversion, integration).
+    #[command(subcommand)]
+    Daq(daq::Cmd),
     /// Whole-system benchmarks by area.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -39,6 +43,8 @@ enum Cmd {
 enum BenchCmd {
     /// Same as `remora fabric bench`.
     Fabric(fabric::BenchArgs),
+    /// JUNGFRAU processing: each stage and the chained pipeline, GB/s of raw input.
+    Jungfrau(daq::BenchArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -64,6 +70,8 @@ fn main() -> anyhow::Result<()> {
         Cmd::Kv(c) => kv::run(c),
         Cmd::Lazy(c) => lazy::run(c),
         Cmd::Bench(BenchCmd::Fabric(a)) => fabric::bench(a),
+        Cmd::Bench(BenchCmd::Jungfrau(a)) => daq::bench(a),
+        Cmd::Daq(c) => daq::run(c),
         Cmd::Demo => fabric::demo(),
     }
 }

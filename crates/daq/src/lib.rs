@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod azint;
+pub mod bench;
 pub mod calib;
 pub mod engine;
 mod error;

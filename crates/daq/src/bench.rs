@@ -1,0 +1,224 @@
+//! Whole-stage throughput measurement (`remora bench jungfrau`): each stage and the chained
+//! pipeline over synthetic frames, with memcpy bandwidth as the ceiling. Timings only, never
+//! used in tests.
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::azint::{AzConfig, AzMatrix};
+use crate::calib::ConvTables;
+use crate::engine::{ConvOut, CpuEngine, Engine};
+use crate::pedestal::{DarkPattern, PedestalTracker};
+use crate::pipeline::{Outcome, Pipeline, PipelineConfig};
+use crate::synth::{Synth, SynthConfig};
+use crate::Result;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Modules (8 = 4M).
+    pub modules: usize,
+    /// Frames per stage.
+    pub frames: usize,
+    /// Worker threads.
+    pub threads: usize,
+    /// Distinct synthetic frames cycled through (more than fit in cache).
+    pub distinct: usize,
+    /// Radial bins of the integration.
+    pub bins: usize,
+}
+
+/// Measured figures: GB/s are of raw input (2 bytes per pixel), fps frames per second.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// Modules.
+    pub modules: usize,
+    /// Frames per stage.
+    pub frames: usize,
+    /// Worker threads.
+    pub threads: usize,
+    /// Engine name.
+    pub engine: &'static str,
+    /// SIMD level in use.
+    pub simd: &'static str,
+    /// Raw bytes per frame.
+    pub frame_bytes: usize,
+    /// Conversion to keV with the fused veto count.
+    pub convert_gbps: f64,
+    /// Same in frames/s.
+    pub convert_fps: f64,
+    /// Conversion to photon counts (int32).
+    pub photons_gbps: f64,
+    /// Pedestal tracking on dark frames.
+    pub pedestal_gbps: f64,
+    /// Veto count alone over a converted frame.
+    pub veto_gbps: f64,
+    /// CSR compression of a converted frame.
+    pub compress_gbps: f64,
+    /// Kept pixels per frame in the CSR.
+    pub compress_nnz: usize,
+    /// Raw bytes / CSR bytes.
+    pub compress_ratio: f64,
+    /// Assembly into the detector image.
+    pub assemble_fps: f64,
+    /// Azimuthal integration (bbox CSR, q, solid angle) of an assembled image.
+    pub integrate_fps: f64,
+    /// Matrix entries.
+    pub integrate_nnz: usize,
+    /// The chained pipeline (convert+veto, CSR, assemble, integrate) on non-dark frames.
+    pub pipeline_gbps: f64,
+    /// Same in frames/s.
+    pub pipeline_fps: f64,
+    /// Frames the veto kept in the pipeline run.
+    pub pipeline_kept: usize,
+    /// memcpy of frame-sized buffers: bytes copied per second (the read+write ceiling).
+    pub memcpy_gbps: f64,
+}
+
+fn rate(bytes: usize, frames: usize, secs: f64) -> (f64, f64) {
+    (
+        bytes as f64 * frames as f64 / secs / 1e9,
+        frames as f64 / secs,
+    )
+}
+
+fn time(frames: usize, mut f: impl FnMut(usize) -> Result<()>) -> Result<f64> {
+    f(0)?; // warm-up: page faults, caches
+    let t = Instant::now();
+    for i in 0..frames {
+        f(i)?;
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Runs every stage.
+pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
+    let frames = cfg.frames.max(1);
+    let mut sc = SynthConfig::new(cfg.modules)?;
+    sc.dark = DarkPattern::NONE;
+    sc.special_rate = 1e-5;
+    let synth = Synth::new(sc.clone())?;
+    let raws: Vec<Vec<u16>> = (0..cfg.distinct.max(1) as u64)
+        .map(|n| synth.frame(n).raw)
+        .collect();
+    let engine = CpuEngine::new(cfg.threads)?;
+    let info = engine.info();
+    let det = synth.layout().detector();
+    let bytes = det.frame_bytes();
+    let mut tables = ConvTables::new(synth.calibration(), None)?;
+    let mut energy = vec![0f32; det.pixels()];
+    let mut counts = vec![0i32; det.pixels()];
+    let raw = |i: usize| &raws[i % raws.len()];
+
+    let t = time(frames, |i| {
+        engine
+            .convert(raw(i), &tables, ConvOut::Energy(&mut energy), 50.0)
+            .map(drop)
+    })?;
+    let (convert_gbps, convert_fps) = rate(bytes, frames, t);
+    let t = time(frames, |i| {
+        engine
+            .convert(
+                raw(i),
+                &tables,
+                ConvOut::Photons {
+                    out: &mut counts,
+                    energy_kev: 12.4,
+                },
+                50.0,
+            )
+            .map(drop)
+    })?;
+    let photons_gbps = rate(bytes, frames, t).0;
+    let darks: Vec<Vec<u16>> = {
+        let mut d = sc.clone();
+        d.dark = DarkPattern::new(1, 0)?;
+        let s = Synth::new(d)?;
+        (0..raws.len() as u64).map(|n| s.frame(n).raw).collect()
+    };
+    let mut tracker = PedestalTracker::seeded(det.pixels(), 128)?;
+    let t = time(frames, |i| {
+        tracker.update(&engine, &darks[i % darks.len()], &mut tables)
+    })?;
+    let pedestal_gbps = rate(bytes, frames, t).0;
+    let tables = ConvTables::new(synth.calibration(), None)?;
+
+    engine.convert(raw(0), &tables, ConvOut::Energy(&mut energy), 50.0)?;
+    let t = time(frames, |_| {
+        std::hint::black_box(engine.count_above(&energy, 50.0));
+        Ok(())
+    })?;
+    let veto_gbps = rate(bytes, frames, t).0;
+    let (rows, cols) = det.raw_shape();
+    let mut nnz = 0;
+    let mut csr_bytes = 0;
+    let t = time(frames, |_| {
+        let s = engine.compress(&energy, rows, cols, 6.0)?;
+        nnz = s.nnz();
+        csr_bytes = s.bytes();
+        Ok(())
+    })?;
+    let compress_gbps = rate(bytes, frames, t).0;
+
+    let map = synth.layout().assembly_map(None)?;
+    let mut image = vec![0f32; map.pixels()];
+    let t = time(frames, |_| engine.assemble(&energy, &map, &mut image))?;
+    let assemble_fps = rate(bytes, frames, t).1;
+    let az = AzConfig {
+        bins: cfg.bins,
+        ..Default::default()
+    };
+    let matrix = AzMatrix::build(&sc.poni, (map.rows, map.cols), Some(&map.mask), &az)?;
+    let t = time(frames, |_| engine.integrate(&matrix, &image).map(drop))?;
+    let integrate_fps = rate(bytes, frames, t).1;
+
+    let pcfg = PipelineConfig {
+        integrate: Some((sc.poni, az)),
+        ..Default::default()
+    };
+    let shared: std::sync::Arc<dyn Engine> = std::sync::Arc::new(engine.clone());
+    let mut p = Pipeline::new(shared, synth.calibration(), synth.layout(), None, pcfg)?;
+    let mut kept = 0;
+    let t = time(frames, |i| {
+        if let Outcome::Kept { .. } = p.process(i as u64, raw(i))? {
+            kept += 1;
+        }
+        Ok(())
+    })?;
+    let (pipeline_gbps, pipeline_fps) = rate(bytes, frames, t);
+    let kept = kept.min(frames);
+
+    // memcpy of frame-sized buffers (source cycles like the raw frames).
+    let src: Vec<Vec<u8>> = (0..raws.len()).map(|k| vec![k as u8; bytes * 2]).collect();
+    let mut dst = vec![0u8; bytes * 2];
+    let t = time(frames, |i| {
+        dst.copy_from_slice(&src[i % src.len()]);
+        std::hint::black_box(&dst);
+        Ok(())
+    })?;
+    let memcpy_gbps = rate(bytes * 2, frames, t).0;
+
+    Ok(BenchReport {
+        modules: cfg.modules,
+        frames,
+        threads: info.threads,
+        engine: info.name,
+        simd: info.simd,
+        frame_bytes: bytes,
+        convert_gbps,
+        convert_fps,
+        photons_gbps,
+        pedestal_gbps,
+        veto_gbps,
+        compress_gbps,
+        compress_nnz: nnz,
+        compress_ratio: bytes as f64 / csr_bytes.max(1) as f64,
+        assemble_fps,
+        integrate_fps,
+        integrate_nnz: matrix.nnz(),
+        pipeline_gbps,
+        pipeline_fps,
+        pipeline_kept: kept,
+        memcpy_gbps,
+    })
+}
