@@ -1062,7 +1062,11 @@ fn run_binary(
     let c = &*s.counters;
     let h = &req.header;
     let (el, kl, vl) = (req.extras.len(), req.key.len(), req.value.len());
-    let inval = |out: &mut Vec<u8>| put_bin_error(out, h, status::EINVAL);
+    // memcached answers invalid arguments and then closes the connection.
+    let inval = |out: &mut Vec<u8>| {
+        put_bin_error(out, h, status::EINVAL);
+        true
+    };
     let resp = |out: &mut Vec<u8>, st: u16, cas: u64, extras: &[u8], key: &[u8], val: &[u8]| {
         binary::put_response(out, h.opcode, st, h.opaque, cas, extras, key, val)
     };
@@ -1071,8 +1075,7 @@ fn run_binary(
             let touch = matches!(h.opcode, op::GAT | op::GATQ | op::GATK | op::GATKQ);
             let want_extras = if touch { 4 } else { 0 };
             if el != want_extras || kl == 0 || vl != 0 || kl > crate::protocol::KEY_MAX {
-                inval(out);
-                return false;
+                return inval(out);
             }
             let quiet = matches!(h.opcode, op::GETQ | op::GETKQ | op::GATQ | op::GATKQ);
             let with_key = matches!(h.opcode, op::GETK | op::GETKQ | op::GATK | op::GATKQ);
@@ -1118,8 +1121,7 @@ fn run_binary(
         }
         op::SET | op::SETQ | op::ADD | op::ADDQ | op::REPLACE | op::REPLACEQ => {
             if el != 8 || kl == 0 || kl > crate::protocol::KEY_MAX {
-                inval(out);
-                return false;
+                return inval(out);
             }
             inc(&c.cmd_set);
             let flags = be32(&req.extras[0..4]);
@@ -1141,8 +1143,7 @@ fn run_binary(
         }
         op::APPEND | op::APPENDQ | op::PREPEND | op::PREPENDQ => {
             if el != 0 || kl == 0 || kl > crate::protocol::KEY_MAX {
-                inval(out);
-                return false;
+                return inval(out);
             }
             inc(&c.cmd_set);
             let mode = if matches!(h.opcode, op::APPEND | op::APPENDQ) {
@@ -1156,8 +1157,7 @@ fn run_binary(
         }
         op::DELETE | op::DELETEQ => {
             if el != 0 || kl == 0 || vl != 0 || kl > crate::protocol::KEY_MAX {
-                inval(out);
-                return false;
+                return inval(out);
             }
             let quiet = h.opcode == op::DELETEQ;
             let cas = (h.cas != 0).then_some(h.cas);
@@ -1177,8 +1177,7 @@ fn run_binary(
         }
         op::INCREMENT | op::INCREMENTQ | op::DECREMENT | op::DECREMENTQ => {
             if el != 20 || kl == 0 || vl != 0 || kl > crate::protocol::KEY_MAX {
-                inval(out);
-                return false;
+                return inval(out);
             }
             let incr = matches!(h.opcode, op::INCREMENT | op::INCREMENTQ);
             let quiet = matches!(h.opcode, op::INCREMENTQ | op::DECREMENTQ);
@@ -1222,8 +1221,7 @@ fn run_binary(
         }
         op::FLUSH | op::FLUSHQ => {
             if (el != 0 && el != 4) || kl != 0 || vl != 0 {
-                inval(out);
-                return false;
+                return inval(out);
             }
             inc(&c.cmd_flush);
             let delay = if el == 4 { be32(req.extras) as i64 } else { 0 };
@@ -1239,17 +1237,10 @@ fn run_binary(
         }
         op::NOOP => resp(out, status::OK, 0, &[], &[], &[]),
         op::VERSION => resp(out, status::OK, 0, &[], &[], VERSION.as_bytes()),
-        op::VERBOSITY => {
-            if el != 4 || kl != 0 || vl != 0 {
-                inval(out);
-                return false;
-            }
-            resp(out, status::OK, 0, &[], &[], &[]);
-        }
+        // memcached 1.6 answers binary verbosity as an unknown command; so do we.
         op::TOUCH => {
             if el != 4 || kl == 0 || vl != 0 || kl > crate::protocol::KEY_MAX {
-                inval(out);
-                return false;
+                return inval(out);
             }
             inc(&c.cmd_touch);
             let exptime = be32(req.extras) as i32 as i64;

@@ -1,0 +1,179 @@
+//! Shared helpers for the kv integration tests: start `remora kv serve` and `memcached` on free
+//! loopback ports, talk to them with timeouts, and kill only our own children.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A server process that is killed when dropped.
+pub struct Srv {
+    pub child: Child,
+    pub port: u16,
+    pub name: &'static str,
+}
+
+impl Drop for Srv {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    // A port free for both TCP and UDP right now.
+    loop {
+        let t = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let p = t.local_addr().unwrap().port();
+        if UdpSocket::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
+    }
+}
+
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+pub fn memcached_path() -> Option<String> {
+    let out = Command::new("sh")
+        .args(["-c", "command -v memcached"])
+        .output()
+        .ok()?;
+    let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!p.is_empty()).then_some(p)
+}
+
+fn wait_up(port: u16) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+fn start(name: &'static str, prog: &str, pre: &[&str], extra: &[&str]) -> Srv {
+    let port = free_port();
+    let ps = port.to_string();
+    let mut args: Vec<&str> = pre.to_vec();
+    args.extend(["-p", &ps, "-U", &ps, "-l", "127.0.0.1", "-t", "2"]);
+    if is_root() {
+        args.extend(["-u", "root"]);
+    }
+    args.extend(extra);
+    let child = Command::new(prog)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {prog}: {e}"));
+    let s = Srv { child, port, name };
+    assert!(wait_up(port), "{name} did not start on port {port}");
+    s
+}
+
+pub fn remora(extra: &[&str]) -> Srv {
+    start(
+        "remora",
+        env!("CARGO_BIN_EXE_remora"),
+        &["kv", "serve"],
+        extra,
+    )
+}
+
+/// Starts memcached, or prints why the test is skipped and returns None.
+pub fn memcached(extra: &[&str]) -> Option<Srv> {
+    match memcached_path() {
+        Some(p) => Some(start("memcached", &p, &[], extra)),
+        None => {
+            eprintln!("SKIP: memcached not installed (apt-get install memcached)");
+            None
+        }
+    }
+}
+
+pub fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+/// Reads until `out` ends with `end` or the deadline passes.
+pub fn read_until(s: &mut TcpStream, end: &[u8], limit: Duration) -> Vec<u8> {
+    let t0 = Instant::now();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    while !out.ends_with(end) && t0.elapsed() < limit {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+/// The reply to [`SENTINEL`], unique enough to mark the end of a script's replies.
+const SENTINEL_REPLY: &[u8] = b"VA 6\r\n424242\r\n";
+/// Creates a counter and returns it: both servers answer `SENTINEL_REPLY`.
+const SENTINEL: &[u8] = b"ma __sentinel__ N0 J424242 v\r\nmd __sentinel__ q\r\n";
+
+/// Sends a text script followed by a sentinel and returns the replies before the sentinel's.
+pub fn text_roundtrip(port: u16, script: &[u8]) -> Vec<u8> {
+    let mut s = connect(port);
+    s.write_all(script).unwrap();
+    s.write_all(SENTINEL).unwrap();
+    let out = read_until(&mut s, SENTINEL_REPLY, Duration::from_secs(5));
+    out.strip_suffix(SENTINEL_REPLY)
+        .map(<[u8]>::to_vec)
+        .unwrap_or(out)
+}
+
+/// Masks what legitimately differs between servers: CAS values and the version string.
+pub fn normalize_text(b: &[u8]) -> String {
+    let s = String::from_utf8_lossy(b);
+    let mut out = String::new();
+    for line in s.split_inclusive("\r\n") {
+        let toks: Vec<&str> = line.trim_end_matches("\r\n").split(' ').collect();
+        let fixed = match toks[0] {
+            "VALUE" if toks.len() == 5 => {
+                format!("{} {} {} {} <cas>", toks[0], toks[1], toks[2], toks[3])
+            }
+            "VERSION" => "VERSION <v>".to_string(),
+            "VA" | "HD" | "EN" | "NF" | "NS" | "EX" => toks
+                .iter()
+                .map(|t| {
+                    if t.len() > 1
+                        && t.starts_with('c')
+                        && t[1..].chars().all(|c| c.is_ascii_digit())
+                    {
+                        "c<cas>".to_string()
+                    } else {
+                        t.to_string()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+            _ => toks.join(" "),
+        };
+        out.push_str(&fixed);
+        out.push_str(if line.ends_with("\r\n") { "\r\n" } else { "" });
+    }
+    out
+}

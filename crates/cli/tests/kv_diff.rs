@@ -1,0 +1,280 @@
+//! Differential tests: the same request streams go to the real memcached 1.6 and to
+//! `remora kv serve`; the replies must be byte-identical once CAS values and the version
+//! string are masked. Skips with a printed reason when memcached is not installed.
+
+mod kv_common;
+use kv_common::*;
+
+use std::io::Write;
+use std::time::Duration;
+
+/// Each script runs on a fresh connection after `flush_all`.
+const SCRIPTS: &[(&str, &[u8])] = &[
+    ("empty and unknown", b"\r\nFOO\r\nGET a\r\nget\r\n"),
+    ("set get multiget", b"set a 0 0 1\r\nx\r\nset b 7 0 3\r\nabc\r\nget a b c a\r\ngets a\r\n"),
+    ("bad formats", b"set a x 0 1\r\nx\r\nset a 0 0 -1\r\nx\r\nset a 0 0\r\nx\r\nset a 0 0 1 2 3\r\nx\r\n"),
+    ("bad data chunk", b"set a 0 0 2\r\nxyz\r\nget a\r\n"),
+    ("noreply everywhere", b"set a 0 0 1 noreply\r\nx\r\nadd a 0 0 1 noreply\r\ny\r\nreplace a 0 0 1 noreply\r\nz\r\nappend a 0 0 1 noreply\r\n1\r\nprepend a 0 0 1 noreply\r\n0\r\nget a\r\nincr n 1 noreply\r\ndelete a noreply\r\nget a\r\ntouch a 1 noreply\r\nflush_all noreply\r\nverbosity 1 noreply\r\n"),
+    ("incr decr", b"set n 0 0 2\r\n10\r\ndecr n 1\r\nget n\r\nincr n 18446744073709551615\r\nget n\r\nincr n 5\r\ndecr n 100\r\nincr a 1\r\nset a 0 0 1\r\nq\r\nincr a 1\r\nincr a x\r\nincr a -1\r\nincr\r\nincr a\r\n"),
+    ("incr wraps", b"set n 0 0 20\r\n18446744073709551615\r\nincr n 2\r\nget n\r\n"),
+    ("add replace append prepend", b"set a 0 0 1\r\nx\r\nappend a 0 0 2\r\nyz\r\nprepend a 0 0 1\r\nw\r\nget a\r\nappend zz 0 0 1\r\nq\r\nprepend zz 0 0 1\r\nq\r\nadd a 0 0 1\r\nq\r\nreplace zz 0 0 1\r\nq\r\nadd new 5 0 1\r\nq\r\nreplace new 6 0 2\r\nqq\r\nget new\r\n"),
+    ("cas", b"cas a 0 0 1\r\nx\r\ncas a 0 0 1 5\r\nx\r\nset a 0 0 1\r\nx\r\ncas a 0 0 1 99999\r\ny\r\nget a\r\ncas a 0 0 1 x\r\ny\r\n"),
+    ("delete forms", b"set a 0 0 1\r\nx\r\ndelete a 0\r\ndelete a 5\r\ndelete a\r\ndelete\r\ndelete a b c\r\ndelete a 0 noreply\r\n"),
+    ("touch gat gats", b"set a 3 0 1\r\nx\r\ntouch a 10\r\ntouch zz 10\r\ntouch\r\ntouch a x\r\ngat 10 a\r\ngats\r\ngat\r\ngat x a\r\ngat 100 a zz a\r\n"),
+    ("negative exptime expires", b"set a 0 -1 1\r\nx\r\nget a\r\nset b 0 0 1\r\ny\r\ntouch b -1\r\nget b\r\nset c 0 1000 1\r\nz\r\ngat -1 c\r\nget c\r\n"),
+    ("absolute exptime in the past", b"set a 0 1000000000 1\r\nx\r\nget a\r\n"),
+    ("flags", b"set a 4294967295 0 1\r\nx\r\nget a\r\nset b 4294967296 0 1\r\nx\r\nget b\r\nset c -1 0 1\r\nx\r\n"),
+    ("flush_all forms", b"set a 0 0 1\r\nx\r\nflush_all\r\nget a\r\nflush_all 0\r\nflush_all x\r\nflush_all 0 noreply\r\nflush_all 1 2 3\r\n"),
+    ("version verbosity misc", b"version\r\nversion foo\r\nverbosity\r\nverbosity 1\r\nverbosity x\r\nverbosity 1 2 3\r\nshutdown\r\nstats detail\r\nstats foo\r\n"),
+    ("pipelined with LF only", b"set a 0 0 1\nx\r\nget a\nget a\r\n"),
+    ("spaces", b"set  a  0 0 1\r\nx\r\nget   a   \r\n"),
+    ("keys at the limit", b"set kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk 0 0 1\r\nx\r\nset kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk 0 0 1\r\nx\r\n"),
+    ("meta basics", b"ms a 2\r\nhi\r\nms a 2 T0 F5 c\r\nhi\r\nmg a s v f t k O123 c\r\nmg a\r\nmg zz v\r\nmg zz v q\r\nmn\r\n"),
+    ("meta quiet", b"set a 0 0 1\r\nx\r\nmg a v q k\r\nmg zz v k q O1\r\nmd zz q\r\nmd a q\r\nma zz q\r\nmn\r\nms a 2 q\r\nhi\r\nms a 2 q MA\r\nhi\r\nms zz 2 q MR\r\nhi\r\nmg a v\r\n"),
+    ("meta errors", b"mg\r\nmg a x y z\r\nms a\r\nms a x\r\nhi\r\nms a S2\r\nhi\r\nms a 2 MZ\r\nhi\r\nma a Dx\r\n"),
+    ("meta set modes", b"ms a 2 ME\r\nhi\r\nms a 2 ME\r\nho\r\nms a 1 MA\r\n!\r\nms a 1 MP\r\n<\r\nmg a v\r\nms b 1 MR\r\nx\r\nms b 2 C99\r\nhi\r\nms c 2 T-1\r\nhi\r\nmg c\r\n"),
+    ("meta arith", b"ma zz\r\nma zz N0 J13 v\r\nma zz v D5\r\nma zz MD v D100\r\nma zz M- D1 v\r\nma zz\r\nmg zz v\r\nms s 1\r\nx\r\nma s\r\n"),
+    ("meta delete", b"ms a 1\r\nx\r\nmd a\r\nmd a\r\nms a 1\r\nx\r\nmd a C1\r\nmd a k O9\r\n"),
+    ("meta ttl and vivify", b"ms a 2 T100\r\nhi\r\nmg a v T30 t\r\nmg a t\r\nmg nn N30 v t\r\n"),
+];
+
+#[test]
+fn text_and_meta_match_memcached() {
+    let Some(mc) = memcached(&[]) else { return };
+    let rm = remora(&[]);
+    let mut failures = Vec::new();
+    for (name, script) in SCRIPTS {
+        let mut outs = Vec::new();
+        for srv in [&mc, &rm] {
+            let _ = text_roundtrip(srv.port, b"flush_all\r\n");
+            outs.push(normalize_text(&text_roundtrip(srv.port, script)));
+        }
+        if outs[0] != outs[1] {
+            failures.push(format!(
+                "--- {name}\nmemcached: {:?}\nremora:    {:?}",
+                outs[0], outs[1]
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "differences:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn oversized_value_is_refused_and_swallowed_like_memcached() {
+    let Some(mc) = memcached(&[]) else { return };
+    let rm = remora(&[]);
+    let mut script = b"set a 0 0 1\r\nx\r\nset a 0 0 2000000\r\n".to_vec();
+    script.extend(std::iter::repeat_n(b'z', 2_000_000));
+    script.extend_from_slice(b"\r\nget a\r\n");
+    let a = normalize_text(&text_roundtrip(mc.port, &script));
+    let b = normalize_text(&text_roundtrip(rm.port, &script));
+    assert_eq!(a, b);
+    assert!(b.contains("SERVER_ERROR object too large for cache"));
+}
+
+// ---- binary protocol ----
+
+fn bin(opcode: u8, extras: &[u8], key: &[u8], value: &[u8], cas: u64) -> Vec<u8> {
+    let mut v = vec![0x80, opcode];
+    v.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    v.push(extras.len() as u8);
+    v.extend_from_slice(&[0, 0, 0]);
+    v.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
+    v.extend_from_slice(&0xdeadbeefu32.to_be_bytes());
+    v.extend_from_slice(&cas.to_be_bytes());
+    v.extend_from_slice(extras);
+    v.extend_from_slice(key);
+    v.extend_from_slice(value);
+    v
+}
+
+/// Splits responses into frames, masking CAS and version bodies.
+fn frames(mut b: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while b.len() >= 24 {
+        let len = 24 + u32::from_be_bytes([b[8], b[9], b[10], b[11]]) as usize;
+        if b.len() < len {
+            break;
+        }
+        let mut f = b[..len].to_vec();
+        f[16..24].fill(0);
+        if f[1] == 0x0b {
+            // Version strings differ by design.
+            f.truncate(24);
+            f[8..12].fill(0);
+        }
+        out.push(f);
+        b = &b[len..];
+    }
+    out
+}
+
+fn bin_roundtrip(port: u16, reqs: &[u8]) -> Vec<Vec<u8>> {
+    let mut s = connect(port);
+    s.write_all(reqs).unwrap();
+    s.write_all(&bin(0x0a, &[], &[], &[], 0)).unwrap();
+    let mut all = Vec::new();
+    let t0 = std::time::Instant::now();
+    loop {
+        all.extend(read_until(&mut s, &[], Duration::from_millis(1)));
+        let f = frames(&all);
+        if f.last().is_some_and(|l| l[1] == 0x0a) || t0.elapsed() > Duration::from_secs(5) {
+            return f;
+        }
+        let mut buf = [0u8; 65536];
+        use std::io::Read;
+        match s.read(&mut buf) {
+            Ok(0) => return frames(&all),
+            Ok(n) => all.extend_from_slice(&buf[..n]),
+            Err(_) => {}
+        }
+    }
+}
+
+#[test]
+fn binary_matches_memcached() {
+    let Some(mc) = memcached(&[]) else { return };
+    let rm = remora(&[]);
+    let set_x = [0, 0, 0, 7, 0, 0, 0, 0];
+    let arith = |d: u64, init: u64, exp: u32| {
+        let mut e = d.to_be_bytes().to_vec();
+        e.extend_from_slice(&init.to_be_bytes());
+        e.extend_from_slice(&exp.to_be_bytes());
+        e
+    };
+    let mut reqs = Vec::new();
+    reqs.extend(bin(0x08, &[], &[], &[], 0)); // flush
+    reqs.extend(bin(0x01, &set_x, b"a", b"hello", 0)); // set
+    reqs.extend(bin(0x00, &[], b"a", &[], 0)); // get
+    reqs.extend(bin(0x0c, &[], b"a", &[], 0)); // getk
+    reqs.extend(bin(0x00, &[], b"zz", &[], 0)); // get miss
+    reqs.extend(bin(0x0c, &[], b"zz", &[], 0)); // getk miss
+    reqs.extend(bin(0x09, &[], b"zz", &[], 0)); // getq miss: silent
+    reqs.extend(bin(0x0d, &[], b"a", &[], 0)); // getkq hit
+    reqs.extend(bin(0x02, &set_x, b"a", b"x", 0)); // add exists
+    reqs.extend(bin(0x03, &set_x, b"zz", b"x", 0)); // replace missing
+    reqs.extend(bin(0x0e, &[], b"a", b"!", 0)); // append
+    reqs.extend(bin(0x0f, &[], b"a", b"<", 0)); // prepend
+    reqs.extend(bin(0x0e, &[], b"zz", b"!", 0)); // append missing
+    reqs.extend(bin(0x00, &[], b"a", &[], 0));
+    reqs.extend(bin(0x05, &arith(5, 10, 0), b"n", &[], 0)); // incr creates 10
+    reqs.extend(bin(0x05, &arith(5, 10, 0), b"n", &[], 0)); // 15
+    reqs.extend(bin(0x06, &arith(100, 0, 0), b"n", &[], 0)); // 0
+    reqs.extend(bin(0x05, &arith(1, 0, 0xffffffff), b"m", &[], 0)); // miss, no create
+    reqs.extend(bin(0x05, &arith(1, 0, 0), b"a", &[], 0)); // non-numeric
+    reqs.extend(bin(0x04, &[], b"a", &[], 0)); // delete
+    reqs.extend(bin(0x04, &[], b"a", &[], 0)); // delete miss
+    reqs.extend(bin(0x01, &set_x, b"c", b"v", 12345)); // cas on missing
+    reqs.extend(bin(0x1c, &[0, 0, 0, 100], b"n", &[], 0)); // touch
+    reqs.extend(bin(0x1c, &[0, 0, 0, 100], b"zz", &[], 0)); // touch miss
+    reqs.extend(bin(0x1d, &[0, 0, 0, 100], b"n", &[], 0)); // gat
+    reqs.extend(bin(0x23, &[0, 0, 0, 100], b"n", &[], 0)); // gatk
+    reqs.extend(bin(0x11, &set_x, b"q", b"quiet", 0)); // setq
+    reqs.extend(bin(0x00, &[], b"q", &[], 0));
+    reqs.extend(bin(0x50, &[], b"", &[], 0)); // unknown opcode
+    reqs.extend(bin(0x0b, &[], &[], &[], 0)); // version
+    let a = bin_roundtrip(mc.port, &reqs);
+    let b = bin_roundtrip(rm.port, &reqs);
+    assert!(a.len() > 20, "memcached answered {} frames", a.len());
+    let ops = |v: &Vec<Vec<u8>>| v.iter().map(|f| (f[1], f[7])).collect::<Vec<_>>();
+    eprintln!("memcached {:02x?}\nremora    {:02x?}", ops(&a), ops(&b));
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert_eq!(
+            x, y,
+            "frame {i} differs: memcached {x:02x?} remora {y:02x?}"
+        );
+    }
+    assert_eq!(a.len(), b.len());
+    // Invalid arguments: an error, then the connection is closed.
+    for bad in [
+        bin(0x01, &[1, 2], b"bad", b"", 0),
+        bin(0x00, &[], b"", &[], 0),
+    ] {
+        let a = bin_roundtrip(mc.port, &bad);
+        let b = bin_roundtrip(rm.port, &bad);
+        assert_eq!(a, b);
+    }
+}
+
+// ---- UDP ----
+
+fn udp_get(port: u16, id: u16, req: &[u8]) -> Vec<Vec<u8>> {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut d = vec![(id >> 8) as u8, id as u8, 0, 0, 0, 1, 0, 0];
+    d.extend_from_slice(req);
+    s.send_to(&d, ("127.0.0.1", port)).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 2048];
+    loop {
+        let Ok(n) = s.recv(&mut buf) else { break };
+        out.push(buf[..n].to_vec());
+        let total = u16::from_be_bytes([buf[4], buf[5]]) as usize;
+        if out.len() >= total {
+            break;
+        }
+    }
+    out
+}
+
+#[test]
+fn udp_frames_match_memcached() {
+    let Some(mc) = memcached(&[]) else { return };
+    let rm = remora(&[]);
+    let big = vec![b'v'; 3000];
+    for srv in [&mc, &rm] {
+        let mut s = connect(srv.port);
+        let mut req = format!("set big 0 0 {}\r\n", big.len()).into_bytes();
+        req.extend_from_slice(&big);
+        req.extend_from_slice(b"\r\n");
+        s.write_all(&req).unwrap();
+        assert_eq!(
+            read_until(&mut s, b"\r\n", Duration::from_secs(3)),
+            b"STORED\r\n"
+        );
+    }
+    let a = udp_get(mc.port, 0x4242, b"get big\r\n");
+    let b = udp_get(rm.port, 0x4242, b"get big\r\n");
+    assert!(a.len() > 1, "response split over datagrams");
+    let sizes = |v: &Vec<Vec<u8>>| v.iter().map(|d| d.len()).collect::<Vec<_>>();
+    assert_eq!(sizes(&a), sizes(&b), "same datagram sizes");
+    assert_eq!(a, b);
+    let a = udp_get(mc.port, 7, b"get nothing\r\n");
+    let b = udp_get(rm.port, 7, b"get nothing\r\n");
+    assert_eq!(a, b);
+}
+
+#[test]
+fn memccapable_passes() {
+    let Some(tool) = std::process::Command::new("sh")
+        .args(["-c", "command -v memccapable"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|p| !p.is_empty())
+    else {
+        eprintln!("SKIP: memccapable not installed (apt-get install libmemcached-tools)");
+        return;
+    };
+    let rm = remora(&[]);
+    let out = std::process::Command::new("timeout")
+        .args([
+            "60",
+            &tool,
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &rm.port.to_string(),
+            "-t",
+            "5",
+        ])
+        .output()
+        .expect("run memccapable");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && text.contains("All tests passed"),
+        "{text}"
+    );
+    assert!(!text.contains("[FAIL]"), "{text}");
+}
