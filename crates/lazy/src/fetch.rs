@@ -241,9 +241,12 @@ impl TcpFetcher {
     }
 }
 
+/// How long a fetch busy-polls for its reply before sleeping in recv.
+const CLIENT_SPIN: Duration = Duration::from_micros(100);
+
 fn read_reply(s: &mut TcpStream) -> Result<Reply, FetchError> {
     let mut h = [0u8; HEADER_LEN];
-    s.read_exact(&mut h)
+    crate::sys::recv_exact_spin(s, &mut h, CLIENT_SPIN)
         .map_err(|e| FetchError::Transient(format!("read reply: {e}")))?;
     Reply::parse(&h).map_err(|e| FetchError::Fatal(e.to_string()))
 }
@@ -283,7 +286,7 @@ impl PageFetcher for TcpFetcher {
         }
         let out = match r.status {
             Status::Data if r.len as usize == avail => {
-                s.read_exact(&mut buf[..avail])
+                crate::sys::recv_exact_spin(&mut s, &mut buf[..avail], CLIENT_SPIN)
                     .map_err(|e| FetchError::Transient(format!("read data: {e}")))?;
                 buf[avail..].fill(0);
                 Fetched::Data

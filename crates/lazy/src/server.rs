@@ -154,7 +154,7 @@ where
     let mut buf = vec![0u8; HEADER_LEN + (64 << 10)];
     loop {
         let mut h = [0u8; HEADER_LEN];
-        match stream.read_exact(&mut h) {
+        match stream.recv_request(&mut h) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(Error::io("read request", e)),
@@ -312,14 +312,24 @@ where
     }
 }
 
+/// How long a connection thread busy-polls for the next request before sleeping in recv.
+const SERVER_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// Streams that can be split into a reader and a writer.
-pub trait TryCloneStream: Sized {
+pub trait TryCloneStream: Sized + Read {
     /// A second handle on the same connection.
     fn try_clone_stream(&self) -> std::io::Result<Self>;
+    /// Reads one request header (busy-polling briefly where the stream supports it).
+    fn recv_request(&mut self, h: &mut [u8]) -> std::io::Result<()> {
+        self.read_exact(h)
+    }
 }
 impl TryCloneStream for TcpStream {
     fn try_clone_stream(&self) -> std::io::Result<Self> {
         self.try_clone()
+    }
+    fn recv_request(&mut self, h: &mut [u8]) -> std::io::Result<()> {
+        crate::sys::recv_exact_spin(self, h, SERVER_SPIN)
     }
 }
 impl TryCloneStream for std::os::unix::net::UnixStream {
