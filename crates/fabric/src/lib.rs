@@ -1,3 +1,52 @@
-//! Queue pairs (UC, RC), completion queues, connection setup and the udp, shm and tcp
-//! transports of the remora fabric.
+//! Queue pairs, completion queues, connection setup and the transports of the remora fabric.
+//!
+//! What it does: one-sided WRITE, WRITE-with-immediate and READ, and two-sided SEND, between
+//! registered memory regions ([`remora_mem`]) on reliable (RC) and unreliable (UC) queue pairs,
+//! over three transports with one API:
+//! - `udp`: RoCEv2 datagrams (the packets a RoCE NIC would put on the wire, ICRC included) over
+//!   kernel UDP sockets, with `sendmmsg`/GSO and `recvmmsg`/GRO;
+//! - `shm`: same host, data moved once between the two address spaces (`process_vm_readv` /
+//!   `process_vm_writev`), descriptors over a stream;
+//! - `tcp`: a framed stream, the baseline.
+//!
+//! The RC/UC protocol is a sans-IO state machine ([`engine::Engine`]): PSNs, coalesced ACKs,
+//! NAKs, go-back-N with a microsecond retransmission timer and retry limits; transports are thin
+//! drivers around it. Connections are set up out of band over a small TCP exchange
+//! ([`Listener`], [`connect`]).
+//!
+//! What it does not: no kernel RDMA stack or verbs compatibility, no UD service, no atomics, no
+//! congestion control beyond the RC window.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use remora_fabric::{connect, QpOptions, Transport};
+//! use remora_mem::{Access, Buffer, Mode, Pd};
+//!
+//! let pd = Arc::new(Pd::new());
+//! let mr = pd.register(Buffer::anonymous(1 << 20)?, Access::ALL, Mode::OnDemand)?;
+//! let opts = QpOptions { transport: Transport::Udp, ..QpOptions::default() };
+//! let (qp, peer) = connect("127.0.0.1:7471".parse()?, pd, opts, &[])?;
+//! let remote = remora_fabric::RegionInfo::decode(&peer)?; // what the server sent at accept
+//! qp.post_write(1, &mr, 0, 4096, remote.addr, remote.rkey, Some(7))?;
+//! let done = qp.wait(std::time::Duration::from_secs(1))?.expect("completion");
+//! assert!(done.status.is_ok());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![warn(missing_docs)]
+
+mod conn;
+mod cq;
+pub mod engine;
+mod error;
+mod qp;
+mod shm;
+mod stream;
+mod udp;
+mod wr;
+
+pub use conn::{connect, Listener, QpOptions, QpType, RegionInfo, Transport};
+pub use cq::Cq;
+pub use engine::Stats;
+pub use error::{Error, Result};
+pub use qp::{Qp, QpStats};
+pub use wr::{Completion, RecvWr, SendWr, Status, WcOpcode, WrOp};

@@ -1,0 +1,507 @@
+//! Connection setup: a small exchange over TCP, out of band like `rdma_cm`, that agrees on the
+//! transport, queue pair type, path MTU, queue pair numbers, starting PSNs and the udp receive
+//! port, and carries up to 64 KiB of application "private data" each way (typically the
+//! [`RegionInfo`] of the regions the peer may access).
+//!
+//! The hello message (little-endian): `"RMRA"`, version u8, transport u8, qp type u8, 0 u8, MTU
+//! u32, QPN u32, first PSN u32, udp port u16, 0 u16, pid u32, boot id [16], private length u32,
+//! private data.
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use remora_mem::{Pd, Region};
+use remora_wire::{Psn, Service};
+
+use crate::cq::Cq;
+use crate::engine::{Engine, EngineConfig};
+use crate::error::{io_err, Error, Result};
+use crate::qp::{Inner, Qp};
+use crate::stream::{DataPath, StreamQp};
+use crate::udp::{Device, DeviceHandle, UdpQp};
+
+const MAGIC: &[u8; 4] = b"RMRA";
+const VERSION: u8 = 1;
+const HELLO_LEN: usize = 44;
+/// Largest private data either side may send.
+pub const MAX_PRIVATE: usize = 64 << 10;
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Which transport carries a queue pair's traffic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// RoCEv2 datagrams over UDP.
+    Udp,
+    /// Same host: data copied once between address spaces, descriptors over a stream.
+    Shm,
+    /// A framed TCP stream.
+    Tcp,
+}
+
+impl Transport {
+    fn code(self) -> u8 {
+        match self {
+            Transport::Udp => 1,
+            Transport::Shm => 2,
+            Transport::Tcp => 3,
+        }
+    }
+    fn from_code(c: u8) -> Option<Transport> {
+        Some(match c {
+            1 => Transport::Udp,
+            2 => Transport::Shm,
+            3 => Transport::Tcp,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Transport::Udp => "udp",
+            Transport::Shm => "shm",
+            Transport::Tcp => "tcp",
+        })
+    }
+}
+
+impl FromStr for Transport {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Transport, String> {
+        match s {
+            "udp" => Ok(Transport::Udp),
+            "shm" => Ok(Transport::Shm),
+            "tcp" => Ok(Transport::Tcp),
+            _ => Err(format!("unknown transport {s:?} (udp, shm or tcp)")),
+        }
+    }
+}
+
+/// Queue pair service type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QpType {
+    /// Reliable connected: acknowledged, retransmitted, READ available.
+    Rc,
+    /// Unreliable connected: no acknowledgements; a message with a loss is dropped.
+    Uc,
+}
+
+impl QpType {
+    pub(crate) fn service(self) -> Service {
+        match self {
+            QpType::Rc => Service::Rc,
+            QpType::Uc => Service::Uc,
+        }
+    }
+}
+
+impl fmt::Display for QpType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            QpType::Rc => "rc",
+            QpType::Uc => "uc",
+        })
+    }
+}
+
+impl FromStr for QpType {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<QpType, String> {
+        match s {
+            "rc" => Ok(QpType::Rc),
+            "uc" => Ok(QpType::Uc),
+            _ => Err(format!("unknown queue pair type {s:?} (rc or uc)")),
+        }
+    }
+}
+
+/// Options of a queue pair. The connecting side's transport and type are what the pair uses;
+/// the MTU is the smaller of the two sides'.
+#[derive(Clone, Debug)]
+pub struct QpOptions {
+    /// Transport.
+    pub transport: Transport,
+    /// Service type.
+    pub qp_type: QpType,
+    /// Path MTU (payload bytes per packet, 256..=4096; udp only).
+    pub mtu: usize,
+    /// udp receive port (0: 4791 if free, else any).
+    pub udp_port: u16,
+    /// Verify the ICRC of every received datagram (udp).
+    pub icrc_check: bool,
+    /// RC local ACK timeout (udp).
+    pub retry_timeout: Duration,
+    /// RC retries before a request fails (udp).
+    pub retry_count: u32,
+    /// RC packets in flight at most (udp).
+    pub window: u32,
+}
+
+impl Default for QpOptions {
+    fn default() -> QpOptions {
+        QpOptions {
+            transport: Transport::Udp,
+            qp_type: QpType::Rc,
+            mtu: 4096,
+            udp_port: 0,
+            icrc_check: true,
+            retry_timeout: Duration::from_millis(2),
+            retry_count: 7,
+            window: 1024,
+        }
+    }
+}
+
+/// Address, length and remote key of a region, as peers exchange them in private data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionInfo {
+    /// Virtual address of the first byte.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+impl RegionInfo {
+    /// Encoded length.
+    pub const LEN: usize = 20;
+
+    /// The description of a registered region.
+    pub fn of(r: &Region) -> RegionInfo {
+        RegionInfo {
+            addr: r.addr(),
+            len: r.len() as u64,
+            rkey: r.rkey(),
+        }
+    }
+
+    /// 20 bytes, little-endian.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..8].copy_from_slice(&self.addr.to_le_bytes());
+        b[8..16].copy_from_slice(&self.len.to_le_bytes());
+        b[16..].copy_from_slice(&self.rkey.to_le_bytes());
+        b
+    }
+
+    /// Decodes the first 20 bytes of `b`.
+    pub fn decode(b: &[u8]) -> Result<RegionInfo> {
+        if b.len() < Self::LEN {
+            return Err(Error::Setup(format!(
+                "region description needs {} bytes, got {}",
+                Self::LEN,
+                b.len()
+            )));
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        Ok(RegionInfo {
+            addr: u64_at(0),
+            len: u64_at(8),
+            rkey: u32::from_le_bytes(b[16..20].try_into().expect("4 bytes")),
+        })
+    }
+}
+
+struct Hello {
+    transport: Transport,
+    qp_type: QpType,
+    mtu: u32,
+    qpn: u32,
+    psn: u32,
+    udp_port: u16,
+    pid: u32,
+    boot_id: [u8; 16],
+    private: Vec<u8>,
+}
+
+impl Hello {
+    fn write(&self, s: &mut TcpStream) -> Result<()> {
+        if self.private.len() > MAX_PRIVATE {
+            return Err(Error::Setup(format!(
+                "private data of {} bytes exceeds {MAX_PRIVATE}",
+                self.private.len()
+            )));
+        }
+        let mut b = Vec::with_capacity(HELLO_LEN + self.private.len());
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&[
+            VERSION,
+            self.transport.code(),
+            matches!(self.qp_type, QpType::Uc) as u8,
+            0,
+        ]);
+        b.extend_from_slice(&self.mtu.to_le_bytes());
+        b.extend_from_slice(&self.qpn.to_le_bytes());
+        b.extend_from_slice(&self.psn.to_le_bytes());
+        b.extend_from_slice(&self.udp_port.to_le_bytes());
+        b.extend_from_slice(&[0, 0]);
+        b.extend_from_slice(&self.pid.to_le_bytes());
+        b.extend_from_slice(&self.boot_id);
+        b.extend_from_slice(&(self.private.len() as u32).to_le_bytes());
+        b.extend_from_slice(&self.private);
+        s.write_all(&b).map_err(io_err("sending the connection hello"))
+    }
+
+    fn read(s: &mut TcpStream) -> Result<Hello> {
+        let mut h = [0u8; HELLO_LEN];
+        s.read_exact(&mut h).map_err(io_err("reading the connection hello"))?;
+        if &h[..4] != MAGIC {
+            return Err(Error::Setup("peer is not a remora fabric endpoint".into()));
+        }
+        if h[4] != VERSION {
+            return Err(Error::Setup(format!(
+                "peer speaks setup version {}, this is {VERSION}",
+                h[4]
+            )));
+        }
+        let transport = Transport::from_code(h[5])
+            .ok_or_else(|| Error::Setup(format!("unknown transport code {}", h[5])))?;
+        let qp_type = match h[6] {
+            0 => QpType::Rc,
+            1 => QpType::Uc,
+            c => return Err(Error::Setup(format!("unknown queue pair type code {c}"))),
+        };
+        let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
+        let plen = u32_at(40) as usize;
+        if plen > MAX_PRIVATE {
+            return Err(Error::Setup(format!(
+                "peer announced {plen} bytes of private data (limit {MAX_PRIVATE})"
+            )));
+        }
+        let mut private = vec![0u8; plen];
+        s.read_exact(&mut private)
+            .map_err(io_err("reading the peer's private data"))?;
+        Ok(Hello {
+            transport,
+            qp_type,
+            mtu: u32_at(8),
+            qpn: u32_at(12) & Psn::MASK,
+            psn: u32_at(16) & Psn::MASK,
+            udp_port: u16::from_le_bytes([h[20], h[21]]),
+            pid: u32_at(24),
+            boot_id: h[28..44].try_into().expect("16 bytes"),
+            private,
+        })
+    }
+}
+
+/// This boot's identity, so both ends of an `shm` pair can tell they share a kernel.
+fn boot_id() -> [u8; 16] {
+    let s = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let hex: Vec<u8> = s
+        .bytes()
+        .filter(u8::is_ascii_hexdigit)
+        .map(|c| (c as char).to_digit(16).unwrap_or(0) as u8)
+        .collect();
+    let mut id = [0u8; 16];
+    for (i, pair) in hex.chunks(2).take(16).enumerate() {
+        id[i] = pair[0] << 4 | pair.get(1).copied().unwrap_or(0);
+    }
+    id
+}
+
+/// A queue pair number unique in this process and unlikely to repeat across processes.
+fn next_qpn() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let base = std::process::id().wrapping_mul(0x9E37_79B1) >> 8;
+    // Avoid 0 and 1 (reserved in InfiniBand).
+    0x100 + (base.wrapping_add(n.wrapping_mul(7))) % (Psn::MASK - 0x100)
+}
+
+fn first_psn(qpn: u32) -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    (t ^ qpn.wrapping_mul(0x85EB_CA6B)) & Psn::MASK
+}
+
+/// Accepts queue pairs; the server side of [`connect`].
+pub struct Listener {
+    tcp: TcpListener,
+    pd: Arc<Pd>,
+    opts: QpOptions,
+    devices: Mutex<HashMap<IpAddr, Arc<DeviceHandle>>>,
+}
+
+impl Listener {
+    /// Listens for connection setup on `control` (TCP). Accepted queue pairs serve the regions
+    /// of `pd`; `opts` gives this side's MTU and udp settings (transport and type follow the
+    /// connecting peer).
+    pub fn bind(control: SocketAddr, pd: Arc<Pd>, opts: QpOptions) -> Result<Listener> {
+        let tcp = TcpListener::bind(control)
+            .map_err(io_err(format!("listening for connections on {control}")))?;
+        Ok(Listener {
+            tcp,
+            pd,
+            opts,
+            devices: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The control address (useful after binding port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.tcp.local_addr().expect("bound listener has an address")
+    }
+
+    /// Waits for one peer, completes the setup and returns the queue pair and the peer's private
+    /// data; `private` goes to the peer.
+    pub fn accept(&self, private: &[u8]) -> Result<(Qp, Vec<u8>)> {
+        loop {
+            let (mut s, from) = self.tcp.accept().map_err(io_err("accept"))?;
+            s.set_read_timeout(Some(SETUP_TIMEOUT)).ok();
+            s.set_nodelay(true).ok();
+            let peer = match Hello::read(&mut s) {
+                Ok(h) => h,
+                Err(e) => {
+                    // A stray or broken client must not stop the server.
+                    tracing::warn!(%from, error = %e, "connection setup refused");
+                    continue;
+                }
+            };
+            let opts = QpOptions {
+                transport: peer.transport,
+                qp_type: peer.qp_type,
+                mtu: self.opts.mtu.min(peer.mtu as usize),
+                ..self.opts.clone()
+            };
+            let local_ip = s.local_addr().map_err(io_err("local address"))?.ip();
+            let dev = if opts.transport == Transport::Udp {
+                Some(self.device(local_ip)?)
+            } else {
+                None
+            };
+            return establish(s, self.pd.clone(), &opts, dev, private, Some(peer));
+        }
+    }
+
+    fn device(&self, ip: IpAddr) -> Result<Arc<DeviceHandle>> {
+        let mut devs = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = devs.get(&ip) {
+            return Ok(d.clone());
+        }
+        let d = Arc::new(Device::bind(ip, self.opts.udp_port)?);
+        devs.insert(ip, d.clone());
+        Ok(d)
+    }
+}
+
+/// Connects to a [`Listener`] at `control` and returns the queue pair and the peer's private
+/// data; `private` goes to the peer.
+pub fn connect(
+    control: SocketAddr,
+    pd: Arc<Pd>,
+    opts: QpOptions,
+    private: &[u8],
+) -> Result<(Qp, Vec<u8>)> {
+    if !(256..=4096).contains(&opts.mtu) {
+        return Err(Error::Setup(format!(
+            "path MTU {} outside 256..=4096",
+            opts.mtu
+        )));
+    }
+    let s = TcpStream::connect_timeout(&control, SETUP_TIMEOUT)
+        .map_err(io_err(format!("connecting to {control}")))?;
+    s.set_read_timeout(Some(SETUP_TIMEOUT)).ok();
+    s.set_nodelay(true).ok();
+    let dev = if opts.transport == Transport::Udp {
+        let ip = s.local_addr().map_err(io_err("local address"))?.ip();
+        Some(Arc::new(Device::bind(ip, opts.udp_port)?))
+    } else {
+        None
+    };
+    establish(s, pd, &opts, dev, private, None)
+}
+
+/// Both sides: send our hello (after reading the peer's on the accepting side), read theirs,
+/// build the queue pair.
+fn establish(
+    mut s: TcpStream,
+    pd: Arc<Pd>,
+    opts: &QpOptions,
+    dev: Option<Arc<DeviceHandle>>,
+    private: &[u8],
+    peer_first: Option<Hello>,
+) -> Result<(Qp, Vec<u8>)> {
+    let qpn = next_qpn();
+    let psn = first_psn(qpn);
+    let me = Hello {
+        transport: opts.transport,
+        qp_type: opts.qp_type,
+        mtu: opts.mtu as u32,
+        qpn,
+        psn,
+        udp_port: dev.as_ref().map_or(0, |d| d.dev.local_addr().port()),
+        pid: std::process::id(),
+        boot_id: boot_id(),
+        private: private.to_vec(),
+    };
+    if opts.transport == Transport::Shm {
+        crate::shm::allow_peer_access();
+    }
+    me.write(&mut s)?;
+    let peer = match peer_first {
+        Some(p) => p,
+        None => Hello::read(&mut s)?,
+    };
+    if peer.transport != opts.transport || peer.qp_type != opts.qp_type {
+        return Err(Error::Setup(format!(
+            "peer wants {}/{}, this side {}/{}",
+            peer.transport, peer.qp_type, opts.transport, opts.qp_type
+        )));
+    }
+    let mtu = opts.mtu.min(peer.mtu as usize);
+    if !(256..=4096).contains(&mtu) {
+        return Err(Error::Setup(format!("negotiated MTU {mtu} outside 256..=4096")));
+    }
+    s.set_read_timeout(None).ok();
+    let cq = Arc::new(Cq::new());
+    let inner = match opts.transport {
+        Transport::Udp => {
+            let dev = dev.expect("udp has a device");
+            let peer_ip = s.peer_addr().map_err(io_err("peer address"))?.ip();
+            let mut cfg = EngineConfig::new(opts.qp_type.service(), qpn, peer.qpn, mtu);
+            cfg.send_psn = Psn::new(psn);
+            cfg.recv_psn = Psn::new(peer.psn);
+            cfg.retry_timeout = opts.retry_timeout;
+            cfg.retry_count = opts.retry_count;
+            cfg.window = opts.window.max(1);
+            let engine = Engine::new(cfg, pd);
+            let local_ip = dev.dev.local_addr().ip();
+            let qp = UdpQp::new(
+                engine,
+                local_ip,
+                SocketAddr::new(peer_ip, peer.udp_port),
+                opts.icrc_check,
+                cq.clone(),
+            )?;
+            dev.dev.attach(qp.clone());
+            Inner::Udp { qp, dev, control: s }
+        }
+        Transport::Tcp | Transport::Shm => {
+            let path = if opts.transport == Transport::Shm {
+                if peer.boot_id != boot_id() {
+                    return Err(Error::Setup(
+                        "shm needs both ends on the same host (boot ids differ)".into(),
+                    ));
+                }
+                DataPath::Shm {
+                    peer_pid: peer.pid as i32,
+                }
+            } else {
+                DataPath::Inline
+            };
+            Inner::Stream(StreamQp::start(s, pd, path, opts.qp_type, cq.clone())?)
+        }
+    };
+    let qp = Qp::new(inner, cq, opts.transport, opts.qp_type, mtu, qpn, peer.qpn);
+    Ok((qp, peer.private))
+}

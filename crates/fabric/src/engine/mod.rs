@@ -1,0 +1,267 @@
+//! The queue-pair protocol as a deterministic, sans-IO state machine.
+//!
+//! An [`Engine`] is one queue pair: a requester (send queue, PSNs, retransmission) and a
+//! responder (expected PSN, access checks, ACK/NAK, READ responses). It owns no socket and no
+//! clock: every call takes `now`, datagrams go in through [`Engine::handle`] and come out of
+//! [`Engine::poll_transmit`], timers through [`Engine::poll_timeout`] / [`Engine::handle_timeout`],
+//! and completions through [`Engine::poll_completion`]. Transports (`udp`) are thin drivers
+//! around it, and the loss, reordering and timeout tests run it on virtual time.
+//!
+//! Packets are RoCEv2 UDP payloads (BTH .. ICRC). The engine leaves the 4 ICRC bytes zero; the
+//! transport seals them because the ICRC covers the IP and UDP headers the engine never sees.
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use remora_mem::Pd;
+use remora_wire::{Psn, Repr, Service};
+
+use crate::error::{Error, Result};
+use crate::wr::{Completion, RecvWr, SendWr};
+
+mod requester;
+mod responder;
+#[cfg(test)]
+mod tests;
+
+use requester::Requester;
+use responder::Responder;
+
+/// Static parameters of one queue pair.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// RC or UC.
+    pub service: Service,
+    /// Our queue pair number (peers address packets to it).
+    pub local_qpn: u32,
+    /// The peer's queue pair number (our packets carry it).
+    pub remote_qpn: u32,
+    /// Payload bytes per packet (path MTU), 256..=4096.
+    pub mtu: usize,
+    /// PSN of our first packet.
+    pub send_psn: Psn,
+    /// PSN we expect first from the peer.
+    pub recv_psn: Psn,
+    /// Local ACK timeout (RC): time without progress before go-back-N.
+    pub retry_timeout: Duration,
+    /// Retransmissions of the same packet before the request fails (RC).
+    pub retry_count: u32,
+    /// RNR NAK retries before the request fails (RC), and the wait between them.
+    pub rnr_retry: u32,
+    /// Wait after an RNR NAK before resending.
+    pub rnr_delay: Duration,
+    /// Packets in flight (sent, not acknowledged) at most (RC).
+    pub window: u32,
+    /// Ask for an ACK at least every this many packets, besides each message's last (RC).
+    pub ack_req_every: u32,
+    /// Outstanding send work requests at most.
+    pub max_send_wr: usize,
+}
+
+impl EngineConfig {
+    /// A configuration with the defaults used by the transports.
+    pub fn new(service: Service, local_qpn: u32, remote_qpn: u32, mtu: usize) -> EngineConfig {
+        EngineConfig {
+            service,
+            local_qpn,
+            remote_qpn,
+            mtu,
+            send_psn: Psn::new(0),
+            recv_psn: Psn::new(0),
+            retry_timeout: Duration::from_millis(2),
+            retry_count: 7,
+            rnr_retry: 7,
+            rnr_delay: Duration::from_micros(200),
+            window: 1024,
+            ack_req_every: 64,
+            max_send_wr: 4096,
+        }
+    }
+}
+
+/// Counters of one queue pair. Wire problems are counted here, never returned as errors.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Packets produced by `poll_transmit`.
+    pub tx_packets: u64,
+    /// Packets given to `handle`.
+    pub rx_packets: u64,
+    /// Packets that did not parse (dropped).
+    pub rx_malformed: u64,
+    /// Packets for another queue pair (dropped).
+    pub rx_wrong_qp: u64,
+    /// Data packets sent again after a NAK or timeout.
+    pub retransmits: u64,
+    /// Retransmission timer expiries.
+    pub timeouts: u64,
+    /// Duplicate packets received (re-ACKed or READ re-executed).
+    pub duplicates: u64,
+    /// Packets ahead of the expected PSN (RC: NAKed; UC: dropped).
+    pub out_of_sequence: u64,
+    /// NAKs sent, of any kind.
+    pub naks_sent: u64,
+    /// NAKs received, of any kind.
+    pub naks_received: u64,
+    /// Remote accesses refused (wrong key, bounds, rights).
+    pub access_errors: u64,
+    /// Requests refused as malformed (lengths, opcode order).
+    pub invalid_requests: u64,
+    /// UC messages abandoned after a gap.
+    pub uc_messages_dropped: u64,
+    /// UC packets dropped while waiting for the next First/Only.
+    pub uc_packets_dropped: u64,
+    /// ACK packets sent.
+    pub acks_sent: u64,
+}
+
+/// One queue pair's protocol state. See the module documentation.
+pub struct Engine {
+    cfg: EngineConfig,
+    pd: Arc<Pd>,
+    req: Requester,
+    resp: Responder,
+    completions: VecDeque<Completion>,
+    stats: Stats,
+}
+
+impl Engine {
+    /// A queue pair whose responder serves the regions of `pd`.
+    pub fn new(cfg: EngineConfig, pd: Arc<Pd>) -> Engine {
+        assert!(
+            (256..=4096).contains(&cfg.mtu),
+            "path MTU must be 256..=4096 bytes"
+        );
+        Engine {
+            req: Requester::new(&cfg),
+            resp: Responder::new(&cfg),
+            cfg,
+            pd,
+            completions: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// True once a request failed; the queue pair accepts no more work.
+    pub fn is_error(&self) -> bool {
+        self.req.error
+    }
+
+    /// Send-side work requests not yet completed.
+    pub fn outstanding(&self) -> usize {
+        self.req.outstanding()
+    }
+
+    /// Queues a send-side work request.
+    pub fn post_send(&mut self, now: Instant, wr: SendWr) -> Result<()> {
+        self.req.post(now, &self.cfg, wr)
+    }
+
+    /// Queues a receive buffer for incoming SENDs.
+    pub fn post_recv(&mut self, wr: RecvWr) -> Result<()> {
+        let end = wr.offset.checked_add(wr.len);
+        if end.is_none_or(|e| e > wr.local.len()) {
+            return Err(Error::Local(format!(
+                "receive buffer {}+{} outside region of {} bytes",
+                wr.offset,
+                wr.len,
+                wr.local.len()
+            )));
+        }
+        self.resp.recv_queue.push_back(wr);
+        Ok(())
+    }
+
+    /// Processes one received RoCEv2 payload (BTH .. ICRC; the ICRC is the transport's business).
+    pub fn handle(&mut self, now: Instant, datagram: &[u8]) {
+        self.stats.rx_packets += 1;
+        let (repr, payload) = match Repr::parse(datagram) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(qpn = self.cfg.local_qpn, error = %e, "malformed packet dropped");
+                self.stats.rx_malformed += 1;
+                return;
+            }
+        };
+        if repr.bth.dest_qp != self.cfg.local_qpn || repr.bth.opcode.service != self.cfg.service {
+            self.stats.rx_wrong_qp += 1;
+            return;
+        }
+        if is_response(&repr) {
+            self.req.handle(
+                now,
+                &self.cfg,
+                &repr,
+                payload,
+                &mut self.completions,
+                &mut self.stats,
+            );
+        } else {
+            self.resp.handle(
+                &self.cfg,
+                &self.pd,
+                &repr,
+                payload,
+                &mut self.completions,
+                &mut self.stats,
+            );
+        }
+    }
+
+    /// Writes the next packet to send into `buf` (at least `mtu + 64` bytes) and returns its
+    /// length, or `None` when there is nothing to send now.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let n = match self.resp.poll_transmit(&self.cfg, buf, &mut self.stats) {
+            Some(n) => Some(n),
+            None => self
+                .req
+                .poll_transmit(now, &self.cfg, buf, &mut self.completions, &mut self.stats),
+        }?;
+        self.stats.tx_packets += 1;
+        Some(n)
+    }
+
+    /// When [`Engine::handle_timeout`] must be called next, if at all.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.req.poll_timeout()
+    }
+
+    /// Runs expired timers (retransmission, RNR wait).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.req
+            .handle_timeout(now, &self.cfg, &mut self.completions, &mut self.stats);
+    }
+
+    /// The next completion, oldest first.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    /// Completions waiting to be polled.
+    pub fn completions_pending(&self) -> usize {
+        self.completions.len()
+    }
+}
+
+/// Packets that answer our requests (handled by the requester) rather than ask something.
+fn is_response(repr: &Repr) -> bool {
+    use remora_wire::Op::*;
+    matches!(
+        repr.bth.opcode.op,
+        Ack | ReadResponseFirst | ReadResponseMiddle | ReadResponseLast | ReadResponseOnly
+    )
+}
+
+/// Number of packets a message of `len` bytes takes at `mtu` (a zero-length message takes one).
+pub(crate) fn packets_for(len: usize, mtu: usize) -> u32 {
+    len.div_ceil(mtu).max(1) as u32
+}

@@ -1,0 +1,540 @@
+//! The requester half of a queue pair: send queue, PSN assignment, segmentation at the path MTU,
+//! acknowledgement processing, READ responses, go-back-N retransmission and the retry limits.
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use remora_mem::Access;
+use remora_wire::{AethRepr, BthRepr, NakCode, Op, Opcode, Psn, RethRepr, Repr, Service, Syndrome};
+
+use super::{packets_for, EngineConfig, Stats};
+use crate::error::{Error, Result};
+use crate::wr::{Completion, SendWr, Status, WrOp};
+
+/// Largest RDMA message (the RETH DMA length is 32 bits; verbs limit it to 2^31).
+const MAX_MESSAGE: usize = 1 << 31;
+
+struct Pending {
+    wr: SendWr,
+    first_psn: Psn,
+    npkts: u32,
+    /// WRITE/SEND: acknowledged through the last packet (RC) or fully sent (UC).
+    acked: bool,
+    /// READ: response packets received in order.
+    read_next: u32,
+}
+
+impl Pending {
+    fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts - 1)
+    }
+    fn contains(&self, psn: Psn) -> bool {
+        let d = psn.diff(self.first_psn);
+        d >= 0 && (d as u32) < self.npkts
+    }
+    fn is_read(&self) -> bool {
+        self.wr.op == WrOp::Read
+    }
+    fn done(&self) -> bool {
+        if self.is_read() {
+            self.read_next == self.npkts
+        } else {
+            self.acked
+        }
+    }
+}
+
+pub(super) struct Requester {
+    wrs: VecDeque<Pending>,
+    /// First PSN of the next posted request.
+    next_psn: Psn,
+    /// Next PSN to transmit.
+    tx_psn: Psn,
+    /// Index in `wrs` of the request holding `tx_psn` (a hint; rescanned after go-back).
+    tx_idx: usize,
+    /// One past the highest PSN ever transmitted.
+    high: Psn,
+    /// Oldest PSN not yet acknowledged (RC).
+    una: Psn,
+    deadline: Option<Instant>,
+    retries: u32,
+    rnr_retries: u32,
+    rnr_until: Option<Instant>,
+    since_ack_req: u32,
+    /// The READ response PSN we last asked again for (one re-read per gap).
+    reread_at: Option<Psn>,
+    pub(super) error: bool,
+}
+
+impl Requester {
+    pub(super) fn new(cfg: &EngineConfig) -> Requester {
+        Requester {
+            wrs: VecDeque::new(),
+            next_psn: cfg.send_psn,
+            tx_psn: cfg.send_psn,
+            tx_idx: 0,
+            high: cfg.send_psn,
+            una: cfg.send_psn,
+            deadline: None,
+            retries: 0,
+            rnr_retries: 0,
+            rnr_until: None,
+            since_ack_req: 0,
+            reread_at: None,
+            error: false,
+        }
+    }
+
+    pub(super) fn outstanding(&self) -> usize {
+        self.wrs.len()
+    }
+
+    pub(super) fn post(&mut self, _now: Instant, cfg: &EngineConfig, wr: SendWr) -> Result<()> {
+        if self.error {
+            return Err(Error::QpError);
+        }
+        if self.wrs.len() >= cfg.max_send_wr {
+            return Err(Error::QueueFull(self.wrs.len()));
+        }
+        if wr.len > MAX_MESSAGE {
+            return Err(Error::TooLong(wr.len));
+        }
+        let end = wr.offset.checked_add(wr.len);
+        if end.is_none_or(|e| e > wr.local.len()) {
+            return Err(Error::Local(format!(
+                "{}+{} bytes outside the local region of {} bytes",
+                wr.offset,
+                wr.len,
+                wr.local.len()
+            )));
+        }
+        if wr.op == WrOp::Read {
+            if cfg.service != Service::Rc {
+                return Err(Error::Unsupported {
+                    op: "READ",
+                    qp: "UC",
+                });
+            }
+            if !wr.local.access().contains(Access::LOCAL_WRITE) {
+                return Err(Error::Local(
+                    "READ needs a local region registered with LOCAL_WRITE".into(),
+                ));
+            }
+        }
+        let npkts = packets_for(wr.len, cfg.mtu);
+        let first_psn = self.next_psn;
+        self.next_psn = first_psn.add(npkts);
+        self.wrs.push_back(Pending {
+            wr,
+            first_psn,
+            npkts,
+            acked: false,
+            read_next: 0,
+        });
+        Ok(())
+    }
+
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        match (self.deadline, self.rnr_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub(super) fn poll_transmit(
+        &mut self,
+        now: Instant,
+        cfg: &EngineConfig,
+        buf: &mut [u8],
+        completions: &mut VecDeque<Completion>,
+        stats: &mut Stats,
+    ) -> Option<usize> {
+        if self.error || self.rnr_until.is_some_and(|t| t > now) {
+            return None;
+        }
+        let rc = cfg.service == Service::Rc;
+        if rc && self.tx_psn.diff(self.una) >= cfg.window as i32 {
+            return None;
+        }
+        if self.tx_psn == self.next_psn {
+            return None;
+        }
+        if let Some(front) = self.wrs.front() {
+            // Everything before the oldest request is complete; never resend it.
+            if self.tx_psn.before(front.first_psn) {
+                self.tx_psn = front.first_psn;
+            }
+        }
+        if self.tx_idx >= self.wrs.len() || self.tx_psn.before(self.wrs[self.tx_idx].first_psn) {
+            self.tx_idx = 0;
+        }
+        while self.tx_idx < self.wrs.len() && !self.wrs[self.tx_idx].contains(self.tx_psn) {
+            self.tx_idx += 1;
+        }
+        let p = self.wrs.get(self.tx_idx)?;
+        let psn = self.tx_psn;
+        let k = psn.diff(p.first_psn) as u32;
+        let last = k + 1 == p.npkts;
+        let off = k as usize * cfg.mtu;
+        let (op, reth, immdt, payload_len, next) = match p.wr.op {
+            WrOp::Write { imm } => {
+                let op = match (p.npkts, k, imm.is_some()) {
+                    (1, _, false) => Op::WriteOnly,
+                    (1, _, true) => Op::WriteOnlyImm,
+                    (_, 0, _) => Op::WriteFirst,
+                    (_, _, false) if last => Op::WriteLast,
+                    (_, _, true) if last => Op::WriteLastImm,
+                    _ => Op::WriteMiddle,
+                };
+                let reth = (k == 0).then_some(RethRepr {
+                    va: p.wr.remote_va,
+                    rkey: p.wr.rkey,
+                    len: p.wr.len as u32,
+                });
+                let n = cfg.mtu.min(p.wr.len - off.min(p.wr.len));
+                (op, reth, imm.filter(|_| last), n, psn.next())
+            }
+            WrOp::Send { imm } => {
+                let op = match (p.npkts, k, imm.is_some()) {
+                    (1, _, false) => Op::SendOnly,
+                    (1, _, true) => Op::SendOnlyImm,
+                    (_, 0, _) => Op::SendFirst,
+                    (_, _, false) if last => Op::SendLast,
+                    (_, _, true) if last => Op::SendLastImm,
+                    _ => Op::SendMiddle,
+                };
+                let n = cfg.mtu.min(p.wr.len - off.min(p.wr.len));
+                (op, None, imm.filter(|_| last), n, psn.next())
+            }
+            WrOp::Read => {
+                // A READ request names the whole (remaining) range; resuming after a loss asks
+                // only for what has not arrived.
+                let reth = RethRepr {
+                    va: p.wr.remote_va + off as u64,
+                    rkey: p.wr.rkey,
+                    len: (p.wr.len - off.min(p.wr.len)) as u32,
+                };
+                (
+                    Op::ReadRequest,
+                    Some(reth),
+                    None,
+                    0,
+                    p.first_psn.add(p.npkts),
+                )
+            }
+        };
+        self.since_ack_req += 1;
+        let ack_req = rc
+            && (p.wr.op == WrOp::Read
+                || (last && !p.is_read())
+                || self.since_ack_req >= cfg.ack_req_every);
+        if ack_req {
+            self.since_ack_req = 0;
+        }
+        let repr = Repr {
+            bth: BthRepr {
+                opcode: Opcode {
+                    service: cfg.service,
+                    op,
+                },
+                solicited: immdt.is_some(),
+                mig_req: true,
+                pad_count: 0,
+                pkey: 0xFFFF,
+                fecn: false,
+                becn: false,
+                dest_qp: cfg.remote_qpn,
+                ack_req,
+                psn,
+            },
+            reth,
+            immdt,
+            aeth: None,
+            payload_len,
+        };
+        let hl = repr.header_len();
+        let total = repr.emit_headers(buf);
+        if payload_len > 0 {
+            let dst = &mut buf[hl..hl + payload_len];
+            if p.wr.local.read_at(p.wr.offset + off, dst).is_err() {
+                // Bounds were checked at post time; a failure here is a bug, not bad input.
+                debug_assert!(false, "local read out of bounds after post-time check");
+            }
+        }
+        if psn.before(self.high) {
+            stats.retransmits += 1;
+        }
+        self.tx_psn = next;
+        if self.high.before(next) {
+            self.high = next;
+        }
+        if rc {
+            if self.deadline.is_none() {
+                self.deadline = Some(now + cfg.retry_timeout);
+            }
+        } else if last {
+            // UC: a message is complete once its last packet is out.
+            self.wrs[self.tx_idx].acked = true;
+            self.complete_front(completions);
+        }
+        Some(total)
+    }
+
+    pub(super) fn handle(
+        &mut self,
+        now: Instant,
+        cfg: &EngineConfig,
+        repr: &Repr,
+        payload: &[u8],
+        completions: &mut VecDeque<Completion>,
+        stats: &mut Stats,
+    ) {
+        if self.error || cfg.service != Service::Rc {
+            return;
+        }
+        let psn = repr.bth.psn;
+        if repr.bth.opcode.op == Op::Ack {
+            let Some(aeth) = repr.aeth else { return };
+            self.handle_aeth(now, cfg, psn, aeth, completions, stats);
+        } else {
+            self.handle_read_response(now, cfg, repr, payload, stats);
+        }
+        self.complete_front(completions);
+    }
+
+    fn handle_aeth(
+        &mut self,
+        now: Instant,
+        cfg: &EngineConfig,
+        psn: Psn,
+        aeth: AethRepr,
+        completions: &mut VecDeque<Completion>,
+        stats: &mut Stats,
+    ) {
+        // An acknowledgement for something never sent is bogus, a NAK for something already
+        // acknowledged is stale: ignore both.
+        if !psn.before(self.high) {
+            return;
+        }
+        if !matches!(aeth.syndrome, Syndrome::Ack { .. }) && psn.before(self.una) {
+            return;
+        }
+        match aeth.syndrome {
+            Syndrome::Ack { .. } => {
+                self.rnr_retries = 0;
+                self.ack_through(now, cfg, psn);
+            }
+            Syndrome::Nak(code) => {
+                stats.naks_received += 1;
+                self.ack_through(now, cfg, psn.add(Psn::MASK));
+                match code {
+                    NakCode::PsnSequenceError => self.go_back(psn),
+                    NakCode::RemoteAccessError => {
+                        self.fail(psn, Status::RemoteAccessError, completions)
+                    }
+                    NakCode::InvalidRequest | NakCode::InvalidRdRequest => {
+                        self.fail(psn, Status::RemoteInvalidRequest, completions)
+                    }
+                    NakCode::RemoteOperationalError => {
+                        self.fail(psn, Status::RemoteOperationalError, completions)
+                    }
+                }
+            }
+            Syndrome::RnrNak { .. } => {
+                stats.naks_received += 1;
+                self.ack_through(now, cfg, psn.add(Psn::MASK));
+                self.rnr_retries += 1;
+                if self.rnr_retries > cfg.rnr_retry {
+                    self.fail(psn, Status::RnrRetryExceeded, completions);
+                } else {
+                    self.go_back(psn);
+                    self.rnr_until = Some(now + cfg.rnr_delay);
+                }
+            }
+        }
+    }
+
+    fn handle_read_response(
+        &mut self,
+        now: Instant,
+        cfg: &EngineConfig,
+        repr: &Repr,
+        payload: &[u8],
+        stats: &mut Stats,
+    ) {
+        let psn = repr.bth.psn;
+        let Some(i) = self.wrs.iter().position(|p| p.is_read() && !p.done()) else {
+            stats.duplicates += 1;
+            return;
+        };
+        let p = &self.wrs[i];
+        let expected = p.first_psn.add(p.read_next);
+        if psn != expected {
+            if psn.after(expected) && p.contains(psn) {
+                // A response went missing: ask again from the first byte we lack, once per gap
+                // (reordering would otherwise trigger a storm of re-reads).
+                stats.out_of_sequence += 1;
+                if self.reread_at != Some(expected) {
+                    self.reread_at = Some(expected);
+                    self.go_back(expected);
+                }
+            } else {
+                stats.duplicates += 1;
+            }
+            return;
+        }
+        let k = p.read_next;
+        let last = k + 1 == p.npkts;
+        let off = k as usize * cfg.mtu;
+        let want = cfg.mtu.min(p.wr.len - off.min(p.wr.len));
+        // A READ resumed after a loss restarts its responses with First/Only, so the opcode
+        // is checked against "last or not"; the payload length is the real guard.
+        let op_ok = match repr.bth.opcode.op {
+            Op::ReadResponseOnly | Op::ReadResponseLast => last,
+            Op::ReadResponseFirst | Op::ReadResponseMiddle => !last,
+            _ => false,
+        };
+        if !op_ok || payload.len() != want {
+            stats.invalid_requests += 1;
+            return;
+        }
+        if p.wr.local.write_at(p.wr.offset + off, payload).is_err() {
+            debug_assert!(false, "local write out of bounds after post-time check");
+            return;
+        }
+        self.wrs[i].read_next += 1;
+        self.retries = 0;
+        // A response also acknowledges every request before it.
+        self.ack_through(now, cfg, psn);
+        self.rearm(now, cfg, true);
+    }
+
+    /// Everything up to and including `a` is acknowledged.
+    fn ack_through(&mut self, now: Instant, cfg: &EngineConfig, a: Psn) {
+        let next = a.next();
+        let progress = next.after(self.una);
+        if progress {
+            self.una = next;
+            self.retries = 0;
+        }
+        for p in self.wrs.iter_mut() {
+            if p.last_psn().after(a) {
+                break;
+            }
+            // READs complete only by their responses; a lost response is found by the gap it
+            // leaves or by the timer.
+            if !p.is_read() {
+                p.acked = true;
+            }
+        }
+        self.rearm(now, cfg, progress);
+    }
+
+    /// Something sent is still unanswered: the oldest request has left and is not done.
+    fn in_flight(&self) -> bool {
+        self.wrs
+            .front()
+            .is_some_and(|p| p.first_psn.before(self.high))
+    }
+
+    /// Restarts the retransmission timer on progress, starts it if something is in flight, and
+    /// stops it when nothing is.
+    fn rearm(&mut self, now: Instant, cfg: &EngineConfig, progress: bool) {
+        if !self.in_flight() {
+            self.deadline = None;
+        } else if progress || self.deadline.is_none() {
+            self.deadline = Some(now + cfg.retry_timeout);
+        }
+    }
+
+    /// The first PSN whose packet (or READ response) has not been answered.
+    fn resume_psn(&self) -> Psn {
+        for p in &self.wrs {
+            if p.done() {
+                continue;
+            }
+            if p.is_read() {
+                return p.first_psn.add(p.read_next);
+            }
+            return if p.contains(self.una) {
+                self.una
+            } else {
+                p.first_psn
+            };
+        }
+        self.una
+    }
+
+    fn go_back(&mut self, psn: Psn) {
+        if psn.before(self.tx_psn) {
+            self.tx_psn = psn;
+            self.tx_idx = 0;
+        }
+    }
+
+    pub(super) fn handle_timeout(
+        &mut self,
+        now: Instant,
+        cfg: &EngineConfig,
+        completions: &mut VecDeque<Completion>,
+        stats: &mut Stats,
+    ) {
+        if self.rnr_until.is_some_and(|t| t <= now) {
+            self.rnr_until = None;
+        }
+        let Some(deadline) = self.deadline else {
+            return;
+        };
+        if deadline > now {
+            return;
+        }
+        stats.timeouts += 1;
+        if !self.in_flight() {
+            self.deadline = None;
+            return;
+        }
+        self.retries += 1;
+        let resume = self.resume_psn();
+        if self.retries > cfg.retry_count {
+            self.fail(resume, Status::RetryExceeded, completions);
+            return;
+        }
+        self.reread_at = None;
+        self.go_back(resume);
+        self.deadline = Some(now + cfg.retry_timeout);
+    }
+
+    /// The request holding `psn` failed with `status`: complete it so, flush what follows, and
+    /// put the queue pair in the error state.
+    fn fail(&mut self, psn: Psn, status: Status, completions: &mut VecDeque<Completion>) {
+        self.complete_front(completions);
+        let mut hit = false;
+        while let Some(p) = self.wrs.pop_front() {
+            let st = if p.done() {
+                Status::Success
+            } else if !hit && (p.contains(psn) || psn.before(p.first_psn)) {
+                hit = true;
+                status
+            } else {
+                Status::Flushed
+            };
+            completions.push_back(Completion::send_side(p.wr.wr_id, p.wr.op, st, p.wr.len));
+        }
+        self.error = true;
+        self.deadline = None;
+        self.rnr_until = None;
+        self.tx_idx = 0;
+    }
+
+    fn complete_front(&mut self, completions: &mut VecDeque<Completion>) {
+        while self.wrs.front().is_some_and(Pending::done) {
+            let p = self.wrs.pop_front().expect("front exists");
+            self.tx_idx = self.tx_idx.saturating_sub(1);
+            completions.push_back(Completion::send_side(
+                p.wr.wr_id,
+                p.wr.op,
+                Status::Success,
+                p.wr.len,
+            ));
+        }
+    }
+}

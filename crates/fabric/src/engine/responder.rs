@@ -1,0 +1,541 @@
+//! The responder half of a queue pair: expected PSN, the access check every remote request goes
+//! through, placing WRITE and SEND payloads, READ responses, coalesced ACKs and NAKs (RC), and
+//! the drop-until-next-first rule after a gap (UC).
+//!
+//! WRITE-with-immediate does not consume a posted receive buffer here (unlike verbs, where it
+//! does): its completion carries `wr_id` 0, so a receiver needs no receive ring for events.
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use remora_mem::{Access, Pd, Region};
+use remora_wire::{AethRepr, BthRepr, NakCode, Op, Opcode, Psn, Repr, Service, Syndrome};
+
+use super::{packets_for, EngineConfig, Stats};
+use crate::wr::{Completion, RecvWr, Status, WcOpcode};
+
+/// Credits field meaning "no end-to-end flow control" (invalid credit count).
+const NO_CREDITS: u8 = 0x1F;
+/// RNR NAK timer code sent when no receive buffer is posted (0.01 ms in the IBA table).
+const RNR_TIMER: u8 = 1;
+
+enum MsgKind {
+    Write,
+    Send(RecvWr),
+}
+
+/// A multi-packet message being received.
+struct InMsg {
+    kind: MsgKind,
+    region: Arc<Region>,
+    /// Where the next payload byte goes.
+    offset: usize,
+    /// Bytes still expected (WRITE: from the RETH length; SEND: room left in the buffer).
+    remaining: usize,
+    /// Bytes received so far.
+    received: usize,
+}
+
+enum Out {
+    Nak { psn: Psn, code: NakCode },
+    Rnr { psn: Psn },
+    Read(ReadResponse),
+}
+
+struct ReadResponse {
+    region: Arc<Region>,
+    offset: usize,
+    len: usize,
+    psn: Psn,
+    next: u32,
+    npkts: u32,
+}
+
+/// Why a request was not carried out.
+enum Refuse {
+    Nak(NakCode),
+    Rnr,
+}
+
+pub(super) struct Responder {
+    epsn: Psn,
+    msn: u32,
+    cur: Option<InMsg>,
+    nak_sent: bool,
+    ack_pending: bool,
+    out: VecDeque<Out>,
+    pub(super) recv_queue: VecDeque<RecvWr>,
+    uc_wait_first: bool,
+}
+
+impl Responder {
+    pub(super) fn new(cfg: &EngineConfig) -> Responder {
+        Responder {
+            epsn: cfg.recv_psn,
+            msn: 0,
+            cur: None,
+            nak_sent: false,
+            ack_pending: false,
+            out: VecDeque::new(),
+            recv_queue: VecDeque::new(),
+            uc_wait_first: false,
+        }
+    }
+
+    pub(super) fn handle(
+        &mut self,
+        cfg: &EngineConfig,
+        pd: &Pd,
+        repr: &Repr,
+        payload: &[u8],
+        completions: &mut VecDeque<Completion>,
+        stats: &mut Stats,
+    ) {
+        match cfg.service {
+            Service::Rc => self.handle_rc(cfg, pd, repr, payload, completions, stats),
+            Service::Uc => self.handle_uc(cfg, pd, repr, payload, completions, stats),
+        }
+    }
+
+    fn handle_rc(
+        &mut self,
+        cfg: &EngineConfig,
+        pd: &Pd,
+        repr: &Repr,
+        payload: &[u8],
+        completions: &mut VecDeque<Completion>,
+        stats: &mut Stats,
+    ) {
+        let psn = repr.bth.psn;
+        let d = psn.diff(self.epsn);
+        if d < 0 {
+            stats.duplicates += 1;
+            if repr.bth.opcode.op == Op::ReadRequest {
+                // READs are idempotent: answer again (the requester lost our responses).
+                if let Ok(r) = self.read_request(cfg, pd, repr, stats) {
+                    self.out.push_back(Out::Read(r));
+                }
+            } else {
+                self.ack_pending = true;
+            }
+            return;
+        }
+        if d > 0 {
+            stats.out_of_sequence += 1;
+            if !self.nak_sent {
+                self.nak_sent = true;
+                self.out.push_back(Out::Nak {
+                    psn: self.epsn,
+                    code: NakCode::PsnSequenceError,
+                });
+            }
+            return;
+        }
+        match self.execute(cfg, pd, repr, payload, completions, stats) {
+            Ok(advance) => {
+                self.epsn = psn.add(advance);
+                self.nak_sent = false;
+                if repr.bth.ack_req && repr.bth.opcode.op != Op::ReadRequest {
+                    self.ack_pending = true;
+                }
+            }
+            Err(Refuse::Nak(code)) => {
+                self.cur = None;
+                self.out.push_back(Out::Nak { psn, code });
+            }
+            Err(Refuse::Rnr) => self.out.push_back(Out::Rnr { psn }),
+        }
+    }
+
+    fn handle_uc(
+        &mut self,
+        cfg: &EngineConfig,
+        pd: &Pd,
+        repr: &Repr,
+        payload: &[u8],
+        completions: &mut VecDeque<Completion>,
+        stats: &mut Stats,
+    ) {
+        let psn = repr.bth.psn;
+        if psn != self.epsn {
+            stats.out_of_sequence += 1;
+            if self.cur.take().is_some() {
+                stats.uc_messages_dropped += 1;
+            }
+            self.uc_wait_first = true;
+        }
+        if self.uc_wait_first {
+            if !repr.bth.opcode.is_first() {
+                stats.uc_packets_dropped += 1;
+                self.epsn = psn.next();
+                return;
+            }
+            self.uc_wait_first = false;
+        }
+        match self.execute(cfg, pd, repr, payload, completions, stats) {
+            Ok(advance) => self.epsn = psn.add(advance),
+            Err(_) => {
+                // UC has no NAKs: the message is dropped and counted.
+                stats.uc_packets_dropped += 1;
+                if self.cur.take().is_some() {
+                    stats.uc_messages_dropped += 1;
+                }
+                self.uc_wait_first = true;
+                self.epsn = psn.next();
+            }
+        }
+    }
+
+    /// Carries out one in-sequence request packet; returns how many PSNs it used.
+    fn execute(
+        &mut self,
+        cfg: &EngineConfig,
+        pd: &Pd,
+        repr: &Repr,
+        payload: &[u8],
+        completions: &mut VecDeque<Completion>,
+        stats: &mut Stats,
+    ) -> Result<u32, Refuse> {
+        let op = repr.bth.opcode.op;
+        let mtu = cfg.mtu;
+        let invalid = |stats: &mut Stats| {
+            stats.invalid_requests += 1;
+            Refuse::Nak(NakCode::InvalidRequest)
+        };
+        match op {
+            Op::WriteFirst | Op::WriteOnly | Op::WriteOnlyImm => {
+                let Some(reth) = repr.reth else {
+                    return Err(invalid(stats));
+                };
+                if self.cur.is_some() {
+                    return Err(invalid(stats));
+                }
+                let total = reth.len as usize;
+                let only = op != Op::WriteFirst;
+                let len_ok = if only {
+                    payload.len() == total && total <= mtu
+                } else {
+                    payload.len() == mtu && total > mtu
+                };
+                if !len_ok {
+                    return Err(invalid(stats));
+                }
+                let ra = pd
+                    .check_remote(reth.rkey, reth.va, reth.len as u64, Access::REMOTE_WRITE)
+                    .map_err(|e| {
+                        stats.access_errors += 1;
+                        tracing::debug!(error = %e, "remote WRITE refused");
+                        Refuse::Nak(NakCode::RemoteAccessError)
+                    })?;
+                place(&ra.region, ra.offset, payload)?;
+                if only {
+                    self.finish_write(total, repr.immdt, completions);
+                } else {
+                    self.cur = Some(InMsg {
+                        kind: MsgKind::Write,
+                        region: ra.region,
+                        offset: ra.offset + payload.len(),
+                        remaining: total - payload.len(),
+                        received: payload.len(),
+                    });
+                }
+                Ok(1)
+            }
+            Op::WriteMiddle | Op::WriteLast | Op::WriteLastImm => {
+                let last = op != Op::WriteMiddle;
+                let ok = match &self.cur {
+                    Some(m @ InMsg {
+                        kind: MsgKind::Write,
+                        ..
+                    }) => {
+                        if last {
+                            payload.len() == m.remaining
+                        } else {
+                            payload.len() == mtu && m.remaining > mtu
+                        }
+                    }
+                    _ => false,
+                };
+                if !ok {
+                    return Err(invalid(stats));
+                }
+                let m = self.cur.as_mut().expect("checked above");
+                place(&m.region, m.offset, payload)?;
+                m.offset += payload.len();
+                m.remaining -= payload.len();
+                m.received += payload.len();
+                if last {
+                    let total = m.received;
+                    self.cur = None;
+                    self.finish_write(total, repr.immdt, completions);
+                }
+                Ok(1)
+            }
+            Op::SendFirst | Op::SendOnly | Op::SendOnlyImm => {
+                if self.cur.is_some() {
+                    return Err(invalid(stats));
+                }
+                let only = op != Op::SendFirst;
+                if (only && payload.len() > mtu) || (!only && payload.len() != mtu) {
+                    return Err(invalid(stats));
+                }
+                let Some(recv) = self.recv_queue.front() else {
+                    return Err(Refuse::Rnr);
+                };
+                if payload.len() > recv.len {
+                    return Err(self.length_error(completions, stats));
+                }
+                let recv = self.recv_queue.pop_front().expect("checked above");
+                place(&recv.local, recv.offset, payload)?;
+                if only {
+                    self.finish_send(recv, payload.len(), repr.immdt, completions);
+                } else {
+                    self.cur = Some(InMsg {
+                        region: recv.local.clone(),
+                        offset: recv.offset + payload.len(),
+                        remaining: recv.len - payload.len(),
+                        received: payload.len(),
+                        kind: MsgKind::Send(recv),
+                    });
+                }
+                Ok(1)
+            }
+            Op::SendMiddle | Op::SendLast | Op::SendLastImm => {
+                let last = op != Op::SendMiddle;
+                let Some(m) = self.cur.as_mut() else {
+                    return Err(invalid(stats));
+                };
+                if !matches!(m.kind, MsgKind::Send(_)) || (!last && payload.len() != mtu) {
+                    return Err(invalid(stats));
+                }
+                if payload.len() > m.remaining {
+                    let Some(InMsg {
+                        kind: MsgKind::Send(recv),
+                        received,
+                        ..
+                    }) = self.cur.take()
+                    else {
+                        unreachable!("checked above");
+                    };
+                    completions.push_back(Completion {
+                        wr_id: recv.wr_id,
+                        status: Status::LocalLengthError,
+                        opcode: WcOpcode::Recv,
+                        byte_len: received as u32,
+                        imm: None,
+                    });
+                    stats.invalid_requests += 1;
+                    return Err(Refuse::Nak(NakCode::InvalidRequest));
+                }
+                place(&m.region, m.offset, payload)?;
+                m.offset += payload.len();
+                m.remaining -= payload.len();
+                m.received += payload.len();
+                if last {
+                    let Some(InMsg {
+                        kind: MsgKind::Send(recv),
+                        received,
+                        ..
+                    }) = self.cur.take()
+                    else {
+                        unreachable!("checked above");
+                    };
+                    self.finish_send(recv, received, repr.immdt, completions);
+                }
+                Ok(1)
+            }
+            Op::ReadRequest => {
+                if self.cur.is_some() {
+                    return Err(invalid(stats));
+                }
+                let r = self.read_request(cfg, pd, repr, stats)?;
+                let n = r.npkts;
+                self.out.push_back(Out::Read(r));
+                self.msn = (self.msn + 1) & 0xFF_FFFF;
+                Ok(n)
+            }
+            _ => Err(invalid(stats)),
+        }
+    }
+
+    fn read_request(
+        &self,
+        cfg: &EngineConfig,
+        pd: &Pd,
+        repr: &Repr,
+        stats: &mut Stats,
+    ) -> Result<ReadResponse, Refuse> {
+        let Some(reth) = repr.reth else {
+            stats.invalid_requests += 1;
+            return Err(Refuse::Nak(NakCode::InvalidRequest));
+        };
+        let ra = pd
+            .check_remote(reth.rkey, reth.va, reth.len as u64, Access::REMOTE_READ)
+            .map_err(|e| {
+                stats.access_errors += 1;
+                tracing::debug!(error = %e, "remote READ refused");
+                Refuse::Nak(NakCode::RemoteAccessError)
+            })?;
+        Ok(ReadResponse {
+            npkts: packets_for(ra.len, cfg.mtu),
+            region: ra.region,
+            offset: ra.offset,
+            len: ra.len,
+            psn: repr.bth.psn,
+            next: 0,
+        })
+    }
+
+    fn length_error(
+        &mut self,
+        completions: &mut VecDeque<Completion>,
+        stats: &mut Stats,
+    ) -> Refuse {
+        if let Some(recv) = self.recv_queue.pop_front() {
+            completions.push_back(Completion {
+                wr_id: recv.wr_id,
+                status: Status::LocalLengthError,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                imm: None,
+            });
+        }
+        stats.invalid_requests += 1;
+        Refuse::Nak(NakCode::InvalidRequest)
+    }
+
+    fn finish_write(
+        &mut self,
+        total: usize,
+        imm: Option<u32>,
+        completions: &mut VecDeque<Completion>,
+    ) {
+        self.msn = (self.msn + 1) & 0xFF_FFFF;
+        if imm.is_some() {
+            completions.push_back(Completion {
+                wr_id: 0,
+                status: Status::Success,
+                opcode: WcOpcode::RecvRdmaWithImm,
+                byte_len: total as u32,
+                imm,
+            });
+        }
+    }
+
+    fn finish_send(
+        &mut self,
+        recv: RecvWr,
+        total: usize,
+        imm: Option<u32>,
+        completions: &mut VecDeque<Completion>,
+    ) {
+        self.msn = (self.msn + 1) & 0xFF_FFFF;
+        completions.push_back(Completion {
+            wr_id: recv.wr_id,
+            status: Status::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: total as u32,
+            imm,
+        });
+    }
+
+    pub(super) fn poll_transmit(
+        &mut self,
+        cfg: &EngineConfig,
+        buf: &mut [u8],
+        stats: &mut Stats,
+    ) -> Option<usize> {
+        let ack = |psn: Psn, syndrome: Syndrome, msn: u32| Repr {
+            bth: bth(cfg, Op::Ack, psn),
+            reth: None,
+            immdt: None,
+            aeth: Some(AethRepr { syndrome, msn }),
+            payload_len: 0,
+        };
+        let Some(front) = self.out.front_mut() else {
+            if !self.ack_pending {
+                return None;
+            }
+            self.ack_pending = false;
+            stats.acks_sent += 1;
+            let repr = ack(
+                self.epsn.add(Psn::MASK),
+                Syndrome::Ack {
+                    credits: NO_CREDITS,
+                },
+                self.msn,
+            );
+            return Some(repr.emit(buf, &[]));
+        };
+        let n = match front {
+            Out::Nak { psn, code } => {
+                stats.naks_sent += 1;
+                ack(*psn, Syndrome::Nak(*code), self.msn).emit(buf, &[])
+            }
+            Out::Rnr { psn } => {
+                stats.naks_sent += 1;
+                ack(*psn, Syndrome::RnrNak { timer: RNR_TIMER }, self.msn).emit(buf, &[])
+            }
+            Out::Read(r) => {
+                let k = r.next;
+                let last = k + 1 == r.npkts;
+                let op = match (r.npkts, k) {
+                    (1, _) => Op::ReadResponseOnly,
+                    (_, 0) => Op::ReadResponseFirst,
+                    _ if last => Op::ReadResponseLast,
+                    _ => Op::ReadResponseMiddle,
+                };
+                let off = k as usize * cfg.mtu;
+                let n = cfg.mtu.min(r.len - off.min(r.len));
+                let repr = Repr {
+                    bth: bth(cfg, op, r.psn.add(k)),
+                    reth: None,
+                    immdt: None,
+                    aeth: (op != Op::ReadResponseMiddle).then_some(AethRepr {
+                        syndrome: Syndrome::Ack {
+                            credits: NO_CREDITS,
+                        },
+                        msn: self.msn,
+                    }),
+                    payload_len: n,
+                };
+                let hl = repr.header_len();
+                let total = repr.emit_headers(buf);
+                if r.region.read_at(r.offset + off, &mut buf[hl..hl + n]).is_err() {
+                    debug_assert!(false, "READ response out of bounds after access check");
+                }
+                r.next += 1;
+                if !last {
+                    return Some(total);
+                }
+                total
+            }
+        };
+        self.out.pop_front();
+        Some(n)
+    }
+}
+
+fn bth(cfg: &EngineConfig, op: Op, psn: Psn) -> BthRepr {
+    BthRepr {
+        opcode: Opcode {
+            service: cfg.service,
+            op,
+        },
+        solicited: false,
+        mig_req: true,
+        pad_count: 0,
+        pkey: 0xFFFF,
+        fecn: false,
+        becn: false,
+        dest_qp: cfg.remote_qpn,
+        ack_req: false,
+        psn,
+    }
+}
+
+/// Copies a payload into a region at an offset the access check already approved.
+fn place(region: &Region, offset: usize, payload: &[u8]) -> Result<(), Refuse> {
+    region
+        .write_at(offset, payload)
+        .map_err(|_| Refuse::Nak(NakCode::RemoteOperationalError))
+}

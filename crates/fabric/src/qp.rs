@@ -1,0 +1,293 @@
+//! The queue pair handle applications use, the same for every transport.
+use std::io::Read;
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use remora_mem::Region;
+
+use crate::conn::{QpType, Transport};
+use crate::cq::Cq;
+use crate::error::{Error, Result};
+use crate::stream::StreamQp;
+use crate::udp::{DeviceHandle, UdpQp};
+use crate::wr::{Completion, RecvWr, SendWr, WrOp};
+
+pub(crate) enum Inner {
+    Udp {
+        qp: Arc<UdpQp>,
+        dev: Arc<DeviceHandle>,
+        /// The setup connection, kept open so either side notices the other leaving.
+        control: TcpStream,
+    },
+    Stream(Arc<StreamQp>),
+}
+
+/// Counters of a queue pair (those that apply to its transport; others stay 0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpStats {
+    /// Protocol counters (udp: the RC/UC engine; tcp/shm: requests and refusals).
+    pub engine: crate::engine::Stats,
+    /// Datagrams dropped by the receive device for a bad ICRC (udp; shared by the device's
+    /// queue pairs).
+    pub icrc_errors: u64,
+    /// Datagrams for unknown queue pairs at the receive device (udp).
+    pub unknown_qp: u64,
+}
+
+/// A connected queue pair. `Send + Sync`: post from any thread.
+///
+/// Requests are carried out in order; each send-side request ends in exactly one
+/// [`Completion`] on this queue pair's completion queue, as do SENDs into posted receive
+/// buffers and arriving WRITE-with-immediate messages.
+pub struct Qp {
+    inner: Inner,
+    cq: Arc<Cq>,
+    transport: Transport,
+    qp_type: QpType,
+    mtu: usize,
+    local_qpn: u32,
+    remote_qpn: u32,
+}
+
+impl Qp {
+    pub(crate) fn new(
+        inner: Inner,
+        cq: Arc<Cq>,
+        transport: Transport,
+        qp_type: QpType,
+        mtu: usize,
+        local_qpn: u32,
+        remote_qpn: u32,
+    ) -> Qp {
+        Qp {
+            inner,
+            cq,
+            transport,
+            qp_type,
+            mtu,
+            local_qpn,
+            remote_qpn,
+        }
+    }
+
+    fn post(&self, wr: SendWr) -> Result<()> {
+        match &self.inner {
+            Inner::Udp { qp, .. } => qp.post_send(wr),
+            Inner::Stream(s) => s.post_send(wr),
+        }
+    }
+
+    /// One-sided WRITE of `len` bytes at `offset` in `local` to `remote_va` in the peer's
+    /// region `rkey`; with `imm`, the peer gets a completion carrying it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_write(
+        &self,
+        wr_id: u64,
+        local: &Arc<Region>,
+        offset: usize,
+        len: usize,
+        remote_va: u64,
+        rkey: u32,
+        imm: Option<u32>,
+    ) -> Result<()> {
+        self.post(SendWr {
+            wr_id,
+            op: WrOp::Write { imm },
+            local: local.clone(),
+            offset,
+            len,
+            remote_va,
+            rkey,
+        })
+    }
+
+    /// One-sided READ of `len` bytes at `remote_va` in the peer's region `rkey` into `local`
+    /// at `offset` (RC only).
+    pub fn post_read(
+        &self,
+        wr_id: u64,
+        local: &Arc<Region>,
+        offset: usize,
+        len: usize,
+        remote_va: u64,
+        rkey: u32,
+    ) -> Result<()> {
+        self.post(SendWr {
+            wr_id,
+            op: WrOp::Read,
+            local: local.clone(),
+            offset,
+            len,
+            remote_va,
+            rkey,
+        })
+    }
+
+    /// SEND of `len` bytes at `offset` in `local` into the peer's next posted receive buffer.
+    pub fn post_send(
+        &self,
+        wr_id: u64,
+        local: &Arc<Region>,
+        offset: usize,
+        len: usize,
+        imm: Option<u32>,
+    ) -> Result<()> {
+        self.post(SendWr {
+            wr_id,
+            op: WrOp::Send { imm },
+            local: local.clone(),
+            offset,
+            len,
+            remote_va: 0,
+            rkey: 0,
+        })
+    }
+
+    /// Posts a receive buffer for the peer's SENDs.
+    pub fn post_recv(
+        &self,
+        wr_id: u64,
+        local: &Arc<Region>,
+        offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let wr = RecvWr {
+            wr_id,
+            local: local.clone(),
+            offset,
+            len,
+        };
+        match &self.inner {
+            Inner::Udp { qp, .. } => qp.post_recv(wr),
+            Inner::Stream(s) => s.post_recv(wr),
+        }
+    }
+
+    /// Moves up to `max` completions into `out` without blocking; returns how many.
+    pub fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        self.cq.poll(out, max)
+    }
+
+    /// The next completion, waiting up to `timeout`; `Ok(None)` on timeout.
+    pub fn wait(&self, timeout: Duration) -> Result<Option<Completion>> {
+        Ok(self.cq.wait(timeout))
+    }
+
+    /// Busy-polls for the next completion up to `timeout` (lowest latency, burns a core).
+    pub fn spin(&self, timeout: Duration) -> Option<Completion> {
+        let end = Instant::now() + timeout;
+        let mut out = Vec::with_capacity(1);
+        loop {
+            if self.cq.poll(&mut out, 1) == 1 {
+                return out.pop();
+            }
+            if Instant::now() >= end {
+                return None;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// The completion queue.
+    pub fn cq(&self) -> &Arc<Cq> {
+        &self.cq
+    }
+
+    /// Transport in use.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// Service type.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// Negotiated path MTU.
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    /// Our queue pair number.
+    pub fn local_qpn(&self) -> u32 {
+        self.local_qpn
+    }
+
+    /// The peer's queue pair number.
+    pub fn remote_qpn(&self) -> u32 {
+        self.remote_qpn
+    }
+
+    /// The udp source address this queue pair sends from (udp only).
+    pub fn udp_source(&self) -> Option<std::net::SocketAddr> {
+        match &self.inner {
+            Inner::Udp { qp, .. } => Some(qp.local_addr()),
+            Inner::Stream(_) => None,
+        }
+    }
+
+    /// The udp receive address of this side (udp only).
+    pub fn udp_device(&self) -> Option<std::net::SocketAddr> {
+        match &self.inner {
+            Inner::Udp { dev, .. } => Some(dev.dev.local_addr()),
+            Inner::Stream(_) => None,
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> QpStats {
+        match &self.inner {
+            Inner::Udp { qp, dev, .. } => QpStats {
+                engine: qp.stats(),
+                icrc_errors: dev.dev.stats.icrc_errors.load(Ordering::Relaxed),
+                unknown_qp: dev.dev.stats.unknown_qp.load(Ordering::Relaxed),
+            },
+            Inner::Stream(s) => QpStats {
+                engine: s.stats(),
+                ..QpStats::default()
+            },
+        }
+    }
+
+    /// Blocks until the peer closes the connection (or `timeout` passes: `Err(Timeout)`).
+    /// Servers use it to know when to drop a queue pair.
+    pub fn wait_disconnect(&self, timeout: Option<Duration>) -> Result<()> {
+        match &self.inner {
+            Inner::Udp { control, .. } => {
+                let mut c = control.try_clone().map_err(|_| Error::Disconnected)?;
+                c.set_read_timeout(timeout).ok();
+                let mut b = [0u8; 64];
+                loop {
+                    match c.read(&mut b) {
+                        Ok(0) => return Ok(()),
+                        Ok(_) => continue,
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) =>
+                        {
+                            return Err(Error::Timeout)
+                        }
+                        Err(_) => return Ok(()),
+                    }
+                }
+            }
+            Inner::Stream(s) => s.wait_closed(timeout),
+        }
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        match &self.inner {
+            Inner::Udp { dev, control, .. } => {
+                dev.dev.detach(self.local_qpn);
+                let _ = control.shutdown(std::net::Shutdown::Both);
+            }
+            Inner::Stream(s) => s.stop(),
+        }
+    }
+}

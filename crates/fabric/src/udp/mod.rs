@@ -1,0 +1,407 @@
+//! The `udp` transport: RoCEv2 datagrams over kernel UDP sockets, a thin driver around the
+//! sans-IO [`Engine`].
+//!
+//! As on a RoCE NIC, each side has one receive socket (a [`Device`], UDP port 4791 by default)
+//! shared by its queue pairs and demultiplexed by the BTH destination QP, and each queue pair
+//! sends from its own unconnected socket (source port `0xC000 + hash(QPN)`), so one QP keeps one
+//! 5-tuple and stays in order. Unconnected sockets with don't-fragment make the kernel send IPv4
+//! ID 0, which lets both ends compute the ICRC over the IP header. Sends are batched with
+//! `sendmmsg` and UDP GSO (runs of equal-size packets leave in one call, each segment a complete
+//! RoCEv2 packet); receives use `recvmmsg` and UDP GRO.
+//!
+//! Threads: the application thread that posts transmits directly under the queue pair's lock;
+//! the device's receive thread handles arrivals, sends ACKs, READ responses and packets the
+//! window held back, and runs the retransmission timers.
+use std::collections::HashMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use remora_wire::{icrc, Endpoints, ROCE_PORT};
+
+use crate::cq::Cq;
+use crate::engine::{Engine, Stats};
+use crate::error::{io_err, Error, Result};
+use crate::wr::{RecvWr, SendWr};
+
+pub(crate) mod sys;
+
+/// Packets gathered per transmit batch.
+const BATCH: usize = 64;
+/// Headroom per packet beyond the MTU (headers, pad, ICRC).
+const SLOT_EXTRA: usize = 64;
+/// Socket buffer size asked for (needs root beyond net.core.rmem_max).
+const SOCKET_BUFFER: usize = 64 << 20;
+/// Receive buffers per recvmmsg call, each large enough for one GRO-coalesced burst.
+const RX_BUFFERS: usize = 32;
+const RX_BUFFER_LEN: usize = 65_536;
+/// Longest sleep of the receive thread, so it notices shutdown.
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+
+/// Device-level counters (per receive socket).
+#[derive(Debug, Default)]
+pub struct DeviceStats {
+    /// Datagrams received.
+    pub rx_datagrams: AtomicU64,
+    /// Datagrams addressed to a QP this device does not have.
+    pub unknown_qp: AtomicU64,
+    /// Datagrams whose ICRC did not match.
+    pub icrc_errors: AtomicU64,
+    /// Datagrams shorter than a BTH.
+    pub runts: AtomicU64,
+}
+
+/// A receive socket shared by the queue pairs of one local address.
+pub(crate) struct Device {
+    sock: UdpSocket,
+    local: SocketAddr,
+    qps: RwLock<HashMap<u32, Arc<UdpQp>>>,
+    stop: AtomicBool,
+    pub(crate) stats: DeviceStats,
+}
+
+/// Owner of a device and its receive thread: stops and joins the thread when dropped.
+pub(crate) struct DeviceHandle {
+    pub(crate) dev: Arc<Device>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for DeviceHandle {
+    fn drop(&mut self) {
+        self.dev.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Device {
+    /// Binds the receive socket on `ip`, port `port` (0: 4791 if free, else any).
+    pub(crate) fn bind(ip: std::net::IpAddr, port: u16) -> Result<DeviceHandle> {
+        let sock = if port == 0 {
+            UdpSocket::bind((ip, ROCE_PORT)).or_else(|_| UdpSocket::bind((ip, 0)))
+        } else {
+            UdpSocket::bind((ip, port))
+        }
+        .map_err(io_err(format!("binding the RoCEv2 receive socket on {ip}")))?;
+        let fd = sock.as_raw_fd();
+        sys::set_buffers(fd, SOCKET_BUFFER);
+        let gro = sys::enable_gro(fd);
+        let local = sock.local_addr().map_err(io_err("local address"))?;
+        tracing::debug!(%local, gro, "udp device up");
+        let dev = Arc::new(Device {
+            sock,
+            local,
+            qps: RwLock::new(HashMap::new()),
+            stop: AtomicBool::new(false),
+            stats: DeviceStats::default(),
+        });
+        let d = dev.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("remora-udp-{}", local.port()))
+            .spawn(move || d.run())
+            .map_err(io_err("spawning the receive thread"))?;
+        Ok(DeviceHandle {
+            dev,
+            thread: Some(thread),
+        })
+    }
+
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    pub(crate) fn attach(&self, qp: Arc<UdpQp>) {
+        let qpn = qp.lock().engine.config().local_qpn;
+        self.qps
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(qpn, qp);
+    }
+
+    pub(crate) fn detach(&self, qpn: u32) {
+        self.qps
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&qpn);
+    }
+
+    fn run(self: Arc<Self>) {
+        let fd = self.sock.as_raw_fd();
+        let mut bufs = vec![vec![0u8; RX_BUFFER_LEN]; RX_BUFFERS];
+        let mut meta = Vec::with_capacity(RX_BUFFERS);
+        let mut touched: Vec<Arc<UdpQp>> = Vec::new();
+        while !self.stop.load(Ordering::Acquire) {
+            let qps: Vec<Arc<UdpQp>> = self
+                .qps
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .cloned()
+                .collect();
+            let now = Instant::now();
+            let next = qps.iter().filter_map(|q| q.lock().engine.poll_timeout()).min();
+            let wait = next
+                .map(|t| t.saturating_duration_since(now))
+                .unwrap_or(IDLE_WAIT)
+                .min(IDLE_WAIT);
+            let readable = match sys::wait_readable(fd, Some(wait)) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(error = %e, "udp device poll failed; stopping");
+                    return;
+                }
+            };
+            touched.clear();
+            if readable {
+                // Drain what is queued, in bounded bursts so timers still run.
+                for _ in 0..16 {
+                    let n = match sys::recv_batch(fd, &mut bufs, &mut meta) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "recvmmsg failed");
+                            0
+                        }
+                    };
+                    if n == 0 {
+                        break;
+                    }
+                    let now = Instant::now();
+                    for (buf, m) in bufs.iter().zip(meta.iter()) {
+                        let seg = if m.segment == 0 { m.len } else { m.segment };
+                        for dgram in buf[..m.len].chunks(seg.max(1)) {
+                            self.dispatch(now, dgram, m.src, &mut touched);
+                        }
+                    }
+                }
+            }
+            let now = Instant::now();
+            for qp in &qps {
+                let mut st = qp.lock();
+                if st.engine.poll_timeout().is_some_and(|t| t <= now) {
+                    st.engine.handle_timeout(now);
+                    if !touched.iter().any(|t| Arc::ptr_eq(t, qp)) {
+                        touched.push(qp.clone());
+                    }
+                }
+            }
+            for qp in &touched {
+                let mut st = qp.lock();
+                if let Err(e) = qp.flush(&mut st, now) {
+                    tracing::warn!(error = %e, "udp transmit failed");
+                }
+            }
+        }
+    }
+
+    fn dispatch(
+        &self,
+        now: Instant,
+        dgram: &[u8],
+        src: Option<SocketAddr>,
+        touched: &mut Vec<Arc<UdpQp>>,
+    ) {
+        self.stats.rx_datagrams.fetch_add(1, Ordering::Relaxed);
+        if dgram.len() < remora_wire::BTH_LEN {
+            self.stats.runts.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let qpn = u32::from_be_bytes([0, dgram[5], dgram[6], dgram[7]]);
+        let qp = self
+            .qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&qpn)
+            .cloned();
+        let Some(qp) = qp else {
+            self.stats.unknown_qp.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if qp.icrc_check {
+            let ok = src.is_some_and(|src| {
+                icrc::check(&Endpoints::new(src, self.local), dgram).is_ok()
+            });
+            if !ok {
+                self.stats.icrc_errors.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        qp.lock().engine.handle(now, dgram);
+        if !touched.iter().any(|t| Arc::ptr_eq(t, &qp)) {
+            touched.push(qp);
+        }
+    }
+}
+
+/// Mutable state of one UDP queue pair: the engine and its transmit batch buffer.
+pub(crate) struct TxState {
+    pub(crate) engine: Engine,
+    buf: Vec<u8>,
+    lens: Vec<usize>,
+}
+
+/// One queue pair on the udp transport.
+pub(crate) struct UdpQp {
+    st: Mutex<TxState>,
+    tx: UdpSocket,
+    peer: sys::RawAddr,
+    tx_ep: Endpoints,
+    gso: bool,
+    icrc_check: bool,
+    pub(crate) cq: Arc<Cq>,
+}
+
+impl UdpQp {
+    /// A queue pair sending from its own socket on `ip` to the peer device at `peer`.
+    pub(crate) fn new(
+        engine: Engine,
+        ip: std::net::IpAddr,
+        peer: SocketAddr,
+        icrc_check: bool,
+        cq: Arc<Cq>,
+    ) -> Result<Arc<UdpQp>> {
+        let qpn = engine.config().local_qpn;
+        let mtu = engine.config().mtu;
+        let tx = bind_source_port(ip, qpn)?;
+        let fd = tx.as_raw_fd();
+        sys::set_buffers(fd, SOCKET_BUFFER);
+        sys::set_dont_fragment(fd, ip.is_ipv6()).map_err(io_err("IP_MTU_DISCOVER"))?;
+        let gso = sys::gso_supported(fd);
+        let local = tx.local_addr().map_err(io_err("local address"))?;
+        Ok(Arc::new(UdpQp {
+            st: Mutex::new(TxState {
+                engine,
+                buf: vec![0u8; BATCH * (mtu + SLOT_EXTRA)],
+                lens: Vec::with_capacity(BATCH),
+            }),
+            tx,
+            peer: sys::RawAddr::new(&peer),
+            tx_ep: Endpoints::new(local, peer),
+            gso,
+            icrc_check,
+            cq,
+        }))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, TxState> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.tx_ep.src
+    }
+
+    pub(crate) fn post_send(&self, wr: SendWr) -> Result<()> {
+        let now = Instant::now();
+        let mut st = self.lock();
+        st.engine.post_send(now, wr)?;
+        self.flush(&mut st, now)
+    }
+
+    pub(crate) fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        self.lock().engine.post_recv(wr)
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        self.lock().engine.stats()
+    }
+
+    /// Sends everything the engine has to send now, then hands completions to the CQ.
+    fn flush(&self, st: &mut TxState, now: Instant) -> Result<()> {
+        let mtu = st.engine.config().mtu;
+        let slot = mtu + SLOT_EXTRA;
+        loop {
+            let TxState { engine, buf, lens } = &mut *st;
+            lens.clear();
+            let mut pos = 0;
+            while lens.len() < BATCH {
+                let Some(n) = engine.poll_transmit(now, &mut buf[pos..pos + slot]) else {
+                    break;
+                };
+                icrc::seal(&self.tx_ep, &mut buf[pos..pos + n]);
+                lens.push(n);
+                pos += n;
+            }
+            if lens.is_empty() {
+                break;
+            }
+            let sends = gso_runs(buf, lens, self.gso);
+            sys::send_batch(self.tx.as_raw_fd(), &self.peer, &sends)
+                .map_err(io_err("sendmmsg"))?;
+        }
+        let engine = &mut st.engine;
+        if engine.completions_pending() > 0 {
+            self.cq.push_all(std::iter::from_fn(|| engine.poll_completion()));
+        }
+        Ok(())
+    }
+}
+
+/// Splits packed packets into sends: runs of equal-size packets (the last may be shorter)
+/// become one GSO send each.
+fn gso_runs<'a>(buf: &'a [u8], lens: &[usize], gso: bool) -> Vec<sys::Send<'a>> {
+    let mut sends = Vec::with_capacity(lens.len());
+    let mut pos = 0;
+    let mut i = 0;
+    while i < lens.len() {
+        let seg = lens[i];
+        let mut j = i + 1;
+        let mut total = seg;
+        if gso {
+            let max = sys::GSO_MAX_SEGMENTS.min(sys::GSO_MAX_BYTES / seg.max(1));
+            while j < lens.len() && j - i < max && total + lens[j] <= sys::GSO_MAX_BYTES {
+                // A shorter packet may close a run of equal ones, never start one.
+                if lens[j] > seg || (lens[j] < seg && j - i < 2) {
+                    break;
+                }
+                total += lens[j];
+                j += 1;
+                if lens[j - 1] < seg {
+                    break;
+                }
+            }
+        }
+        sends.push(sys::Send {
+            data: &buf[pos..pos + total],
+            segment: if j - i > 1 { seg as u16 } else { 0 },
+        });
+        pos += total;
+        i = j;
+    }
+    sends
+}
+
+/// Binds the queue pair's send socket at `0xC000 + hash(qpn)`, probing upwards when taken.
+fn bind_source_port(ip: std::net::IpAddr, qpn: u32) -> Result<UdpSocket> {
+    let h = qpn.wrapping_mul(0x9E37_79B1) >> 18; // 14 bits
+    for i in 0..64u32 {
+        let port = 0xC000 + ((h + i) & 0x3FFF) as u16;
+        if let Ok(s) = UdpSocket::bind((ip, port)) {
+            return Ok(s);
+        }
+    }
+    UdpSocket::bind((ip, 0)).map_err(|e| Error::Io {
+        what: format!("binding a send socket on {ip}"),
+        source: e,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gso_runs;
+
+    #[test]
+    fn gso_runs_group_equal_sizes_and_end_on_a_short_one() {
+        let buf = vec![0u8; 100_000];
+        let lens = [4128, 4112, 4112, 4112, 100, 4112, 4112];
+        let sends = gso_runs(&buf, &lens, true);
+        let shape: Vec<_> = sends.iter().map(|s| (s.data.len(), s.segment)).collect();
+        assert_eq!(shape, [(4128, 0), (4112 * 3 + 100, 4112), (4112 * 2, 4112)]);
+        let plain = gso_runs(&buf, &lens, false);
+        assert_eq!(plain.len(), lens.len());
+        assert!(plain.iter().all(|s| s.segment == 0));
+    }
+}
