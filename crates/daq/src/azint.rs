@@ -287,6 +287,13 @@ pub struct AzMatrix {
     pub coef: Vec<f32>,
     /// Fraction × the pixel's normalisation (solid angle × polarisation).
     pub ncoef: Vec<f32>,
+    /// Per bin, Σ ncoef over all its entries (compensated): engines subtract what invalid
+    /// pixels would have contributed instead of summing it per frame.
+    pub norm_total: Vec<f64>,
+    /// Per bin, Σ coef over all its entries.
+    pub count_total: Vec<f64>,
+    /// The same matrix pixel by pixel (its transpose), for engines that stream the image.
+    pub by_pixel: PixelMajor,
     /// Value of empty bins.
     pub empty: f32,
 }
@@ -374,6 +381,7 @@ impl AzMatrix {
                 }
             }
         }
+        let by_pixel = PixelMajor::new(&entries, n, &geo.norm);
         let mut indptr = vec![0u32; bins + 1];
         for e in &entries {
             indptr[e.0 as usize + 1] += 1;
@@ -392,6 +400,22 @@ impl AzMatrix {
             coef[k] = c;
             ncoef[k] = c * geo.norm[i as usize];
         }
+        let totals = |v: &[f32]| -> Vec<f64> {
+            (0..bins)
+                .map(|b| {
+                    let (mut sum, mut comp) = (0.0f64, 0.0f64);
+                    for &x in &v[indptr[b] as usize..indptr[b + 1] as usize] {
+                        let y = f64::from(x) - comp;
+                        let t = sum + y;
+                        comp = (t - sum) - y;
+                        sum = t;
+                    }
+                    sum
+                })
+                .collect()
+        };
+        let norm_total = totals(&ncoef);
+        let count_total = totals(&coef);
         let s = cfg.unit.scale();
         let radial = (0..bins)
             .map(|b| (lo + (b as f64 + 0.5) * delta) * s)
@@ -406,6 +430,9 @@ impl AzMatrix {
             indices,
             coef,
             ncoef,
+            norm_total,
+            count_total,
+            by_pixel,
             empty: cfg.empty,
         })
     }
@@ -417,7 +444,78 @@ impl AzMatrix {
 
     /// Checks that an image fits this matrix.
     pub fn check_image(&self, image: &[f32]) -> Result<()> {
-        DaqError::check_len("image", self.shape.0 * self.shape.1, image.len())
+        DaqError::check_len("image", self.shape.0 * self.shape.1, image.len())?;
+        DaqError::check_len("matrix row pointers", self.bins + 1, self.indptr.len())?;
+        DaqError::check_len(
+            "matrix totals",
+            self.bins,
+            self.norm_total.len().min(self.count_total.len()),
+        )?;
+        let nnz = self.indptr.last().copied().unwrap_or(0) as usize;
+        if nnz
+            > self
+                .indices
+                .len()
+                .min(self.coef.len())
+                .min(self.ncoef.len())
+            || self.indptr.windows(2).any(|w| w[0] > w[1])
+        {
+            return Err(DaqError::Config("malformed integration matrix".into()));
+        }
+        Ok(())
+    }
+}
+
+/// The integration matrix in pixel order: entries of pixel 0, then pixel 1, …; each entry's
+/// bin carries [`PixelMajor::LAST`] on a pixel's last entry, and a pixel with no entry (masked,
+/// out of range) has one placeholder entry with bin [`PixelMajor::NONE`]. Streaming the image
+/// and these arrays in order is what a CPU does fastest; `chunks` are pixel-aligned split points
+/// (entry, pixel) for threads.
+#[derive(Debug, Clone, Default)]
+pub struct PixelMajor {
+    /// Bin of each entry, with the last-entry flag.
+    pub bin: Vec<u32>,
+    /// Fraction of the pixel in the bin.
+    pub coef: Vec<f32>,
+    /// Fraction × normalisation.
+    pub ncoef: Vec<f32>,
+    /// Split points (first entry, first pixel), ending with (entries, pixels).
+    pub chunks: Vec<(u32, u32)>,
+}
+
+impl PixelMajor {
+    /// Flag on a pixel's last entry.
+    pub const LAST: u32 = 1 << 31;
+    /// Bin of a placeholder entry.
+    pub const NONE: u32 = Self::LAST - 1;
+    const CHUNKS: usize = 256;
+
+    fn new(entries: &[(u32, u32, f32)], pixels: usize, norm: &[f32]) -> Self {
+        let mut m = Self::default();
+        let per = pixels.div_ceil(Self::CHUNKS).max(1);
+        let mut k = 0;
+        for p in 0..pixels {
+            if p % per == 0 {
+                m.chunks.push((m.bin.len() as u32, p as u32));
+            }
+            let start = m.bin.len();
+            while k < entries.len() && entries[k].1 as usize == p {
+                m.bin.push(entries[k].0);
+                m.coef.push(entries[k].2);
+                m.ncoef.push(entries[k].2 * norm[p]);
+                k += 1;
+            }
+            if m.bin.len() == start {
+                m.bin.push(Self::NONE);
+                m.coef.push(0.0);
+                m.ncoef.push(0.0);
+            }
+            if let Some(b) = m.bin.last_mut() {
+                *b |= Self::LAST;
+            }
+        }
+        m.chunks.push((m.bin.len() as u32, pixels as u32));
+        m
     }
 }
 

@@ -3,6 +3,7 @@
 //! used in tests.
 use std::time::Instant;
 
+use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::azint::{AzConfig, AzMatrix};
@@ -188,11 +189,19 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     let (pipeline_gbps, pipeline_fps) = rate(bytes, frames, t);
     let kept = kept.min(frames);
 
-    // memcpy of frame-sized buffers (source cycles like the raw frames).
+    // memcpy of frame-sized buffers on the same number of threads (source cycles like the raw
+    // frames).
+    let pool = remora_accel::CpuPool::new(cfg.threads)?;
     let src: Vec<Vec<u8>> = (0..raws.len()).map(|k| vec![k as u8; bytes * 2]).collect();
     let mut dst = vec![0u8; bytes * 2];
+    let chunk = pool.chunk_len(dst.len(), 4096);
     let t = time(frames, |i| {
-        dst.copy_from_slice(&src[i % src.len()]);
+        let s = &src[i % src.len()];
+        pool.install(|| {
+            dst.par_chunks_mut(chunk)
+                .zip(s.par_chunks(chunk))
+                .for_each(|(d, s)| d.copy_from_slice(s))
+        });
         std::hint::black_box(&dst);
         Ok(())
     })?;

@@ -158,13 +158,81 @@ impl Layout {
                 }
             }
         }
+        let (runs, row_runs) = runs_of(&src, self.rows, self.cols);
         Ok(AssemblyMap {
             rows: self.rows,
             cols: self.cols,
             raw_pixels: det.pixels(),
             src,
             mask,
+            runs,
+            row_runs,
         })
+    }
+}
+
+/// Splits the per-pixel table into runs of consecutive raw pixels with one weight, never
+/// crossing an image row; `row_runs[r]..row_runs[r + 1]` are row `r`'s runs.
+fn runs_of(src: &[u32], rows: usize, cols: usize) -> (Vec<Run>, Vec<u32>) {
+    let mut runs: Vec<Run> = Vec::new();
+    let mut row_runs = Vec::with_capacity(rows + 1);
+    for r in 0..rows {
+        row_runs.push(runs.len() as u32);
+        let mut open: Option<Run> = None;
+        for c in 0..cols {
+            let at = r * cols + c;
+            let e = src[at];
+            let (s, code) = if e == AssemblyMap::GAP {
+                (AssemblyMap::GAP, 3)
+            } else {
+                (e & 0x3fff_ffff, e >> 30)
+            };
+            match &mut open {
+                Some(run)
+                    if run.code == code as u8
+                        && (s == AssemblyMap::GAP || s == run.src + run.len) =>
+                {
+                    run.len += 1
+                }
+                _ => {
+                    runs.extend(open.take());
+                    open = Some(Run {
+                        dst: at as u32,
+                        src: s,
+                        len: 1,
+                        code: code as u8,
+                    });
+                }
+            }
+        }
+        runs.extend(open);
+    }
+    row_runs.push(runs.len() as u32);
+    (runs, row_runs)
+}
+
+/// A stretch of one image row fed by consecutive raw pixels with one weight (or a gap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// First image pixel.
+    pub dst: u32,
+    /// First raw pixel, or [`AssemblyMap::GAP`].
+    pub src: u32,
+    /// Pixels.
+    pub len: u32,
+    /// Weight code (0 → 1, 1 → ½, 2 → ¼, 3 → gap).
+    pub code: u8,
+}
+
+impl Run {
+    /// The weight of the run's pixels.
+    #[inline(always)]
+    pub fn weight(&self) -> f32 {
+        match self.code {
+            0 => 1.0,
+            1 => 0.5,
+            _ => 0.25,
+        }
     }
 }
 
@@ -201,6 +269,10 @@ pub struct AssemblyMap {
     pub src: Vec<u32>,
     /// Image mask (non-zero = gap or masked raw pixel), for the integrator.
     pub mask: Vec<u8>,
+    /// The same table as runs (what the fast engine copies).
+    pub runs: Vec<Run>,
+    /// Per image row, the index of its first run (rows + 1 entries).
+    pub row_runs: Vec<u32>,
 }
 
 impl AssemblyMap {
@@ -223,7 +295,8 @@ impl AssemblyMap {
             1 => 0.5,
             _ => 0.25,
         };
-        raw[(e & 0x3fff_ffff) as usize] * w
+        raw.get((e & 0x3fff_ffff) as usize)
+            .map_or(f32::NAN, |v| v * w)
     }
 }
 
@@ -275,6 +348,19 @@ mod tests {
             .filter(|&&e| e != AssemblyMap::GAP && (e & 0x3fff_ffff) as usize == corner)
             .count();
         assert_eq!(feeds, 4);
+        // The runs describe the same table.
+        let mut from_runs = vec![0u32; map.pixels()];
+        for r in &map.runs {
+            for k in 0..r.len {
+                from_runs[(r.dst + k) as usize] = if r.src == AssemblyMap::GAP {
+                    AssemblyMap::GAP
+                } else {
+                    (r.src + k) | (u32::from(r.code) << 30)
+                };
+            }
+        }
+        assert_eq!(from_runs, map.src);
+        assert!(map.runs.len() < map.rows * 60);
     }
 
     #[test]

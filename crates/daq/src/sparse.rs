@@ -110,7 +110,7 @@ impl SparseFrame {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{Engine, EngineKind, Registry};
+    use crate::engine::{EngineKind, Registry};
     use proptest::prelude::*;
 
     proptest! {

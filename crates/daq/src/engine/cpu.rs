@@ -8,7 +8,7 @@ use super::kernels::{self, ConvChunk, Sink};
 use super::{ConvOut, ConvStats, Engine};
 use crate::azint::{AzMatrix, Profile};
 use crate::calib::ConvTables;
-use crate::geometry::AssemblyMap;
+use crate::geometry::{AssemblyMap, Run};
 use crate::sparse::SparseFrame;
 use crate::Result;
 
@@ -130,12 +130,18 @@ impl Engine for CpuEngine {
 
     fn assemble(&self, raw: &[f32], map: &AssemblyMap, out: &mut [f32]) -> Result<()> {
         super::check_assemble(raw, map, out)?;
-        let c = self.pool.chunk_len(out.len(), 1024);
         let level = self.level;
+        let cols = map.cols;
         self.pool.install(|| {
-            out.par_chunks_mut(c)
-                .zip(map.src.par_chunks(c))
-                .for_each(|(o, s)| dispatch::assemble(level, s, raw, o))
+            out.par_chunks_mut(cols)
+                .enumerate()
+                .with_min_len(16)
+                .for_each(|(r, o)| {
+                    let runs = map
+                        .runs
+                        .get(map.row_runs[r] as usize..map.row_runs[r + 1] as usize);
+                    dispatch::assemble(level, runs.unwrap_or(&[]), r * cols, raw, o)
+                })
         });
         Ok(())
     }
@@ -149,6 +155,7 @@ impl Engine for CpuEngine {
     ) -> Result<SparseFrame> {
         super::check_compress(frame, rows, cols)?;
         let rows_per = self.pool.chunk_len(rows, 1).max(1);
+        let level = self.level;
         let parts: Vec<(Vec<u32>, Vec<u16>, Vec<f32>)> = self.pool.install(|| {
             (0..rows.div_ceil(rows_per))
                 .into_par_iter()
@@ -156,11 +163,14 @@ impl Engine for CpuEngine {
                     let (r0, r1) = (ci * rows_per, ((ci + 1) * rows_per).min(rows));
                     let mut per_row = Vec::with_capacity(r1 - r0);
                     let (mut cs, mut vs) = (Vec::new(), Vec::new());
+                    let mut scratch = (Vec::new(), Vec::new());
                     for r in r0..r1 {
                         let before = cs.len();
-                        kernels::compress_row(
+                        dispatch::compress_row(
+                            level,
                             &frame[r * cols..(r + 1) * cols],
                             threshold,
+                            &mut scratch,
                             &mut cs,
                             &mut vs,
                         );
@@ -175,21 +185,45 @@ impl Engine for CpuEngine {
 
     fn integrate(&self, m: &AzMatrix, image: &[f32]) -> Result<Profile> {
         m.check_image(image)?;
-        let sums: Vec<(f64, f64, f64)> = self.pool.install(|| {
-            (0..m.bins)
-                .into_par_iter()
-                .with_min_len(8)
-                .map(|b| {
-                    let (lo, hi) = (m.indptr[b] as usize, m.indptr[b + 1] as usize);
-                    kernels::integrate_bin(
-                        &m.indices[lo..hi],
-                        &m.coef[lo..hi],
-                        &m.ncoef[lo..hi],
-                        image,
-                    )
-                })
+        let level = self.level;
+        let pm = &m.by_pixel;
+        let bins = m.bins;
+        // Threads stream pixel ranges into their own accumulators; then a compensated reduction.
+        let accs: Vec<kernels::BinAcc> = self.pool.install(|| {
+            pm.chunks
+                .par_windows(2)
+                .fold(
+                    || kernels::BinAcc::new(bins),
+                    |mut acc, w| {
+                        let (e0, p0) = (w[0].0 as usize, w[0].1 as usize);
+                        let e1 = w[1].0 as usize;
+                        if let (Some(b), Some(c), Some(n)) = (
+                            pm.bin.get(e0..e1),
+                            pm.coef.get(e0..e1),
+                            pm.ncoef.get(e0..e1),
+                        ) {
+                            dispatch::integrate_pixels(level, b, c, n, p0, image, &mut acc);
+                        }
+                        acc
+                    },
+                )
                 .collect()
         });
+        let sums = (0..bins)
+            .map(|b| {
+                let (mut sum, mut comp) = (0.0f64, 0.0f64);
+                let (mut bad_n, mut bad_c) = (0.0f64, 0.0f64);
+                for a in &accs {
+                    let y = a.total(b) - comp;
+                    let t = sum + y;
+                    comp = (t - sum) - y;
+                    sum = t;
+                    bad_n += a.bad[b].0;
+                    bad_c += a.bad[b].1;
+                }
+                (sum, m.norm_total[b] - bad_n, m.count_total[b] - bad_c)
+            })
+            .collect();
         Ok(Profile::from_sums(m, sums, self.info()))
     }
 }
@@ -226,14 +260,41 @@ mod dispatch {
     pub(super) fn count(l: Level, d: &[f32], t: f32) -> u64 {
         dispatch!(l, count, kernels::count_above, (d, t))
     }
-    pub(super) fn assemble(l: Level, s: &[u32], r: &[f32], o: &mut [f32]) {
-        dispatch!(l, assemble, kernels::assemble, (s, r, o))
+    pub(super) fn assemble(l: Level, runs: &[Run], at: usize, r: &[f32], o: &mut [f32]) {
+        dispatch!(l, assemble, kernels::assemble_row, (runs, at, r, o))
+    }
+    pub(super) fn compress_row(
+        l: Level,
+        row: &[f32],
+        t: f32,
+        sc: &mut (Vec<u16>, Vec<f32>),
+        c: &mut Vec<u16>,
+        v: &mut Vec<f32>,
+    ) {
+        dispatch!(l, compress_row, kernels::compress_row, (row, t, sc, c, v))
+    }
+    pub(super) fn integrate_pixels(
+        l: Level,
+        b: &[u32],
+        c: &[f32],
+        n: &[f32],
+        first: usize,
+        img: &[f32],
+        acc: &mut kernels::BinAcc,
+    ) {
+        dispatch!(
+            l,
+            integrate_pixels,
+            kernels::integrate_pixels,
+            (b, c, n, first, img, acc)
+        )
     }
 
     #[cfg(target_arch = "x86_64")]
     mod avx2 {
         use super::super::kernels::{self, ConvChunk, Sink};
         use super::super::ConvStats;
+        use crate::geometry::Run;
 
         #[target_feature(enable = "avx2")]
         pub(super) fn convert<S: Sink>(
@@ -253,8 +314,29 @@ mod dispatch {
             kernels::count_above(d, t)
         }
         #[target_feature(enable = "avx2")]
-        pub(super) fn assemble(s: &[u32], r: &[f32], o: &mut [f32]) {
-            kernels::assemble(s, r, o)
+        pub(super) fn assemble(runs: &[Run], at: usize, r: &[f32], o: &mut [f32]) {
+            kernels::assemble_row(runs, at, r, o)
+        }
+        #[target_feature(enable = "avx2")]
+        pub(super) fn compress_row(
+            row: &[f32],
+            t: f32,
+            sc: &mut (Vec<u16>, Vec<f32>),
+            c: &mut Vec<u16>,
+            v: &mut Vec<f32>,
+        ) {
+            kernels::compress_row(row, t, sc, c, v)
+        }
+        #[target_feature(enable = "avx2")]
+        pub(super) fn integrate_pixels(
+            b: &[u32],
+            c: &[f32],
+            n: &[f32],
+            first: usize,
+            img: &[f32],
+            acc: &mut kernels::BinAcc,
+        ) {
+            kernels::integrate_pixels(b, c, n, first, img, acc)
         }
     }
 }

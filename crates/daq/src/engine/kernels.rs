@@ -1,7 +1,7 @@
 //! The hot loops, written so LLVM vectorises them. Each works on one chunk of a frame; the CPU
 //! engine runs chunks on its pool and compiles an AVX2 copy of each (see `cpu.rs`).
 use super::ConvStats;
-use crate::geometry::AssemblyMap;
+use crate::geometry::{AssemblyMap, Run};
 
 /// Output element of the conversion: energy (`f32`) or photon count (`i32`).
 pub(crate) trait Sink: Copy + Send + Sync + Default {
@@ -16,13 +16,20 @@ impl Sink for f32 {
 }
 
 impl Sink for i32 {
+    /// Same results as `(e / energy).round_ties_even() as i32` (saturating, NaN → MIN), written
+    /// with a clamp and selects so it vectorises (`as` does not).
     #[inline(always)]
     fn make(e: f32, energy: f32) -> i32 {
+        let q = (e / energy).round_ties_even();
+        // `max` turns NaN into the lower bound, so `c` is a number in i32 range.
+        let c = q.max(-2_147_483_648.0).min(2_147_483_520.0);
+        // SAFETY: `c` is not NaN and lies in [-2^31, 2^31 - 128], representable as i32.
+        let v = unsafe { c.to_int_unchecked::<i32>() };
+        let v = if q > 2_147_483_520.0 { i32::MAX } else { v };
         if e.is_nan() {
             i32::MIN
         } else {
-            // `as` saturates: +inf (saturated pixel) becomes i32::MAX.
-            (e / energy).round_ties_even() as i32
+            v
         }
     }
 }
@@ -105,12 +112,13 @@ fn convert_one(c: &ConvChunk<'_>, k: usize, t: f32, st: &mut ConvStats) -> f32 {
 
 #[inline(always)]
 pub(crate) fn track_pedestal(raw: &[u16], ped0: &mut [f32], counts: &mut [u16], window: u16) {
+    // Branch-free (selects) so it vectorises; pixels outside G0 keep their values.
     for ((&w, p), c) in raw.iter().zip(ped0.iter_mut()).zip(counts.iter_mut()) {
-        if w >> 14 == 0 {
-            let n = c.saturating_add(1).min(window);
-            *c = n;
-            *p += (f32::from(w) - *p) / f32::from(n);
-        }
+        let g0 = w >> 14 == 0;
+        let n = c.saturating_add(1).min(window);
+        let updated = *p + (f32::from(w) - *p) / f32::from(n);
+        *p = if g0 { updated } else { *p };
+        *c = if g0 { n } else { *c };
     }
 }
 
@@ -122,48 +130,114 @@ pub(crate) fn count_above(data: &[f32], t: f32) -> u64 {
         .sum()
 }
 
+/// Assembles the runs of one image row into `out` (that row).
 #[inline(always)]
-pub(crate) fn assemble(src: &[u32], raw: &[f32], out: &mut [f32]) {
-    for (o, &e) in out.iter_mut().zip(src) {
-        *o = AssemblyMap::gather(e, raw);
+pub(crate) fn assemble_row(runs: &[Run], row_start: usize, raw: &[f32], out: &mut [f32]) {
+    for r in runs {
+        let d = r.dst as usize - row_start;
+        let Some(o) = out.get_mut(d..d + r.len as usize) else {
+            continue;
+        };
+        match raw.get(r.src as usize..r.src as usize + r.len as usize) {
+            Some(s) if r.src != AssemblyMap::GAP => {
+                let w = r.weight();
+                for (o, &v) in o.iter_mut().zip(s) {
+                    *o = v * w;
+                }
+            }
+            _ => o.fill(f32::NAN),
+        }
     }
 }
 
-/// Sums of one CSR row (bin): Kahan-compensated signal and normalisation, plain count.
+const LANES: usize = 4;
+
 #[inline(always)]
-pub(crate) fn integrate_bin(
-    indices: &[u32],
+fn kahan(s: &mut f64, c: &mut f64, x: f64) {
+    let y = x - *c;
+    let t = *s + y;
+    *c = (t - *s) - y;
+    *s = t;
+}
+
+/// Pixels above `t` in one row, appended as (column, value). Branch-free compaction into
+/// `scratch` (row-sized, reused) and then one copy.
+#[inline(always)]
+pub(crate) fn compress_row(
+    row: &[f32],
+    t: f32,
+    scratch: &mut (Vec<u16>, Vec<f32>),
+    cols: &mut Vec<u16>,
+    vals: &mut Vec<f32>,
+) {
+    scratch.0.resize(row.len(), 0);
+    scratch.1.resize(row.len(), 0.0);
+    let (sc, sv) = (&mut scratch.0[..row.len()], &mut scratch.1[..row.len()]);
+    let mut k = 0;
+    for (x, &v) in row.iter().enumerate() {
+        // k <= x < row.len(): always in bounds.
+        sc[k.min(x)] = x as u16;
+        sv[k.min(x)] = v;
+        k += usize::from(v > t);
+    }
+    cols.extend_from_slice(&sc[..k]);
+    vals.extend_from_slice(&sv[..k]);
+}
+
+/// Per-bin accumulators of one thread: four Kahan lanes (sum, compensation) per bin in one
+/// cache line, and what invalid pixels would have contributed.
+pub(crate) struct BinAcc {
+    pub lanes: Vec<[(f64, f64); LANES]>,
+    pub bad: Vec<(f64, f64)>,
+}
+
+impl BinAcc {
+    pub fn new(bins: usize) -> Self {
+        Self {
+            lanes: vec![[(0.0, 0.0); LANES]; bins],
+            bad: vec![(0.0, 0.0); bins],
+        }
+    }
+
+    /// Compensated total of bin `b` over all lanes.
+    pub fn total(&self, b: usize) -> f64 {
+        let (mut sum, mut comp) = (0.0f64, 0.0f64);
+        for &(s, c) in &self.lanes[b] {
+            kahan(&mut sum, &mut comp, s);
+            kahan(&mut sum, &mut comp, -c);
+        }
+        sum
+    }
+}
+
+/// Streams pixels `first..` of the image with their pixel-major entries, scattering Σ c·I into
+/// per-bin Kahan lanes (entry k uses lane k mod 4, so runs of pixels in one bin do not wait
+/// on each other).
+#[inline(always)]
+pub(crate) fn integrate_pixels(
+    bin: &[u32],
     coef: &[f32],
     ncoef: &[f32],
+    first: usize,
     image: &[f32],
-) -> (f64, f64, f64) {
-    let (mut sig, mut sig_c) = (0.0f64, 0.0f64);
-    let (mut nrm, mut nrm_c) = (0.0f64, 0.0f64);
-    let mut cnt = 0.0f64;
-    for ((&j, &c), &nc) in indices.iter().zip(coef).zip(ncoef) {
-        let v = image.get(j as usize).copied().unwrap_or(f32::NAN);
-        if v.is_finite() {
-            let y = f64::from(c) * f64::from(v) - sig_c;
-            let t = sig + y;
-            sig_c = (t - sig) - y;
-            sig = t;
-            let y = f64::from(nc) - nrm_c;
-            let t = nrm + y;
-            nrm_c = (t - nrm) - y;
-            nrm = t;
-            cnt += f64::from(c);
+    acc: &mut BinAcc,
+) {
+    use crate::azint::PixelMajor;
+    let mut p = first;
+    let n = bin.len().min(coef.len()).min(ncoef.len());
+    for k in 0..n {
+        let e = bin[k];
+        let b = (e & !PixelMajor::LAST) as usize;
+        let v = image.get(p).copied().unwrap_or(f32::NAN);
+        if let Some(lanes) = acc.lanes.get_mut(b) {
+            if v.is_finite() {
+                let (s, c) = &mut lanes[k % LANES];
+                kahan(s, c, f64::from(coef[k]) * f64::from(v));
+            } else {
+                acc.bad[b].0 += f64::from(ncoef[k]);
+                acc.bad[b].1 += f64::from(coef[k]);
+            }
         }
-    }
-    (sig, nrm, cnt)
-}
-
-/// Pixels above `t` in one row, appended as (column, value).
-#[inline(always)]
-pub(crate) fn compress_row(row: &[f32], t: f32, cols: &mut Vec<u16>, vals: &mut Vec<f32>) {
-    for (x, &v) in row.iter().enumerate() {
-        if v > t {
-            cols.push(x as u16);
-            vals.push(v);
-        }
+        p += (e >> 31) as usize;
     }
 }
