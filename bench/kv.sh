@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Runs memcached 1.6 and `remora kv serve` with the same threads and memory, one after the other,
+# under the same load generators, and writes ratios to docs/bench/kv.md.
+#
+#   bash bench/kv.sh            # defaults: 2 server threads, 256 MB, 4 s per run, 3 rounds
+#   THREADS=4 SECS=10 ROUNDS=5 bash bench/kv.sh
+#
+# Load generators: memcaslap (libmemcached-tools) and kvload (crates/kv/examples/kvload.rs,
+# one request in flight per connection, latency percentiles). Runs alternate between the two
+# servers and each figure is the median of ROUNDS runs, which damps noise from other jobs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+THREADS=${THREADS:-2}
+MEM=${MEM:-256}
+SECS=${SECS:-4}
+ROUNDS=${ROUNDS:-3}
+OUT=${OUT:-docs/bench/kv.md}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
+
+command -v memcached >/dev/null || { echo "bench/kv.sh: memcached not installed" >&2; exit 1; }
+command -v memcaslap >/dev/null || { echo "bench/kv.sh: memcaslap not installed (libmemcached-tools)" >&2; exit 1; }
+cargo build -q --release -p remora-cli
+cargo build -q --release -p remora-kv --example kvload
+REMORA="$CARGO_TARGET_DIR/release/remora"
+KVLOAD="$CARGO_TARGET_DIR/release/examples/kvload"
+USER_FLAG=()
+[ "$(id -u)" = 0 ] && USER_FLAG=(-u root)
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat > "$tmp/get.cfg" <<CFG
+key
+16 16 1
+value
+32 32 1
+cmd
+0 0.0
+1 1.0
+CFG
+cat > "$tmp/mix.cfg" <<CFG
+key
+16 16 1
+value
+32 32 1
+cmd
+0 0.1
+1 0.9
+CFG
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# run SERVER WORKLOAD -> prints "ops/s keys/s p50 p99 p999" (latency fields "-" for memcaslap)
+run() {
+  local server=$1 wl=$2 port pid
+  port=$(free_port)
+  if [ "$server" = memcached ]; then
+    memcached -p "$port" -U 0 -l 127.0.0.1 -t "$THREADS" -m "$MEM" "${USER_FLAG[@]}" & pid=$!
+  else
+    "$REMORA" kv serve -p "$port" -U 0 -l 127.0.0.1 -t "$THREADS" -m "$MEM" "${USER_FLAG[@]}" & pid=$!
+  fi
+  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.05; done
+  case $wl in
+    slap-get) timeout $((SECS + 20)) memcaslap -s 127.0.0.1:"$port" -T 1 -c 32 -t "${SECS}s" -F "$tmp/get.cfg" 2>&1 \
+                | awk '/TPS:/ {for (i=1;i<=NF;i++) if ($i=="TPS:") t=$(i+1)} END {print t, t, "-", "-", "-"}' ;;
+    # memcaslap counts each key of a multiget as one op: keys/s is its TPS.
+    slap-multiget48) timeout $((SECS + 20)) memcaslap -s 127.0.0.1:"$port" -T 1 -c 32 -t "${SECS}s" -F "$tmp/get.cfg" -d 48 2>&1 \
+                | awk '/TPS:/ {for (i=1;i<=NF;i++) if ($i=="TPS:") t=$(i+1)} END {print t/48, t, "-", "-", "-"}' ;;
+    slap-mix) timeout $((SECS + 20)) memcaslap -s 127.0.0.1:"$port" -T 1 -c 32 -t "${SECS}s" -F "$tmp/mix.cfg" 2>&1 \
+                | awk '/TPS:/ {for (i=1;i<=NF;i++) if ($i=="TPS:") t=$(i+1)} END {print t, t, "-", "-", "-"}' ;;
+    load-get) timeout $((SECS + 20)) "$KVLOAD" 127.0.0.1:"$port" get --secs "$SECS" ;;
+    load-multiget48) timeout $((SECS + 20)) "$KVLOAD" 127.0.0.1:"$port" multiget48 --secs "$SECS" ;;
+    load-mix) timeout $((SECS + 20)) "$KVLOAD" 127.0.0.1:"$port" mix --secs "$SECS" ;;
+    load-latency) timeout $((SECS + 20)) "$KVLOAD" 127.0.0.1:"$port" mix --secs "$SECS" --conns 8 --rate 20000 ;;
+  esac
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+workloads=(slap-get slap-multiget48 slap-mix load-get load-multiget48 load-mix load-latency)
+declare -A R
+for wl in "${workloads[@]}"; do
+  for r in $(seq "$ROUNDS"); do
+    for server in memcached remora; do
+      line=$(run "$server" "$wl")
+      echo "$wl round $r $server: $line" >&2
+      echo "$line" >> "$tmp/$wl.$server"
+    done
+  done
+done
+
+col() { awk -v c="$2" '{print $c}' "$1" | median; }
+ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f'{b/a:.2f}x' if a>0 else '-')" "$1" "$2"; }
+
+{
+  echo "# remora kv vs memcached: measured results"
+  echo
+  echo "Produced by \`bash bench/kv.sh\` (THREADS=$THREADS MEM=${MEM}MB SECS=$SECS ROUNDS=$ROUNDS) on $(date -u +%Y-%m-%d)."
+  echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), Linux $(uname -r)."
+  echo "memcached: $(memcached -V). Both servers: \`-t $THREADS -m $MEM -U 0 -l 127.0.0.1\`. Load generator and"
+  echo "server share the same cores, so figures are ratios from one run, each the median of $ROUNDS alternating runs."
+  echo "Other engineers' builds and tests were running on the same 2 cores during this run; absolute numbers are noisy."
+  echo
+  echo "| workload | memcached | remora | ratio |"
+  echo "| --- | ---: | ---: | ---: |"
+  for wl in "${workloads[@]}"; do
+    case $wl in
+      slap-get) name="memcaslap single get, 32 conns (ops/s)"; c=1 ;;
+      slap-multiget48) name="memcaslap 48-key multiget, 32 conns (keys/s)"; c=2 ;;
+      slap-mix) name="memcaslap 90/10 get/set, 32-byte values (ops/s)"; c=1 ;;
+      load-get) name="kvload single get, 32 conns (ops/s)"; c=1 ;;
+      load-multiget48) name="kvload 48-key multiget, 32 conns (keys/s)"; c=2 ;;
+      load-mix) name="kvload 90/10 get/set, 32-byte values (ops/s)"; c=1 ;;
+      load-latency) name="kvload 90/10 at ~20K req/s, 8 conns (ops/s)"; c=1 ;;
+    esac
+    a=$(col "$tmp/$wl.memcached" $c); b=$(col "$tmp/$wl.remora" $c)
+    echo "| $name | $a | $b | $(ratio "$a" "$b") |"
+  done
+  echo
+  echo "Latency (kvload, microseconds, median of runs; lower is better):"
+  echo
+  echo "| workload | memcached p50 / p99 / p99.9 | remora p50 / p99 / p99.9 |"
+  echo "| --- | --- | --- |"
+  for wl in load-get load-multiget48 load-mix load-latency; do
+    m="$(col "$tmp/$wl.memcached" 3) / $(col "$tmp/$wl.memcached" 4) / $(col "$tmp/$wl.memcached" 5)"
+    r="$(col "$tmp/$wl.remora" 3) / $(col "$tmp/$wl.remora" 4) / $(col "$tmp/$wl.remora" 5)"
+    echo "| $wl | $m | $r |"
+  done
+} > "$OUT.new"
+mv "$OUT.new" "$OUT"
+cat "$OUT"
