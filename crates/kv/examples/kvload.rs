@@ -189,7 +189,12 @@ fn main() {
     }
     let secs = a.secs.max(t0.elapsed().as_secs_f64().min(a.secs));
     lat.sort_unstable();
-    let pct = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1))).copied().unwrap_or(0) as f64 / 1000.0;
+    let pct = |p: f64| {
+        lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0) as f64
+            / 1000.0
+    };
     println!(
         "{:.0} {:.0} {:.1} {:.1} {:.1}",
         ops as f64 / secs,

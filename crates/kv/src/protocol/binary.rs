@@ -276,6 +276,22 @@ mod tests {
         assert_eq!(parse(b"\x00garbage", &lim), Parse::Close);
     }
 
+    proptest::proptest! {
+        /// Fuzz-style invariants: never panics; slices lie inside the consumed bytes.
+        #[test]
+        fn parse_invariants(buf in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200), magic: bool) {
+            let mut buf = buf;
+            if magic && !buf.is_empty() {
+                buf[0] = MAGIC_REQ;
+            }
+            let lim = Limits { item_max: 100, max_line: 2048, max_get_line: 4096 };
+            if let Parse::Done(r, n) = parse(&buf, &lim) {
+                proptest::prop_assert!(n >= HEADER_LEN && n <= buf.len());
+                proptest::prop_assert_eq!(r.extras.len() + r.key.len() + r.value.len(), n - HEADER_LEN);
+            }
+        }
+    }
+
     #[test]
     fn golden_response() {
         let mut o = vec![];

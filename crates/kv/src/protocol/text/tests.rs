@@ -124,7 +124,10 @@ proptest! {
     #[test]
     fn parse_never_overreads(buf in proptest::collection::vec(any::<u8>(), 0..300)) {
         match p(&buf) {
-            Parse::Done(_, n) => prop_assert!(n > 0 && n <= buf.len()),
+            Parse::Done(c, n) => {
+                prop_assert!(n > 0 && n <= buf.len());
+                prop_assert_eq!(p(&buf[..n]), Parse::Done(c, n));
+            }
             Parse::Incomplete | Parse::Close => {}
         }
     }
@@ -137,7 +140,10 @@ proptest! {
                     Just("T1"), Just("v"), Just("\r\n"), Just("99999999999999999999")], 0..20)) {
         let s = words.join(" ");
         match p(s.as_bytes()) {
-            Parse::Done(_, n) => prop_assert!(n > 0 && n <= s.len()),
+            Parse::Done(c, n) => {
+                prop_assert!(n > 0 && n <= s.len());
+                prop_assert_eq!(p(&s.as_bytes()[..n]), Parse::Done(c, n));
+            }
             Parse::Incomplete | Parse::Close => {}
         }
     }
