@@ -24,6 +24,8 @@ pub mod fetch;
 pub mod prefetch;
 pub mod procmaps;
 pub mod protocol;
+#[cfg(feature = "fabric")]
+pub mod rdma;
 pub mod region;
 pub mod server;
 mod sigbus;
@@ -35,6 +37,8 @@ pub use fetch::{
     FetchError, Fetched, LocalFetcher, PageFetcher, PushChunk, PushNext, PushStream, TcpFetcher,
 };
 pub use prefetch::{Prefetch, Prefetcher, WorkingSet};
+#[cfg(feature = "fabric")]
+pub use rdma::{FabricFetcher, FabricServer, FabricServerHandle};
 pub use region::{LazyRegion, Mode, Options, Progress, Stats};
 pub use server::{PageServer, ServerHandle};
 pub use source::{FileSource, MemorySource, PageSource, ProcessSource};

@@ -1,0 +1,387 @@
+//! The page server over `remora-fabric`: the client READs pages one-sidedly from the server's
+//! registered region (RC READ over `udp`, or `shm`/`tcp` through the fabric's stream
+//! transports), so no server thread touches the urgent path. The region table (address, length,
+//! rkey) and the [`Hello`] (segments, zero map) travel as private data at connect.
+//!
+//! The server registers a snapshot of its source taken at start (the tcp page server, by
+//! contrast, reads the source at each request, so it serves a running process's current memory).
+use crate::error::{Error, Result};
+use crate::fetch::{FetchError, Fetched, PageFetcher, PushChunk, PushNext, PushStream};
+use crate::protocol::Hello;
+use crate::source::{is_zero, PageSource, PushCursor, PUSH_MAX_CHUNK};
+use remora_fabric::{Completion, Listener, Qp, QpOptions, RegionInfo, Status, Transport};
+use remora_mem::{Access, Buffer, Mode, Pd, Region};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Largest private data the fabric carries at connect (its documented limit).
+const MAX_PRIVATE: usize = 64 << 10;
+
+fn fab(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Protocol(format!("{what}: {e}"))
+}
+
+/// A page server whose clients READ its registered region.
+pub struct FabricServer {
+    listener: Listener,
+    pd: Arc<Pd>,
+    _region: Arc<Region>,
+    private: Vec<u8>,
+    transport: Transport,
+}
+
+/// A running fabric page server; dropping it (or `kill`) stops it and drops every queue pair.
+pub struct FabricServerHandle {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    qps: Arc<Mutex<Vec<Qp>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl FabricServer {
+    /// Copies `src` into a registered region and listens on `addr`.
+    pub fn bind(
+        addr: SocketAddr,
+        src: &dyn PageSource,
+        transport: Transport,
+    ) -> Result<FabricServer> {
+        let len =
+            usize::try_from(src.len()).map_err(|_| Error::Invalid("source too large".into()))?;
+        if len == 0 {
+            return Err(Error::Invalid("the source is empty".into()));
+        }
+        let buf = Buffer::anonymous(len).map_err(|e| fab("allocate the served region", e))?;
+        // SAFETY: the buffer was just mapped with `len` writable bytes and nothing else uses it yet.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(buf.as_ptr(), len) };
+        for (i, chunk) in bytes.chunks_mut(4 << 20).enumerate() {
+            src.read_at((i * (4 << 20)) as u64, chunk)?;
+        }
+        let pd = Arc::new(Pd::new());
+        let region = pd
+            .register(
+                buf,
+                Access::REMOTE_READ | Access::LOCAL_WRITE,
+                Mode::OnDemand,
+            )
+            .map_err(|e| fab("register the served region", e))?;
+        let hello = Hello {
+            len: src.len(),
+            segments: src.segments(),
+            zero_map: src.zero_map(),
+        };
+        let mut private = RegionInfo::of(&region).encode().to_vec();
+        private.extend_from_slice(&hello.emit());
+        if private.len() > MAX_PRIVATE {
+            // Too many segments or too big a zero map for private data: send only the length.
+            private.truncate(RegionInfo::LEN);
+            private.extend_from_slice(
+                &Hello {
+                    len: src.len(),
+                    segments: vec![crate::protocol::Segment {
+                        va: 0,
+                        len: src.len(),
+                    }],
+                    zero_map: vec![],
+                }
+                .emit(),
+            );
+        }
+        let opts = QpOptions {
+            transport,
+            ..QpOptions::default()
+        };
+        let listener = Listener::bind(addr, pd.clone(), opts).map_err(|e| fab("listen", e))?;
+        Ok(FabricServer {
+            listener,
+            pd,
+            _region: region,
+            private,
+            transport,
+        })
+    }
+    /// The control address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr()
+    }
+    /// Serves on a background thread.
+    pub fn spawn(self) -> Result<FabricServerHandle> {
+        let addr = self.local_addr();
+        let stop = Arc::new(AtomicBool::new(false));
+        let qps = Arc::new(Mutex::new(Vec::new()));
+        let (s, q) = (stop.clone(), qps.clone());
+        let thread = std::thread::Builder::new()
+            .name("lazy-fabric-server".into())
+            .spawn(move || self.accept_loop(&s, &q))
+            .map_err(|e| Error::io("spawn server thread", e))?;
+        Ok(FabricServerHandle {
+            addr,
+            stop,
+            qps,
+            thread: Some(thread),
+        })
+    }
+    /// Serves in the calling thread until the process ends.
+    pub fn run(self) {
+        self.accept_loop(&AtomicBool::new(false), &Mutex::new(Vec::new()));
+    }
+    fn accept_loop(self, stop: &AtomicBool, qps: &Mutex<Vec<Qp>>) {
+        while !stop.load(Ordering::Acquire) {
+            match self.listener.accept(&self.private) {
+                // Keep the queue pair: its responder serves READs without us.
+                Ok((qp, _)) if !stop.load(Ordering::Acquire) => {
+                    qps.lock().unwrap_or_else(|p| p.into_inner()).push(qp)
+                }
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::warn!("fabric page server: accept: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+}
+
+impl FabricServerHandle {
+    /// The control address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    /// Stops accepting and drops every queue pair (clients' READs then fail). The accept thread
+    /// is left to end at its next connection (accept cannot be interrupted), which it drops.
+    pub fn kill(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.thread.take();
+        self.qps.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+impl Drop for FabricServerHandle {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One queue pair with its staging region.
+struct Conn {
+    qp: Qp,
+    stage: Arc<Region>,
+    next: u64,
+}
+
+/// Client of a [`FabricServer`]: each fetch is one or more RC READs into a staging region.
+pub struct FabricFetcher {
+    addr: SocketAddr,
+    transport: Transport,
+    pd: Arc<Pd>,
+    remote: RegionInfo,
+    hello: Hello,
+    pool: Mutex<Vec<Conn>>,
+    attempt: Duration,
+}
+
+const STAGE: usize = PUSH_MAX_CHUNK as usize;
+/// Busy-poll the completion queue this long before sleeping on it.
+const SPIN: Duration = Duration::from_micros(200);
+
+impl FabricFetcher {
+    /// Connects over `transport` and reads the region table from the private data.
+    pub fn connect(addr: SocketAddr, transport: Transport) -> Result<FabricFetcher> {
+        let pd = Arc::new(Pd::new());
+        let (conn, private) = Self::dial(addr, transport, &pd).map_err(|e| fab("connect", e))?;
+        let remote = RegionInfo::decode(&private).map_err(|e| fab("region table", e))?;
+        let hello = Hello::parse(&private[RegionInfo::LEN..])
+            .map_err(|e| Error::Protocol(format!("page server hello: {e}")))?;
+        if remote.len < hello.len {
+            return Err(Error::Protocol(format!(
+                "server region of {} bytes is shorter than its source of {}",
+                remote.len, hello.len
+            )));
+        }
+        Ok(FabricFetcher {
+            addr,
+            transport,
+            pd,
+            remote,
+            hello,
+            pool: Mutex::new(vec![conn]),
+            attempt: Duration::from_millis(250),
+        })
+    }
+    /// The server's hello.
+    pub fn hello(&self) -> &Hello {
+        &self.hello
+    }
+    fn dial(
+        addr: SocketAddr,
+        transport: Transport,
+        pd: &Arc<Pd>,
+    ) -> std::result::Result<(Conn, Vec<u8>), String> {
+        let stage = pd
+            .register(
+                Buffer::anonymous(STAGE).map_err(|e| e.to_string())?,
+                Access::LOCAL_WRITE,
+                Mode::OnDemand,
+            )
+            .map_err(|e| e.to_string())?;
+        let opts = QpOptions {
+            transport,
+            ..QpOptions::default()
+        };
+        let (qp, private) =
+            remora_fabric::connect(addr, pd.clone(), opts, &[]).map_err(|e| e.to_string())?;
+        Ok((Conn { qp, stage, next: 1 }, private))
+    }
+    fn conn(&self) -> std::result::Result<Conn, FetchError> {
+        if let Some(c) = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            return Ok(c);
+        }
+        Self::dial(self.addr, self.transport, &self.pd)
+            .map(|(c, _)| c)
+            .map_err(FetchError::Transient)
+    }
+}
+
+/// READs `buf.len()` bytes at `offset` of the remote region through `c`, in stage-sized pieces.
+fn read_remote(
+    c: &mut Conn,
+    remote: &RegionInfo,
+    offset: u64,
+    buf: &mut [u8],
+    deadline: Instant,
+) -> std::result::Result<(), FetchError> {
+    let mut done = 0;
+    while done < buf.len() {
+        let n = (buf.len() - done).min(STAGE);
+        let id = c.next;
+        c.next += 1;
+        c.qp.post_read(
+            id,
+            &c.stage,
+            0,
+            n,
+            remote.addr + offset + done as u64,
+            remote.rkey,
+        )
+        .map_err(|e| FetchError::Transient(format!("post READ: {e}")))?;
+        let comp = wait(&c.qp, deadline)?;
+        if comp.wr_id != id {
+            return Err(FetchError::Transient(format!(
+                "completion for {} while waiting for {id}",
+                comp.wr_id
+            )));
+        }
+        match comp.status {
+            Status::Success => {}
+            Status::RetryExceeded | Status::Flushed => {
+                return Err(FetchError::Transient(format!("READ: {:?}", comp.status)))
+            }
+            s => return Err(FetchError::Fatal(format!("READ refused: {s:?}"))),
+        }
+        c.stage
+            .read_at(0, &mut buf[done..done + n])
+            .map_err(|e| FetchError::Fatal(e.to_string()))?;
+        done += n;
+    }
+    Ok(())
+}
+
+fn wait(qp: &Qp, deadline: Instant) -> std::result::Result<Completion, FetchError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if let Some(c) = qp.spin(left.min(SPIN)) {
+        return Ok(c);
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    match qp.wait(left) {
+        Ok(Some(c)) => Ok(c),
+        Ok(None) => Err(FetchError::Transient("READ timed out".into())),
+        Err(e) => Err(FetchError::Transient(format!("completion queue: {e}"))),
+    }
+}
+
+impl PageFetcher for FabricFetcher {
+    fn len(&self) -> u64 {
+        self.hello.len
+    }
+    fn known_zero(&self, offset: u64, len: u64) -> bool {
+        self.hello.is_zero(offset, len)
+    }
+    fn fetch(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        deadline: Instant,
+    ) -> std::result::Result<Fetched, FetchError> {
+        let avail = self.hello.len.saturating_sub(offset).min(buf.len() as u64) as usize;
+        if avail == 0 {
+            return Ok(Fetched::Zero);
+        }
+        let mut c = self.conn()?;
+        let d = deadline.min(Instant::now() + self.attempt);
+        // A failed READ leaves the queue pair in an unknown state: it is dropped, not pooled.
+        read_remote(&mut c, &self.remote, offset, &mut buf[..avail], d)?;
+        buf[avail..].fill(0);
+        self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+        Ok(if is_zero(&buf[..avail]) {
+            Fetched::Zero
+        } else {
+            Fetched::Data
+        })
+    }
+    fn open_push(
+        &self,
+        from: u64,
+        unit: u64,
+    ) -> std::result::Result<Box<dyn PushStream>, FetchError> {
+        // One-sided push: the client READs the rest in growing chunks on its own queue pair.
+        let (c, _) =
+            Self::dial(self.addr, self.transport, &self.pd).map_err(FetchError::Transient)?;
+        Ok(Box::new(FabricPush {
+            c,
+            remote: self.remote,
+            cur: PushCursor::new(self.hello.len, from, unit),
+        }))
+    }
+    fn transport(&self) -> &'static str {
+        match self.transport {
+            Transport::Udp => "udp",
+            Transport::Shm => "shm",
+            Transport::Tcp => "fabric-tcp",
+        }
+    }
+}
+
+struct FabricPush {
+    c: Conn,
+    remote: RegionInfo,
+    cur: PushCursor,
+}
+
+impl PushStream for FabricPush {
+    fn restart(&mut self, from: u64) -> std::result::Result<(), FetchError> {
+        self.cur.restart(from);
+        Ok(())
+    }
+    fn next(
+        &mut self,
+        buf: &mut Vec<u8>,
+        _t: Duration,
+    ) -> std::result::Result<PushNext, FetchError> {
+        let Some((offset, len)) = self.cur.next_chunk() else {
+            return Ok(PushNext::End);
+        };
+        let len = len as usize;
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        read_remote(&mut self.c, &self.remote, offset, &mut buf[..len], deadline)?;
+        Ok(PushNext::Chunk(PushChunk {
+            offset,
+            len,
+            zero: is_zero(&buf[..len]),
+        }))
+    }
+}
