@@ -494,7 +494,7 @@ impl PixelMajor {
         let mut m = Self::default();
         let per = pixels.div_ceil(Self::CHUNKS).max(1);
         let mut k = 0;
-        for p in 0..pixels {
+        for (p, &norm_p) in norm.iter().enumerate().take(pixels) {
             if p % per == 0 {
                 m.chunks.push((m.bin.len() as u32, p as u32));
             }
@@ -502,7 +502,7 @@ impl PixelMajor {
             while k < entries.len() && entries[k].1 as usize == p {
                 m.bin.push(entries[k].0);
                 m.coef.push(entries[k].2);
-                m.ncoef.push(entries[k].2 * norm[p]);
+                m.ncoef.push(entries[k].2 * norm_p);
                 k += 1;
             }
             if m.bin.len() == start {

@@ -43,6 +43,8 @@ impl Default for PipelineConfig {
 }
 
 /// What happened to one frame.
+// Kept is the common, large case; boxing it would only add an allocation per frame.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Outcome {
     /// A dark frame: the G0 pedestal was updated.

@@ -44,6 +44,7 @@ fn all_engines_agree_bit_for_bit_on_every_stage() {
     };
     let matrix = AzMatrix::build(&poni, (map.rows, map.cols), Some(&map.mask), &cfg).unwrap();
 
+    #[allow(clippy::type_complexity)]
     let mut reference: Option<(Vec<u32>, Vec<i32>, _, Vec<u32>, _, Vec<f64>)> = None;
     for e in engines() {
         let mut energy = vec![0f32; raw.len()];
@@ -127,8 +128,8 @@ fn photon_counts_match_the_truth_in_g0_and_g1() {
         )
         .unwrap();
     let (mut g0, mut g1) = (0, 0);
-    for i in 0..f.raw.len() {
-        match decode(f.raw[i]) {
+    for (i, &w) in f.raw.iter().enumerate() {
+        match decode(w) {
             Word::Value {
                 stage: GainStage::G0,
                 ..

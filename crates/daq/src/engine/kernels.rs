@@ -21,7 +21,9 @@ impl Sink for i32 {
     #[inline(always)]
     fn make(e: f32, energy: f32) -> i32 {
         let q = (e / energy).round_ties_even();
-        // `max` turns NaN into the lower bound, so `c` is a number in i32 range.
+        // `max` turns NaN into the lower bound, so `c` is a number in i32 range (`clamp` would
+        // keep NaN).
+        #[allow(clippy::manual_clamp)]
         let c = q.max(-2_147_483_648.0).min(2_147_483_520.0);
         // SAFETY: `c` is not NaN and lies in [-2^31, 2^31 - 128], representable as i32.
         let v = unsafe { c.to_int_unchecked::<i32>() };
@@ -65,14 +67,14 @@ pub(crate) fn convert<S: Sink>(c: &ConvChunk<'_>, out: &mut [S], energy: f32, t:
             }
             st.above += u64::from(above);
         } else {
-            for k in i..i + BLOCK {
-                out[k] = S::make(convert_one(c, k, t, &mut st), energy);
+            for (k, o) in out.iter_mut().enumerate().skip(i).take(BLOCK) {
+                *o = S::make(convert_one(c, k, t, &mut st), energy);
             }
         }
         i += BLOCK;
     }
-    for k in i..n {
-        out[k] = S::make(convert_one(c, k, t, &mut st), energy);
+    for (k, o) in out.iter_mut().enumerate().take(n).skip(i) {
+        *o = S::make(convert_one(c, k, t, &mut st), energy);
     }
     st
 }

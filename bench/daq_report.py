@@ -1,0 +1,89 @@
+"""Writes docs/bench/daq.md from the JSON files bench/daq.sh collected (argument: their folder)."""
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+d = sys.argv[1]
+cmd = sys.argv[2] if len(sys.argv) > 2 else "bash bench/daq.sh"
+R = {t: json.load(open(os.path.join(d, f"remora_{t}.json"))) for t in (1, 2)}
+P = {t: json.load(open(os.path.join(d, f"peers_{t}.json"))) for t in (1, 2)}
+load = open(os.path.join(d, "load")).read().strip() if os.path.exists(os.path.join(d, "load")) else "?"
+gb = R[1]["frame_bytes"] / 1e9
+cpu = subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p'"], capture_output=True, text=True).stdout.strip()
+
+o = []
+w = o.append
+w("# JUNGFRAU processing core: benchmark\n")
+w(f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this project's machine: "
+  f"{os.cpu_count()} cores ({cpu}, x86-64 AVX2), Linux {platform.release()}, "
+  f"{R[1]['modules']} modules (JUNGFRAU {R[1]['modules'] // 2}M, {R[1]['frame_bytes'] >> 20} MiB of raw "
+  f"data per frame), synthetic frames (LaB6 rings, 40 Bragg spots, Poisson noise, gain switching), "
+  f"{R[1]['frames']} frames per stage cycling over 4 distinct frames. pyFAI {P[1]['pyfai']}, numpy {P[1]['numpy']}.\n")
+w(f"Command: `{cmd}`. Other engineers' builds and tests shared the 2 cores during the run "
+  f"(load average at start: {load}); figures vary by ±30 % between runs.\n")
+w("GB/s are of raw input (2 bytes per pixel). memcpy GB/s are bytes copied (each read once and "
+  "written once), the ceiling for a pass that reads and writes frame-sized buffers.\n")
+w("## Peers side by side\n")
+w("| what | threads | remora | peer | ratio |")
+w("| --- | --- | --- | --- | --- |")
+for t in (1, 2):
+    p = P[t]
+    w(f"| conversion (keV), remora from Python vs tuned numpy (G0 vector pass + fix-ups) | {t} | "
+      f"{gb / p['remora_py_convert_s']:.2f} GB/s | numpy {gb / p['numpy_tuned_convert_s']:.2f} GB/s | "
+      f"{p['numpy_tuned_convert_s'] / p['remora_py_convert_s']:.1f}x |")
+    w(f"| conversion (keV), remora from Python vs straightforward numpy (`daq.reference_convert`) | {t} | "
+      f"{gb / p['remora_py_convert_s']:.2f} GB/s | numpy {gb / p['numpy_convert_s']:.2f} GB/s | "
+      f"{p['numpy_convert_s'] / p['remora_py_convert_s']:.1f}x |")
+for t in (1, 2):
+    p = P[t]
+    for s in ("no", "bbox"):
+        w(f"| azimuthal integration `('{s}','csr','cython')`, 1000 q bins | {t} | "
+          f"{p[f'remora_py_{s}_s'] * 1e3:.1f} ms | pyFAI {p[f'pyfai_{s}_s'] * 1e3:.1f} ms "
+          f"(OMP_NUM_THREADS={p['omp_threads']}) | {p[f'pyfai_{s}_s'] / p[f'remora_py_{s}_s']:.1f}x |")
+for t in (1, 2):
+    w(f"| memcpy of 2-frame buffers | {t} | remora {R[t]['memcpy_gbps']:.2f} GB/s | numpy (1 thread) "
+      f"{2 * gb / P[t]['numpy_memcpy_s']:.2f} GB/s | |")
+w("")
+w(f"Largest relative difference from pyFAI on bins with data in this run: "
+  f"no split {P[1]['max_rel_diff_no']:.1e}, bbox {P[1]['max_rel_diff_bbox']:.1e}.\n")
+w("## remora stages (`remora bench jungfrau`)\n")
+w("| stage | 1 thread | 2 threads |")
+w("| --- | --- | --- |")
+rows = [("conversion to keV + veto count", "convert_gbps"), ("conversion to photon counts", "photons_gbps"),
+        ("pedestal tracking (dark frame)", "pedestal_gbps"), ("veto count alone", "veto_gbps"),
+        ("CSR compression", "compress_gbps")]
+for name, k in rows:
+    w(f"| {name} | {R[1][k]:.2f} GB/s | {R[2][k]:.2f} GB/s |")
+for name, k in (("assembly into the image", "assemble_fps"), ("azimuthal integration (bbox, q, solid angle)", "integrate_fps")):
+    w(f"| {name} | {R[1][k] * gb:.2f} GB/s ({R[1][k]:.0f} frames/s) | {R[2][k] * gb:.2f} GB/s ({R[2][k]:.0f} frames/s) |")
+w(f"| chained pipeline (convert+veto, CSR, assembly, integration) | {R[1]['pipeline_gbps']:.2f} GB/s "
+  f"({R[1]['pipeline_fps']:.0f} frames/s) | {R[2]['pipeline_gbps']:.2f} GB/s ({R[2]['pipeline_fps']:.0f} frames/s) |")
+w(f"| memcpy ceiling (bytes copied) | {R[1]['memcpy_gbps']:.2f} GB/s | {R[2]['memcpy_gbps']:.2f} GB/s |")
+w("")
+w(f"CSR: {R[2]['compress_nnz']} pixels above 6 keV per frame ({R[2]['compress_ratio']:.1f}x smaller than raw; "
+  f"the powder rings make these frames denser than serial-crystallography frames). Integration matrix: "
+  f"{R[2]['integrate_nnz']} entries. The veto kept {R[2]['pipeline_kept']}/{R[2]['frames']} frames.\n")
+w("## Against the goals\n")
+c2 = R[2]["convert_gbps"]
+w(f"- Conversion with 2 threads: {c2:.2f} GB/s of raw input (goal 2.8 GB/s; the thesis needed 12 cores). "
+  f"From Python against the tuned numpy conversion: {P[2]['numpy_tuned_convert_s'] / P[2]['remora_py_convert_s']:.0f}x, "
+  f"against the straightforward one {P[2]['numpy_convert_s'] / P[2]['remora_py_convert_s']:.0f}x (goal 10x; numpy runs on one thread).")
+w(f"- Azimuthal integration per core (1 thread each): {P[1]['pyfai_no_s'] / P[1]['remora_py_no_s']:.1f}x pyFAI "
+  f"without splitting, {P[1]['pyfai_bbox_s'] / P[1]['remora_py_bbox_s']:.1f}x with bbox splitting (goal 5x).")
+w(f"- Chained pipeline: {R[2]['pipeline_gbps']:.2f} GB/s with 2 threads against a memcpy ceiling of "
+  f"{R[2]['memcpy_gbps']:.2f} GB/s copied.\n")
+w("## What limits each stage\n")
+w("- Conversion reads 2 bytes of raw data, the 8 bytes of G0 pedestal and gain and writes 4 bytes "
+  "per pixel (the G1/G2 maps are read only for pixels in those stages): 14+ bytes of memory traffic "
+  "per 2 bytes of input, so it is bound by memory bandwidth, not arithmetic (the AVX2 loop is "
+  "~7x narrower than the traffic allows).")
+w("- Integration streams the image and the pixel-major matrix (8 bytes per entry) and scatters into "
+  "per-thread Kahan accumulators; it touches ~80 MB per 4M frame with bbox splitting, which is what "
+  "bounds it; it costs more than all other stages together, so it bounds the chained pipeline.")
+w("- CSR compression is bound by the number of kept pixels (row-wise compaction, then a copy).")
+w("")
+open("docs/bench/daq.md", "w").write("\n".join(o) + "\n")
+print("\n".join(o))
