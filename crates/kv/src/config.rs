@@ -20,8 +20,6 @@ pub struct Config {
     pub user: Option<String>,
     /// `-v` count.
     pub verbose: u8,
-    /// `-F`: refuse flush_all.
-    pub disable_flush: bool,
     /// `-P`: pid file.
     pub pid_file: Option<String>,
     /// Warnings to log at start-up (ignored suboptions).
@@ -105,7 +103,6 @@ impl Config {
             listen: Vec::new(),
             user: None,
             verbose: 0,
-            disable_flush: false,
             pid_file: None,
             warnings: Vec::new(),
             info: None,
@@ -232,7 +229,7 @@ impl Config {
                     }
                     s.reqs_per_event = n as usize;
                 }
-                'F' => cfg.disable_flush = true,
+                'F' => s.flush_enabled = false,
                 'A' => s.shutdown_enabled = true,
                 'u' => cfg.user = Some(v),
                 'v' => cfg.verbose = cfg.verbose.saturating_add(1),

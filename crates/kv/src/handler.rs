@@ -39,6 +39,8 @@ pub struct Settings {
     pub evictions: bool,
     /// `-A`.
     pub shutdown_enabled: bool,
+    /// `-F` not given.
+    pub flush_enabled: bool,
     /// `-R`.
     pub reqs_per_event: usize,
     /// `-b`.
@@ -69,6 +71,7 @@ impl Default for Settings {
             cas_enabled: true,
             evictions: true,
             shutdown_enabled: false,
+            flush_enabled: true,
             reqs_per_event: 20,
             backlog: 1024,
             domain_socket: None,
@@ -405,6 +408,14 @@ pub fn process(
             } else {
                 Proto::Text
             };
+            // -B ascii / -B binary: a client speaking the other protocol is dropped.
+            let bound = eng.settings.binding_protocol.as_str();
+            if (bound == "ascii" && s.proto == Proto::Binary)
+                || (bound == "binary" && s.proto == Proto::Text)
+            {
+                close = true;
+                break;
+            }
         }
         let buf = &input[pos..];
         if s.proto == Proto::Binary {
@@ -601,6 +612,10 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
             );
         }
         Command::FlushAll { delay, noreply } => {
+            if !eng.settings.flush_enabled {
+                Reply::Fail(Fail::FlushDisabled).write(out);
+                return false;
+            }
             inc(&c.cmd_flush);
             if delay > 0 {
                 eng.store
@@ -1222,6 +1237,10 @@ fn run_binary(
         op::FLUSH | op::FLUSHQ => {
             if (el != 0 && el != 4) || kl != 0 || vl != 0 {
                 return inval(out);
+            }
+            if !eng.settings.flush_enabled {
+                put_bin_error(out, h, status::EINVAL);
+                return false;
             }
             inc(&c.cmd_flush);
             let delay = if el == 4 { be32(req.extras) as i64 } else { 0 };

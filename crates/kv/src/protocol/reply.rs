@@ -35,6 +35,8 @@ pub enum Fail {
     InvalidMaMode,
     /// `CLIENT_ERROR line too long` (sent before closing).
     LineTooLong,
+    /// `flush_all` with `-F`.
+    FlushDisabled,
 }
 
 impl Fail {
@@ -59,6 +61,7 @@ impl Fail {
             Fail::InvalidMsMode => "CLIENT_ERROR invalid mode for ms M token",
             Fail::InvalidMaMode => "CLIENT_ERROR invalid mode for ma M token",
             Fail::LineTooLong => "CLIENT_ERROR line too long",
+            Fail::FlushDisabled => "CLIENT_ERROR flush_all not allowed",
         }
     }
 }
