@@ -278,6 +278,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
             "scan_ms": r.scan_ms,
             "memcpy_ms": r.memcpy_ms,
             "faults_per_trial": r.faults_per_trial,
+            "kernel_fault_us": r.kernel_fault_us,
         });
         println!("{v}");
     } else {

@@ -66,6 +66,29 @@ pub struct Report {
     pub memcpy_ms: f64,
     /// Faults taken per trial (fewer than accesses with prefetch).
     pub faults_per_trial: f64,
+    /// Mean time of the kernel's own anonymous zero-fill fault on this machine (µs), measured
+    /// the same way, for scale.
+    pub kernel_fault_us: f64,
+}
+
+/// Times first-touch faults on fresh anonymous memory: the kernel's own fault cost.
+pub fn kernel_fault_us(pages: usize, trials: usize) -> f64 {
+    let mut lat = Vec::with_capacity(pages * trials);
+    for _ in 0..trials {
+        // A fresh mapping without transparent huge pages, so every page faults once.
+        let Ok(m) = crate::sys::Mapping::anonymous(pages * 4096, 4096) else {
+            return f64::NAN;
+        };
+        m.no_huge_pages();
+        let p = m.ptr();
+        for i in 0..pages {
+            let t = Instant::now();
+            // SAFETY: writes one byte inside the mapping (first touch faults).
+            unsafe { std::ptr::write_volatile(p.add(i * 4096), 1) };
+            lat.push(t.elapsed().as_nanos() as f64 / 1000.0);
+        }
+    }
+    mean_std(&lat).0
 }
 
 fn mean_std(v: &[f64]) -> (f64, f64) {
@@ -146,5 +169,6 @@ pub fn run(fetcher: Arc<dyn PageFetcher>, cfg: &Config) -> Result<Report> {
         scan_ms: mean_std(&scans).0,
         memcpy_ms: mean_std(&copies).0,
         faults_per_trial: faults as f64 / cfg.trials.max(1) as f64,
+        kernel_fault_us: kernel_fault_us(cfg.faults.min(1000), cfg.trials.clamp(1, 10)),
     })
 }

@@ -27,10 +27,8 @@ fn fab(what: &str, e: impl std::fmt::Display) -> Error {
 /// A page server whose clients READ its registered region.
 pub struct FabricServer {
     listener: Listener,
-    pd: Arc<Pd>,
     _region: Arc<Region>,
     private: Vec<u8>,
-    transport: Transport,
 }
 
 /// A running fabric page server; dropping it (or `kill`) stops it and drops every queue pair.
@@ -93,13 +91,11 @@ impl FabricServer {
             transport,
             ..QpOptions::default()
         };
-        let listener = Listener::bind(addr, pd.clone(), opts).map_err(|e| fab("listen", e))?;
+        let listener = Listener::bind(addr, pd, opts).map_err(|e| fab("listen", e))?;
         Ok(FabricServer {
             listener,
-            pd,
             _region: region,
             private,
-            transport,
         })
     }
     /// The control address.

@@ -329,6 +329,17 @@ impl Mapping {
             len,
         })
     }
+    /// Asks for 4 KB pages only (`MADV_NOHUGEPAGE`; best effort).
+    pub fn no_huge_pages(&self) {
+        // SAFETY: advice on exactly the range this value owns; it does not change its contents.
+        unsafe {
+            libc::madvise(
+                self.ptr as *mut libc::c_void,
+                self.len,
+                libc::MADV_NOHUGEPAGE,
+            );
+        }
+    }
     /// Start address.
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
