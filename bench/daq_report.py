@@ -21,7 +21,7 @@ w(f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this projec
   f"{os.cpu_count()} cores ({cpu}, x86-64 AVX2), Linux {platform.release()}, "
   f"{R[1]['modules']} modules (JUNGFRAU {R[1]['modules'] // 2}M, {R[1]['frame_bytes'] >> 20} MiB of raw "
   f"data per frame), synthetic frames (LaB6 rings, 40 Bragg spots, Poisson noise, gain switching), "
-  f"{R[1]['frames']} frames per stage cycling over 4 distinct frames. pyFAI {P[1]['pyfai']}, numpy {P[1]['numpy']}.\n")
+  f"{R[1]['frames']} frames per stage cycling over 4 distinct frames, best of three rounds (both for remora and the peers). pyFAI {P[1]['pyfai']}, numpy {P[1]['numpy']}.\n")
 w(f"Command: `{cmd}`. Other engineers' builds and tests shared the 2 cores during the run "
   f"(load average at start: {load}); figures vary by ±30 % between runs.\n")
 w("GB/s are of raw input (2 bytes per pixel). memcpy GB/s are bytes copied (each read once and "

@@ -45,9 +45,10 @@ pub(crate) struct ConvChunk<'a> {
 
 /// Pixels per block: a block whose words are all in G0 (the common case) takes the
 /// branch-free vector path that reads only the G0 maps.
-const BLOCK: usize = 16;
+const BLOCK: usize = 32;
 
 #[inline(always)]
+#[allow(clippy::needless_range_loop)] // `k` indexes five arrays
 pub(crate) fn convert<S: Sink>(c: &ConvChunk<'_>, out: &mut [S], energy: f32, t: f32) -> ConvStats {
     let n = c.raw.len().min(out.len());
     let mut st = ConvStats::default();
@@ -67,14 +68,14 @@ pub(crate) fn convert<S: Sink>(c: &ConvChunk<'_>, out: &mut [S], energy: f32, t:
             }
             st.above += u64::from(above);
         } else {
-            for (k, o) in out.iter_mut().enumerate().skip(i).take(BLOCK) {
-                *o = S::make(convert_one(c, k, t, &mut st), energy);
+            for k in i..i + BLOCK {
+                out[k] = S::make(convert_one(c, k, t, &mut st), energy);
             }
         }
         i += BLOCK;
     }
-    for (k, o) in out.iter_mut().enumerate().take(n).skip(i) {
-        *o = S::make(convert_one(c, k, t, &mut st), energy);
+    for k in i..n {
+        out[k] = S::make(convert_one(c, k, t, &mut st), energy);
     }
     st
 }
