@@ -27,7 +27,7 @@ use crate::udp::{Device, DeviceHandle, UdpQp};
 
 const MAGIC: &[u8; 4] = b"RMRA";
 const VERSION: u8 = 1;
-const HELLO_LEN: usize = 44;
+const HELLO_LEN: usize = 48;
 /// Largest private data either side may send.
 pub const MAX_PRIVATE: usize = 64 << 10;
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -135,7 +135,7 @@ pub struct QpOptions {
     pub udp_port: u16,
     /// Verify the ICRC of every received datagram (udp).
     pub icrc_check: bool,
-    /// RC local ACK timeout (udp).
+    /// RC local ACK timeout (udp), doubled after each expiry without progress.
     pub retry_timeout: Duration,
     /// RC retries before a request fails (udp).
     pub retry_count: u32,
@@ -151,7 +151,7 @@ impl Default for QpOptions {
             mtu: 4096,
             udp_port: 0,
             icrc_check: true,
-            retry_timeout: Duration::from_millis(2),
+            retry_timeout: Duration::from_millis(10),
             retry_count: 7,
             window: 1024,
         }
@@ -269,7 +269,7 @@ impl Hello {
             c => return Err(Error::Setup(format!("unknown queue pair type code {c}"))),
         };
         let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
-        let plen = u32_at(40) as usize;
+        let plen = u32_at(44) as usize;
         if plen > MAX_PRIVATE {
             return Err(Error::Setup(format!(
                 "peer announced {plen} bytes of private data (limit {MAX_PRIVATE})"

@@ -93,6 +93,8 @@ enum Out {
     Frame(Frame),
     /// A frame followed by `len` bytes of a region.
     Payload(Frame, Arc<Region>, usize),
+    /// Flush and end the writer thread.
+    Stop,
 }
 
 struct Pending {
@@ -338,6 +340,7 @@ impl StreamQp {
     pub(crate) fn stop(&self) {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.recv_cv.notify_all();
+        let _ = self.tx.lock().unwrap_or_else(|e| e.into_inner()).send(Out::Stop);
         let _ = self.sock.shutdown(Shutdown::Both);
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in threads {
@@ -359,6 +362,7 @@ fn writer(sock: TcpStream, rx: mpsc::Receiver<Out>, sh: Arc<Shared>) {
     let mut w = BufWriter::with_capacity(STREAM_BUFFER, sock);
     let put = |w: &mut BufWriter<TcpStream>, o: Out| -> io::Result<()> {
         match o {
+            Out::Stop => Err(io::ErrorKind::Interrupted.into()),
             Out::Frame(f) => w.write_all(&f.encode()),
             Out::Payload(f, region, off) => {
                 w.write_all(&f.encode())?;

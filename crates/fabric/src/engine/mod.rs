@@ -42,7 +42,8 @@ pub struct EngineConfig {
     pub send_psn: Psn,
     /// PSN we expect first from the peer.
     pub recv_psn: Psn,
-    /// Local ACK timeout (RC): time without progress before go-back-N.
+    /// Local ACK timeout (RC): time without progress before go-back-N; doubled after each
+    /// expiry without progress.
     pub retry_timeout: Duration,
     /// Retransmissions of the same packet before the request fails (RC).
     pub retry_count: u32,
@@ -68,7 +69,7 @@ impl EngineConfig {
             mtu,
             send_psn: Psn::new(0),
             recv_psn: Psn::new(0),
-            retry_timeout: Duration::from_millis(2),
+            retry_timeout: Duration::from_millis(10),
             retry_count: 7,
             rnr_retry: 7,
             rnr_delay: Duration::from_micros(200),

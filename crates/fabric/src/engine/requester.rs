@@ -500,7 +500,9 @@ impl Requester {
         }
         self.reread_at = None;
         self.go_back(resume);
-        self.deadline = Some(now + cfg.retry_timeout);
+        // Exponential backoff: a receiver that is only slow (a busy host) gets time to catch
+        // up instead of being flooded with go-back-N retransmissions.
+        self.deadline = Some(now + cfg.retry_timeout * (1u32 << self.retries.min(10)));
     }
 
     /// The request holding `psn` failed with `status`: complete it so, flush what follows, and
