@@ -3,14 +3,14 @@
 //!
 //! Split like pelikan: [`protocol`] (pure, sans-IO parsers for the text, meta and binary
 //! protocols, typed requests and replies; protocol errors are replies), [`storage`] (a sharded
-//! hash table with exact per-shard LRU, a byte budget, CAS and expiry; time is passed in),
+//! hash table with per-shard LRU, a byte budget, CAS and expiry; time is passed in),
 //! [`handler`] (runs requests against storage and counts them) and [`server`] (TCP, unix and
 //! UDP sockets on mio/epoll worker threads). [`config`] parses memcached's command line.
 //!
 //! Not here: slab classes and slab statistics (memory is accounted per item instead),
 //! SASL, TLS, extstore, the LRU crawler, `stats detail` dumps, `watch`, and the meta
 //! stale-while-revalidate tokens beyond `N` vivify (`W` only; no `X`/`Z`, `I` is a plain
-//! delete), explicit meta CAS (`E`).
+//! delete), explicit meta CAS (`E`) outside `ms`.
 #![warn(missing_docs)]
 
 pub mod config;

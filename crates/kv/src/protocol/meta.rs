@@ -82,10 +82,11 @@ pub enum MetaCommand<'a> {
 
 fn allowed(kind: MetaKind) -> &'static [u8] {
     match kind {
-        MetaKind::Get => b"bcfhklOqstuvENRT",
+        // `E` is honoured by ms only; mg/md/ma do not take it here.
+        MetaKind::Get => b"bcfhklOqstuvNRT",
         MetaKind::Set => b"bcCEFIkOqsSTM",
-        MetaKind::Delete => b"bCEIkOqTx",
-        MetaKind::Arith => b"bCEcNJDTMOqtvk",
+        MetaKind::Delete => b"bCIkOqTx",
+        MetaKind::Arith => b"bCcNJDTMOqtvk",
     }
 }
 

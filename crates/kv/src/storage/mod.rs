@@ -1,4 +1,4 @@
-//! Item storage: a sharded hash table with one exact LRU list per shard, a byte budget (`-m`)
+//! Item storage: a sharded hash table with one LRU list per shard, a byte budget (`-m`)
 //! enforced by evicting from the LRU tail, CAS, expiry and `flush_all`.
 //!
 //! Time is passed in (`now`, seconds on the server's relative clock, see [`crate::clock`]) so the
@@ -238,7 +238,6 @@ impl Store {
     }
 
     /// Stores an item; `data` is the value without the trailing CRLF.
-    #[allow(clippy::too_many_arguments)]
     pub fn store(
         &self,
         mode: StoreMode,
@@ -247,6 +246,21 @@ impl Store {
         exptime_abs: u32,
         data: &[u8],
         now: u32,
+    ) -> StoreOutcome {
+        self.store_with_cas(mode, key, flags, exptime_abs, data, now, None)
+    }
+
+    /// Like [`Store::store`], with the new item's CAS chosen by the client (meta `E`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn store_with_cas(
+        &self,
+        mode: StoreMode,
+        key: &[u8],
+        flags: u32,
+        exptime_abs: u32,
+        data: &[u8],
+        now: u32,
+        explicit_cas: Option<u64>,
     ) -> StoreOutcome {
         if !self.fits(key.len(), data.len()) {
             // memcached drops the old value so a failed overwrite cannot leave stale data.
@@ -266,7 +280,7 @@ impl Store {
             exptime_abs,
             data,
             &ctx,
-            &|| self.new_cas(),
+            &|| explicit_cas.unwrap_or_else(|| self.new_cas()),
             self.config.item_max,
             self.config.no_evict,
         )

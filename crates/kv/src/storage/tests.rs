@@ -125,10 +125,10 @@ fn lru_evicts_least_recently_used() {
     for i in 0..10u32 {
         s.store(StoreMode::Set, format!("k{i}").as_bytes(), 0, 0, &v, 10);
     }
-    // Touch k0 so k1 becomes the oldest.
-    assert!(get(&s, b"k0", 10).is_some());
+    // Read k0 after the bump interval so k1 becomes the oldest.
+    assert!(get(&s, b"k0", 10 + shard::BUMP_INTERVAL).is_some());
     for i in 10..13u32 {
-        s.store(StoreMode::Set, format!("k{i}").as_bytes(), 0, 0, &v, 10);
+        s.store(StoreMode::Set, format!("k{i}").as_bytes(), 0, 0, &v, 80);
     }
     assert!(get(&s, b"k0", 10).is_some(), "recently used item survived");
     assert!(
@@ -138,6 +138,25 @@ fn lru_evicts_least_recently_used() {
     let c = s.counters();
     assert!(c.evictions >= 1);
     assert!(c.bytes as usize <= 12 * 1024);
+}
+
+#[test]
+fn reads_within_the_bump_interval_do_not_reorder() {
+    let s = Store::new(StoreConfig {
+        mem_limit: 12 * 1024,
+        item_max: 4096,
+        no_evict: false,
+        use_cas: true,
+    });
+    let v = vec![b'x'; 1000];
+    for i in 0..10u32 {
+        s.store(StoreMode::Set, format!("k{i}").as_bytes(), 0, 0, &v, 10);
+    }
+    assert!(get(&s, b"k0", 11).is_some());
+    for i in 10..13u32 {
+        s.store(StoreMode::Set, format!("k{i}").as_bytes(), 0, 0, &v, 11);
+    }
+    assert!(get(&s, b"k0", 11).is_none(), "k0 was still the oldest");
 }
 
 #[test]
