@@ -141,6 +141,8 @@ pub struct QpOptions {
     pub retry_count: u32,
     /// RC packets in flight at most (udp).
     pub window: u32,
+    /// Faults injected into this side's outgoing datagrams (udp; testing).
+    pub faults: Option<crate::Faults>,
 }
 
 impl Default for QpOptions {
@@ -154,6 +156,7 @@ impl Default for QpOptions {
             retry_timeout: Duration::from_millis(10),
             retry_count: 7,
             window: 1024,
+            faults: None,
         }
     }
 }
@@ -481,6 +484,7 @@ fn establish(
                 local_ip,
                 SocketAddr::new(peer_ip, peer.udp_port),
                 opts.icrc_check,
+                opts.faults,
                 cq.clone(),
             )?;
             dev.dev.attach(qp.clone());

@@ -251,6 +251,7 @@ pub(crate) struct UdpQp {
     tx_ep: Endpoints,
     gso: bool,
     icrc_check: bool,
+    faults: Option<Mutex<crate::fault::Injector>>,
     pub(crate) cq: Arc<Cq>,
 }
 
@@ -261,6 +262,7 @@ impl UdpQp {
         ip: std::net::IpAddr,
         peer: SocketAddr,
         icrc_check: bool,
+        faults: Option<crate::Faults>,
         cq: Arc<Cq>,
     ) -> Result<Arc<UdpQp>> {
         let qpn = engine.config().local_qpn;
@@ -282,6 +284,7 @@ impl UdpQp {
             tx_ep: Endpoints::new(local, peer),
             gso,
             icrc_check,
+            faults: faults.map(|f| Mutex::new(crate::fault::Injector::new(f))),
             cq,
         }))
     }
@@ -328,7 +331,30 @@ impl UdpQp {
             if lens.is_empty() {
                 break;
             }
-            let sends = gso_runs(buf, lens, self.gso);
+            let sends = match &self.faults {
+                None => gso_runs(buf, lens, self.gso),
+                Some(inj) => {
+                    let order = inj.lock().unwrap_or_else(|e| e.into_inner()).schedule(lens.len());
+                    let starts: Vec<usize> = lens
+                        .iter()
+                        .scan(0, |p, &n| {
+                            let s = *p;
+                            *p += n;
+                            Some(s)
+                        })
+                        .collect();
+                    order
+                        .into_iter()
+                        .map(|i| sys::Send {
+                            data: &buf[starts[i]..starts[i] + lens[i]],
+                            segment: 0,
+                        })
+                        .collect()
+                }
+            };
+            if sends.is_empty() {
+                continue;
+            }
             sys::send_batch(self.tx.as_raw_fd(), &self.peer, &sends)
                 .map_err(io_err("sendmmsg"))?;
         }
