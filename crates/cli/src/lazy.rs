@@ -1,10 +1,11 @@
 //! `remora lazy serve` and `remora lazy bench`: the page server and OPERA's fault benchmark.
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
+use remora_fabric::Transport;
 use remora_lazy::bench::{self, Pattern};
 use remora_lazy::{
-    FileSource, LocalFetcher, MemorySource, Mode, PageFetcher, PageServer, PageSource, Prefetch,
-    ProcessSource, TcpFetcher,
+    FabricFetcher, FabricServer, FileSource, LocalFetcher, MemorySource, Mode, PageFetcher,
+    PageServer, PageSource, Prefetch, ProcessSource, TcpFetcher,
 };
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
@@ -25,9 +26,9 @@ pub enum Cmd {
 pub enum ServeTransport {
     /// The page-server protocol over TCP.
     Tcp,
-    /// RC READ of a registered region over RoCEv2 datagrams (needs remora-fabric).
+    /// RC READ of a registered snapshot of the source over RoCEv2 datagrams (remora-fabric).
     Udp,
-    /// Same-host shared memory (needs remora-fabric).
+    /// The same over the fabric's same-host shm transport.
     Shm,
 }
 
@@ -80,9 +81,9 @@ pub enum BenchTransport {
     Local,
     /// TCP page server.
     Tcp,
-    /// RC READ over RoCEv2 datagrams (needs remora-fabric).
+    /// RC READ over RoCEv2 datagrams (remora-fabric).
     Udp,
-    /// Shared memory (needs remora-fabric).
+    /// RC READ over the fabric's shm transport.
     Shm,
 }
 
@@ -150,11 +151,6 @@ fn synthetic(n: usize) -> Vec<u8> {
 }
 
 fn serve(a: ServeArgs) -> Result<()> {
-    if a.transport != ServeTransport::Tcp {
-        bail!(
-            "lazy serve: only --transport tcp is implemented; udp and shm wait for remora-fabric"
-        );
-    }
     let src: Arc<dyn PageSource> = match (&a.file, a.pid, a.synthetic) {
         (Some(f), _, _) => {
             Arc::new(FileSource::open(f).with_context(|| format!("serve {}", f.display()))?)
@@ -170,6 +166,15 @@ fn serve(a: ServeArgs) -> Result<()> {
         bail!("lazy serve: the source is empty");
     }
     let describe = src.describe();
+    if let Some(t) = fabric_transport(a.transport) {
+        // One-sided: clients READ a registered snapshot of the source.
+        let server = FabricServer::bind(a.listen, &*src, t).context("lazy serve")?;
+        println!("listening on {}", server.local_addr());
+        std::io::stdout().flush().ok();
+        tracing::info!("serving a snapshot of {describe} over {t}");
+        server.run();
+        return Ok(());
+    }
     let server = PageServer::bind(a.listen, src).context("lazy serve")?;
     let addr = server.local_addr()?;
     // The first stdout line is the address (`lazy bench` reads it).
@@ -178,6 +183,14 @@ fn serve(a: ServeArgs) -> Result<()> {
     tracing::info!("serving {describe}");
     server.run();
     Ok(())
+}
+
+fn fabric_transport(t: ServeTransport) -> Option<Transport> {
+    match t {
+        ServeTransport::Tcp => None,
+        ServeTransport::Udp => Some(Transport::Udp),
+        ServeTransport::Shm => Some(Transport::Shm),
+    }
 }
 
 /// A page server child process; killed when dropped.
@@ -190,10 +203,18 @@ impl Drop for ServerChild {
     }
 }
 
-fn spawn_server(bytes: usize) -> Result<ServerChild> {
+fn spawn_server(bytes: usize, transport: &str) -> Result<ServerChild> {
     let exe = std::env::current_exe().context("find the remora executable")?;
     let mut child = std::process::Command::new(exe)
-        .args(["lazy", "serve", "--listen", "127.0.0.1:0", "--synthetic"])
+        .args([
+            "lazy",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--transport",
+            transport,
+        ])
+        .arg("--synthetic")
         .arg(bytes.to_string())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -229,23 +250,35 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
         BenchTransport::Local => Arc::new(LocalFetcher::memory(Arc::new(MemorySource::new(
             synthetic(bytes),
         )))),
-        BenchTransport::Tcp => {
+        BenchTransport::Tcp | BenchTransport::Udp | BenchTransport::Shm => {
+            let name = match a.transport {
+                BenchTransport::Udp => "udp",
+                BenchTransport::Shm => "shm",
+                _ => "tcp",
+            };
             let addr = match a.connect {
                 Some(addr) => addr,
                 None => {
-                    let c = spawn_server(bytes)?;
+                    let c = spawn_server(bytes, name)?;
                     let addr = c.1;
                     _child = Some(c);
                     addr
                 }
             };
-            Arc::new(
-                TcpFetcher::connect(addr, Duration::from_secs(5))
-                    .with_context(|| format!("connect to page server {addr}"))?,
-            )
-        }
-        BenchTransport::Udp | BenchTransport::Shm => {
-            bail!("lazy bench: udp and shm transports wait for remora-fabric; use local or tcp")
+            match a.transport {
+                BenchTransport::Udp => Arc::new(
+                    FabricFetcher::connect(addr, Transport::Udp)
+                        .with_context(|| format!("connect to page server {addr} over udp"))?,
+                ),
+                BenchTransport::Shm => Arc::new(
+                    FabricFetcher::connect(addr, Transport::Shm)
+                        .with_context(|| format!("connect to page server {addr} over shm"))?,
+                ),
+                _ => Arc::new(
+                    TcpFetcher::connect(addr, Duration::from_secs(5))
+                        .with_context(|| format!("connect to page server {addr}"))?,
+                ),
+            }
         }
     };
     let cfg = bench::Config {
@@ -256,7 +289,12 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
         prefetch: a.prefetch,
         mode: a.mode,
     };
-    let r = bench::run(fetcher, &cfg).context("lazy bench")?;
+    let r = bench::run(fetcher.clone(), &cfg).context("lazy bench")?;
+    if matches!(a.transport, BenchTransport::Shm) {
+        // Dropping an shm queue pair can block in remora-fabric today; the process ends right
+        // after printing, so let the exit reclaim it.
+        std::mem::forget(fetcher);
+    }
     let mode = match a.mode {
         Mode::Sigbus => "sigbus".to_string(),
         Mode::Thread { handlers } => format!("thread:{handlers}"),

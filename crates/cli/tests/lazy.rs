@@ -91,6 +91,26 @@ fn bench_local_and_tcp_print_json() {
 }
 
 #[test]
+fn bench_fabric_transports() {
+    for t in ["udp", "shm"] {
+        let (ok, out, err) = run(&[
+            "lazy",
+            "bench",
+            "--transport",
+            t,
+            "--faults",
+            "32",
+            "--trials",
+            "2",
+            "--json",
+        ]);
+        assert!(ok, "{t}: {err}");
+        assert!(out.contains(&format!("\"transport\":\"{t}\"")), "{out}");
+        assert!(field(&out, "mean_us") > 0.0);
+    }
+}
+
+#[test]
 fn bench_prefetch_takes_fewer_faults() {
     let (ok, out, err) = run(&[
         "lazy",

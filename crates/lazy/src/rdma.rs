@@ -20,6 +20,17 @@ use std::time::{Duration, Instant};
 /// Largest private data the fabric carries at connect (its documented limit).
 const MAX_PRIVATE: usize = 64 << 10;
 
+/// Queue-pair options: RC, with a retransmission timeout long enough for a busy 2-core host (the
+/// page fault deadline, not the RC retry limit, decides when a server counts as dead).
+fn qp_options(transport: Transport) -> QpOptions {
+    QpOptions {
+        transport,
+        retry_timeout: Duration::from_millis(20),
+        retry_count: 7,
+        ..QpOptions::default()
+    }
+}
+
 fn fab(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Protocol(format!("{what}: {e}"))
 }
@@ -87,10 +98,7 @@ impl FabricServer {
                 .emit(),
             );
         }
-        let opts = QpOptions {
-            transport,
-            ..QpOptions::default()
-        };
+        let opts = qp_options(transport);
         let listener = Listener::bind(addr, pd, opts).map_err(|e| fab("listen", e))?;
         Ok(FabricServer {
             listener,
@@ -222,10 +230,7 @@ impl FabricFetcher {
                 Mode::OnDemand,
             )
             .map_err(|e| e.to_string())?;
-        let opts = QpOptions {
-            transport,
-            ..QpOptions::default()
-        };
+        let opts = qp_options(transport);
         let (qp, private) =
             remora_fabric::connect(addr, pd.clone(), opts, &[]).map_err(|e| e.to_string())?;
         Ok((Conn { qp, stage, next: 1 }, private))
