@@ -1,6 +1,391 @@
-//! `remora.fabric`: regions over numpy arrays, queue pairs and completions.
-use pyo3::prelude::*;
+//! `remora.fabric`: register numpy arrays as regions, connect queue pairs, post WRITE /
+//! WRITE-with-immediate / READ / SEND, and poll completions. Thin bindings over `remora-fabric`.
+use std::sync::Arc;
+use std::time::Duration;
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use numpy::prelude::*;
+use numpy::PyUntypedArray;
+use pyo3::exceptions::{PyConnectionError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use remora_fabric as fab;
+use remora_mem as mem;
+
+fn fab_err(e: fab::Error) -> PyErr {
+    match e {
+        fab::Error::Setup(_) | fab::Error::Disconnected | fab::Error::Timeout => {
+            PyConnectionError::new_err(e.to_string())
+        }
+        fab::Error::Local(_) | fab::Error::TooLong(_) | fab::Error::Unsupported { .. } => {
+            PyValueError::new_err(e.to_string())
+        }
+        fab::Error::QpError | fab::Error::QueueFull(_) => PyRuntimeError::new_err(e.to_string()),
+        _ => PyOSError::new_err(e.to_string()),
+    }
+}
+
+fn mem_err(e: mem::Error) -> PyErr {
+    PyOSError::new_err(e.to_string())
+}
+
+fn parse_access(s: &str) -> PyResult<mem::Access> {
+    let mut a = mem::Access::NONE;
+    for c in s.chars() {
+        a = a | match c {
+            'l' => mem::Access::LOCAL_WRITE,
+            'w' => mem::Access::REMOTE_WRITE,
+            'r' => mem::Access::REMOTE_READ,
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "access {s:?}: use letters l (local write), w (remote write), r (remote read)"
+                )))
+            }
+        };
+    }
+    Ok(a)
+}
+
+/// A protection domain: the key table regions are registered in.
+#[pyclass(module = "remora.fabric", name = "ProtectionDomain")]
+struct PyPd {
+    pd: Arc<mem::Pd>,
+}
+
+/// A registered region over a numpy array (the array stays alive as long as the region).
+#[pyclass(module = "remora.fabric", name = "Region")]
+struct PyRegion {
+    region: Arc<mem::Region>,
+}
+
+#[pymethods]
+impl PyPd {
+    #[new]
+    fn new() -> PyPd {
+        PyPd {
+            pd: Arc::new(mem::Pd::new()),
+        }
+    }
+
+    /// Registers a C-contiguous, writable numpy array (any dtype) as a region.
+    /// `access`: letters l (local write), w (remote write), r (remote read); default "lwr".
+    /// `pinned`: lock the pages in memory (mlock).
+    #[pyo3(signature = (array, access = "lwr", pinned = false))]
+    fn register(&self, array: &Bound<'_, PyAny>, access: &str, pinned: bool) -> PyResult<PyRegion> {
+        let arr = array
+            .cast::<PyUntypedArray>()
+            .map_err(|_| PyValueError::new_err("register() takes a numpy array"))?;
+        if !arr.is_c_contiguous() {
+            return Err(PyValueError::new_err("the array must be C-contiguous"));
+        }
+        let raw = arr.as_array_ptr();
+        // SAFETY: raw points at the live array object we hold a reference to.
+        let (data, flags) = unsafe { ((*raw).data as *mut u8, (*raw).flags) };
+        if flags & numpy::npyffi::NPY_ARRAY_WRITEABLE == 0 {
+            return Err(PyValueError::new_err("the array must be writable"));
+        }
+        let len = arr.len() * arr.dtype().itemsize();
+        if len == 0 {
+            return Err(PyValueError::new_err("cannot register an empty array"));
+        }
+        let owner: Py<PyAny> = array.clone().unbind();
+        // SAFETY: data..data+len is the array's buffer; `owner` keeps the array (and so the
+        // buffer) alive for the Buffer's life. A C-contiguous array's buffer does not move.
+        let buf = unsafe { mem::Buffer::external_owned(data, len, Box::new(owner)) }.map_err(mem_err)?;
+        let mode = if pinned { mem::Mode::Pinned } else { mem::Mode::OnDemand };
+        let region = self
+            .pd
+            .register(buf, parse_access(access)?, mode)
+            .map_err(mem_err)?;
+        Ok(PyRegion { region })
+    }
+
+    /// Regions registered.
+    fn __len__(&self) -> usize {
+        self.pd.len()
+    }
+}
+
+#[pymethods]
+impl PyRegion {
+    /// Virtual address peers use.
+    #[getter]
+    fn addr(&self) -> u64 {
+        self.region.addr()
+    }
+    /// Length in bytes.
+    #[getter]
+    fn length(&self) -> usize {
+        self.region.len()
+    }
+    /// Remote key.
+    #[getter]
+    fn rkey(&self) -> u32 {
+        self.region.rkey()
+    }
+    /// Local key.
+    #[getter]
+    fn lkey(&self) -> u32 {
+        self.region.lkey()
+    }
+    /// The 20-byte description (addr, length, rkey) to send a peer as private data.
+    fn info<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &fab::RegionInfo::of(&self.region).encode())
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Region(addr={:#x}, length={}, rkey={:#x})",
+            self.region.addr(),
+            self.region.len(),
+            self.region.rkey()
+        )
+    }
+}
+
+/// Decodes a region description: returns (addr, length, rkey).
+#[pyfunction]
+fn decode_region(data: &[u8]) -> PyResult<(u64, u64, u32)> {
+    let r = fab::RegionInfo::decode(data).map_err(fab_err)?;
+    Ok((r.addr, r.len, r.rkey))
+}
+
+/// A work completion.
+#[pyclass(module = "remora.fabric", name = "Completion", get_all, frozen)]
+struct PyCompletion {
+    wr_id: u64,
+    status: &'static str,
+    opcode: &'static str,
+    byte_len: u32,
+    imm: Option<u32>,
+}
+
+#[pymethods]
+impl PyCompletion {
+    /// True when the request succeeded.
+    #[getter]
+    fn ok(&self) -> bool {
+        self.status == "success"
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Completion(wr_id={}, status={:?}, opcode={:?}, byte_len={}, imm={:?})",
+            self.wr_id, self.status, self.opcode, self.byte_len, self.imm
+        )
+    }
+}
+
+fn completion(c: fab::Completion) -> PyCompletion {
+    use fab::{Status as S, WcOpcode as O};
+    PyCompletion {
+        wr_id: c.wr_id,
+        status: match c.status {
+            S::Success => "success",
+            S::RemoteAccessError => "remote_access_error",
+            S::RemoteInvalidRequest => "remote_invalid_request",
+            S::RemoteOperationalError => "remote_operational_error",
+            S::RetryExceeded => "retry_exceeded",
+            S::RnrRetryExceeded => "rnr_retry_exceeded",
+            S::Flushed => "flushed",
+            S::LocalLengthError => "local_length_error",
+        },
+        opcode: match c.opcode {
+            O::Write => "write",
+            O::Read => "read",
+            O::Send => "send",
+            O::Recv => "recv",
+            O::RecvRdmaWithImm => "recv_rdma_with_imm",
+        },
+        byte_len: c.byte_len,
+        imm: c.imm,
+    }
+}
+
+/// A connected queue pair.
+#[pyclass(module = "remora.fabric", name = "QueuePair")]
+struct PyQp {
+    qp: Arc<fab::Qp>,
+}
+
+#[pymethods]
+impl PyQp {
+    /// One-sided WRITE of `length` bytes at `offset` of `region` to `remote_addr` in the
+    /// peer's region `rkey`; with `imm`, the peer gets a completion carrying it.
+    #[pyo3(signature = (wr_id, region, offset, length, remote_addr, rkey, imm = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn post_write(
+        &self,
+        wr_id: u64,
+        region: &PyRegion,
+        offset: usize,
+        length: usize,
+        remote_addr: u64,
+        rkey: u32,
+        imm: Option<u32>,
+    ) -> PyResult<()> {
+        self.qp
+            .post_write(wr_id, &region.region, offset, length, remote_addr, rkey, imm)
+            .map_err(fab_err)
+    }
+
+    /// One-sided READ of `length` bytes at `remote_addr` (region `rkey`) into `region` at
+    /// `offset` (RC only).
+    fn post_read(
+        &self,
+        wr_id: u64,
+        region: &PyRegion,
+        offset: usize,
+        length: usize,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> PyResult<()> {
+        self.qp
+            .post_read(wr_id, &region.region, offset, length, remote_addr, rkey)
+            .map_err(fab_err)
+    }
+
+    /// SEND into the peer's next posted receive buffer.
+    #[pyo3(signature = (wr_id, region, offset, length, imm = None))]
+    fn post_send(&self, wr_id: u64, region: &PyRegion, offset: usize, length: usize, imm: Option<u32>) -> PyResult<()> {
+        self.qp
+            .post_send(wr_id, &region.region, offset, length, imm)
+            .map_err(fab_err)
+    }
+
+    /// Posts a receive buffer for the peer's SENDs.
+    fn post_recv(&self, wr_id: u64, region: &PyRegion, offset: usize, length: usize) -> PyResult<()> {
+        self.qp
+            .post_recv(wr_id, &region.region, offset, length)
+            .map_err(fab_err)
+    }
+
+    /// Completions available now (at most `max`), without waiting.
+    #[pyo3(signature = (max = 64))]
+    fn poll(&self, max: usize) -> Vec<PyCompletion> {
+        let mut out = Vec::new();
+        self.qp.poll(&mut out, max);
+        out.into_iter().map(completion).collect()
+    }
+
+    /// The next completion, waiting up to `timeout` seconds (GIL released); None on timeout.
+    #[pyo3(signature = (timeout = 1.0))]
+    fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<PyCompletion>> {
+        if !(timeout.is_finite() && timeout >= 0.0) {
+            return Err(PyValueError::new_err("timeout must be a non-negative number of seconds"));
+        }
+        let qp = self.qp.clone();
+        let c = py
+            .detach(move || qp.wait(Duration::from_secs_f64(timeout)))
+            .map_err(fab_err)?;
+        Ok(c.map(completion))
+    }
+
+    /// Transport name.
+    #[getter]
+    fn transport(&self) -> String {
+        self.qp.transport().to_string()
+    }
+    /// Queue pair type ("rc" or "uc").
+    #[getter]
+    fn qp_type(&self) -> String {
+        self.qp.qp_type().to_string()
+    }
+    /// Negotiated path MTU.
+    #[getter]
+    fn mtu(&self) -> usize {
+        self.qp.mtu()
+    }
+    /// Counters as a dict.
+    fn stats(&self) -> std::collections::HashMap<&'static str, u64> {
+        let s = self.qp.stats();
+        let e = s.engine;
+        [
+            ("tx_packets", e.tx_packets),
+            ("rx_packets", e.rx_packets),
+            ("retransmits", e.retransmits),
+            ("timeouts", e.timeouts),
+            ("naks_sent", e.naks_sent),
+            ("naks_received", e.naks_received),
+            ("access_errors", e.access_errors),
+            ("acks_sent", e.acks_sent),
+            ("icrc_errors", s.icrc_errors),
+        ]
+        .into_iter()
+        .collect()
+    }
+}
+
+fn options(transport: &str, qp: &str, mtu: usize) -> PyResult<fab::QpOptions> {
+    Ok(fab::QpOptions {
+        transport: transport.parse().map_err(PyValueError::new_err)?,
+        qp_type: qp.parse().map_err(PyValueError::new_err)?,
+        mtu,
+        ..fab::QpOptions::default()
+    })
+}
+
+fn addr(s: &str) -> PyResult<std::net::SocketAddr> {
+    s.parse()
+        .map_err(|_| PyValueError::new_err(format!("address {s:?} (expected host:port)")))
+}
+
+/// Accepts queue pairs (the server side of `connect`).
+#[pyclass(module = "remora.fabric", name = "Listener")]
+struct PyListener {
+    l: Arc<fab::Listener>,
+}
+
+#[pymethods]
+impl PyListener {
+    #[new]
+    #[pyo3(signature = (address, pd, mtu = 4096))]
+    fn new(address: &str, pd: &PyPd, mtu: usize) -> PyResult<PyListener> {
+        let opts = options("udp", "rc", mtu)?;
+        let l = fab::Listener::bind(addr(address)?, pd.pd.clone(), opts).map_err(fab_err)?;
+        Ok(PyListener { l: Arc::new(l) })
+    }
+
+    /// The setup address ("host:port").
+    #[getter]
+    fn address(&self) -> String {
+        self.l.local_addr().to_string()
+    }
+
+    /// Waits for one peer; returns (QueuePair, the peer's private data). The GIL is released.
+    #[pyo3(signature = (private = b"".as_slice()))]
+    fn accept<'py>(&self, py: Python<'py>, private: &[u8]) -> PyResult<(PyQp, Bound<'py, PyBytes>)> {
+        let l = self.l.clone();
+        let p = private.to_vec();
+        let (qp, peer) = py.detach(move || l.accept(&p)).map_err(fab_err)?;
+        Ok((PyQp { qp: Arc::new(qp) }, PyBytes::new(py, &peer)))
+    }
+}
+
+/// Connects to a Listener; returns (QueuePair, the peer's private data).
+#[pyfunction]
+#[pyo3(signature = (address, pd, transport = "udp", qp = "rc", mtu = 4096, private = b"".as_slice()))]
+fn connect<'py>(
+    py: Python<'py>,
+    address: &str,
+    pd: &PyPd,
+    transport: &str,
+    qp: &str,
+    mtu: usize,
+    private: &[u8],
+) -> PyResult<(PyQp, Bound<'py, PyBytes>)> {
+    let opts = options(transport, qp, mtu)?;
+    let a = addr(address)?;
+    let pd = pd.pd.clone();
+    let p = private.to_vec();
+    let (q, peer) = py.detach(move || fab::connect(a, pd, opts, &p)).map_err(fab_err)?;
+    Ok((PyQp { qp: Arc::new(q) }, PyBytes::new(py, &peer)))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyPd>()?;
+    m.add_class::<PyRegion>()?;
+    m.add_class::<PyQp>()?;
+    m.add_class::<PyListener>()?;
+    m.add_class::<PyCompletion>()?;
+    m.add_function(wrap_pyfunction!(connect, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_region, m)?)?;
     Ok(())
 }
