@@ -47,6 +47,8 @@ cmd
 1 0.9
 CFG
 
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # run SERVER WORKLOAD -> prints "ops/s keys/s p50 p99 p999" (latency fields "-" for memcaslap)
@@ -59,7 +61,9 @@ run() {
     "$REMORA" kv serve -p "$port" -U 0 -l 127.0.0.1 -t "$THREADS" -m "$MEM" "${USER_FLAG[@]}" & pid=$!
   fi
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.05; done
-  case $wl in
+  local c0 c1 line
+  c0=$(cpu_ticks "$pid")
+  line=$(case $wl in
     slap-get) timeout $((SECS + 20)) memcaslap -s 127.0.0.1:"$port" -T 1 -c 32 -t "${SECS}s" -F "$tmp/get.cfg" 2>&1 \
                 | awk '/TPS:/ {for (i=1;i<=NF;i++) if ($i=="TPS:") t=$(i+1)} END {print t, t, "-", "-", "-"}' ;;
     # memcaslap counts each key of a multiget as one op: keys/s is its TPS.
@@ -71,7 +75,11 @@ run() {
     load-multiget48) timeout $((SECS + 20)) "$KVLOAD" 127.0.0.1:"$port" multiget48 --secs "$SECS" ;;
     load-mix) timeout $((SECS + 20)) "$KVLOAD" 127.0.0.1:"$port" mix --secs "$SECS" ;;
     load-latency) timeout $((SECS + 20)) "$KVLOAD" 127.0.0.1:"$port" mix --secs "$SECS" --conns 8 --rate 20000 ;;
-  esac
+  esac)
+  c1=$(cpu_ticks "$pid")
+  # Sixth field: server CPU time (user + system) per request, in microseconds.
+  echo "$line" | awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v secs="$SECS" \
+    '{ops=$1*secs; printf "%s %s %s %s %s %.2f\n", $1, $2, $3, $4, $5, (ops>0 ? t/hz*1e6/ops : 0)}'
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
 }
@@ -116,6 +124,16 @@ ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); pri
     esac
     a=$(col "$tmp/$wl.memcached" $c); b=$(col "$tmp/$wl.remora" $c)
     echo "| $name | $a | $b | $(ratio "$a" "$b") |"
+  done
+  echo
+  echo "Server CPU time per request (user + system, microseconds, median of runs): less is better."
+  echo "This is steadier than throughput when other jobs share the cores."
+  echo
+  echo "| workload | memcached | remora | memcached / remora |"
+  echo "| --- | ---: | ---: | ---: |"
+  for wl in "${workloads[@]}"; do
+    a=$(col "$tmp/$wl.memcached" 6); b=$(col "$tmp/$wl.remora" 6)
+    echo "| $wl | $a | $b | $(ratio "$b" "$a") |"
   done
   echo
   echo "Latency (kvload, microseconds, median of runs; lower is better):"

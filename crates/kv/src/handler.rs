@@ -305,7 +305,7 @@ impl Engine {
         vec![
             (
                 "active_slabs".into(),
-                (c.curr_items > 0).then_some(1).unwrap_or(0).to_string(),
+                u8::from(c.curr_items > 0).to_string(),
             ),
             ("total_malloced".into(), c.bytes.to_string()),
         ]

@@ -412,7 +412,7 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
         b"version" => done(Command::Version),
         b"quit" => done(Command::Quit),
         b"shutdown" if n <= 2 => done(Command::Shutdown),
-        b"verbosity" if n >= 2 && n <= 3 => {
+        b"verbosity" if (2..=3).contains(&n) => {
             let noreply = noreply_last;
             if parse_u64(t[1]).is_none() && !(noreply && n == 2) {
                 return done(Command::Fail(Fail::BadFormat));
