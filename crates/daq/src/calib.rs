@@ -301,6 +301,17 @@ mod tests {
     }
 
     #[test]
+    fn high_gain_mode_uses_hg_maps() {
+        let det = Detector::new(1).unwrap();
+        let mut cal = Calibration::synthetic(det, 4);
+        cal.high_gain = true;
+        let t = ConvTables::new(&cal, None).unwrap();
+        for s in 0..3 {
+            assert_eq!(t.gain[s][11], cal.gain.map(0, s + 3)[11] as f32);
+        }
+    }
+
+    #[test]
     fn tables_mask_with_nan() {
         let det = Detector::new(1).unwrap();
         let cal = Calibration::synthetic(det, 2);

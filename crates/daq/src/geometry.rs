@@ -364,6 +364,24 @@ mod tests {
     }
 
     #[test]
+    fn mirrored_modules_map_raw_pixels_from_the_other_side() {
+        let mut l = Layout::standard(1).unwrap();
+        l.modules[0].flip_cols = true;
+        l.modules[0].flip_rows = true;
+        let map = l.assembly_map(None).unwrap();
+        // Image pixel (0, 0) shows the last raw pixel; (513, 1029) the first.
+        assert_eq!(map.src[0] & 0x3fff_ffff, (MODULE_PIXELS - 1) as u32);
+        assert_eq!(map.src[map.pixels() - 1] & 0x3fff_ffff, 0);
+        let raw: Vec<f32> = (0..MODULE_PIXELS).map(|i| i as f32).collect();
+        let img: Vec<f32> = map
+            .src
+            .iter()
+            .map(|&e| AssemblyMap::gather(e, &raw))
+            .collect();
+        assert_eq!(img[1], (MODULE_PIXELS - 2) as f32);
+    }
+
+    #[test]
     fn bad_layouts_are_errors() {
         let mut l = Layout::standard(2).unwrap();
         l.modules[1] = l.modules[0];
