@@ -157,6 +157,23 @@ def test_integration_equals_pyfai(tmp_path, image, geometry, split, unit, solid,
         assert (res["intensity"][~data] == 0).all()
 
 
+@pytest.mark.parametrize("split", ["no", "bbox"])
+@pytest.mark.parametrize("unit,rng", [("q_nm^-1", (5.0, 20.0)), ("2th_deg", (5.0, 20.0)), ("r_mm", (3.0, 30.0))])
+def test_radial_range_equals_pyfai(tmp_path, image, split, unit, rng):
+    img, mask = image
+    poni = write_poni(tmp_path / "g.poni", img.shape, **GEOMETRIES["tilted"])
+    ref = pyFAI.load(poni).integrate1d_ng(img, 200, unit=unit, method=(split, "csr", "cython"),
+                                          mask=mask, radial_range=rng, correctSolidAngle=True)
+    res = daq.Integrator(poni, img.shape, bins=200, unit=unit, split=split, mask=mask,
+                         radial_range=rng).integrate(img)
+    np.testing.assert_allclose(res["radial"], ref.radial, rtol=1e-6)
+    np.testing.assert_allclose(res["radial"][[0, -1]], [rng[0] + (rng[1] - rng[0]) / 400,
+                                                        rng[1] - (rng[1] - rng[0]) / 400], rtol=1e-5)
+    np.testing.assert_allclose(res["count"], ref.count, rtol=1e-5, atol=1e-4)
+    data = ref.count > 0
+    np.testing.assert_allclose(res["intensity"][data], ref.intensity[data], rtol=1e-4, atol=0)
+
+
 def test_pipeline_chains_the_stages(tmp_path):
     s = daq.Synth(modules=1, seed=5, dark_every=3, dark_phase=2)
     poni = tmp_path / "s.poni"
