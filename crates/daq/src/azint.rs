@@ -306,10 +306,11 @@ impl AzMatrix {
         mask: Option<&[u8]>,
         cfg: &AzConfig,
     ) -> Result<Self> {
+        // 2^26 pixels (4× a JUNGFRAU 16M) bounds the memory a hostile shape can ask for.
         let n = shape
             .0
             .checked_mul(shape.1)
-            .filter(|&n| n > 0 && n < u32::MAX as usize);
+            .filter(|&n| n > 0 && n <= 1 << 26);
         let n = n.ok_or_else(|| DaqError::Config(format!("bad image shape {shape:?}")))?;
         if cfg.bins == 0 || cfg.bins > 1 << 24 {
             return Err(DaqError::Config(format!(
@@ -620,6 +621,7 @@ mod tests {
         let mut p = poni();
         p.wavelength = None;
         assert!(AzMatrix::build(&p, (10, 10), None, &cfg).is_err());
+        assert!(AzMatrix::build(&poni(), (1 << 14, 1 << 14), None, &cfg).is_err());
         let c = AzConfig {
             bins: 0,
             ..Default::default()

@@ -62,6 +62,11 @@ impl SparseFrame {
         col: Vec<u16>,
         values: Vec<f32>,
     ) -> Result<Self> {
+        if rows.checked_mul(cols).is_none_or(|n| n > 1 << 28) {
+            return Err(DaqError::Config(format!(
+                "frame {rows}x{cols} is too large"
+            )));
+        }
         DaqError::check_len("row pointers", rows + 1, row_ptr.len())?;
         DaqError::check_len("column indices", values.len(), col.len())?;
         let bad = |m: &str| Err(DaqError::Config(format!("malformed CSR frame: {m}")));
@@ -94,13 +99,22 @@ impl SparseFrame {
         self.row_ptr.len() * 4 + self.col.len() * 2 + self.values.len() * 4
     }
 
-    /// The dense frame: kept values where they were, `fill` elsewhere.
+    /// The dense frame: kept values where they were, `fill` elsewhere. Entries that do not fit
+    /// the frame (only possible after editing the public fields; [`SparseFrame::from_arrays`]
+    /// refuses them) are skipped.
     pub fn decompress(&self, fill: f32) -> Vec<f32> {
         let mut out = vec![fill; self.rows * self.cols];
         for r in 0..self.rows {
-            let (lo, hi) = (self.row_ptr[r] as usize, self.row_ptr[r + 1] as usize);
-            for k in lo..hi {
-                out[r * self.cols + self.col[k] as usize] = self.values[k];
+            let (Some(&lo), Some(&hi)) = (self.row_ptr.get(r), self.row_ptr.get(r + 1)) else {
+                break;
+            };
+            for k in lo as usize..hi as usize {
+                let (Some(&c), Some(&v)) = (self.col.get(k), self.values.get(k)) else {
+                    break;
+                };
+                if (c as usize) < self.cols {
+                    out[r * self.cols + c as usize] = v;
+                }
             }
         }
         out

@@ -151,6 +151,9 @@ fn check_assemble(raw: &[f32], map: &AssemblyMap, out: &[f32]) -> Result<()> {
     DaqError::check_len("image", map.pixels(), out.len())?;
     DaqError::check_len("assembly map", map.pixels(), map.src.len())?;
     DaqError::check_len("assembly row index", map.rows + 1, map.row_runs.len())?;
+    if map.cols == 0 {
+        return Err(DaqError::Config("assembly map has no columns".into()));
+    }
     // Entries pointing outside the frame become NaN in the kernels rather than being scanned
     // for here on every frame.
     Ok(())

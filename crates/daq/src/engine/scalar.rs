@@ -154,7 +154,10 @@ impl Engine for ScalarEngine {
         let mut sums = vec![(0.0f64, 0.0f64, 0.0f64); m.bins];
         for (b, s) in sums.iter_mut().enumerate() {
             for k in m.indptr[b] as usize..m.indptr[b + 1] as usize {
-                let v = image[m.indices[k] as usize];
+                let v = image
+                    .get(m.indices[k] as usize)
+                    .copied()
+                    .unwrap_or(f32::NAN);
                 if v.is_finite() {
                     s.0 += f64::from(m.coef[k]) * f64::from(v);
                     s.1 += f64::from(m.ncoef[k]);
