@@ -315,3 +315,36 @@ fn checked_reads_and_ranges() {
         ));
     });
 }
+
+/// Regression: a unit whose pages were discarded (MADV_DONTNEED) after it was installed faults
+/// again although its state says present; it must be fetched again, not woken forever.
+#[test]
+fn discarded_pages_are_fetched_again() {
+    bounded(30, || {
+        let src = pattern(1 << 20, 4096);
+        for mode in [Mode::Thread { handlers: 1 }, Mode::Sigbus] {
+            let r = LazyRegion::open(
+                local(src.clone()),
+                Options {
+                    mode,
+                    ..Options::default()
+                },
+            )
+            .unwrap();
+            let at = 40 * 4096 + 5;
+            assert_eq!(std::hint::black_box(r.as_slice()[at]), src[at]);
+            // SAFETY: discards one page of the region's own mapping; it is refilled on access.
+            let rc = unsafe {
+                libc::madvise(
+                    r.as_ptr().add(40 * 4096) as *mut libc::c_void,
+                    4096,
+                    libc::MADV_DONTNEED,
+                )
+            };
+            assert_eq!(rc, 0);
+            assert_eq!(std::hint::black_box(r.as_slice()[at]), src[at]);
+            assert!(r.stats().refetches >= 1, "{:?}", r.stats());
+            assert_eq!(r.progress().present, 1);
+        }
+    });
+}
