@@ -1,7 +1,7 @@
 //! The requester half of a queue pair: send queue, PSN assignment, segmentation at the path MTU,
 //! acknowledgement processing, READ responses, go-back-N retransmission and the retry limits.
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use remora_mem::Access;
 use remora_wire::{AethRepr, BthRepr, NakCode, Op, Opcode, Psn, RethRepr, Repr, Service, Syndrome};
@@ -12,6 +12,9 @@ use crate::wr::{Completion, SendWr, Status, WrOp};
 
 /// Largest RDMA message (the RETH DMA length is 32 bits; verbs limit it to 2^31).
 const MAX_MESSAGE: usize = 1 << 31;
+/// Bounds of the adaptive retransmission timeout.
+const MIN_RTO: Duration = Duration::from_micros(500);
+const MAX_RTO: Duration = Duration::from_secs(1);
 
 struct Pending {
     wr: SendWr,
@@ -62,6 +65,13 @@ pub(super) struct Requester {
     since_ack_req: u32,
     /// The READ response PSN we last asked again for (one re-read per gap).
     reread_at: Option<Psn>,
+    /// The packet being timed for the round-trip estimate (never a retransmitted one).
+    rtt_probe: Option<(Psn, Instant)>,
+    /// Smoothed round trip and its variation (RFC 6298), once measured.
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    /// Current retransmission timeout.
+    rto: Duration,
     pub(super) error: bool,
 }
 
@@ -80,6 +90,10 @@ impl Requester {
             rnr_until: None,
             since_ack_req: 0,
             reread_at: None,
+            rtt_probe: None,
+            srtt: None,
+            rttvar: Duration::ZERO,
+            rto: cfg.retry_timeout,
             error: false,
         }
     }
@@ -262,6 +276,8 @@ impl Requester {
         }
         if psn.before(self.high) {
             stats.retransmits += 1;
+        } else if rc && self.rtt_probe.is_none() {
+            self.rtt_probe = Some((psn, now));
         }
         self.tx_psn = next;
         if self.high.before(next) {
@@ -269,7 +285,7 @@ impl Requester {
         }
         if rc {
             if self.deadline.is_none() {
-                self.deadline = Some(now + cfg.retry_timeout);
+                self.deadline = Some(now + self.rto);
             }
         } else if last {
             // UC: a message is complete once its last packet is out.
@@ -405,13 +421,19 @@ impl Requester {
         self.retries = 0;
         // A response also acknowledges every request before it.
         self.ack_through(now, cfg, psn);
-        self.rearm(now, cfg, true);
+        self.rearm(now, true);
     }
 
     /// Everything up to and including `a` is acknowledged.
     fn ack_through(&mut self, now: Instant, cfg: &EngineConfig, a: Psn) {
         let next = a.next();
         let progress = next.after(self.una);
+        if let Some((p, sent)) = self.rtt_probe {
+            if !p.after(a) {
+                self.rtt_probe = None;
+                self.sample_rtt(cfg, now.saturating_duration_since(sent));
+            }
+        }
         if progress {
             self.una = next;
             self.retries = 0;
@@ -426,7 +448,7 @@ impl Requester {
                 p.acked = true;
             }
         }
-        self.rearm(now, cfg, progress);
+        self.rearm(now, progress);
     }
 
     /// Something sent is still unanswered: the oldest request has left and is not done.
@@ -438,12 +460,31 @@ impl Requester {
 
     /// Restarts the retransmission timer on progress, starts it if something is in flight, and
     /// stops it when nothing is.
-    fn rearm(&mut self, now: Instant, cfg: &EngineConfig, progress: bool) {
+    fn rearm(&mut self, now: Instant, progress: bool) {
         if !self.in_flight() {
             self.deadline = None;
         } else if progress || self.deadline.is_none() {
-            self.deadline = Some(now + cfg.retry_timeout);
+            self.deadline = Some(now + self.rto);
         }
+    }
+
+    /// RFC 6298 estimator: RTO = SRTT + 4 RTTVAR, never below the configured timeout (a host
+    /// busy with other work, or a receiver taking page faults, must not look like loss) and
+    /// at most MAX_RTO.
+    fn sample_rtt(&mut self, cfg: &EngineConfig, r: Duration) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            Some(s) => {
+                let err = if s > r { s - r } else { r - s };
+                self.rttvar = (self.rttvar * 3 + err) / 4;
+                self.srtt = Some((s * 7 + r) / 8);
+            }
+        }
+        let floor = MIN_RTO.max(cfg.retry_timeout);
+        self.rto = (self.srtt.unwrap_or(r) + self.rttvar * 4).clamp(floor, MAX_RTO);
     }
 
     /// The first PSN whose packet (or READ response) has not been answered.
@@ -499,10 +540,11 @@ impl Requester {
             return;
         }
         self.reread_at = None;
+        self.rtt_probe = None;
         self.go_back(resume);
         // Exponential backoff: a receiver that is only slow (a busy host) gets time to catch
         // up instead of being flooded with go-back-N retransmissions.
-        self.deadline = Some(now + cfg.retry_timeout * (1u32 << self.retries.min(10)));
+        self.deadline = Some(now + (self.rto * (1u32 << self.retries.min(10))).min(MAX_RTO * 8));
     }
 
     /// The request holding `psn` failed with `status`: complete it so, flush what follows, and

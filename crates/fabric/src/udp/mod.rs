@@ -176,6 +176,14 @@ impl Device {
                             self.dispatch(now, dgram, m.src, &mut touched);
                         }
                     }
+                    // Answer after every batch: ACKs (coalesced per batch) keep the sender's
+                    // window open while we drain the rest.
+                    for qp in touched.drain(..) {
+                        let mut st = qp.lock();
+                        if let Err(e) = qp.flush(&mut st, now) {
+                            tracing::warn!(error = %e, "udp transmit failed");
+                        }
+                    }
                 }
             }
             let now = Instant::now();
