@@ -36,6 +36,7 @@ const SCRIPTS: &[(&str, &[u8])] = &[
     ("meta arith", b"ma zz\r\nma zz N0 J13 v\r\nma zz v D5\r\nma zz MD v D100\r\nma zz M- D1 v\r\nma zz\r\nmg zz v\r\nms s 1\r\nx\r\nma s\r\n"),
     ("meta delete", b"ms a 1\r\nx\r\nmd a\r\nmd a\r\nms a 1\r\nx\r\nmd a C1\r\nmd a k O9\r\n"),
     ("meta ttl and vivify", b"ms a 2 T100\r\nhi\r\nmg a v T30 t\r\nmg a t\r\nmg nn N30 v t\r\n"),
+    ("meta stale-while-revalidate", b"mg nn N30 v c t\r\nmg nn v c\r\nmg nn v\r\nms nn 2 T100\r\nhi\r\nmg nn v\r\nmd nn I T30\r\nmg nn v c\r\nmg nn v c\r\nms nn 2\r\nho\r\nmg nn v\r\nms r 1 T10\r\nx\r\nmg r R30 v t\r\nmg r R30 v t\r\nmg r v\r\nmd r q I\r\nmg r s\r\nmd zz I\r\n"),
 ];
 
 #[test]

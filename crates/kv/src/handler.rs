@@ -483,7 +483,7 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
             let touch = matches!(kind, GetKind::Gat | GetKind::Gats);
             let opts = ReadOpts {
                 touch: touch.then_some(exptime),
-                no_bump: false,
+                ..ReadOpts::default()
             };
             let exp = if touch { eng.exptime(exptime, now) } else { 0 };
             for k in text::keys(keys) {
@@ -739,8 +739,8 @@ fn run_meta(eng: &Engine, s: &mut Session, m: MetaCommand<'_>, now: u32, out: &m
         MetaCommand::Noop => out.extend_from_slice(b"MN\r\n"),
         MetaCommand::Debug { key } => {
             let opts = ReadOpts {
-                touch: None,
                 no_bump: true,
+                ..ReadOpts::default()
             };
             let found = eng.store.get(key, now, opts, 0, |it| {
                 out.extend_from_slice(b"ME ");
@@ -811,9 +811,12 @@ fn meta_get(
     let opts = ReadOpts {
         touch: f.ttl,
         no_bump: f.no_bump,
+        meta: true,
+        recache: f.recache,
+        claim: false,
     };
     let exp = f.ttl.map_or(0, |t| eng.exptime(t, now));
-    let emit = |out: &mut Vec<u8>, it: crate::storage::ItemRef<'_>, extra: &[u8]| {
+    let emit = |out: &mut Vec<u8>, it: crate::storage::ItemRef<'_>| {
         if f.value {
             out.extend_from_slice(b"VA ");
             put_u64(out, it.value.len() as u64);
@@ -831,7 +834,15 @@ fn meta_get(
             now.saturating_sub(it.last_access),
             it.fetched,
         );
-        out.extend_from_slice(extra);
+        // memcached's order: a winner on a stale item gets "X W", a loser "Z X".
+        match (it.win, it.stale) {
+            (Some(true), true) => out.extend_from_slice(b" X W"),
+            (Some(true), false) => out.extend_from_slice(b" W"),
+            (Some(false), true) => out.extend_from_slice(b" Z X"),
+            (Some(false), false) => out.extend_from_slice(b" Z"),
+            (None, true) => out.extend_from_slice(b" X"),
+            (None, false) => {}
+        }
         out.extend_from_slice(b"\r\n");
         if f.value {
             out.extend_from_slice(it.value);
@@ -844,7 +855,7 @@ fn meta_get(
     }
     let hit = eng
         .store
-        .get(key, now, opts, exp, |it| emit(out, it, b""))
+        .get(key, now, opts, exp, |it| emit(out, it))
         .is_some();
     if hit {
         inc(&c.get_hits);
@@ -862,12 +873,14 @@ fn meta_get(
         let e = eng.exptime(ttl, now);
         if let StoreOutcome::Stored(_) = eng.store.store(StoreMode::Add, key, 0, e, b"", now) {
             let opts = ReadOpts {
-                touch: None,
                 no_bump: true,
+                meta: true,
+                claim: true,
+                ..ReadOpts::default()
             };
             if eng
                 .store
-                .get(key, now, opts, 0, |it| emit(out, it, b" W"))
+                .get(key, now, opts, 0, |it| emit(out, it))
                 .is_some()
             {
                 return;
@@ -948,7 +961,13 @@ fn meta_delete(
     now: u32,
     out: &mut Vec<u8>,
 ) {
-    let code: &[u8] = match eng.store.delete(key, now, f.compare_cas) {
+    let r = if f.invalidate {
+        let exp = f.ttl.map(|t| eng.exptime(t, now));
+        eng.store.invalidate(key, now, f.compare_cas, exp)
+    } else {
+        eng.store.delete(key, now, f.compare_cas)
+    };
+    let code: &[u8] = match r {
         DeleteOutcome::Deleted => {
             inc(&c.delete_hits);
             if f.quiet {
@@ -1006,8 +1025,8 @@ fn meta_arith(
             }
             let ttl = if f.raw[..f.n].iter().any(|t| t[0] == b't') {
                 let o = ReadOpts {
-                    touch: None,
                     no_bump: true,
+                    ..ReadOpts::default()
                 };
                 eng.store
                     .get(key, now, o, 0, |it| ttl_left(it.exptime, now))
@@ -1105,7 +1124,7 @@ fn run_binary(
             };
             let opts = ReadOpts {
                 touch: touch.then_some(exptime),
-                no_bump: false,
+                ..ReadOpts::default()
             };
             let exp = if touch { eng.exptime(exptime, now) } else { 0 };
             inc(&c.cmd_get);
@@ -1269,7 +1288,7 @@ fn run_binary(
             let exptime = be32(req.extras) as i32 as i64;
             let opts = ReadOpts {
                 touch: Some(exptime),
-                no_bump: false,
+                ..ReadOpts::default()
             };
             let hit = eng
                 .store

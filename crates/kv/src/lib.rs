@@ -8,9 +8,8 @@
 //! UDP sockets on mio/epoll worker threads). [`config`] parses memcached's command line.
 //!
 //! Not here: slab classes and slab statistics (memory is accounted per item instead),
-//! SASL, TLS, extstore, the LRU crawler, `stats detail` dumps, `watch`, and the meta
-//! stale-while-revalidate tokens beyond `N` vivify (`W` only; no `X`/`Z`, `I` is a plain
-//! delete), explicit meta CAS (`E`) outside `ms`.
+//! SASL, TLS, extstore, the LRU crawler, `stats detail` dumps, `watch`, `ms … I`, and
+//! explicit meta CAS (`E`) outside `ms`.
 #![warn(missing_docs)]
 
 pub mod config;

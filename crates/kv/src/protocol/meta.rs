@@ -84,7 +84,8 @@ fn allowed(kind: MetaKind) -> &'static [u8] {
     match kind {
         // `E` is honoured by ms only; mg/md/ma do not take it here.
         MetaKind::Get => b"bcfhklOqstuvNRT",
-        MetaKind::Set => b"bcCEFIkOqsSTM",
+        // `I` on ms (store while invalidating) is not implemented, so it is refused.
+        MetaKind::Set => b"bcCEFkOqsSTM",
         MetaKind::Delete => b"bCIkOqTx",
         MetaKind::Arith => b"bCcNJDTMOqtvk",
     }

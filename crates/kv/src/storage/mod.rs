@@ -141,6 +141,12 @@ pub struct ReadOpts {
     pub touch: Option<i64>,
     /// Leave the LRU position and fetched bit alone (mg u).
     pub no_bump: bool,
+    /// A meta read: hand out recache tokens (`W`/`Z`) for stale or low-TTL items.
+    pub meta: bool,
+    /// mg `R`: the reader wins a recache token when the remaining TTL is below this.
+    pub recache: Option<i64>,
+    /// Claim the recache token unconditionally (the reader just vivified the item).
+    pub claim: bool,
 }
 
 impl Store {
@@ -286,6 +292,20 @@ impl Store {
         )
     }
 
+    /// Marks an item stale for stale-while-revalidate (meta delete with `I`).
+    pub fn invalidate(
+        &self,
+        key: &[u8],
+        now: u32,
+        cas: Option<u64>,
+        exptime_abs: Option<u32>,
+    ) -> DeleteOutcome {
+        let h = Self::hash(key);
+        let ctx = self.ctx(now);
+        self.shard(h)
+            .invalidate(h, key, &ctx, cas, exptime_abs, &|| self.new_cas())
+    }
+
     /// Deletes an item, optionally only if its CAS matches.
     pub fn delete(&self, key: &[u8], now: u32, cas: Option<u64>) -> DeleteOutcome {
         let h = Self::hash(key);
@@ -312,7 +332,7 @@ impl Store {
     pub fn touch(&self, key: &[u8], exptime_abs: u32, now: u32) -> bool {
         let opts = ReadOpts {
             touch: Some(0),
-            no_bump: false,
+            ..ReadOpts::default()
         };
         self.get(key, now, opts, exptime_abs, |_| ()).is_some()
     }

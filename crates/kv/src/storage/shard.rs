@@ -33,6 +33,10 @@ struct Entry {
     prev: u32,
     next: u32,
     fetched: bool,
+    /// Invalidated by `md … I`: served with `X` until rewritten.
+    stale: bool,
+    /// A client holds the right to recache it (`W` was handed out).
+    win_sent: bool,
 }
 
 impl Entry {
@@ -86,6 +90,11 @@ pub struct ItemRef<'a> {
     pub last_access: u32,
     /// Whether it had been fetched before this read.
     pub fetched: bool,
+    /// Marked stale (meta `X`).
+    pub stale: bool,
+    /// Meta recache token: `Some(true)` = this reader won (`W`), `Some(false)` = another
+    /// reader already holds it (`Z`).
+    pub win: Option<bool>,
 }
 
 pub(super) struct Shard {
@@ -272,6 +281,18 @@ impl Shard {
         if opts.touch.is_some() {
             e.exptime = exptime_abs;
         }
+        let mut win = None;
+        if opts.meta {
+            let low_ttl = opts
+                .recache
+                .is_some_and(|r| e.exptime != 0 && (e.exptime as i64 - ctx.now as i64) < r);
+            if (e.stale || low_ttl || opts.claim) && !e.win_sent {
+                e.win_sent = true;
+                win = Some(true);
+            } else if e.win_sent {
+                win = Some(false);
+            }
+        }
         let view = ItemRef {
             key: e.key(),
             value: e.value(),
@@ -280,6 +301,8 @@ impl Shard {
             exptime: e.exptime,
             last_access: e.time,
             fetched: e.fetched,
+            stale: e.stale,
+            win,
         };
         let r = f(view);
         if !opts.no_bump {
@@ -354,6 +377,8 @@ impl Shard {
             e.exptime = exptime;
             e.time = ctx.now;
             e.fetched = false;
+            e.stale = false;
+            e.win_sent = false;
             self.used = self.used + need - old_charge;
             self.total_items += 1;
             return StoreOutcome::Stored(cas);
@@ -374,8 +399,37 @@ impl Shard {
             prev: NIL,
             next: NIL,
             fetched,
+            stale: false,
+            win_sent: false,
         });
         StoreOutcome::Stored(cas)
+    }
+
+    /// Marks an item stale (meta delete with `I`), optionally with a new expiry.
+    pub fn invalidate(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        ctx: &Ctx,
+        cas: Option<u64>,
+        exptime_abs: Option<u32>,
+        new_cas: &dyn Fn() -> u64,
+    ) -> DeleteOutcome {
+        let Some(i) = self.lookup(hash, key, ctx) else {
+            return DeleteOutcome::NotFound;
+        };
+        let e = self.entry_mut(i);
+        if cas.is_some_and(|c| c != 0 && c != e.cas) {
+            return DeleteOutcome::Exists;
+        }
+        // Like memcached, invalidation counts as a modification: the CAS moves on.
+        e.cas = new_cas();
+        e.stale = true;
+        e.win_sent = false;
+        if let Some(x) = exptime_abs {
+            e.exptime = x;
+        }
+        DeleteOutcome::Deleted
     }
 
     pub fn delete(&mut self, hash: u64, key: &[u8], ctx: &Ctx, cas: Option<u64>) -> DeleteOutcome {

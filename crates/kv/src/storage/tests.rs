@@ -14,6 +14,9 @@ fn store(mem: usize) -> Store {
 const R: ReadOpts = ReadOpts {
     touch: None,
     no_bump: false,
+    meta: false,
+    recache: None,
+    claim: false,
 };
 
 fn get(s: &Store, k: &[u8], now: u32) -> Option<Vec<u8>> {
