@@ -25,7 +25,31 @@ decompress = _m.decompress
 __all__ = [
     "Calibration", "Converter", "Layout", "Integrator", "Synth", "Pipeline",
     "engines", "count_above", "compress", "decompress", "reference_convert",
+    "MODULE_SHAPE", "ASSEMBLED_MODULE_SHAPE", "SATURATION", "ERROR_WORDS", "raw_shape", "decode",
 ]
+
+#: Raw module frame (rows, columns).
+MODULE_SHAPE = (512, 1024)
+#: A module assembled with its double-width chip-border pixels split.
+ASSEMBLED_MODULE_SHAPE = (514, 1030)
+#: Raw word of a saturated pixel.
+SATURATION = 0xC000
+#: Raw words flagged as errors.
+ERROR_WORDS = (0xFFFF, 0x4000)
+
+
+def raw_shape(modules):
+    """Shape of a raw detector frame of ``modules`` modules."""
+    if not 1 <= modules <= 64:
+        raise ValueError(f"a detector has 1 to 64 modules, not {modules}")
+    return (modules * MODULE_SHAPE[0], MODULE_SHAPE[1])
+
+
+def decode(raw):
+    """Splits raw words into (gain stage 0/1/2, -1 for invalid bits; 14-bit ADC value)."""
+    raw = np.asarray(raw, dtype=np.uint16)
+    stage = np.array([0, 1, -1, 2], np.int8)[raw >> 14]
+    return stage, (raw & 0x3FFF)
 
 
 def reference_convert(raw, pedestal, gain, mask=None):

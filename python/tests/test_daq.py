@@ -239,6 +239,16 @@ def test_malformed_input_gives_clear_errors(tmp_path, synth, frame):
         daq.Layout.from_json('{"rows": 1}')
 
 
+def test_detector_model_helpers(synth, frame):
+    raw, _ = frame
+    assert daq.raw_shape(8) == (4096, 1024) and raw.shape == daq.raw_shape(1)
+    with pytest.raises(ValueError):
+        daq.raw_shape(0)
+    stage, adc = daq.decode(np.array([0x0005, 0x4007, 0x8001, 0xC009], np.uint16))
+    assert stage.tolist() == [0, 1, -1, 2] and adc.tolist() == [5, 7, 1, 9]
+    assert synth.layout().shape == daq.ASSEMBLED_MODULE_SHAPE
+
+
 def test_engines_listed():
     names = dict(daq.engines())
     assert names["cpu-simd"] and names["cpu-scalar"] and not names["cuda"]
