@@ -77,12 +77,16 @@ impl PyPd {
         if !arr.is_c_contiguous() {
             return Err(PyValueError::new_err("the array must be C-contiguous"));
         }
-        let raw = arr.as_array_ptr();
-        // SAFETY: raw points at the live array object we hold a reference to.
-        let (data, flags) = unsafe { ((*raw).data as *mut u8, (*raw).flags) };
-        if flags & numpy::npyffi::NPY_ARRAY_WRITEABLE == 0 {
+        // The array interface gives the buffer address and whether it is read-only, without
+        // depending on numpy's C struct layout.
+        let (ptr, readonly): (usize, bool) = array
+            .getattr("__array_interface__")?
+            .get_item("data")?
+            .extract()?;
+        if readonly {
             return Err(PyValueError::new_err("the array must be writable"));
         }
+        let data = ptr as *mut u8;
         let len = arr.len() * arr.dtype().itemsize();
         if len == 0 {
             return Err(PyValueError::new_err("cannot register an empty array"));
