@@ -61,6 +61,26 @@ fn text_and_meta_match_memcached() {
 }
 
 #[test]
+fn long_lines_match_memcached() {
+    let Some(mc) = memcached(&[]) else { return };
+    let rm = remora(&[]);
+    // A long line whose newline arrives is processed (here: key too long).
+    let mut script = b"set ".to_vec();
+    script.extend(std::iter::repeat_n(b'k', 3000));
+    script.extend_from_slice(b" 0 0 1\r\nx\r\nget a\r\n");
+    let a = normalize_text(&text_roundtrip(mc.port, &script));
+    let b = normalize_text(&text_roundtrip(rm.port, &script));
+    assert_eq!(a, b);
+    // An endless line is dropped without a reply.
+    for srv in [&mc, &rm] {
+        let mut s = connect(srv.port);
+        s.write_all(&[b'x'; 3000]).unwrap();
+        let got = read_until(&mut s, b"\n", Duration::from_secs(5));
+        assert!(got.is_empty(), "{}: {:?}", srv.name, got);
+    }
+}
+
+#[test]
 fn oversized_value_is_refused_and_swallowed_like_memcached() {
     let Some(mc) = memcached(&[]) else { return };
     let rm = remora(&[]);

@@ -443,7 +443,7 @@ pub fn process(
             match text::parse(buf, &lim) {
                 text::Parse::Incomplete => break,
                 text::Parse::Close => {
-                    Reply::Fail(Fail::LineTooLong).write(out);
+                    // memcached closes without a reply.
                     close = true;
                     break;
                 }

@@ -33,8 +33,6 @@ pub enum Fail {
     InvalidMsMode,
     /// meta: bad `M` mode for ma.
     InvalidMaMode,
-    /// `CLIENT_ERROR line too long` (sent before closing).
-    LineTooLong,
     /// `flush_all` with `-F`.
     FlushDisabled,
 }
@@ -60,7 +58,6 @@ impl Fail {
             Fail::InvalidOrDuplicateFlag => "CLIENT_ERROR invalid or duplicate flag",
             Fail::InvalidMsMode => "CLIENT_ERROR invalid mode for ms M token",
             Fail::InvalidMaMode => "CLIENT_ERROR invalid mode for ma M token",
-            Fail::LineTooLong => "CLIENT_ERROR line too long",
             Fail::FlushDisabled => "CLIENT_ERROR flush_all not allowed",
         }
     }

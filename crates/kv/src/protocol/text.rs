@@ -2,7 +2,7 @@
 //!
 //! [`parse`] never panics and never reads past the buffer: it returns [`Parse::Incomplete`]
 //! until a whole request is buffered, [`Parse::Close`] for input memcached drops the connection
-//! on (an over-long line), and otherwise a [`Command`] with the number of bytes it consumed.
+//! on (more than 2048 bytes without a newline, except get/gets), and otherwise a [`Command`] with the number of bytes it consumed.
 
 use super::meta::{self, MetaCommand};
 use super::reply::Fail;
@@ -227,9 +227,8 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
             Parse::Incomplete
         };
     };
-    if used > lim.max_line && !is_get_prefix(l) {
-        return Parse::Close;
-    }
+    // Like memcached, a line whose newline has arrived is processed whatever its length (up to
+    // the get-line cap); only a line still unterminated past `max_line` closes.
     if used > lim.max_get_line {
         return Parse::Close;
     }

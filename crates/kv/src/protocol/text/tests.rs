@@ -69,8 +69,10 @@ fn too_large_is_swallowed() {
 
 #[test]
 fn long_lines_close_except_get() {
-    let long = vec![b'x'; 3000];
+    let mut long = vec![b'x'; 3000];
     assert_eq!(p(&long), Parse::Close);
+    long.extend_from_slice(b"\r\n");
+    assert_eq!(p(&long), Parse::Done(Command::Fail(Fail::Error), 3002));
     let mut g = b"get ".to_vec();
     g.extend(std::iter::repeat_n(b"k ".iter().copied(), 2000).flatten());
     assert_eq!(p(&g), Parse::Incomplete);
