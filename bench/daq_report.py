@@ -81,8 +81,9 @@ w(f"- Conversion moves at least 7 bytes of memory per byte of raw input (2 bytes
   f"pedestal and gain, 4 bytes out per pixel; G1/G2 maps are read only for pixels in those stages). "
   f"At {c1:.2f} GB/s of input with one thread that is {7 * c1:.0f} GB/s of traffic, against "
   f"{2 * m1:.0f} GB/s (read + write) for memcpy on one thread: memory traffic, not arithmetic, is the "
-  f"limit (part of the 32 MiB of G0 tables stays in the 32 MiB L3, which is how it can exceed memcpy). "
-  f"numpy is memory-bound too (it makes several passes), which caps the ratio against a tuned numpy.")
+  f"limit" + (" (part of the 32 MiB of G0 tables stays in the 32 MiB L3, which is how it can exceed "
+              "memcpy)" if 7 * c1 > 2 * m1 else "") + ". numpy is memory-bound too (it makes several "
+  "passes over the frame), which caps the ratio against a tuned numpy.")
 w("- Integration streams the image and the pixel-major matrix (8 bytes per entry) and does about 20 "
   "instructions per entry (bin, coefficient, pixel, finiteness test, one Kahan step in one of four "
   "lanes); going from 4 to 8 lanes changed nothing, so instruction throughput bounds it. It costs "
@@ -92,5 +93,12 @@ w("- CSR compression is proportional to the number of kept pixels (row-wise bran
 w("- With other jobs on the 2 cores, the 2-thread figures are the least reliable: a second thread "
   "often found its core busy.")
 w("")
+w("## Raw results\n")
+w("The JSON each step printed, for checking the figures above:\n")
+w("```")
+for t in (1, 2):
+    w(f"remora bench jungfrau --threads {t}: " + json.dumps(R[t]))
+    w(f"bench/daq_peers.py --threads {t}: " + json.dumps(P[t]))
+w("```")
 open("docs/bench/daq.md", "w").write("\n".join(o) + "\n")
 print("\n".join(o))
