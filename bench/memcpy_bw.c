@@ -1,5 +1,7 @@
 /* memcpy bandwidth, the ceiling for same-host transfers in bench/fabric.sh: copies BLOCK-byte
- * messages through a 256 MiB source and destination (beyond the caches), prints JSON. */
+ * messages through an AREA-byte source and destination (default 256 MiB, beyond the caches;
+ * AREA = BLOCK copies the same buffers again and again, as the fabric benchmark does), prints
+ * JSON. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +15,7 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     size_t block = argc > 1 ? strtoul(argv[1], 0, 10) : 1 << 20;
-    size_t area = 256u << 20;
+    size_t area = argc > 2 ? strtoul(argv[2], 0, 10) : 256u << 20;
     if (block == 0 || block > area) { fprintf(stderr, "block must be 1..%zu\n", area); return 2; }
     char *src = malloc(area), *dst = malloc(area);
     memset(src, 1, area);
@@ -25,7 +27,7 @@ int main(int argc, char **argv) {
         total += area / block * block;
         t = now();
     } while (t - t0 < 2.0);
-    printf("{\"block\":%zu,\"bytes\":%zu,\"seconds\":%.4f,\"gbps\":%.3f,\"check\":%d}\n", block, total,
+    printf("{\"block\":%zu,\"area\":%zu,\"bytes\":%zu,\"seconds\":%.4f,\"gbps\":%.3f,\"check\":%d}\n", block, area, total,
            t - t0, total * 8 / (t - t0) / 1e9, dst[block / 2]);
     return 0;
 }

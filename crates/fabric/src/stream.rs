@@ -2,8 +2,10 @@
 //!
 //! `tcp` carries payloads inline after their frame and the receiver reads them straight into
 //! the target region. `shm` carries only descriptors: the responder moves the bytes itself,
-//! once, between the two address spaces (`process_vm_readv` for WRITE and SEND,
-//! `process_vm_writev` for READ), after checking the access against its own keys.
+//! once, between the two address spaces, after checking the access against its own keys: with
+//! `memcpy` when the requester's region is a memfd (announced once with a MAP frame and mapped
+//! here through `/proc/PID/fd`), else with `process_vm_readv` (WRITE, SEND) and
+//! `process_vm_writev` (READ).
 //!
 //! The stream is reliable and ordered, so there are no PSNs or retransmissions: on RC the
 //! responder answers requests in order with coalesced `ACK n`, a `NAK code` for a refused one,
@@ -12,6 +14,8 @@
 //! blocks on a send (two peers writing large messages at each other cannot deadlock).
 //!
 //! Frame (little-endian): kind u8, code u8, 0 u16, len u32, va u64, rkey u32, imm u32, aux u64.
+//! Kinds: 1 WRITE, 2 WRITE+imm, 3 SEND, 4 SEND+imm, 5 READ request, 6 READ response, 7 ACK
+//! (len = requests acknowledged), 8 NAK (code = syndrome), 9 MAP (shm).
 use std::collections::VecDeque;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -39,6 +43,9 @@ const READ_REQ: u8 = 5;
 const READ_RESP: u8 = 6;
 const ACK: u8 = 7;
 const NAK: u8 = 8;
+/// shm: announces a memfd-backed region of the requester (va = base, aux = length, rkey = the
+/// requester's fd number) so the responder can map it and copy with plain memcpy.
+const MAP: u8 = 9;
 const STREAM_BUFFER: usize = 256 << 10;
 
 /// How payload bytes travel.
@@ -118,6 +125,10 @@ struct Shared {
     closed: Mutex<bool>,
     closed_cv: Condvar,
     stats: Mutex<Stats>,
+    /// shm requester: local memfd regions already announced to the peer (by lkey).
+    announced: Mutex<std::collections::HashSet<u32>>,
+    /// shm responder: the peer's memfd regions mapped here (base address in the peer, mapping).
+    peer_maps: Mutex<Vec<(u64, remora_mem::Buffer)>>,
 }
 
 impl Shared {
@@ -168,6 +179,8 @@ impl StreamQp {
             closed: Mutex::new(false),
             closed_cv: Condvar::new(),
             stats: Mutex::new(Stats::default()),
+            announced: Mutex::new(std::collections::HashSet::new()),
+            peer_maps: Mutex::new(Vec::new()),
         });
         let (tx, rx) = mpsc::channel();
         let wsock = sock.try_clone().map_err(io_err("cloning the stream"))?;
@@ -262,6 +275,9 @@ impl StreamQp {
         };
         // The pending queue's order must be the stream's order: hold it while queueing.
         let mut pending = sh.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(sh.path, DataPath::Shm { .. }) {
+            self.announce(&wr.local);
+        }
         let tracked = sh.reliable || wr.op == WrOp::Read;
         if tracked {
             pending.push_back(Pending {
@@ -292,6 +308,29 @@ impl StreamQp {
                 .push_all([Completion::send_side(wr.wr_id, wr.op, Status::Success, wr.len)]);
         }
         Ok(())
+    }
+
+    /// shm: tells the peer about a memfd-backed local region once, so it can map it and move
+    /// bytes with memcpy instead of `process_vm_*` (which pins pages on every call).
+    fn announce(&self, r: &Region) {
+        use std::os::fd::AsRawFd;
+        let Some(fd) = r.memfd() else { return };
+        let mut done = self.shared.announced.lock().unwrap_or_else(|e| e.into_inner());
+        if !done.insert(r.lkey()) {
+            return;
+        }
+        let f = Frame {
+            kind: MAP,
+            va: r.addr(),
+            aux: r.len() as u64,
+            rkey: fd.as_raw_fd() as u32,
+            ..Frame::default()
+        };
+        let _ = self
+            .tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(Out::Frame(f));
     }
 
     pub(crate) fn post_recv(&self, wr: RecvWr) -> Result<()> {
@@ -536,8 +575,17 @@ fn serve(
                         DataPath::Shm { peer_pid } => {
                             // SAFETY: the access check bounds offset+len within the region.
                             let src = unsafe { ra.region.as_ptr().add(ra.offset) };
-                            // SAFETY: src..src+len is readable region memory.
-                            match unsafe { crate::shm::write_to(peer_pid, f.aux, src, len) } {
+                            let moved = match peer_ptr(sh, f.aux, len) {
+                                Some(dst) => {
+                                    // SAFETY: dst..dst+len is inside a live shared mapping of
+                                    // the peer's memfd; src inside our region.
+                                    unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+                                    Ok(())
+                                }
+                                // SAFETY: src..src+len is readable region memory.
+                                None => unsafe { crate::shm::write_to(peer_pid, f.aux, src, len) },
+                            };
+                            match moved {
                                 Ok(()) => send(Out::Frame(resp))?,
                                 Err(e) => {
                                     tracing::debug!(error = %e, "READ could not be delivered");
@@ -596,6 +644,19 @@ fn serve(
                 sh.error.store(true, Ordering::Release);
                 sh.flush_pending(Some(status));
             }
+            MAP => {
+                if let DataPath::Shm { peer_pid } = sh.path {
+                    match map_peer(peer_pid, f.rkey as i32, f.aux as usize) {
+                        Ok(b) => sh
+                            .peer_maps
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push((f.va, b)),
+                        // Not fatal: the bytes still move with process_vm_readv/writev.
+                        Err(e) => tracing::debug!(error = %e, "cannot map the peer's memfd"),
+                    }
+                }
+            }
             k => {
                 sh.count(|s| s.rx_malformed += 1);
                 return Err(format!("unknown frame kind {k}: stream out of sync"));
@@ -618,11 +679,38 @@ fn place(
     let dst = unsafe { region_slice(region, off, len) };
     match sh.path {
         DataPath::Inline => r.read_exact(dst),
-        // SAFETY: dst is writable region memory of this process.
-        DataPath::Shm { peer_pid } => unsafe {
-            crate::shm::read_from(peer_pid, src, dst.as_mut_ptr(), len)
-        },
+        DataPath::Shm { peer_pid } => {
+            if let Some(p) = peer_ptr(sh, src, len) {
+                // SAFETY: p..p+len lies inside a live shared mapping of the peer's memfd and
+                // dst inside our region; they are different mappings, so no overlap in use.
+                unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), len) };
+                return Ok(());
+            }
+            // SAFETY: dst is writable region memory of this process.
+            unsafe { crate::shm::read_from(peer_pid, src, dst.as_mut_ptr(), len) }
+        }
     }
+}
+
+/// Where `[addr, addr+len)` of the peer's memory is mapped here, if it is.
+fn peer_ptr(sh: &Shared, addr: u64, len: usize) -> Option<*mut u8> {
+    let maps = sh.peer_maps.lock().unwrap_or_else(|e| e.into_inner());
+    maps.iter().find_map(|(base, b)| {
+        let off = addr.checked_sub(*base)? as usize;
+        (off.checked_add(len)? <= b.len()).then(|| {
+            // SAFETY: off + len is within the mapping.
+            unsafe { b.as_ptr().add(off) }
+        })
+    })
+}
+
+/// Maps the peer's memfd through /proc (needs the same access as `process_vm_readv`).
+fn map_peer(pid: i32, fd: i32, len: usize) -> io::Result<remora_mem::Buffer> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/fd/{fd}"))?;
+    remora_mem::Buffer::map_memfd(f.into(), len).map_err(io::Error::other)
 }
 
 fn wait_recv(sh: &Shared) -> Option<RecvWr> {

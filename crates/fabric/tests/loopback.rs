@@ -16,17 +16,30 @@ struct End {
 }
 
 fn region(pd: &Pd, seed: u8) -> Arc<Region> {
-    let r = pd
-        .register(Buffer::anonymous(LEN).unwrap(), Access::ALL, Mode::OnDemand)
-        .unwrap();
+    region_on(pd, seed, false)
+}
+
+/// A region over anonymous memory or a memfd (the shm transport maps memfds of its peer and
+/// copies with memcpy; anonymous memory goes through process_vm_readv/writev).
+fn region_on(pd: &Pd, seed: u8, memfd: bool) -> Arc<Region> {
+    let buf = if memfd {
+        Buffer::memfd("remora-test", LEN).unwrap()
+    } else {
+        Buffer::anonymous(LEN).unwrap()
+    };
+    let r = pd.register(buf, Access::ALL, Mode::OnDemand).unwrap();
     let data: Vec<u8> = (0..LEN).map(|i| (i as u8).wrapping_mul(13) ^ seed).collect();
     r.write_at(0, &data).unwrap();
     r
 }
 
 fn pair(transport: Transport, qp_type: QpType, mtu: usize) -> (End, End) {
+    pair_on(transport, qp_type, mtu, false)
+}
+
+fn pair_on(transport: Transport, qp_type: QpType, mtu: usize, memfd: bool) -> (End, End) {
     let spd = Arc::new(Pd::new());
-    let sregion = region(&spd, 1);
+    let sregion = region_on(&spd, 1, memfd);
     let opts = QpOptions {
         transport,
         qp_type,
@@ -45,7 +58,7 @@ fn pair(transport: Transport, qp_type: QpType, mtu: usize) -> (End, End) {
         }
     });
     let cpd = Arc::new(Pd::new());
-    let cregion = region(&cpd, 2);
+    let cregion = region_on(&cpd, 2, memfd);
     let (qp, p) = connect(addr, cpd, opts, &RegionInfo::of(&cregion).encode()).unwrap();
     let client = End {
         qp,
@@ -68,7 +81,11 @@ fn wait(qp: &Qp) -> remora_fabric::Completion {
 }
 
 fn exercise(transport: Transport, mtu: usize) {
-    let (c, s) = pair(transport, QpType::Rc, mtu);
+    exercise_on(transport, mtu, false)
+}
+
+fn exercise_on(transport: Transport, mtu: usize, memfd: bool) {
+    let (c, s) = pair_on(transport, QpType::Rc, mtu, memfd);
     // WRITE with immediate, several sizes, to distinct places.
     let sizes = [1usize, 100, mtu, mtu + 1, 65_536, 1 << 20];
     let mut off = 0;
@@ -128,6 +145,11 @@ fn tcp_rc_moves_every_byte() {
 #[test]
 fn shm_rc_moves_every_byte() {
     exercise(Transport::Shm, 4096);
+}
+
+#[test]
+fn shm_rc_with_memfd_regions_moves_every_byte() {
+    exercise_on(Transport::Shm, 4096, true);
 }
 
 #[test]

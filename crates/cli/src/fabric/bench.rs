@@ -232,8 +232,9 @@ fn bandwidth(a: &BenchArgs, c: &Client, depth: usize) -> anyhow::Result<Bw> {
     let secs = (end - start).as_secs_f64().max(1e-9);
     let bits = a.size as f64 * 8.0;
     let avg = bits * a.iters as f64 / secs / 1e9;
-    // Peak: the best rate over any window of a twentieth of the run (at least the depth).
-    let w = (a.iters / 20).max(depth).min(a.iters.saturating_sub(1)).max(1);
+    // Peak: the best rate over any window of a fifth of the run and at least twice the depth
+    // (completions arrive in bursts of up to one ACK's worth; shorter windows measure bursts).
+    let w = (a.iters / 5).max(2 * depth).min(a.iters.saturating_sub(1)).max(1);
     let mut peak = avg;
     if stamps.len() > w {
         for i in 0..stamps.len() - w {
