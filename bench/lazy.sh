@@ -40,6 +40,7 @@ if [ "$(id -u)" = 0 ] && command -v ip >/dev/null; then
   NS1=rlz-srv-$$; NS2=rlz-cli-$$
   cleanup() {
     [ -n "${SRV:-}" ] && kill "$SRV" 2>/dev/null || true
+    [ -n "${SRV2:-}" ] && kill "$SRV2" 2>/dev/null || true
     ip netns del "$NS1" 2>/dev/null || true
     ip netns del "$NS2" 2>/dev/null || true
   }
@@ -53,12 +54,18 @@ if [ "$(id -u)" = 0 ] && command -v ip >/dev/null; then
   ip -n "$NS1" link set lo up; ip -n "$NS2" link set lo up
   ip netns exec "$NS1" "$B" lazy serve --synthetic $((FAULTS * 65536)) --listen 10.77.0.1:7911 > /tmp/rlz-srv-$$.out &
   SRV=$!
+  ip netns exec "$NS1" "$B" lazy serve --synthetic $((FAULTS * 65536)) --listen 10.77.0.1:7912 \
+    --transport udp > /tmp/rlz-srv2-$$.out &
+  SRV2=$!
   for _ in $(seq 100); do grep -q listening /tmp/rlz-srv-$$.out 2>/dev/null && break; sleep 0.05; done
-  for p in 4096 65536; do
-    for m in thread sigbus; do
-      j=$(ip netns exec "$NS2" "$B" lazy bench --json --trials "$TRIALS" --faults "$FAULTS" \
-          --transport tcp --connect 10.77.0.1:7911 --page-size "$p" --mode "$m")
-      echo "{\"label\":\"veth\",${j#\{}" >> "$OUT"
+  for _ in $(seq 100); do grep -q listening /tmp/rlz-srv2-$$.out 2>/dev/null && break; sleep 0.05; done
+  for t in tcp:7911 udp:7912; do
+    for p in 4096 65536; do
+      for m in thread sigbus; do
+        j=$(ip netns exec "$NS2" "$B" lazy bench --json --trials "$TRIALS" --faults "$FAULTS" \
+            --transport "${t%%:*}" --connect "10.77.0.1:${t##*:}" --page-size "$p" --mode "$m")
+        echo "{\"label\":\"veth\",${j#\{}" >> "$OUT"
+      done
     done
   done
 else

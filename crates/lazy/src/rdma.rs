@@ -22,9 +22,15 @@ const MAX_PRIVATE: usize = 64 << 10;
 
 /// Queue-pair options: RC, with a retransmission timeout long enough for a busy 2-core host (the
 /// page fault deadline, not the RC retry limit, decides when a server counts as dead).
-fn qp_options(transport: Transport) -> QpOptions {
+fn qp_options(transport: Transport, peer: Option<SocketAddr>) -> QpOptions {
+    // RoCE path MTU: 4096 on loopback; 1024 fits a 1500-byte Ethernet MTU (veth, most links).
+    let mtu = match peer {
+        Some(a) if !a.ip().is_loopback() => 1024,
+        _ => 4096,
+    };
     QpOptions {
         transport,
+        mtu,
         retry_timeout: Duration::from_millis(20),
         retry_count: 7,
         ..QpOptions::default()
@@ -98,7 +104,7 @@ impl FabricServer {
                 .emit(),
             );
         }
-        let opts = qp_options(transport);
+        let opts = qp_options(transport, None);
         let listener = Listener::bind(addr, pd, opts).map_err(|e| fab("listen", e))?;
         Ok(FabricServer {
             listener,
@@ -230,7 +236,7 @@ impl FabricFetcher {
                 Mode::OnDemand,
             )
             .map_err(|e| e.to_string())?;
-        let opts = qp_options(transport);
+        let opts = qp_options(transport, Some(addr));
         let (qp, private) =
             remora_fabric::connect(addr, pd.clone(), opts, &[]).map_err(|e| e.to_string())?;
         Ok((Conn { qp, stage, next: 1 }, private))
