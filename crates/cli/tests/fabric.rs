@@ -27,7 +27,14 @@ impl Drop for Server {
 
 fn serve(extra: &[&str]) -> Server {
     let mut child = Command::new(EXE)
-        .args(["fabric", "serve", "--listen", "127.0.0.1:0", "--region-size", "8M"])
+        .args([
+            "fabric",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--region-size",
+            "8M",
+        ])
         .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -56,7 +63,11 @@ struct Client {
 fn client(s: &Server, transport: Transport) -> Client {
     let pd = Arc::new(Pd::new());
     let region = pd
-        .register(Buffer::anonymous(16 << 20).unwrap(), Access::ALL, Mode::OnDemand)
+        .register(
+            Buffer::anonymous(16 << 20).unwrap(),
+            Access::ALL,
+            Mode::OnDemand,
+        )
         .unwrap();
     let data: Vec<u8> = (0..region.len())
         .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2])
@@ -98,18 +109,40 @@ fn every_transport_writes_and_reads_every_byte_across_processes() {
         for i in 0..8u64 {
             let imm = (i % 2 == 0).then_some(i as u32);
             let off = (i << 20) as usize;
-            c.qp.post_write(i, &c.region, off, 1 << 20, c.remote.addr + off as u64, c.remote.rkey, imm)
-                .unwrap();
+            c.qp.post_write(
+                i,
+                &c.region,
+                off,
+                1 << 20,
+                c.remote.addr + off as u64,
+                c.remote.rkey,
+                imm,
+            )
+            .unwrap();
         }
         for i in 0..8u64 {
             let d = done(&c.qp);
-            assert_eq!((d.wr_id, d.status, d.opcode), (i, Status::Success, WcOpcode::Write), "{t}");
+            assert_eq!(
+                (d.wr_id, d.status, d.opcode),
+                (i, Status::Success, WcOpcode::Write),
+                "{t}"
+            );
         }
-        c.qp.post_read(100, &c.region, 8 << 20, 8 << 20, c.remote.addr, c.remote.rkey)
-            .unwrap();
+        c.qp.post_read(
+            100,
+            &c.region,
+            8 << 20,
+            8 << 20,
+            c.remote.addr,
+            c.remote.rkey,
+        )
+        .unwrap();
         let d = done(&c.qp);
         assert_eq!((d.status, d.byte_len), (Status::Success, 8 << 20), "{t}");
-        assert!(bytes(&c.region, 0, 8 << 20) == bytes(&c.region, 8 << 20, 8 << 20), "{t}: bytes differ");
+        assert!(
+            bytes(&c.region, 0, 8 << 20) == bytes(&c.region, 8 << 20, 8 << 20),
+            "{t}: bytes differ"
+        );
     }
 }
 
@@ -119,17 +152,45 @@ fn access_violations_are_refused_and_the_server_keeps_serving() {
     for t in [Transport::Udp, Transport::Tcp, Transport::Shm] {
         let c = client(&s, t);
         // Wrong key, past the end, and a READ reaching outside the region.
-        c.qp.post_write(1, &c.region, 0, 100, c.remote.addr, c.remote.rkey ^ 0x1_0000, None)
-            .unwrap();
-        assert_eq!(done(&c.qp).status, Status::RemoteAccessError, "{t} wrong key");
+        c.qp.post_write(
+            1,
+            &c.region,
+            0,
+            100,
+            c.remote.addr,
+            c.remote.rkey ^ 0x1_0000,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            done(&c.qp).status,
+            Status::RemoteAccessError,
+            "{t} wrong key"
+        );
         let c = client(&s, t);
-        c.qp.post_write(2, &c.region, 0, 8192, c.remote.addr + c.remote.len - 4096, c.remote.rkey, None)
-            .unwrap();
-        assert_eq!(done(&c.qp).status, Status::RemoteAccessError, "{t} out of bounds");
+        c.qp.post_write(
+            2,
+            &c.region,
+            0,
+            8192,
+            c.remote.addr + c.remote.len - 4096,
+            c.remote.rkey,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            done(&c.qp).status,
+            Status::RemoteAccessError,
+            "{t} out of bounds"
+        );
         let c = client(&s, t);
         c.qp.post_read(3, &c.region, 0, 10, c.remote.addr - 4096, c.remote.rkey)
             .unwrap();
-        assert_eq!(done(&c.qp).status, Status::RemoteAccessError, "{t} read before start");
+        assert_eq!(
+            done(&c.qp).status,
+            Status::RemoteAccessError,
+            "{t} read before start"
+        );
         // A well-behaved peer is still served.
         let c = client(&s, t);
         c.qp.post_write(4, &c.region, 0, 65536, c.remote.addr, c.remote.rkey, None)
@@ -158,8 +219,16 @@ fn garbage_datagrams_do_not_disturb_the_server() {
         let _ = junk.send_to(&b, dev);
         let _ = junk.send_to(&b, ("127.0.0.1", 4791));
     }
-    c.qp.post_write(2, &c.region, 0, 1 << 20, c.remote.addr, c.remote.rkey, Some(1))
-        .unwrap();
+    c.qp.post_write(
+        2,
+        &c.region,
+        0,
+        1 << 20,
+        c.remote.addr,
+        c.remote.rkey,
+        Some(1),
+    )
+    .unwrap();
     assert!(done(&c.qp).status.is_ok());
     assert!(c.qp.stats().icrc_errors + c.qp.stats().unknown_qp > 0);
 }
@@ -177,7 +246,11 @@ fn bench_json_has_the_documented_fields() {
             .args(["--iters", "200", "--warmup", "10", "--json"])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{test} {t}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{test} {t}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         for k in ["test", "transport", "qp", "bytes", "iterations"] {
             assert!(v.get(k).is_some(), "{test}: missing {k}");
@@ -185,10 +258,18 @@ fn bench_json_has_the_documented_fields() {
         let keys: &[&str] = if test.ends_with("bw") {
             &["bw_peak_gbps", "bw_avg_gbps", "msg_rate_mpps"]
         } else {
-            &["t_min_us", "t_typical_us", "t_avg_us", "t_p99_us", "t_p999_us"]
+            &[
+                "t_min_us",
+                "t_typical_us",
+                "t_avg_us",
+                "t_p99_us",
+                "t_p999_us",
+            ]
         };
         for k in keys {
-            let x = v[k].as_f64().unwrap_or_else(|| panic!("{test}: {k} not a number"));
+            let x = v[k]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{test}: {k} not a number"));
             assert!(x > 0.0 && x.is_finite(), "{test}: {k} = {x}");
         }
         assert_eq!(v["test"], test);
@@ -214,7 +295,11 @@ fn free_udp_port() -> u16 {
 /// (ip header, udp header, udp payload) of every IPv4 UDP packet.
 fn udp_packets(path: &Path) -> Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> {
     let d = std::fs::read(path).unwrap();
-    assert_eq!(&d[..4], &[0xd4, 0xc3, 0xb2, 0xa1], "little-endian classic pcap");
+    assert_eq!(
+        &d[..4],
+        &[0xd4, 0xc3, 0xb2, 0xa1],
+        "little-endian classic pcap"
+    );
     let link = u32::from_le_bytes(d[20..24].try_into().unwrap());
     let l2 = match link {
         1 => 14,   // Ethernet (tshark on lo)
@@ -235,7 +320,11 @@ fn udp_packets(path: &Path) -> Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> {
         }
         let ihl = (ip[0] & 0xf) as usize * 4;
         let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
-        out.push((ip[..ihl].to_vec(), ip[ihl..ihl + 8].to_vec(), ip[ihl + 8..total].to_vec()));
+        out.push((
+            ip[..ihl].to_vec(),
+            ip[ihl..ihl + 8].to_vec(),
+            ip[ihl + 8..total].to_vec(),
+        ));
     }
     out
 }
@@ -278,15 +367,25 @@ fn captured_datagrams_decode_in_tshark_and_pass_the_icrc_check() {
     let c = client(&s, Transport::Udp);
     // One packet per message and one message at a time, so every datagram leaves alone (no
     // GSO super-packets in the capture).
-    c.qp.post_write(1, &c.region, 0, 1000, c.remote.addr, c.remote.rkey, Some(0xfeed))
-        .unwrap();
+    c.qp.post_write(
+        1,
+        &c.region,
+        0,
+        1000,
+        c.remote.addr,
+        c.remote.rkey,
+        Some(0xfeed),
+    )
+    .unwrap();
     assert!(done(&c.qp).status.is_ok());
     c.qp.post_read(2, &c.region, 4096, 2000, c.remote.addr, c.remote.rkey)
         .unwrap();
     assert!(done(&c.qp).status.is_ok());
     let client_port = c.qp.udp_device().unwrap().port();
     std::thread::sleep(Duration::from_millis(500));
-    let _ = Command::new("kill").args(["-INT", &cap.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-INT", &cap.id().to_string()])
+        .status();
     let _ = cap.wait();
     drop(s);
 
@@ -295,8 +394,20 @@ fn captured_datagrams_decode_in_tshark_and_pass_the_icrc_check() {
         .arg(&pcap)
         .args(["-d", &format!("udp.port=={port},infiniband")])
         .args(["-d", &format!("udp.port=={client_port},infiniband")])
-        .args(["-Y", &format!("udp.dstport=={port} || udp.dstport=={client_port}"), "-T", "fields"])
-        .args(["-e", "infiniband.bth.opcode", "-e", "infiniband.bth.destqp", "-e", "infiniband.bth.psn"])
+        .args([
+            "-Y",
+            &format!("udp.dstport=={port} || udp.dstport=={client_port}"),
+            "-T",
+            "fields",
+        ])
+        .args([
+            "-e",
+            "infiniband.bth.opcode",
+            "-e",
+            "infiniband.bth.destqp",
+            "-e",
+            "infiniband.bth.psn",
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -311,7 +422,10 @@ fn captured_datagrams_decode_in_tshark_and_pass_the_icrc_check() {
     // RC WRITE Only with Immediate (0x0b), the ACK (0x11), READ Request (0x0c), READ Response
     // Only (0x10).
     for want in [0x0b, 0x11, 0x0c, 0x10] {
-        assert!(opcodes.contains(&want), "opcode {want:#x} not decoded; tshark said:\n{text}");
+        assert!(
+            opcodes.contains(&want),
+            "opcode {want:#x} not decoded; tshark said:\n{text}"
+        );
     }
     let req_qp = c.qp.remote_qpn() as u64;
     let write = rows.iter().find(|r| r[0] == "11").unwrap();
@@ -324,7 +438,10 @@ fn captured_datagrams_decode_in_tshark_and_pass_the_icrc_check() {
         let dst = u16::from_be_bytes([udp[2], udp[3]]);
         dst == port || dst == client_port
     };
-    let pkts: Vec<_> = udp_packets(&pcap).into_iter().filter(|p| ours(&p.1)).collect();
+    let pkts: Vec<_> = udp_packets(&pcap)
+        .into_iter()
+        .filter(|p| ours(&p.1))
+        .collect();
     assert!(pkts.len() >= 4, "{} packets captured", pkts.len());
     for (ip, udp, payload) in &pkts {
         assert_eq!(&ip[4..6], &[0, 0], "IPv4 ID 0");

@@ -249,12 +249,14 @@ impl Hello {
         b.extend_from_slice(&self.boot_id);
         b.extend_from_slice(&(self.private.len() as u32).to_le_bytes());
         b.extend_from_slice(&self.private);
-        s.write_all(&b).map_err(io_err("sending the connection hello"))
+        s.write_all(&b)
+            .map_err(io_err("sending the connection hello"))
     }
 
     fn read(s: &mut TcpStream) -> Result<Hello> {
         let mut h = [0u8; HELLO_LEN];
-        s.read_exact(&mut h).map_err(io_err("reading the connection hello"))?;
+        s.read_exact(&mut h)
+            .map_err(io_err("reading the connection hello"))?;
         if &h[..4] != MAGIC {
             return Err(Error::Setup("peer is not a remora fabric endpoint".into()));
         }
@@ -352,7 +354,9 @@ impl Listener {
 
     /// The control address (useful after binding port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.tcp.local_addr().expect("bound listener has an address")
+        self.tcp
+            .local_addr()
+            .expect("bound listener has an address")
     }
 
     /// Waits for one peer, completes the setup and returns the queue pair and the peer's private
@@ -463,7 +467,9 @@ fn establish(
     }
     let mtu = opts.mtu.min(peer.mtu as usize);
     if !(256..=4096).contains(&mtu) {
-        return Err(Error::Setup(format!("negotiated MTU {mtu} outside 256..=4096")));
+        return Err(Error::Setup(format!(
+            "negotiated MTU {mtu} outside 256..=4096"
+        )));
     }
     s.set_read_timeout(None).ok();
     let cq = Arc::new(Cq::new());
@@ -488,7 +494,11 @@ fn establish(
                 cq.clone(),
             )?;
             dev.dev.attach(qp.clone());
-            Inner::Udp { qp, dev, control: s }
+            Inner::Udp {
+                qp,
+                dev,
+                control: s,
+            }
         }
         Transport::Tcp | Transport::Shm => {
             let path = if opts.transport == Transport::Shm {

@@ -86,7 +86,13 @@ mod tests {
         assert!((7_000..11_000).contains(&dup), "{dup}");
         let swaps = s.windows(2).filter(|w| w[0] > w[1]).count();
         assert!(swaps > 5_000, "{swaps}");
-        let none = Injector::new(Faults { loss: 0.0, duplicate: 0.0, reorder: 0.0, seed: 1 }).schedule(10);
+        let none = Injector::new(Faults {
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            seed: 1,
+        })
+        .schedule(10);
         assert_eq!(none, (0..10).collect::<Vec<_>>());
     }
 }

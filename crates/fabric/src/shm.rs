@@ -16,7 +16,12 @@ pub(crate) fn allow_peer_access() {
 ///
 /// # Safety
 /// `local..local+len` must be writable memory of this process that nothing else uses meanwhile.
-pub(crate) unsafe fn read_from(pid: i32, remote: u64, local: *mut u8, len: usize) -> io::Result<()> {
+pub(crate) unsafe fn read_from(
+    pid: i32,
+    remote: u64,
+    local: *mut u8,
+    len: usize,
+) -> io::Result<()> {
     copy(pid, remote, local, len, false)
 }
 
@@ -24,7 +29,12 @@ pub(crate) unsafe fn read_from(pid: i32, remote: u64, local: *mut u8, len: usize
 ///
 /// # Safety
 /// `local..local+len` must be readable memory of this process.
-pub(crate) unsafe fn write_to(pid: i32, remote: u64, local: *const u8, len: usize) -> io::Result<()> {
+pub(crate) unsafe fn write_to(
+    pid: i32,
+    remote: u64,
+    local: *const u8,
+    len: usize,
+) -> io::Result<()> {
     copy(pid, remote, local as *mut u8, len, true)
 }
 
@@ -53,7 +63,10 @@ unsafe fn copy(pid: i32, remote: u64, local: *mut u8, len: usize, write: bool) -
             return Err(e);
         }
         if r == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "process_vm copy made no progress"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "process_vm copy made no progress",
+            ));
         }
         done += r as usize;
     }

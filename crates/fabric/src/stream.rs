@@ -212,7 +212,11 @@ impl StreamQp {
         if wr.len > u32::MAX as usize / 2 + 1 {
             return Err(Error::TooLong(wr.len));
         }
-        if wr.offset.checked_add(wr.len).is_none_or(|e| e > wr.local.len()) {
+        if wr
+            .offset
+            .checked_add(wr.len)
+            .is_none_or(|e| e > wr.local.len())
+        {
             return Err(Error::Local(format!(
                 "{}+{} bytes outside the local region of {} bytes",
                 wr.offset,
@@ -304,8 +308,12 @@ impl StreamQp {
         sh.count(|s| s.tx_packets += 1);
         if !tracked {
             // UC: complete once handed to the stream.
-            sh.cq
-                .push_all([Completion::send_side(wr.wr_id, wr.op, Status::Success, wr.len)]);
+            sh.cq.push_all([Completion::send_side(
+                wr.wr_id,
+                wr.op,
+                Status::Success,
+                wr.len,
+            )]);
         }
         Ok(())
     }
@@ -315,7 +323,11 @@ impl StreamQp {
     fn announce(&self, r: &Region) {
         use std::os::fd::AsRawFd;
         let Some(fd) = r.memfd() else { return };
-        let mut done = self.shared.announced.lock().unwrap_or_else(|e| e.into_inner());
+        let mut done = self
+            .shared
+            .announced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if !done.insert(r.lkey()) {
             return;
         }
@@ -334,7 +346,11 @@ impl StreamQp {
     }
 
     pub(crate) fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        if wr.offset.checked_add(wr.len).is_none_or(|e| e > wr.local.len()) {
+        if wr
+            .offset
+            .checked_add(wr.len)
+            .is_none_or(|e| e > wr.local.len())
+        {
             return Err(Error::Local(format!(
                 "receive buffer {}+{} outside region of {} bytes",
                 wr.offset,
@@ -379,7 +395,11 @@ impl StreamQp {
     pub(crate) fn stop(&self) {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.recv_cv.notify_all();
-        let _ = self.tx.lock().unwrap_or_else(|e| e.into_inner()).send(Out::Stop);
+        let _ = self
+            .tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(Out::Stop);
         let _ = self.sock.shutdown(Shutdown::Both);
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in threads {
@@ -393,6 +413,9 @@ impl StreamQp {
 /// # Safety
 /// `off + len` must be within the region (checked by the callers). Concurrent access by the
 /// application races as it does with real RDMA; the bytes are plain memory either way.
+// Region memory is shared like device memory: handing out a mutable view from a shared handle
+// is the point (the NIC-side writer of real RDMA), and callers uphold the bounds.
+#[allow(clippy::mut_from_ref)]
 unsafe fn region_slice(r: &Region, off: usize, len: usize) -> &mut [u8] {
     std::slice::from_raw_parts_mut(r.as_ptr().add(off), len)
 }
@@ -500,7 +523,10 @@ fn serve(
         let io = |e: io::Error| e.to_string();
         match f.kind {
             WRITE | WRITE_IMM => {
-                match sh.pd.check_remote(f.rkey, f.va, len as u64, Access::REMOTE_WRITE) {
+                match sh
+                    .pd
+                    .check_remote(f.rkey, f.va, len as u64, Access::REMOTE_WRITE)
+                {
                     Ok(ra) => {
                         if let Err(e) = place(r, sh, &ra.region, ra.offset, len, f.aux) {
                             nak(&mut acks, NakCode::RemoteOperationalError)?;
@@ -562,7 +588,10 @@ fn serve(
                 }]);
                 acks += sh.reliable as u32;
             }
-            READ_REQ => match sh.pd.check_remote(f.rkey, f.va, len as u64, Access::REMOTE_READ) {
+            READ_REQ => match sh
+                .pd
+                .check_remote(f.rkey, f.va, len as u64, Access::REMOTE_READ)
+            {
                 Ok(ra) => {
                     flush_acks(&mut acks)?;
                     let resp = Frame {
@@ -623,7 +652,9 @@ fn serve(
                 let mut pending = sh.pending.lock().unwrap_or_else(|e| e.into_inner());
                 let n = len;
                 if n > pending.len() || pending.iter().take(n).any(|p| p.op == WrOp::Read) {
-                    return Err(format!("ACK of {n} requests does not match what is outstanding"));
+                    return Err(format!(
+                        "ACK of {n} requests does not match what is outstanding"
+                    ));
                 }
                 let done: Vec<_> = pending
                     .drain(..n)

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use remora_fabric::{connect, Listener, Qp, QpOptions, QpType, RegionInfo, Status, Transport, WcOpcode};
+use remora_fabric::{
+    connect, Listener, Qp, QpOptions, QpType, RegionInfo, Status, Transport, WcOpcode,
+};
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
 
 const LEN: usize = 4 << 20;
@@ -28,7 +30,9 @@ fn region_on(pd: &Pd, seed: u8, memfd: bool) -> Arc<Region> {
         Buffer::anonymous(LEN).unwrap()
     };
     let r = pd.register(buf, Access::ALL, Mode::OnDemand).unwrap();
-    let data: Vec<u8> = (0..LEN).map(|i| (i as u8).wrapping_mul(13) ^ seed).collect();
+    let data: Vec<u8> = (0..LEN)
+        .map(|i| (i as u8).wrapping_mul(13) ^ seed)
+        .collect();
     r.write_at(0, &data).unwrap();
     r
 }
@@ -90,40 +94,95 @@ fn exercise_on(transport: Transport, mtu: usize, memfd: bool) {
     let sizes = [1usize, 100, mtu, mtu + 1, 65_536, 1 << 20];
     let mut off = 0;
     for (i, &n) in sizes.iter().enumerate() {
-        c.qp.post_write(i as u64, &c.region, off, n, c.peer.addr + off as u64, c.peer.rkey, Some(i as u32))
-            .unwrap();
+        c.qp.post_write(
+            i as u64,
+            &c.region,
+            off,
+            n,
+            c.peer.addr + off as u64,
+            c.peer.rkey,
+            Some(i as u32),
+        )
+        .unwrap();
         off += n;
     }
     for (i, &n) in sizes.iter().enumerate() {
         let done = wait(&c.qp);
-        assert_eq!((done.wr_id, done.status, done.opcode), (i as u64, Status::Success, WcOpcode::Write));
+        assert_eq!(
+            (done.wr_id, done.status, done.opcode),
+            (i as u64, Status::Success, WcOpcode::Write)
+        );
         let got = wait(&s.qp);
         assert_eq!(got.opcode, WcOpcode::RecvRdmaWithImm);
         assert_eq!((got.imm, got.byte_len as usize), (Some(i as u32), n));
     }
-    assert_eq!(bytes(&s.region, 0, off), bytes(&c.region, 0, off), "{transport} WRITE bytes");
+    assert_eq!(
+        bytes(&s.region, 0, off),
+        bytes(&c.region, 0, off),
+        "{transport} WRITE bytes"
+    );
     // READ back from the server into another part of the client region.
     let back = 2 << 20;
-    c.qp.post_read(100, &c.region, back, 1 << 20, c.peer.addr + 12345, c.peer.rkey).unwrap();
+    c.qp.post_read(
+        100,
+        &c.region,
+        back,
+        1 << 20,
+        c.peer.addr + 12345,
+        c.peer.rkey,
+    )
+    .unwrap();
     let done = wait(&c.qp);
-    assert_eq!((done.wr_id, done.status, done.opcode), (100, Status::Success, WcOpcode::Read));
-    assert_eq!(bytes(&c.region, back, 1 << 20), bytes(&s.region, 12345, 1 << 20), "{transport} READ bytes");
+    assert_eq!(
+        (done.wr_id, done.status, done.opcode),
+        (100, Status::Success, WcOpcode::Read)
+    );
+    assert_eq!(
+        bytes(&c.region, back, 1 << 20),
+        bytes(&s.region, 12345, 1 << 20),
+        "{transport} READ bytes"
+    );
     // SEND into a posted receive buffer, both directions.
     s.qp.post_recv(7, &s.region, 3 << 20, 100_000).unwrap();
     c.qp.post_send(8, &c.region, 500, 70_000, Some(99)).unwrap();
     assert_eq!(wait(&c.qp).status, Status::Success);
     let r = wait(&s.qp);
-    assert_eq!((r.wr_id, r.opcode, r.byte_len, r.imm), (7, WcOpcode::Recv, 70_000, Some(99)));
-    assert_eq!(bytes(&s.region, 3 << 20, 70_000), bytes(&c.region, 500, 70_000));
+    assert_eq!(
+        (r.wr_id, r.opcode, r.byte_len, r.imm),
+        (7, WcOpcode::Recv, 70_000, Some(99))
+    );
+    assert_eq!(
+        bytes(&s.region, 3 << 20, 70_000),
+        bytes(&c.region, 500, 70_000)
+    );
     // The server writes to the client too.
-    s.qp.post_write(9, &s.region, 0, 300_000, s.peer.addr + 100, s.peer.rkey, None).unwrap();
+    s.qp.post_write(
+        9,
+        &s.region,
+        0,
+        300_000,
+        s.peer.addr + 100,
+        s.peer.rkey,
+        None,
+    )
+    .unwrap();
     assert_eq!(wait(&s.qp).status, Status::Success);
     assert_eq!(bytes(&c.region, 100, 300_000), bytes(&s.region, 0, 300_000));
     // A wrong key is refused with an error completion; the responder keeps serving.
-    c.qp.post_write(10, &c.region, 0, 10, c.peer.addr, c.peer.rkey ^ 0xff00, None).unwrap();
+    c.qp.post_write(
+        10,
+        &c.region,
+        0,
+        10,
+        c.peer.addr,
+        c.peer.rkey ^ 0xff00,
+        None,
+    )
+    .unwrap();
     assert_eq!(wait(&c.qp).status, Status::RemoteAccessError);
     assert_eq!(s.qp.stats().engine.access_errors, 1);
-    s.qp.post_read(11, &s.region, 0, 4096, s.peer.addr, s.peer.rkey).unwrap();
+    s.qp.post_read(11, &s.region, 0, 4096, s.peer.addr, s.peer.rkey)
+        .unwrap();
     assert_eq!(wait(&s.qp).status, Status::Success);
 }
 
@@ -157,8 +216,16 @@ fn uc_write_with_immediate_arrives_on_every_transport() {
     for t in [Transport::Udp, Transport::Tcp, Transport::Shm] {
         let (c, s) = pair(t, QpType::Uc, 4096);
         for i in 0..10u32 {
-            c.qp.post_write(i as u64, &c.region, 0, 50_000, c.peer.addr + i as u64 * 50_000, c.peer.rkey, Some(i))
-                .unwrap();
+            c.qp.post_write(
+                i as u64,
+                &c.region,
+                0,
+                50_000,
+                c.peer.addr + i as u64 * 50_000,
+                c.peer.rkey,
+                Some(i),
+            )
+            .unwrap();
         }
         for i in 0..10u32 {
             assert_eq!(wait(&c.qp).status, Status::Success);
@@ -171,7 +238,10 @@ fn uc_write_with_immediate_arrives_on_every_transport() {
             }
             v
         });
-        assert!(c.qp.post_read(1, &c.region, 0, 1, c.peer.addr, c.peer.rkey).is_err());
+        assert!(c
+            .qp
+            .post_read(1, &c.region, 0, 1, c.peer.addr, c.peer.rkey)
+            .is_err());
     }
 }
 
@@ -198,13 +268,24 @@ fn lossy_pair(qp_type: QpType, loss: f64) -> (End, End) {
     let info = RegionInfo::of(&sregion).encode();
     let server = thread::spawn(move || {
         let (qp, p) = listener.accept(&info).unwrap();
-        End { qp, region: sregion, peer: RegionInfo::decode(&p).unwrap() }
+        End {
+            qp,
+            region: sregion,
+            peer: RegionInfo::decode(&p).unwrap(),
+        }
     });
     let cpd = Arc::new(Pd::new());
     let cregion = region(&cpd, 2);
     opts.faults = Some(faults(11));
     let (qp, p) = connect(addr, cpd, opts, &RegionInfo::of(&cregion).encode()).unwrap();
-    (End { qp, region: cregion, peer: RegionInfo::decode(&p).unwrap() }, server.join().unwrap())
+    (
+        End {
+            qp,
+            region: cregion,
+            peer: RegionInfo::decode(&p).unwrap(),
+        },
+        server.join().unwrap(),
+    )
 }
 
 #[test]
@@ -213,10 +294,26 @@ fn udp_rc_delivers_exactly_once_in_order_through_loss_duplication_and_reordering
     let n = 40;
     let size = 50_000;
     for i in 0..n {
-        c.qp.post_write(i, &c.region, i as usize * size, size, c.peer.addr + i * size as u64, c.peer.rkey, Some(i as u32))
-            .unwrap();
+        c.qp.post_write(
+            i,
+            &c.region,
+            i as usize * size,
+            size,
+            c.peer.addr + i * size as u64,
+            c.peer.rkey,
+            Some(i as u32),
+        )
+        .unwrap();
     }
-    c.qp.post_read(1000, &c.region, 3 << 20, 500_000, c.peer.addr + 3_000_000, c.peer.rkey).unwrap();
+    c.qp.post_read(
+        1000,
+        &c.region,
+        3 << 20,
+        500_000,
+        c.peer.addr + 3_000_000,
+        c.peer.rkey,
+    )
+    .unwrap();
     for i in 0..n {
         let w = wait(&c.qp);
         assert_eq!((w.wr_id, w.status), (i, Status::Success));
@@ -227,17 +324,35 @@ fn udp_rc_delivers_exactly_once_in_order_through_loss_duplication_and_reordering
     assert_eq!((r.wr_id, r.status), (1000, Status::Success));
     let total = n as usize * size;
     assert_eq!(bytes(&s.region, 0, total), bytes(&c.region, 0, total));
-    assert_eq!(bytes(&c.region, 3 << 20, 500_000), bytes(&s.region, 3_000_000, 500_000));
-    assert!(s.qp.wait(Duration::from_millis(200)).unwrap().is_none(), "no duplicate arrivals");
+    assert_eq!(
+        bytes(&c.region, 3 << 20, 500_000),
+        bytes(&s.region, 3_000_000, 500_000)
+    );
+    assert!(
+        s.qp.wait(Duration::from_millis(200)).unwrap().is_none(),
+        "no duplicate arrivals"
+    );
     let st = c.qp.stats().engine;
-    assert!(st.retransmits > 0, "losses were recovered by retransmission: {st:?}");
+    assert!(
+        st.retransmits > 0,
+        "losses were recovered by retransmission: {st:?}"
+    );
 }
 
 #[test]
 fn udp_uc_drops_damaged_messages_and_counts_them() {
     let (c, s) = lossy_pair(QpType::Uc, 0.05);
     for i in 0..100u64 {
-        c.qp.post_write(i, &c.region, 0, 8192, c.peer.addr + i * 8192, c.peer.rkey, Some(i as u32)).unwrap();
+        c.qp.post_write(
+            i,
+            &c.region,
+            0,
+            8192,
+            c.peer.addr + i * 8192,
+            c.peer.rkey,
+            Some(i as u32),
+        )
+        .unwrap();
         assert_eq!(wait(&c.qp).status, Status::Success);
     }
     std::thread::sleep(Duration::from_millis(200));
@@ -246,11 +361,21 @@ fn udp_uc_drops_damaged_messages_and_counts_them() {
         arrived.push(x.imm.unwrap());
     }
     let st = s.qp.stats().engine;
-    assert!(arrived.len() < 100, "5% packet loss must cost some of 100 eight-packet messages");
-    assert!(arrived.windows(2).all(|w| w[0] < w[1]), "in order, no duplicates: {arrived:?}");
+    assert!(
+        arrived.len() < 100,
+        "5% packet loss must cost some of 100 eight-packet messages"
+    );
+    assert!(
+        arrived.windows(2).all(|w| w[0] < w[1]),
+        "in order, no duplicates: {arrived:?}"
+    );
     assert!(st.uc_messages_dropped + st.uc_packets_dropped > 0, "{st:?}");
     for &i in &arrived {
         let off = i as usize * 8192;
-        assert_eq!(bytes(&s.region, off, 8192), bytes(&c.region, 0, 8192), "message {i} intact");
+        assert_eq!(
+            bytes(&s.region, off, 8192),
+            bytes(&c.region, 0, 8192),
+            "message {i} intact"
+        );
     }
 }

@@ -94,8 +94,13 @@ impl PyPd {
         let owner: Py<PyAny> = array.clone().unbind();
         // SAFETY: data..data+len is the array's buffer; `owner` keeps the array (and so the
         // buffer) alive for the Buffer's life. A C-contiguous array's buffer does not move.
-        let buf = unsafe { mem::Buffer::external_owned(data, len, Box::new(owner)) }.map_err(mem_err)?;
-        let mode = if pinned { mem::Mode::Pinned } else { mem::Mode::OnDemand };
+        let buf =
+            unsafe { mem::Buffer::external_owned(data, len, Box::new(owner)) }.map_err(mem_err)?;
+        let mode = if pinned {
+            mem::Mode::Pinned
+        } else {
+            mem::Mode::OnDemand
+        };
         let region = self
             .pd
             .register(buf, parse_access(access)?, mode)
@@ -226,7 +231,15 @@ impl PyQp {
         imm: Option<u32>,
     ) -> PyResult<()> {
         self.qp
-            .post_write(wr_id, &region.region, offset, length, remote_addr, rkey, imm)
+            .post_write(
+                wr_id,
+                &region.region,
+                offset,
+                length,
+                remote_addr,
+                rkey,
+                imm,
+            )
             .map_err(fab_err)
     }
 
@@ -248,14 +261,27 @@ impl PyQp {
 
     /// SEND into the peer's next posted receive buffer.
     #[pyo3(signature = (wr_id, region, offset, length, imm = None))]
-    fn post_send(&self, wr_id: u64, region: &PyRegion, offset: usize, length: usize, imm: Option<u32>) -> PyResult<()> {
+    fn post_send(
+        &self,
+        wr_id: u64,
+        region: &PyRegion,
+        offset: usize,
+        length: usize,
+        imm: Option<u32>,
+    ) -> PyResult<()> {
         self.qp
             .post_send(wr_id, &region.region, offset, length, imm)
             .map_err(fab_err)
     }
 
     /// Posts a receive buffer for the peer's SENDs.
-    fn post_recv(&self, wr_id: u64, region: &PyRegion, offset: usize, length: usize) -> PyResult<()> {
+    fn post_recv(
+        &self,
+        wr_id: u64,
+        region: &PyRegion,
+        offset: usize,
+        length: usize,
+    ) -> PyResult<()> {
         self.qp
             .post_recv(wr_id, &region.region, offset, length)
             .map_err(fab_err)
@@ -273,7 +299,9 @@ impl PyQp {
     #[pyo3(signature = (timeout = 1.0))]
     fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<PyCompletion>> {
         if !(timeout.is_finite() && timeout >= 0.0) {
-            return Err(PyValueError::new_err("timeout must be a non-negative number of seconds"));
+            return Err(PyValueError::new_err(
+                "timeout must be a non-negative number of seconds",
+            ));
         }
         let qp = self.qp.clone();
         let c = py
@@ -355,7 +383,11 @@ impl PyListener {
 
     /// Waits for one peer; returns (QueuePair, the peer's private data). The GIL is released.
     #[pyo3(signature = (private = b"".as_slice()))]
-    fn accept<'py>(&self, py: Python<'py>, private: &[u8]) -> PyResult<(PyQp, Bound<'py, PyBytes>)> {
+    fn accept<'py>(
+        &self,
+        py: Python<'py>,
+        private: &[u8],
+    ) -> PyResult<(PyQp, Bound<'py, PyBytes>)> {
         let l = self.l.clone();
         let p = private.to_vec();
         let (qp, peer) = py.detach(move || l.accept(&p)).map_err(fab_err)?;
@@ -379,7 +411,9 @@ fn connect<'py>(
     let a = addr(address)?;
     let pd = pd.pd.clone();
     let p = private.to_vec();
-    let (q, peer) = py.detach(move || fab::connect(a, pd, opts, &p)).map_err(fab_err)?;
+    let (q, peer) = py
+        .detach(move || fab::connect(a, pd, opts, &p))
+        .map_err(fab_err)?;
     Ok((PyQp { qp: Arc::new(q) }, PyBytes::new(py, &peer)))
 }
 

@@ -23,7 +23,12 @@ pub(crate) struct Responder {
 
 impl Responder {
     /// Starts `remora fabric serve` on loopback for `connections` peers.
-    pub fn start(region_size: usize, mtu: usize, connections: usize, icrc: bool) -> anyhow::Result<Responder> {
+    pub fn start(
+        region_size: usize,
+        mtu: usize,
+        connections: usize,
+        icrc: bool,
+    ) -> anyhow::Result<Responder> {
         let exe = std::env::current_exe().context("locating the remora executable")?;
         let mut cmd = Command::new(exe);
         cmd.args(["fabric", "serve", "--listen", "127.0.0.1:0"])
@@ -117,7 +122,10 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         bail!("--iters must be at least 1");
     }
     if a.size > 1 << 30 {
-        bail!("--size {} exceeds the 1 GiB limit of this benchmark", a.size);
+        bail!(
+            "--size {} exceeds the 1 GiB limit of this benchmark",
+            a.size
+        );
     }
     if a.test == Test::ReadLat && a.qp == QpType::Uc {
         bail!("READ needs an RC queue pair (--qp rc)");
@@ -194,9 +202,15 @@ fn bandwidth(a: &BenchArgs, c: &Client, depth: usize) -> anyhow::Result<Bw> {
     let post = |i: usize| -> anyhow::Result<()> {
         match a.test {
             Test::SendBw => c.qp.post_send(i as u64, &c.region, 0, a.size, None)?,
-            _ => c
-                .qp
-                .post_write(i as u64, &c.region, 0, a.size, c.remote.addr, c.remote.rkey, None)?,
+            _ => c.qp.post_write(
+                i as u64,
+                &c.region,
+                0,
+                a.size,
+                c.remote.addr,
+                c.remote.rkey,
+                None,
+            )?,
         }
         Ok(())
     };
@@ -234,7 +248,10 @@ fn bandwidth(a: &BenchArgs, c: &Client, depth: usize) -> anyhow::Result<Bw> {
     let avg = bits * a.iters as f64 / secs / 1e9;
     // Peak: the best rate over any window of a fifth of the run and at least twice the depth
     // (completions arrive in bursts of up to one ACK's worth; shorter windows measure bursts).
-    let w = (a.iters / 5).max(2 * depth).min(a.iters.saturating_sub(1)).max(1);
+    let w = (a.iters / 5)
+        .max(2 * depth)
+        .min(a.iters.saturating_sub(1))
+        .max(1);
     let mut peak = avg;
     if stamps.len() > w {
         for i in 0..stamps.len() - w {
@@ -257,8 +274,7 @@ fn latency(a: &BenchArgs, c: &Client) -> anyhow::Result<Lat> {
         let t0 = Instant::now();
         match a.test {
             Test::ReadLat => {
-                c.qp
-                    .post_read(i as u64, &c.region, 0, a.size, c.remote.addr, c.remote.rkey)?;
+                c.qp.post_read(i as u64, &c.region, 0, a.size, c.remote.addr, c.remote.rkey)?;
                 wait_ok(&c.qp)?;
             }
             _ => {
@@ -286,7 +302,11 @@ fn latency(a: &BenchArgs, c: &Client) -> anyhow::Result<Lat> {
         let us = t0.elapsed().as_secs_f64() * 1e6;
         if i >= a.warmup {
             // perftest reports WRITE latency one-way (half the ping-pong), READ as a round trip.
-            samples.push(if a.test == Test::ReadLat { us } else { us / 2.0 });
+            samples.push(if a.test == Test::ReadLat {
+                us
+            } else {
+                us / 2.0
+            });
         }
     }
     // Drain our remaining WRITE completions so the responder sees a clean close.
@@ -357,13 +377,19 @@ fn report(a: &BenchArgs, mtu: usize, depth: usize, m: &Measured, s: &remora_fabr
         " Transport: {}   Connection type: {}   MTU: {}   TX depth: {}",
         a.transport,
         a.qp.to_string().to_uppercase(),
-        if a.transport == Transport::Udp { mtu.to_string() } else { "-".into() },
+        if a.transport == Transport::Udp {
+            mtu.to_string()
+        } else {
+            "-".into()
+        },
         depth
     );
     println!("{line}");
     match m {
         Measured::Bw(b) => {
-            println!(" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]");
+            println!(
+                " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+            );
             println!(
                 " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
                 a.size, a.iters, b.peak_gbps, b.avg_gbps, b.mpps

@@ -44,10 +44,9 @@ pub fn demo() -> anyhow::Result<()> {
             )?;
         }
         for _ in 0..CHUNKS {
-            let done = c
-                .qp
-                .wait(Duration::from_secs(10))?
-                .context("WRITE did not complete in 10 s")?;
+            let done =
+                c.qp.wait(Duration::from_secs(10))?
+                    .context("WRITE did not complete in 10 s")?;
             if !done.status.is_ok() || done.opcode != WcOpcode::Write {
                 bail!("WRITE {} ended {:?}", done.wr_id, done.status);
             }
@@ -55,12 +54,10 @@ pub fn demo() -> anyhow::Result<()> {
         let t_write = t0.elapsed();
         let t1 = Instant::now();
         let back = CHUNK * CHUNKS;
-        c.qp
-            .post_read(99, &c.region, back, back, c.remote.addr, c.remote.rkey)?;
-        let done = c
-            .qp
-            .wait(Duration::from_secs(10))?
-            .context("READ did not complete in 10 s")?;
+        c.qp.post_read(99, &c.region, back, back, c.remote.addr, c.remote.rkey)?;
+        let done =
+            c.qp.wait(Duration::from_secs(10))?
+                .context("READ did not complete in 10 s")?;
         if !done.status.is_ok() {
             bail!("READ ended {:?}", done.status);
         }

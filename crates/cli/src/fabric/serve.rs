@@ -16,7 +16,11 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let pd = Arc::new(Pd::new());
     let buf = Buffer::memfd("remora-serve", a.region_size.max(4096))
         .context("allocating the served region")?;
-    let mode = if a.pinned { Mode::Pinned } else { Mode::OnDemand };
+    let mode = if a.pinned {
+        Mode::Pinned
+    } else {
+        Mode::OnDemand
+    };
     let region = pd
         .register(buf, Access::ALL, mode)
         .context("registering the served region")?;
@@ -64,7 +68,10 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
 
 /// The client's private data: role byte, its region, the message size.
 fn parse_private(p: &[u8]) -> (Role, Option<RegionInfo>, usize) {
-    let role = p.first().and_then(|b| Role::from_byte(*b)).unwrap_or(Role::Passive);
+    let role = p
+        .first()
+        .and_then(|b| Role::from_byte(*b))
+        .unwrap_or(Role::Passive);
     let region = p.get(1..).and_then(|r| RegionInfo::decode(r).ok());
     let size = p
         .get(1 + RegionInfo::LEN..5 + RegionInfo::LEN)

@@ -223,9 +223,10 @@ impl Engine {
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         let n = match self.resp.poll_transmit(&self.cfg, buf, &mut self.stats) {
             Some(n) => Some(n),
-            None => self
-                .req
-                .poll_transmit(now, &self.cfg, buf, &mut self.completions, &mut self.stats),
+            None => {
+                self.req
+                    .poll_transmit(now, &self.cfg, buf, &mut self.completions, &mut self.stats)
+            }
         }?;
         self.stats.tx_packets += 1;
         Some(n)

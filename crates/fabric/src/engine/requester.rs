@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use remora_mem::Access;
-use remora_wire::{AethRepr, BthRepr, NakCode, Op, Opcode, Psn, RethRepr, Repr, Service, Syndrome};
+use remora_wire::{AethRepr, BthRepr, NakCode, Op, Opcode, Psn, Repr, RethRepr, Service, Syndrome};
 
 use super::{packets_for, EngineConfig, Stats};
 use crate::error::{Error, Result};
@@ -478,7 +478,7 @@ impl Requester {
                 self.rttvar = r / 2;
             }
             Some(s) => {
-                let err = if s > r { s - r } else { r - s };
+                let err = s.abs_diff(r);
                 self.rttvar = (self.rttvar * 3 + err) / 4;
                 self.srtt = Some((s * 7 + r) / 8);
             }

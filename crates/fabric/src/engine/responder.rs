@@ -243,10 +243,12 @@ impl Responder {
             Op::WriteMiddle | Op::WriteLast | Op::WriteLastImm => {
                 let last = op != Op::WriteMiddle;
                 let ok = match &self.cur {
-                    Some(m @ InMsg {
-                        kind: MsgKind::Write,
-                        ..
-                    }) => {
+                    Some(
+                        m @ InMsg {
+                            kind: MsgKind::Write,
+                            ..
+                        },
+                    ) => {
                         if last {
                             payload.len() == m.remaining
                         } else {
@@ -500,7 +502,10 @@ impl Responder {
                 };
                 let hl = repr.header_len();
                 let total = repr.emit_headers(buf);
-                if r.region.read_at(r.offset + off, &mut buf[hl..hl + n]).is_err() {
+                if r.region
+                    .read_at(r.offset + off, &mut buf[hl..hl + n])
+                    .is_err()
+                {
                     debug_assert!(false, "READ response out of bounds after access check");
                 }
                 r.next += 1;

@@ -226,7 +226,10 @@ fn write_only_lands_and_completes_on_requester_only() {
     assert_eq!(bytes(&p.b.region, 5000, 200), bytes(&p.a.region, 100, 200));
     assert_eq!(p.a.completions.len(), 1);
     let c = p.a.completions[0];
-    assert_eq!((c.wr_id, c.status, c.opcode), (7, Status::Success, WcOpcode::Write));
+    assert_eq!(
+        (c.wr_id, c.status, c.opcode),
+        (7, Status::Success, WcOpcode::Write)
+    );
     assert!(p.b.completions.is_empty(), "plain WRITE must be silent");
 }
 
@@ -242,7 +245,11 @@ fn write_with_immediate_spanning_packets_completes_on_both_sides() {
     assert_eq!((rc.imm, rc.byte_len), (Some(0xdead_beef), 10_000));
     assert_eq!(p.a.completions[0].status, Status::Success);
     // 40 data packets, ACKs coalesced (one per ack_req_every and one at the end).
-    assert!(p.b.engine.stats().acks_sent <= 2, "{:?}", p.b.engine.stats());
+    assert!(
+        p.b.engine.stats().acks_sent <= 2,
+        "{:?}",
+        p.b.engine.stats()
+    );
 }
 
 #[test]
@@ -251,9 +258,15 @@ fn read_spanning_packets_returns_remote_bytes() {
     fill(&p.b.region, 3);
     p.read(9, 64, 50_000, 1000);
     p.drive();
-    assert_eq!(bytes(&p.a.region, 64, 50_000), bytes(&p.b.region, 1000, 50_000));
+    assert_eq!(
+        bytes(&p.a.region, 64, 50_000),
+        bytes(&p.b.region, 1000, 50_000)
+    );
     let c = p.a.completions[0];
-    assert_eq!((c.wr_id, c.status, c.opcode, c.byte_len), (9, Status::Success, WcOpcode::Read, 50_000));
+    assert_eq!(
+        (c.wr_id, c.status, c.opcode, c.byte_len),
+        (9, Status::Success, WcOpcode::Read, 50_000)
+    );
 }
 
 #[test]
@@ -273,7 +286,10 @@ fn send_waits_for_a_receive_buffer_with_rnr_naks() {
     fill(&p.a.region, 4);
     p.send(3, 10, 3000, Some(77));
     p.drive_for(Duration::from_micros(300));
-    assert!(p.b.engine.stats().naks_sent >= 1, "no receive buffer: RNR NAK");
+    assert!(
+        p.b.engine.stats().naks_sent >= 1,
+        "no receive buffer: RNR NAK"
+    );
     assert!(p.a.completions.is_empty());
     let recv = RecvWr {
         wr_id: 42,
@@ -285,7 +301,10 @@ fn send_waits_for_a_receive_buffer_with_rnr_naks() {
     p.drive();
     assert_eq!(bytes(&p.b.region, 777, 3000), bytes(&p.a.region, 10, 3000));
     let c = p.b.completions[0];
-    assert_eq!((c.wr_id, c.opcode, c.byte_len, c.imm), (42, WcOpcode::Recv, 3000, Some(77)));
+    assert_eq!(
+        (c.wr_id, c.opcode, c.byte_len, c.imm),
+        (42, WcOpcode::Recv, 3000, Some(77))
+    );
     assert_eq!(p.a.completions[0].status, Status::Success);
 }
 
@@ -321,10 +340,18 @@ fn wrong_rkey_is_naked_and_flushes_the_rest() {
     p.a.engine.post_send(p.now, bad).unwrap();
     p.write(3, 0, 100, 0, None);
     p.drive();
-    let st: Vec<_> = p.a.completions.iter().map(|c| (c.wr_id, c.status)).collect();
+    let st: Vec<_> =
+        p.a.completions
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
     assert_eq!(
         st,
-        [(1, Status::Success), (2, Status::RemoteAccessError), (3, Status::Flushed)]
+        [
+            (1, Status::Success),
+            (2, Status::RemoteAccessError),
+            (3, Status::Flushed)
+        ]
     );
     assert!(p.a.engine.is_error());
     assert!(matches!(
@@ -395,7 +422,7 @@ fn uc_drops_a_message_with_a_gap_and_resumes_at_the_next_first() {
     fill(&p.a.region, 5);
     p.write(1, 0, 1024, 0, Some(1)); // 4 packets: F M M L
     p.write(2, 2048, 512, 4096, Some(2)); // F L
-    // Lose the second packet of message 1 only.
+                                          // Lose the second packet of message 1 only.
     let mut buf = vec![0u8; 8192];
     let mut pkts = Vec::new();
     while let Some(n) = p.a.engine.poll_transmit(p.now, &mut buf) {
@@ -465,14 +492,23 @@ fn psn_wraps_around_24_bits() {
     fill(&p.a.region, 6);
     fill(&p.b.region, 7);
     for i in 0..10 {
-        p.write(i, i as usize * 1000, 1000, i as usize * 1000, Some(i as u32));
+        p.write(
+            i,
+            i as usize * 1000,
+            1000,
+            i as usize * 1000,
+            Some(i as u32),
+        );
     }
     p.read(100, 20_000, 5000, 50_000);
     p.drive();
     assert_eq!(p.a.completions.len(), 11);
     assert!(p.a.completions.iter().all(|c| c.status == Status::Success));
     assert_eq!(bytes(&p.b.region, 0, 10_000), bytes(&p.a.region, 0, 10_000));
-    assert_eq!(bytes(&p.a.region, 20_000, 5000), bytes(&p.b.region, 50_000, 5000));
+    assert_eq!(
+        bytes(&p.a.region, 20_000, 5000),
+        bytes(&p.b.region, 50_000, 5000)
+    );
 }
 
 /// A mixed workload under loss, duplication and reordering: every message arrives exactly once,
@@ -539,24 +575,33 @@ fn lossy_run(seed: u64, faults: Faults, mtu: usize) {
     for (i, op, off, len) in &expect {
         let slot = *i as usize * 9000;
         match op {
-            WrOp::Read => assert_eq!(bytes(&p.a.region, slot, *len), bytes(&p.b.region, slot, *len)),
-            _ => assert_eq!(bytes(&p.b.region, *off, *len), bytes(&p.a.region, slot, *len)),
+            WrOp::Read => assert_eq!(
+                bytes(&p.a.region, slot, *len),
+                bytes(&p.b.region, slot, *len)
+            ),
+            _ => assert_eq!(
+                bytes(&p.b.region, *off, *len),
+                bytes(&p.a.region, slot, *len)
+            ),
         }
     }
-    let imms: Vec<_> = p
-        .b
-        .completions
-        .iter()
-        .filter(|c| c.opcode == WcOpcode::RecvRdmaWithImm)
-        .map(|c| c.imm.unwrap() as u64)
-        .collect();
+    let imms: Vec<_> =
+        p.b.completions
+            .iter()
+            .filter(|c| c.opcode == WcOpcode::RecvRdmaWithImm)
+            .map(|c| c.imm.unwrap() as u64)
+            .collect();
     let writes: Vec<_> = expect
         .iter()
         .filter(|e| matches!(e.1, WrOp::Write { .. }))
         .map(|e| e.0)
         .collect();
     assert_eq!(imms, writes, "immediates exactly once, in order");
-    let recvs = p.b.completions.iter().filter(|c| c.opcode == WcOpcode::Recv).count();
+    let recvs =
+        p.b.completions
+            .iter()
+            .filter(|c| c.opcode == WcOpcode::Recv)
+            .count();
     assert_eq!(recvs, sends);
 }
 

@@ -143,7 +143,10 @@ impl Device {
                 .cloned()
                 .collect();
             let now = Instant::now();
-            let next = qps.iter().filter_map(|q| q.lock().engine.poll_timeout()).min();
+            let next = qps
+                .iter()
+                .filter_map(|q| q.lock().engine.poll_timeout())
+                .min();
             let wait = next
                 .map(|t| t.saturating_duration_since(now))
                 .unwrap_or(IDLE_WAIT)
@@ -229,9 +232,8 @@ impl Device {
             return;
         };
         if qp.icrc_check {
-            let ok = src.is_some_and(|src| {
-                icrc::check(&Endpoints::new(src, self.local), dgram).is_ok()
-            });
+            let ok =
+                src.is_some_and(|src| icrc::check(&Endpoints::new(src, self.local), dgram).is_ok());
             if !ok {
                 self.stats.icrc_errors.fetch_add(1, Ordering::Relaxed);
                 return;
@@ -342,7 +344,10 @@ impl UdpQp {
             let sends = match &self.faults {
                 None => gso_runs(buf, lens, self.gso),
                 Some(inj) => {
-                    let order = inj.lock().unwrap_or_else(|e| e.into_inner()).schedule(lens.len());
+                    let order = inj
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .schedule(lens.len());
                     let starts: Vec<usize> = lens
                         .iter()
                         .scan(0, |p, &n| {
@@ -363,12 +368,12 @@ impl UdpQp {
             if sends.is_empty() {
                 continue;
             }
-            sys::send_batch(self.tx.as_raw_fd(), &self.peer, &sends)
-                .map_err(io_err("sendmmsg"))?;
+            sys::send_batch(self.tx.as_raw_fd(), &self.peer, &sends).map_err(io_err("sendmmsg"))?;
         }
         let engine = &mut st.engine;
         if engine.completions_pending() > 0 {
-            self.cq.push_all(std::iter::from_fn(|| engine.poll_completion()));
+            self.cq
+                .push_all(std::iter::from_fn(|| engine.poll_completion()));
         }
         Ok(())
     }

@@ -16,7 +16,12 @@ pub(crate) const GSO_MAX_SEGMENTS: usize = 64;
 /// The largest UDP payload one GSO send may carry.
 pub(crate) const GSO_MAX_BYTES: usize = 65_000;
 
-fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: `v` lives across the call and its size is passed; the kernel only reads it.
     let r = unsafe {
         libc::setsockopt(
@@ -51,9 +56,19 @@ pub(crate) fn set_buffers(fd: RawFd, bytes: usize) {
 /// compute the ICRC over the IP header.
 pub(crate) fn set_dont_fragment(fd: RawFd, v6: bool) -> io::Result<()> {
     if v6 {
-        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_DO)
+        setsockopt_int(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )
     } else {
-        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
+        setsockopt_int(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
     }
 }
 
@@ -209,7 +224,11 @@ pub(crate) struct Recvd {
 }
 
 /// Receives up to `bufs.len()` buffers without blocking; returns how many arrived (0 if none).
-pub(crate) fn recv_batch(fd: RawFd, bufs: &mut [Vec<u8>], out: &mut Vec<Recvd>) -> io::Result<usize> {
+pub(crate) fn recv_batch(
+    fd: RawFd,
+    bufs: &mut [Vec<u8>],
+    out: &mut Vec<Recvd>,
+) -> io::Result<usize> {
     const MAX: usize = 64;
     let n = bufs.len().min(MAX);
     // SAFETY: plain C structs; all-zero is valid for them.
@@ -256,7 +275,8 @@ pub(crate) fn recv_batch(fd: RawFd, bufs: &mut [Vec<u8>], out: &mut Vec<Recvd>) 
             let mut c = libc::CMSG_FIRSTHDR(h);
             while !c.is_null() {
                 if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
-                    segment = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int) as usize;
+                    segment =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int) as usize;
                 }
                 c = libc::CMSG_NXTHDR(h, c);
             }
@@ -281,7 +301,9 @@ pub(crate) fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
     });
-    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: one valid pollfd; the timespec (if any) outlives the call.
     let r = unsafe { libc::ppoll(&mut pfd, 1, tsp, std::ptr::null()) };
     if r < 0 {
