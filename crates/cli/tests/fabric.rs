@@ -407,6 +407,8 @@ fn captured_datagrams_decode_in_tshark_and_pass_the_icrc_check() {
             "infiniband.bth.destqp",
             "-e",
             "infiniband.bth.psn",
+            "-e",
+            "_ws.col.Protocol",
         ])
         .output()
         .unwrap();
@@ -427,12 +429,42 @@ fn captured_datagrams_decode_in_tshark_and_pass_the_icrc_check() {
             "opcode {want:#x} not decoded; tshark said:\n{text}"
         );
     }
-    let req_qp = c.qp.remote_qpn() as u64;
-    let write = rows.iter().find(|r| r[0] == "11").unwrap();
-    let qp_field = u64::from_str_radix(write[1].trim_start_matches("0x"), 16)
-        .or_else(|_| write[1].parse())
-        .unwrap();
-    assert_eq!(qp_field, req_qp, "destination QP of the WRITE");
+    let num = |f: &str| -> u64 {
+        match f.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16).ok(),
+            None => f.parse().ok(),
+        }
+        .unwrap_or_else(|| panic!("not a number: {f:?}"))
+    };
+    let row = |op: &str| {
+        rows.iter()
+            .find(|r| r[0] == op)
+            .unwrap_or_else(|| panic!("opcode {op} missing"))
+    };
+    assert!(
+        rows.iter().all(|r| r[3] == "RRoCE"),
+        "decoded as RRoCE:\n{text}"
+    );
+    let (write, ack, rreq, rresp) = (row("11"), row("17"), row("12"), row("16"));
+    // Destination QPs: requests to the server's QP, answers to ours.
+    assert_eq!(num(&write[1]), c.qp.remote_qpn() as u64, "QP of the WRITE");
+    assert_eq!(
+        num(&rreq[1]),
+        c.qp.remote_qpn() as u64,
+        "QP of the READ request"
+    );
+    assert_eq!(num(&ack[1]), c.qp.local_qpn() as u64, "QP of the ACK");
+    assert_eq!(
+        num(&rresp[1]),
+        c.qp.local_qpn() as u64,
+        "QP of the READ response"
+    );
+    // PSNs: the READ request follows the one-packet WRITE; the ACK acknowledges the WRITE's
+    // PSN and the READ response carries the request's.
+    let psn = |r: &Vec<String>| num(&r[2]);
+    assert_eq!(psn(rreq), (psn(write) + 1) & 0xFF_FFFF);
+    assert_eq!(psn(ack), psn(write));
+    assert_eq!(psn(rresp), psn(rreq));
     // Our own ICRC checker accepts every captured datagram (IP ID 0 from DF sockets).
     let ours = |udp: &[u8]| {
         let dst = u16::from_be_bytes([udp[2], udp[3]]);
