@@ -3,6 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 VENV ?= .venv
 PY := $(VENV)/bin/python
+REMORA := $(or $(CARGO_TARGET_DIR),target)/release/remora
 export CARGO_TERM_COLOR ?= never
 
 .PHONY: build demo test test-rust test-python deps py bench lint fmt clean
@@ -11,7 +12,7 @@ build:
 	$(CARGO) build --release -p remora-cli
 
 demo: build
-	./target/release/remora demo
+	$(REMORA) demo
 
 # Installs what the tests need (Debian packages, a virtual environment), then runs every test.
 test: deps

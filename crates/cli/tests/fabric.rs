@@ -202,6 +202,12 @@ fn access_violations_are_refused_and_the_server_keeps_serving() {
 #[test]
 fn garbage_datagrams_do_not_disturb_the_server() {
     let s = serve(&["--udp-port", "0"]);
+    // A peer that connects and says nothing, and one that sends junk instead of a hello,
+    // must not hold up the setup of the others.
+    let _silent = std::net::TcpStream::connect(s.addr).unwrap();
+    let mut junk_setup = std::net::TcpStream::connect(s.addr).unwrap();
+    std::io::Write::write_all(&mut junk_setup, &[0x55; 100]).unwrap();
+    let t0 = Instant::now();
     let c = client(&s, Transport::Udp);
     let dev = {
         // The server's receive port is where our ACKs come from... find it from a transfer:
@@ -211,6 +217,10 @@ fn garbage_datagrams_do_not_disturb_the_server() {
         assert!(done(&c.qp).status.is_ok());
         c.qp.udp_device().unwrap()
     };
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "setup was held up by a silent peer"
+    );
     // Spray junk at our own device and at well-known 4791 from a stranger socket.
     let junk = UdpSocket::bind("127.0.0.1:0").unwrap();
     for n in 0..200u32 {

@@ -332,9 +332,23 @@ fn first_psn(qpn: u32) -> u32 {
 /// Accepts queue pairs; the server side of [`connect`].
 pub struct Listener {
     tcp: TcpListener,
+    shared: Arc<ListenerShared>,
+}
+
+/// What accepted connections need from their listener.
+struct ListenerShared {
     pd: Arc<Pd>,
     opts: QpOptions,
     devices: Mutex<HashMap<IpAddr, Arc<DeviceHandle>>>,
+}
+
+/// A connection accepted by [`Listener::incoming`] whose setup has not run yet; finish it with
+/// [`Incoming::establish`], typically on a thread of its own so that a slow or silent peer
+/// cannot hold up the accept loop.
+pub struct Incoming {
+    stream: TcpStream,
+    from: SocketAddr,
+    shared: Arc<ListenerShared>,
 }
 
 impl Listener {
@@ -346,9 +360,11 @@ impl Listener {
             .map_err(io_err(format!("listening for connections on {control}")))?;
         Ok(Listener {
             tcp,
-            pd,
-            opts,
-            devices: Mutex::new(HashMap::new()),
+            shared: Arc::new(ListenerShared {
+                pd,
+                opts,
+                devices: Mutex::new(HashMap::new()),
+            }),
         })
     }
 
@@ -360,36 +376,61 @@ impl Listener {
     }
 
     /// Waits for one peer, completes the setup and returns the queue pair and the peer's private
-    /// data; `private` goes to the peer.
+    /// data; `private` goes to the peer. A peer that fails the setup is logged and skipped.
     pub fn accept(&self, private: &[u8]) -> Result<(Qp, Vec<u8>)> {
         loop {
-            let (mut s, from) = self.tcp.accept().map_err(io_err("accept"))?;
-            s.set_read_timeout(Some(SETUP_TIMEOUT)).ok();
-            s.set_nodelay(true).ok();
-            let peer = match Hello::read(&mut s) {
-                Ok(h) => h,
-                Err(e) => {
-                    // A stray or broken client must not stop the server.
-                    tracing::warn!(%from, error = %e, "connection setup refused");
-                    continue;
-                }
-            };
-            let opts = QpOptions {
-                transport: peer.transport,
-                qp_type: peer.qp_type,
-                mtu: self.opts.mtu.min(peer.mtu as usize),
-                ..self.opts.clone()
-            };
-            let local_ip = s.local_addr().map_err(io_err("local address"))?.ip();
-            let dev = if opts.transport == Transport::Udp {
-                Some(self.device(local_ip)?)
-            } else {
-                None
-            };
-            return establish(s, self.pd.clone(), &opts, dev, private, Some(peer));
+            let inc = self.incoming()?;
+            let from = inc.peer_addr();
+            match inc.establish(private) {
+                Ok(x) => return Ok(x),
+                // A stray or broken client must not stop the server.
+                Err(e) => tracing::warn!(%from, error = %e, "connection setup refused"),
+            }
         }
     }
 
+    /// Waits for the next TCP connection; the setup exchange is left to [`Incoming::establish`].
+    pub fn incoming(&self) -> Result<Incoming> {
+        let (stream, from) = self.tcp.accept().map_err(io_err("accept"))?;
+        Ok(Incoming {
+            stream,
+            from,
+            shared: self.shared.clone(),
+        })
+    }
+}
+
+impl Incoming {
+    /// The peer's setup address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.from
+    }
+
+    /// Runs the setup exchange (bounded by a 10 s timeout) and returns the queue pair and the
+    /// peer's private data; `private` goes to the peer.
+    pub fn establish(self, private: &[u8]) -> Result<(Qp, Vec<u8>)> {
+        let mut s = self.stream;
+        s.set_read_timeout(Some(SETUP_TIMEOUT)).ok();
+        s.set_nodelay(true).ok();
+        let peer = Hello::read(&mut s)?;
+        let sh = &self.shared;
+        let opts = QpOptions {
+            transport: peer.transport,
+            qp_type: peer.qp_type,
+            mtu: sh.opts.mtu.min(peer.mtu as usize),
+            ..sh.opts.clone()
+        };
+        let local_ip = s.local_addr().map_err(io_err("local address"))?.ip();
+        let dev = if opts.transport == Transport::Udp {
+            Some(sh.device(local_ip)?)
+        } else {
+            None
+        };
+        establish(s, sh.pd.clone(), &opts, dev, private, Some(peer))
+    }
+}
+
+impl ListenerShared {
     fn device(&self, ip: IpAddr) -> Result<Arc<DeviceHandle>> {
         let mut devs = self.devices.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(d) = devs.get(&ip) {

@@ -45,7 +45,7 @@ mod stream;
 mod udp;
 mod wr;
 
-pub use conn::{connect, Listener, QpOptions, QpType, RegionInfo, Transport};
+pub use conn::{connect, Incoming, Listener, QpOptions, QpType, RegionInfo, Transport};
 pub use cq::Cq;
 pub use engine::Stats;
 pub use error::{Error, Result};

@@ -38,20 +38,29 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let mut workers = Vec::new();
     let mut accepted = 0;
     loop {
-        let (qp, private) = match listener.accept(&info) {
-            Ok(x) => x,
+        let inc = match listener.incoming() {
+            Ok(i) => i,
             Err(e) => {
-                tracing::warn!(error = %e, "connection failed");
+                tracing::warn!(error = %e, "accept failed");
                 continue;
             }
         };
         accepted += 1;
-        tracing::info!(
-            transport = %qp.transport(), qp = %qp.qp_type(), qpn = qp.local_qpn(),
-            "peer connected"
-        );
         let region = region.clone();
+        // Setup runs on the connection's own thread: a silent peer cannot block the others.
         workers.push(std::thread::spawn(move || {
+            let from = inc.peer_addr();
+            let (qp, private) = match inc.establish(&info) {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(%from, error = %e, "connection setup refused");
+                    return;
+                }
+            };
+            tracing::info!(
+                transport = %qp.transport(), qp = %qp.qp_type(), qpn = qp.local_qpn(),
+                "peer connected"
+            );
             if let Err(e) = handle(qp, &private, region) {
                 eprintln!("[responder] connection ended with an error: {e:#}");
             }
