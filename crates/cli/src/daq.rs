@@ -114,6 +114,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
     row("assembly", r.assemble_fps * mb);
     row("azimuthal integration", r.integrate_fps * mb);
     row("pipeline (chained)", r.pipeline_gbps);
+    row("pipeline without integration", r.pipeline_sparse_gbps);
     println!(
         "  memcpy ceiling               {:>8.2} GB/s copied",
         r.memcpy_gbps

@@ -72,6 +72,9 @@ pub struct BenchReport {
     pub pipeline_fps: f64,
     /// Frames the veto kept in the pipeline run.
     pub pipeline_kept: usize,
+    /// The pipeline without assembly and integration (convert+veto, CSR), as the thesis's
+    /// GPU pipeline (conversion, spot count, CSR).
+    pub pipeline_sparse_gbps: f64,
     /// memcpy of frame-sized buffers: bytes copied per second (the read+write ceiling).
     pub memcpy_gbps: f64,
 }
@@ -194,6 +197,16 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     })?;
     let (pipeline_gbps, pipeline_fps) = rate(bytes, frames, t);
     let kept = kept.min(frames);
+    let shared: std::sync::Arc<dyn Engine> = std::sync::Arc::new(engine.clone());
+    let mut p = Pipeline::new(
+        shared,
+        synth.calibration(),
+        synth.layout(),
+        None,
+        PipelineConfig::default(),
+    )?;
+    let t = time(frames, |i| p.process(i as u64, raw(i)).map(drop))?;
+    let pipeline_sparse_gbps = rate(bytes, frames, t).0;
 
     // memcpy of frame-sized buffers on the same number of threads (source cycles like the raw
     // frames).
@@ -234,6 +247,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         pipeline_gbps,
         pipeline_fps,
         pipeline_kept: kept,
+        pipeline_sparse_gbps,
         memcpy_gbps,
     })
 }

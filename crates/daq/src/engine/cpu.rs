@@ -163,14 +163,12 @@ impl Engine for CpuEngine {
                     let (r0, r1) = (ci * rows_per, ((ci + 1) * rows_per).min(rows));
                     let mut per_row = Vec::with_capacity(r1 - r0);
                     let (mut cs, mut vs) = (Vec::new(), Vec::new());
-                    let mut scratch = (Vec::new(), Vec::new());
                     for r in r0..r1 {
                         let before = cs.len();
                         dispatch::compress_row(
                             level,
                             &frame[r * cols..(r + 1) * cols],
                             threshold,
-                            &mut scratch,
                             &mut cs,
                             &mut vs,
                         );
@@ -263,15 +261,8 @@ mod dispatch {
     pub(super) fn assemble(l: Level, runs: &[Run], at: usize, r: &[f32], o: &mut [f32]) {
         dispatch!(l, assemble, kernels::assemble_row, (runs, at, r, o))
     }
-    pub(super) fn compress_row(
-        l: Level,
-        row: &[f32],
-        t: f32,
-        sc: &mut (Vec<u16>, Vec<f32>),
-        c: &mut Vec<u16>,
-        v: &mut Vec<f32>,
-    ) {
-        dispatch!(l, compress_row, kernels::compress_row, (row, t, sc, c, v))
+    pub(super) fn compress_row(l: Level, row: &[f32], t: f32, c: &mut Vec<u16>, v: &mut Vec<f32>) {
+        dispatch!(l, compress_row, kernels::compress_row, (row, t, c, v))
     }
     pub(super) fn integrate_pixels(
         l: Level,
@@ -318,14 +309,8 @@ mod dispatch {
             kernels::assemble_row(runs, at, r, o)
         }
         #[target_feature(enable = "avx2")]
-        pub(super) fn compress_row(
-            row: &[f32],
-            t: f32,
-            sc: &mut (Vec<u16>, Vec<f32>),
-            c: &mut Vec<u16>,
-            v: &mut Vec<f32>,
-        ) {
-            kernels::compress_row(row, t, sc, c, v)
+        pub(super) fn compress_row(row: &[f32], t: f32, c: &mut Vec<u16>, v: &mut Vec<f32>) {
+            kernels::compress_row(row, t, c, v)
         }
         #[target_feature(enable = "avx2")]
         pub(super) fn integrate_pixels(

@@ -163,28 +163,32 @@ fn kahan(s: &mut f64, c: &mut f64, x: f64) {
     *s = t;
 }
 
-/// Pixels above `t` in one row, appended as (column, value). Branch-free compaction into
-/// `scratch` (row-sized, reused) and then one copy.
+/// Pixels above `t` in one row, appended as (column, value). A vector compare builds a 16-bit
+/// mask per block of 16 pixels; only the set bits are visited, so the cost follows the number
+/// of kept pixels.
 #[inline(always)]
-pub(crate) fn compress_row(
-    row: &[f32],
-    t: f32,
-    scratch: &mut (Vec<u16>, Vec<f32>),
-    cols: &mut Vec<u16>,
-    vals: &mut Vec<f32>,
-) {
-    scratch.0.resize(row.len(), 0);
-    scratch.1.resize(row.len(), 0.0);
-    let (sc, sv) = (&mut scratch.0[..row.len()], &mut scratch.1[..row.len()]);
-    let mut k = 0;
-    for (x, &v) in row.iter().enumerate() {
-        // k <= x < row.len(): always in bounds.
-        sc[k.min(x)] = x as u16;
-        sv[k.min(x)] = v;
-        k += usize::from(v > t);
+pub(crate) fn compress_row(row: &[f32], t: f32, cols: &mut Vec<u16>, vals: &mut Vec<f32>) {
+    const W: usize = 16;
+    let mut x0 = 0;
+    for block in row.chunks_exact(W) {
+        let mut m = block
+            .iter()
+            .enumerate()
+            .fold(0u32, |m, (j, &v)| m | (u32::from(v > t) << j));
+        while m != 0 {
+            let j = m.trailing_zeros() as usize;
+            cols.push((x0 + j) as u16);
+            vals.push(block[j]);
+            m &= m - 1;
+        }
+        x0 += W;
     }
-    cols.extend_from_slice(&sc[..k]);
-    vals.extend_from_slice(&sv[..k]);
+    for (j, &v) in row.iter().enumerate().skip(x0) {
+        if v > t {
+            cols.push(j as u16);
+            vals.push(v);
+        }
+    }
 }
 
 /// Per-bin accumulators of one thread: four Kahan lanes (sum, compensation) per bin in one
