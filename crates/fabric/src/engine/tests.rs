@@ -631,3 +631,31 @@ proptest! {
         lossy_run(seed, Faults { loss, dup, reorder }, mtu);
     }
 }
+
+#[test]
+fn uc_access_violation_is_a_counted_drop_and_the_next_message_arrives() {
+    let mut p = Pair::new(Service::Uc, 1024);
+    fill(&p.a.region, 8);
+    let bad = SendWr {
+        wr_id: 1,
+        op: WrOp::Write { imm: Some(1) },
+        local: p.a.region.clone(),
+        offset: 0,
+        len: 3000,
+        remote_va: p.b.region.addr(),
+        rkey: p.b.region.rkey().wrapping_add(0x100),
+    };
+    p.a.engine.post_send(p.now, bad).unwrap();
+    p.write(2, 0, 3000, 8192, Some(2));
+    p.drive();
+    let imms: Vec<_> = p.b.completions.iter().map(|c| c.imm).collect();
+    assert_eq!(imms, [Some(2)]);
+    assert_eq!(bytes(&p.b.region, 8192, 3000), bytes(&p.a.region, 0, 3000));
+    let s = p.b.engine.stats();
+    assert_eq!(s.access_errors, 1);
+    assert_eq!(
+        s.uc_packets_dropped, 3,
+        "the refused First and its Middle and Last"
+    );
+    assert_eq!(s.naks_sent, 0, "UC never NAKs");
+}
