@@ -15,7 +15,9 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 cut -d' ' -f1-3 /proc/loadavg > "$out/load"
 for t in 1 2; do
-  "$remora" bench jungfrau --modules "$modules" --frames "$frames" --threads "$t" --json > "$out/remora_$t.json"
+  # /usr/bin/time: how much CPU the run got, i.e. how much other jobs took.
+  /usr/bin/time -f "%U %S %e" -o "$out/time_$t" \
+    "$remora" bench jungfrau --modules "$modules" --frames "$frames" --threads "$t" --json > "$out/remora_$t.json"
   OMP_NUM_THREADS=$t .venv/bin/python bench/daq_peers.py --modules "$modules" --frames "$frames" --threads "$t" > "$out/peers_$t.json"
 done
 .venv/bin/python bench/daq_report.py "$out" "bash bench/daq.sh $modules $frames"

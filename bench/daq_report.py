@@ -12,6 +12,16 @@ R = {t: json.load(open(os.path.join(d, f"remora_{t}.json"))) for t in (1, 2)}
 P = {t: json.load(open(os.path.join(d, f"peers_{t}.json"))) for t in (1, 2)}
 load = open(os.path.join(d, "load")).read().strip() if os.path.exists(os.path.join(d, "load")) else "?"
 gb = R[1]["frame_bytes"] / 1e9
+
+
+def cpu_share(t):
+    """CPU seconds the remora run got over what its threads could have used (1.0 = no contention)."""
+    try:
+        u, s_, e = map(float, open(os.path.join(d, f"time_{t}")).read().split()[-3:])
+        return (u + s_) / (e * t)
+    except (OSError, ValueError):
+        return float("nan")
+
 cpu = subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p'"], capture_output=True, text=True).stdout.strip()
 
 o = []
@@ -23,7 +33,9 @@ w(f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this projec
   f"data per frame), synthetic frames (LaB6 rings, 40 Bragg spots, Poisson noise, gain switching), "
   f"{R[1]['frames']} frames per stage cycling over 4 distinct frames, best of three rounds (both for remora and the peers). pyFAI {P[1]['pyfai']}, numpy {P[1]['numpy']}.\n")
 w(f"Command: `{cmd}`. Other engineers' builds and tests shared the 2 cores during the run "
-  f"(load average at start: {load}); figures vary by ±30 % between runs.\n")
+  f"(load average at start: {load}); the remora runs got {cpu_share(1):.0%} (1 thread) and "
+  f"{cpu_share(2):.0%} (2 threads) of the CPU time their threads could have used, including "
+  f"synthetic-data generation. Figures vary by ±30 % between runs.\n")
 w("GB/s are of raw input (2 bytes per pixel). memcpy GB/s are bytes copied (each read once and "
   "written once), the ceiling for a pass that reads and writes frame-sized buffers.\n")
 w("## Peers side by side\n")
