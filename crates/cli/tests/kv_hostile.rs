@@ -136,6 +136,27 @@ fn slow_reader_does_not_block_others() {
 }
 
 #[test]
+fn huge_multiget_reply_is_refused() {
+    let srv = remora(&[]);
+    let mut s = connect(srv.port);
+    let value = vec![b'v'; 900_000];
+    let mut req = format!("set big 0 0 {}\r\n", value.len()).into_bytes();
+    req.extend_from_slice(&value);
+    req.extend_from_slice(b"\r\n");
+    s.write_all(&req).unwrap();
+    assert_eq!(
+        read_until(&mut s, b"\r\n", Duration::from_secs(5)),
+        b"STORED\r\n"
+    );
+    // 100 copies of a 900 KB value would be a 90 MB reply.
+    let get = format!("get{}\r\n", " big".repeat(100));
+    s.write_all(get.as_bytes()).unwrap();
+    let r = read_until(&mut s, b"\r\n", Duration::from_secs(10));
+    assert_eq!(r, b"SERVER_ERROR out of memory writing get response\r\n");
+    healthy(srv.port);
+}
+
+#[test]
 fn many_connections_and_maxconns() {
     let srv = remora(&["-c", "300"]);
     let mut conns = Vec::new();

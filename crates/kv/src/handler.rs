@@ -15,6 +15,9 @@ use crate::storage::{
     ArithOutcome, DeleteOutcome, ReadOpts, Store, StoreConfig, StoreMode, StoreOutcome,
 };
 
+/// Largest reply one get/gets/gat command may build.
+pub const MAX_GET_REPLY: usize = 64 << 20;
+
 /// The version string this server reports.
 pub const VERSION: &str = concat!("1.6.18-remora-", env!("CARGO_PKG_VERSION"));
 
@@ -486,7 +489,16 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
                 ..ReadOpts::default()
             };
             let exp = if touch { eng.exptime(exptime, now) } else { 0 };
+            let start = out.len();
             for k in text::keys(keys) {
+                if out.len() - start > MAX_GET_REPLY {
+                    // Replies are copied out, so a multiget naming one large item thousands of
+                    // times could exhaust memory: refuse it as memcached does when it cannot
+                    // allocate the response.
+                    out.truncate(start);
+                    Reply::Fail(Fail::GetTooLarge).write(out);
+                    return false;
+                }
                 if !text::get_key_ok(k) {
                     Reply::Fail(Fail::BadFormat).write(out);
                     return false;

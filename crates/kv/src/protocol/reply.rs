@@ -35,6 +35,8 @@ pub enum Fail {
     InvalidMaMode,
     /// `flush_all` with `-F`.
     FlushDisabled,
+    /// A get reply larger than the server will build.
+    GetTooLarge,
 }
 
 impl Fail {
@@ -59,6 +61,7 @@ impl Fail {
             Fail::InvalidMsMode => "CLIENT_ERROR invalid mode for ms M token",
             Fail::InvalidMaMode => "CLIENT_ERROR invalid mode for ma M token",
             Fail::FlushDisabled => "CLIENT_ERROR flush_all not allowed",
+            Fail::GetTooLarge => "SERVER_ERROR out of memory writing get response",
         }
     }
 }
