@@ -265,6 +265,7 @@ impl Config {
         }
         let _ = item_size_set;
         s.interfaces = cfg.listen.clone();
+        s.verbose = cfg.verbose;
         cfg.settings = s;
         Ok(cfg)
     }

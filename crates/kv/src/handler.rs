@@ -56,6 +56,8 @@ pub struct Settings {
     pub binding_protocol: String,
     /// `-l`.
     pub interfaces: Vec<String>,
+    /// `-v` count: 2 or more echoes every text command to stderr, like memcached's `-vv`.
+    pub verbose: u8,
     /// `-f`.
     pub growth_factor: f64,
     /// `-n`.
@@ -81,6 +83,7 @@ impl Default for Settings {
             umask: 0o700,
             binding_protocol: "auto-negotiate".into(),
             interfaces: Vec::new(),
+            verbose: 0,
             growth_factor: 1.25,
             chunk_size: 48,
         }
@@ -361,6 +364,8 @@ pub struct Session {
     pub swallow: usize,
     /// This worker's counters.
     pub counters: Arc<Counters>,
+    /// Connection number shown in `-vv` output.
+    pub id: u64,
     scratch: Vec<u8>,
 }
 
@@ -380,6 +385,7 @@ impl Session {
             proto: Proto::Unknown,
             swallow: 0,
             counters,
+            id: 0,
             scratch: Vec::new(),
         }
     }
@@ -451,6 +457,10 @@ pub fn process(
                     break;
                 }
                 text::Parse::Done(cmd, n) => {
+                    if eng.settings.verbose >= 2 {
+                        let l = text::line(buf).map_or(&buf[..0], |(l, _)| l);
+                        eprintln!("<{} {}", s.id, String::from_utf8_lossy(l));
+                    }
                     pos += n;
                     if run_text(eng, s, cmd, now, out) {
                         close = true;

@@ -224,7 +224,14 @@ pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<
                             rend: 0,
                             wbuf: Vec::new(),
                             wpos: 0,
-                            session: Session::new(counters.clone()),
+                            session: {
+                                let mut s = Session::new(counters.clone());
+                                s.id = t as u64;
+                                if eng.settings.verbose >= 2 {
+                                    eprintln!("<{t} new auto-negotiating client connection");
+                                }
+                                s
+                            },
                             closing: false,
                             drained: false,
                         },
