@@ -18,6 +18,8 @@ pub const VERSION: u16 = 1;
 pub const MAX_CHUNK: u32 = 4 << 20;
 /// Most segments a hello may carry.
 pub const MAX_SEGMENTS: u32 = 1 << 16;
+/// Most zero-map words a hello may carry (16 MiB: 512 GiB of 4 KB pages).
+pub const MAX_ZERO_WORDS: u32 = 2 << 20;
 /// Granularity of the zero map.
 pub const ZERO_MAP_PAGE: u64 = 4096;
 /// Size of a request or reply header.
@@ -122,7 +124,7 @@ impl Hello {
             return Err(WireError::Invalid("too many segments"));
         }
         let max_words = len.div_ceil(ZERO_MAP_PAGE).div_ceil(64);
-        if u64::from(words) > max_words {
+        if words > MAX_ZERO_WORDS || u64::from(words) > max_words {
             return Err(WireError::Invalid("zero map longer than the source"));
         }
         Ok(Self::FIXED + nseg as usize * 16 + words as usize * 8)
@@ -336,6 +338,21 @@ mod tests {
         assert!(p.is_zero(65 * 4096, 8192));
         assert!(!p.is_zero(64 * 4096, 8192));
         assert!(!p.is_zero(0, 4096));
+    }
+
+    #[test]
+    fn rejects_a_huge_zero_map() {
+        let mut b = Hello {
+            len: u64::MAX,
+            segments: vec![],
+            zero_map: vec![],
+        }
+        .emit();
+        b[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(
+            Hello::total_len(&b),
+            Err(WireError::Invalid("zero map longer than the source"))
+        );
     }
 
     #[test]

@@ -264,15 +264,12 @@ fn read_remote(
         let n = (buf.len() - done).min(STAGE);
         let id = c.next;
         c.next += 1;
-        c.qp.post_read(
-            id,
-            &c.stage,
-            0,
-            n,
-            remote.addr + offset + done as u64,
-            remote.rkey,
-        )
-        .map_err(|e| FetchError::Transient(format!("post READ: {e}")))?;
+        let va = remote
+            .addr
+            .checked_add(offset + done as u64)
+            .ok_or_else(|| FetchError::Fatal("remote address overflows".into()))?;
+        c.qp.post_read(id, &c.stage, 0, n, va, remote.rkey)
+            .map_err(|e| FetchError::Transient(format!("post READ: {e}")))?;
         let comp = wait(&c.qp, deadline)?;
         if comp.wr_id != id {
             return Err(FetchError::Transient(format!(

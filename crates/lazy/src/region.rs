@@ -207,6 +207,15 @@ impl LazyRegion {
             })
             .ok_or_else(|| Error::Invalid(format!("source of {len} bytes too large")))?;
         let mapped = units * unit;
+        // One state byte per unit: allocate fallibly, a hostile length must not abort us.
+        let mut states = Vec::new();
+        states.try_reserve_exact(units).map_err(|_| {
+            Error::Invalid(format!(
+                "source of {len} bytes too large for {unit}-byte units"
+            ))
+        })?;
+        states.extend((0..units).map(|_| AtomicU8::new(MISSING)));
+        let states = states.into_boxed_slice();
         let sigbus = opts.mode == Mode::Sigbus;
         let supported = sys::supported_features().map_err(|e| Error::os("userfaultfd", e))?;
         if sigbus && supported & sys::FEATURE_SIGBUS == 0 {
@@ -227,7 +236,7 @@ impl LazyRegion {
             unit,
             units,
             len,
-            states: (0..units).map(|_| AtomicU8::new(MISSING)).collect(),
+            states,
             fetcher,
             prefetch: Mutex::new(Prefetcher::new(opts.prefetch)),
             deadline: opts.deadline,

@@ -303,3 +303,20 @@ fn server_survives_hostile_clients() {
         assert_eq!(&b[..], &src[4096 * 7..4096 * 8]);
     });
 }
+
+#[test]
+fn hostile_huge_source_is_an_error_not_an_abort() {
+    bounded(30, || {
+        // A server claiming 2^62 bytes: the region refuses it cleanly.
+        let len = 1u64 << 62;
+        let (addr, stop) = stalled_server(len);
+        let f = TcpFetcher::connect(addr, Duration::from_secs(2)).unwrap();
+        let r = LazyRegion::open(Arc::new(f), Options::default());
+        assert!(
+            matches!(r, Err(Error::Invalid(_)) | Err(Error::Os { .. })),
+            "{:?}",
+            r.err()
+        );
+        stop.store(true, Ordering::Release);
+    });
+}
