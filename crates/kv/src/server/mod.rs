@@ -250,16 +250,18 @@ fn acceptor(
             }
             continue;
         }
-        for ev in events.iter() {
+        // Try every listener each time round, not only those with events: listeners are
+        // edge-triggered, and after a failed accept (EMFILE) no new edge may come.
+        for token in (0..=tcp.len()).map(Token) {
             loop {
-                let accepted = if ev.token() == unix_token {
+                let accepted = if token == unix_token {
                     match unix.as_ref().map(|u| u.accept()) {
                         Some(Ok((s, _))) => Ok(Stream::Unix(s)),
                         Some(Err(e)) => Err(e),
                         None => break,
                     }
                 } else {
-                    match tcp.get(ev.token().0).map(|l| l.accept()) {
+                    match tcp.get(token.0).map(|l| l.accept()) {
                         Some(Ok((s, _))) => {
                             let _ = s.set_nodelay(true);
                             Ok(Stream::Tcp(s))
