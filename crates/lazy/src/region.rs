@@ -171,6 +171,9 @@ pub(crate) struct Core {
     cv: (Mutex<()>, Condvar),
     /// Threads in wait_change (notify skips the lock when there are none).
     waiters: AtomicUsize,
+    /// Whether installs must wake threads waiting in the kernel (not in SIGBUS mode, where
+    /// faulting threads never wait there).
+    wake: bool,
     /// False for Prefetch::None (skips the prefetcher's lock on the fault path).
     prefetching: bool,
     /// 1 + the unit of the latest fault, for the push thread (0: none).
@@ -249,6 +252,7 @@ impl LazyRegion {
             cv: (Mutex::new(()), Condvar::new()),
             waiters: AtomicUsize::new(0),
             prefetching: opts.prefetch != Prefetch::None,
+            wake: !sigbus,
             push_hint: AtomicU64::new(0),
             record: opts.record.then(|| Mutex::new(Vec::new())),
         });
@@ -635,7 +639,7 @@ impl Core {
                 self.c.units_copied.fetch_add(n as u64, Ordering::Relaxed);
                 // SAFETY: `src` is `bytes` readable bytes borrowed from the fetcher.
                 install(
-                    |d, s, l| unsafe { sys::copy(fd, d, s, l) },
+                    |d, s, l| unsafe { sys::copy(fd, d, s, l, self.wake) },
                     dst,
                     src.as_ptr(),
                     bytes as u64,
@@ -683,7 +687,7 @@ impl Core {
             Ok(Fetched::Data) => {
                 // SAFETY: `buf` holds `bytes` readable bytes for the duration of the call.
                 let r = install(
-                    |d, s, l| unsafe { sys::copy(fd, d, s, l) },
+                    |d, s, l| unsafe { sys::copy(fd, d, s, l, self.wake) },
                     dst,
                     buf.as_ptr(),
                     bytes as u64,
@@ -928,7 +932,7 @@ impl Core {
                 let src = buf[(u - first) * self.unit..].as_ptr();
                 // SAFETY: `src` points at `l` bytes of `buf` (checked by the slicing above and
                 // the chunk covering units first..last).
-                install(|d, s, l| unsafe { sys::copy(fd, d, s, l) }, dst, src, l, fd)
+                install(|d, s, l| unsafe { sys::copy(fd, d, s, l, self.wake) }, dst, src, l, fd)
             };
             match r {
                 Ok(()) => {

@@ -181,16 +181,18 @@ pub struct Partial {
     pub err: Option<io::Error>,
 }
 
-/// `UFFDIO_COPY` of `len` bytes from `src` to `dst` (waking waiters).
+/// `UFFDIO_COPY` of `len` bytes from `src` to `dst`, waking waiters unless `wake` is false
+/// (SIGBUS mode: nobody waits in the kernel).
 ///
 /// # Safety
 /// `src..src+len` must be readable memory of this process for the duration of the call.
-pub unsafe fn copy(fd: RawFd, dst: u64, src: *const u8, len: u64) -> Partial {
+pub unsafe fn copy(fd: RawFd, dst: u64, src: *const u8, len: u64, wake: bool) -> Partial {
+    const DONTWAKE: u64 = 1;
     let mut c = UffdioCopy {
         dst,
         src: src as u64,
         len,
-        mode: 0,
+        mode: if wake { 0 } else { DONTWAKE },
         copy: 0,
     };
     match ioctl(fd, UFFDIO_COPY, &mut c) {
