@@ -322,8 +322,11 @@ impl UdpQp {
         self.lock().engine.stats()
     }
 
-    /// Sends everything the engine has to send now, then hands completions to the CQ.
+    /// Hands completions to the CQ, sends everything the engine has to send now, then hands
+    /// over the completions sending produced (UC). Completions go first: the application can
+    /// react while we are still in `sendmmsg`.
     fn flush(&self, st: &mut TxState, now: Instant) -> Result<()> {
+        self.deliver(st);
         let mtu = st.engine.config().mtu;
         let slot = mtu + SLOT_EXTRA;
         loop {
@@ -370,12 +373,16 @@ impl UdpQp {
             }
             sys::send_batch(self.tx.as_raw_fd(), &self.peer, &sends).map_err(io_err("sendmmsg"))?;
         }
+        self.deliver(st);
+        Ok(())
+    }
+
+    fn deliver(&self, st: &mut TxState) {
         let engine = &mut st.engine;
         if engine.completions_pending() > 0 {
             self.cq
                 .push_all(std::iter::from_fn(|| engine.poll_completion()));
         }
-        Ok(())
     }
 }
 
