@@ -289,12 +289,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
         prefetch: a.prefetch,
         mode: a.mode,
     };
-    let r = bench::run(fetcher.clone(), &cfg).context("lazy bench")?;
-    if matches!(a.transport, BenchTransport::Shm) {
-        // Dropping an shm queue pair can block in remora-fabric today; the process ends right
-        // after printing, so let the exit reclaim it.
-        std::mem::forget(fetcher);
-    }
+    let r = bench::run(fetcher, &cfg).context("lazy bench")?;
     let mode = match a.mode {
         Mode::Sigbus => "sigbus".to_string(),
         Mode::Thread { handlers } => format!("thread:{handlers}"),

@@ -932,7 +932,13 @@ impl Core {
                 let src = buf[(u - first) * self.unit..].as_ptr();
                 // SAFETY: `src` points at `l` bytes of `buf` (checked by the slicing above and
                 // the chunk covering units first..last).
-                install(|d, s, l| unsafe { sys::copy(fd, d, s, l, self.wake) }, dst, src, l, fd)
+                install(
+                    |d, s, l| unsafe { sys::copy(fd, d, s, l, self.wake) },
+                    dst,
+                    src,
+                    l,
+                    fd,
+                )
             };
             match r {
                 Ok(()) => {

@@ -25,12 +25,10 @@ fn check(r: &LazyRegion, src: &[u8], threads: usize) {
     assert!(r.as_slice() == src);
 }
 
-/// udp only: dropping a stream-transport (shm, tcp) queue pair hangs in remora-fabric at the
-/// time of writing (Qp::drop joins a thread that waits on a channel nobody closes).
 #[test]
-fn udp_every_byte_matches() {
+fn udp_and_shm_every_byte_matches() {
     bounded(90, || {
-        for transport in [Transport::Udp] {
+        for transport in [Transport::Udp, Transport::Shm] {
             let src = pattern((2 << 20) + 100, 4096);
             let srv = FabricServer::bind(
                 "127.0.0.1:0".parse().unwrap(),
