@@ -12,10 +12,12 @@
 //!   error, never a hang.
 //! - [`PageServer`]: serves a [`PageSource`] (a file, a memfd, its own memory, or a live process
 //!   through `process_vm_readv`) over TCP with a small [`protocol`].
+//! - With the `fabric` feature (default): `FabricServer` / `FabricFetcher` serve a registered
+//!   snapshot of a source over remora-fabric, the client READing units one-sidedly (udp RC, shm).
 //!
-//! What it does not: it is Linux-only (userfaultfd, 6.6+ for `UFFDIO_POISON`); the RDMA-style
-//! transports (udp RC READ, shm) belong to `remora-fabric` and are not wired in yet; it does not
-//! track write-protection or dirty pages (no pre-copy); a region's pages come from one server.
+//! What it does not: it is Linux-only (userfaultfd, 6.6+ for `UFFDIO_POISON`); it does not
+//! track write-protection or dirty pages (no pre-copy); a region's pages come from one server;
+//! the fabric server serves a snapshot taken at start, not the live source.
 #![warn(missing_docs)]
 
 pub mod bench;
