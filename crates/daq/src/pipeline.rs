@@ -3,6 +3,8 @@
 //! configured) assembly and azimuthal integration.
 use std::sync::Arc;
 
+use remora_accel::AlignedBuf;
+
 use crate::azint::{AzConfig, AzMatrix, Profile};
 use crate::calib::{Calibration, ConvTables};
 use crate::engine::{ConvOut, ConvStats, Engine};
@@ -73,8 +75,8 @@ pub struct Pipeline {
     cols: usize,
     assembly: Option<AssemblyMap>,
     matrix: Option<AzMatrix>,
-    energy: Vec<f32>,
-    image: Vec<f32>,
+    energy: AlignedBuf<f32>,
+    image: AlignedBuf<f32>,
 }
 
 impl Pipeline {
@@ -105,7 +107,7 @@ impl Pipeline {
             None => (None, None),
         };
         let (rows, cols) = det.raw_shape();
-        let image = vec![0.0; assembly.as_ref().map_or(0, |a| a.pixels())];
+        let image = AlignedBuf::zeroed(assembly.as_ref().map_or(0, |a| a.pixels()));
         Ok(Self {
             engine,
             cfg,
@@ -115,7 +117,7 @@ impl Pipeline {
             cols,
             assembly,
             matrix,
-            energy: vec![0.0; det.pixels()],
+            energy: AlignedBuf::zeroed(det.pixels()),
             image,
         })
     }
@@ -130,7 +132,7 @@ impl Pipeline {
         let stats = self.engine.convert(
             raw,
             &self.tables,
-            ConvOut::Energy(&mut self.energy),
+            ConvOut::Energy(&mut self.energy[..]),
             self.cfg.veto_pixel_kev,
         )?;
         if stats.above < self.cfg.veto_min_pixels {
