@@ -238,6 +238,22 @@ fn udp_get(port: u16, id: u16, req: &[u8]) -> Vec<Vec<u8>> {
     out
 }
 
+/// Collects `n` datagrams (or what arrives within the timeout).
+fn udp_all(port: u16, id: u16, req: &[u8], n: usize) -> Vec<Vec<u8>> {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut d = vec![(id >> 8) as u8, id as u8, 0, 0, 0, 1, 0, 0];
+    d.extend_from_slice(req);
+    s.send_to(&d, ("127.0.0.1", port)).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 2048];
+    while out.len() < n {
+        let Ok(k) = s.recv(&mut buf) else { break };
+        out.push(buf[..k].to_vec());
+    }
+    out
+}
+
 #[test]
 fn udp_frames_match_memcached() {
     let Some(mc) = memcached(&[]) else { return };
@@ -263,6 +279,22 @@ fn udp_frames_match_memcached() {
     let a = udp_get(mc.port, 7, b"get nothing\r\n");
     let b = udp_get(rm.port, 7, b"get nothing\r\n");
     assert_eq!(a, b);
+    // Binary protocol over UDP: getk of a hit and a miss (CAS masked).
+    let mut req = bin(0x0c, &[], b"big", &[], 0);
+    req.extend(bin(0x0c, &[], b"nothing", &[], 0));
+    // Each reply is its own message; mask the CAS of the first.
+    let mask = |mut v: Vec<Vec<u8>>| {
+        if let Some(d) = v.first_mut() {
+            d[8 + 16..8 + 24].fill(0);
+        }
+        v
+    };
+    let a = mask(udp_all(mc.port, 9, &req, 4));
+    let b = mask(udp_all(rm.port, 9, &req, 4));
+    assert_eq!(a.len(), 4, "memcached sent {} datagrams", a.len());
+    let sizes = |v: &Vec<Vec<u8>>| v.iter().map(|d| d.len()).collect::<Vec<_>>();
+    assert_eq!(sizes(&a), sizes(&b));
+    assert!(a == b, "binary-over-UDP replies differ");
 }
 
 #[test]

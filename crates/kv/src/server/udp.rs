@@ -1,5 +1,5 @@
-//! The UDP server: one request per datagram (after the 8-byte frame header); the reply is
-//! split into frames of at most 1400 bytes sent back to the sender.
+//! The UDP server: requests in one datagram (after the 8-byte frame header); each request's
+//! reply is split into frames of at most 1400 bytes sent back to the sender.
 
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,14 +30,22 @@ pub fn serve(sock: UdpSocket, eng: Arc<Engine>, stop: Arc<AtomicBool>) {
         if frame.total != 1 || frame.seq != 0 {
             continue;
         }
-        out.clear();
         let mut session = Session::new(counters.clone());
-        process(&eng, &mut session, &buf[HEADER_LEN..n], &mut out, 1 << 20);
-        if out.is_empty() {
-            continue;
-        }
-        for d in split(frame.request_id, &out) {
-            let _ = sock.send_to(&d, peer);
+        let mut input = &buf[HEADER_LEN..n];
+        // Like memcached, every request's reply is its own message (own sequence numbers):
+        // an output cap of one byte stops `process` after each request that answered.
+        while !input.is_empty() {
+            out.clear();
+            let o = process(&eng, &mut session, input, &mut out, 1);
+            input = &input[o.consumed..];
+            if !out.is_empty() {
+                for d in split(frame.request_id, &out) {
+                    let _ = sock.send_to(&d, peer);
+                }
+            }
+            if o.close || o.consumed == 0 {
+                break;
+            }
         }
     }
 }
