@@ -153,7 +153,11 @@ impl Shared {
 /// One queue pair on the tcp or shm transport.
 pub(crate) struct StreamQp {
     shared: Arc<Shared>,
+    /// Responses and control frames from the receive thread go through the writer thread.
     tx: Mutex<mpsc::Sender<Out>>,
+    /// The stream's write side, shared by posting threads (which write their requests
+    /// themselves, saving a thread hop) and the writer thread.
+    out: Arc<Mutex<BufWriter<TcpStream>>>,
     sock: TcpStream,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -184,11 +188,13 @@ impl StreamQp {
         });
         let (tx, rx) = mpsc::channel();
         let wsock = sock.try_clone().map_err(io_err("cloning the stream"))?;
+        let out = Arc::new(Mutex::new(BufWriter::with_capacity(STREAM_BUFFER, wsock)));
+        let wout = out.clone();
         let rsock = sock.try_clone().map_err(io_err("cloning the stream"))?;
         let s1 = shared.clone();
         let writer = std::thread::Builder::new()
             .name("remora-stream-tx".into())
-            .spawn(move || writer(wsock, rx, s1))
+            .spawn(move || writer(wout, rx, s1))
             .map_err(io_err("spawning the writer thread"))?;
         let s2 = shared.clone();
         let tx2 = tx.clone();
@@ -199,6 +205,7 @@ impl StreamQp {
         Ok(Arc::new(StreamQp {
             shared,
             tx: Mutex::new(tx),
+            out,
             sock,
             threads: Mutex::new(vec![writer, reader]),
         }))
@@ -277,34 +284,37 @@ impl StreamQp {
             DataPath::Inline if inline_payload => Out::Payload(frame, wr.local.clone(), wr.offset),
             _ => Out::Frame(frame),
         };
-        // The pending queue's order must be the stream's order: hold it while queueing.
-        let mut pending = sh.pending.lock().unwrap_or_else(|e| e.into_inner());
-        if matches!(sh.path, DataPath::Shm { .. }) {
-            self.announce(&wr.local);
-        }
+        // The stream's order must be the pending queue's: the write lock is taken first and
+        // held across both. The pending lock is held only to push, never while writing, so the
+        // receive thread (which takes only the pending lock) always keeps reading and two peers
+        // writing at each other cannot deadlock.
+        let mut w = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let map = match sh.path {
+            DataPath::Shm { .. } => self.announce(&wr.local),
+            DataPath::Inline => None,
+        };
         let tracked = sh.reliable || wr.op == WrOp::Read;
         if tracked {
-            pending.push_back(Pending {
-                wr_id: wr.wr_id,
-                op: wr.op,
-                len: wr.len,
-                local: wr.local.clone(),
-                offset: wr.offset,
-            });
+            sh.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back(Pending {
+                    wr_id: wr.wr_id,
+                    op: wr.op,
+                    len: wr.len,
+                    local: wr.local.clone(),
+                    offset: wr.offset,
+                });
         }
-        let sent = self
-            .tx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .send(out)
-            .is_ok();
-        if !sent {
-            if tracked {
-                pending.pop_back();
-            }
+        let written = map
+            .map_or(Ok(()), |m| put(&mut w, Out::Frame(m)))
+            .and_then(|_| put(&mut w, out))
+            .and_then(|_| w.flush());
+        drop(w);
+        if written.is_err() {
+            sh.error.store(true, Ordering::Release);
             return Err(Error::Disconnected);
         }
-        drop(pending);
         sh.count(|s| s.tx_packets += 1);
         if !tracked {
             // UC: complete once handed to the stream.
@@ -320,29 +330,24 @@ impl StreamQp {
 
     /// shm: tells the peer about a memfd-backed local region once, so it can map it and move
     /// bytes with memcpy instead of `process_vm_*` (which pins pages on every call).
-    fn announce(&self, r: &Region) {
+    fn announce(&self, r: &Region) -> Option<Frame> {
         use std::os::fd::AsRawFd;
-        let Some(fd) = r.memfd() else { return };
+        let fd = r.memfd()?;
         let mut done = self
             .shared
             .announced
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         if !done.insert(r.lkey()) {
-            return;
+            return None;
         }
-        let f = Frame {
+        Some(Frame {
             kind: MAP,
             va: r.addr(),
             aux: r.len() as u64,
             rkey: fd.as_raw_fd() as u32,
             ..Frame::default()
-        };
-        let _ = self
-            .tx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .send(Out::Frame(f));
+        })
     }
 
     pub(crate) fn post_recv(&self, wr: RecvWr) -> Result<()> {
@@ -420,21 +425,25 @@ unsafe fn region_slice(r: &Region, off: usize, len: usize) -> &mut [u8] {
     std::slice::from_raw_parts_mut(r.as_ptr().add(off), len)
 }
 
-fn writer(sock: TcpStream, rx: mpsc::Receiver<Out>, sh: Arc<Shared>) {
-    let mut w = BufWriter::with_capacity(STREAM_BUFFER, sock);
-    let put = |w: &mut BufWriter<TcpStream>, o: Out| -> io::Result<()> {
-        match o {
-            Out::Stop => Err(io::ErrorKind::Interrupted.into()),
-            Out::Frame(f) => w.write_all(&f.encode()),
-            Out::Payload(f, region, off) => {
-                w.write_all(&f.encode())?;
-                // SAFETY: bounds were checked when the request was posted or the access checked.
-                let bytes = unsafe { region_slice(&region, off, f.len as usize) };
-                w.write_all(bytes)
-            }
+/// Writes one frame (and its inline payload).
+fn put(w: &mut BufWriter<TcpStream>, o: Out) -> io::Result<()> {
+    match o {
+        Out::Stop => Err(io::ErrorKind::Interrupted.into()),
+        Out::Frame(f) => w.write_all(&f.encode()),
+        Out::Payload(f, region, off) => {
+            w.write_all(&f.encode())?;
+            // SAFETY: bounds were checked when the request was posted or the access checked.
+            let bytes = unsafe { region_slice(&region, off, f.len as usize) };
+            w.write_all(bytes)
         }
-    };
+    }
+}
+
+/// Sends what the receive thread queues (ACKs, NAKs, READ responses), batching what is
+/// queued together into one flush.
+fn writer(out: Arc<Mutex<BufWriter<TcpStream>>>, rx: mpsc::Receiver<Out>, sh: Arc<Shared>) {
     while let Ok(first) = rx.recv() {
+        let mut w = out.lock().unwrap_or_else(|e| e.into_inner());
         let mut r = put(&mut w, first);
         while r.is_ok() {
             match rx.try_recv() {
@@ -445,6 +454,7 @@ fn writer(sock: TcpStream, rx: mpsc::Receiver<Out>, sh: Arc<Shared>) {
         if r.and_then(|_| w.flush()).is_err() {
             break;
         }
+        drop(w);
         if sh.stop.load(Ordering::Acquire) {
             break;
         }
