@@ -192,13 +192,25 @@ fn binary_matches_memcached() {
     reqs.extend(bin(0x23, &[0, 0, 0, 100], b"n", &[], 0)); // gatk
     reqs.extend(bin(0x11, &set_x, b"q", b"quiet", 0)); // setq
     reqs.extend(bin(0x00, &[], b"q", &[], 0));
+    // Quiet variants: silent on success, errors still answered.
+    reqs.extend(bin(0x12, &set_x, b"q", b"x", 0)); // addq on existing: error
+    reqs.extend(bin(0x13, &set_x, b"q", b"replaced", 0)); // replaceq: silent
+    reqs.extend(bin(0x13, &set_x, b"zz", b"x", 0)); // replaceq missing: error
+    reqs.extend(bin(0x14, &[], b"zz", &[], 0)); // deleteq miss: error
+    reqs.extend(bin(0x15, &arith(2, 0, 0), b"n", &[], 0)); // incrementq: silent
+    reqs.extend(bin(0x16, &arith(1, 0, 0), b"n", &[], 0)); // decrementq: silent
+    reqs.extend(bin(0x19, &[], b"q", b"!", 0)); // appendq: silent
+    reqs.extend(bin(0x1a, &[], b"zz", b"!", 0)); // prependq missing: error
+    reqs.extend(bin(0x1e, &[0, 0, 0, 100], b"zz", &[], 0)); // gatq miss: silent
+    reqs.extend(bin(0x24, &[0, 0, 0, 100], b"q", &[], 0)); // gatkq hit
+    reqs.extend(bin(0x0c, &[], b"n", &[], 0)); // getk n after quiet arithmetic
+    reqs.extend(bin(0x14, &[], b"q", &[], 0)); // deleteq: silent
+    reqs.extend(bin(0x00, &[], b"q", &[], 0)); // gone
     reqs.extend(bin(0x50, &[], b"", &[], 0)); // unknown opcode
     reqs.extend(bin(0x0b, &[], &[], &[], 0)); // version
     let a = bin_roundtrip(mc.port, &reqs);
     let b = bin_roundtrip(rm.port, &reqs);
     assert!(a.len() > 20, "memcached answered {} frames", a.len());
-    let ops = |v: &Vec<Vec<u8>>| v.iter().map(|f| (f[1], f[7])).collect::<Vec<_>>();
-    eprintln!("memcached {:02x?}\nremora    {:02x?}", ops(&a), ops(&b));
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
         assert_eq!(
             x, y,
