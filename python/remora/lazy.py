@@ -1,8 +1,9 @@
 """Lazy memory: numpy arrays whose pages fault in from a page server (userfaultfd).
 
 ``PageServer.file(path)``, ``PageServer.memory(data)`` or ``PageServer.process(pid)`` serve bytes
-over TCP; ``LazyRegion.connect(server.address, unit=4096, mode="thread", prefetch="none",
-push=False)`` maps them lazily and ``region.array()`` is a zero-copy uint8 view. ``region.read()``
+over TCP (or ``transport="udp"``/``"shm"``: one-sided READs through remora-fabric);
+``LazyRegion.connect(server.address, unit=4096, mode="thread", prefetch="none", push=False,
+transport="tcp")`` maps them lazily and ``region.array()`` is a zero-copy uint8 view. ``region.read()``
 raises ``TimeoutError`` when the server is gone, where a raw access would raise SIGBUS.
 """
 from ._native import lazy as _m

@@ -37,6 +37,16 @@ def test_memory_source_array_equals_source(mode, unit):
     srv.close()
 
 
+@pytest.mark.parametrize("transport", ["udp", "shm"])
+def test_fabric_transports(transport):
+    src = pattern(1 << 20)
+    srv = lazy.PageServer.memory(src.tobytes(), transport=transport)
+    r = lazy.LazyRegion.connect(srv.address, transport=transport, mode="sigbus")
+    assert np.array_equal(r.array(), src)
+    assert r.stats()["units_zero"] > 0
+    srv.close()
+
+
 def test_file_source_with_prefetch():
     src = pattern(2 << 20)
     with tempfile.NamedTemporaryFile() as f:
@@ -101,6 +111,8 @@ def test_bad_arguments():
         lazy.LazyRegion.connect(srv.address, prefetch="sometimes")
     with pytest.raises(ValueError):
         lazy.LazyRegion.connect("not an address")
+    with pytest.raises(ValueError):
+        lazy.LazyRegion.connect(srv.address, transport="carrier-pigeon")
     r = lazy.LazyRegion.connect(srv.address)
     with pytest.raises(ValueError):
         r.read(9990, 100)

@@ -22,19 +22,49 @@ fn err(e: lz::Error) -> PyErr {
 /// A page server running on background threads; `close()` (or garbage collection) stops it.
 #[pyclass(module = "remora.lazy")]
 struct PageServer {
-    handle: Mutex<Option<lz::ServerHandle>>,
+    handle: Mutex<Option<Handle>>,
     address: String,
 }
 
-fn start(src: Arc<dyn lz::PageSource>, listen: &str) -> PyResult<PageServer> {
+/// A running TCP or fabric page server.
+enum Handle {
+    Tcp(lz::ServerHandle),
+    Fabric(lz::FabricServerHandle),
+}
+
+fn transport(name: &str) -> PyResult<Option<remora_fabric::Transport>> {
+    match name {
+        "tcp" => Ok(None),
+        "udp" => Ok(Some(remora_fabric::Transport::Udp)),
+        "shm" => Ok(Some(remora_fabric::Transport::Shm)),
+        _ => Err(PyValueError::new_err(format!(
+            "transport `{name}`: expected tcp, udp or shm"
+        ))),
+    }
+}
+
+fn start(src: Arc<dyn lz::PageSource>, listen: &str, via: &str) -> PyResult<PageServer> {
     let addr = listen
         .parse()
         .map_err(|_| PyValueError::new_err(format!("listen address `{listen}`")))?;
-    let h = lz::PageServer::bind(addr, src)
-        .and_then(|s| s.spawn())
-        .map_err(err)?;
+    let h = match transport(via)? {
+        None => Handle::Tcp(
+            lz::PageServer::bind(addr, src)
+                .and_then(|s| s.spawn())
+                .map_err(err)?,
+        ),
+        Some(t) => Handle::Fabric(
+            lz::FabricServer::bind(addr, &*src, t)
+                .and_then(|s| s.spawn())
+                .map_err(err)?,
+        ),
+    };
+    let address = match &h {
+        Handle::Tcp(h) => h.addr(),
+        Handle::Fabric(h) => h.addr(),
+    };
     Ok(PageServer {
-        address: h.addr().to_string(),
+        address: address.to_string(),
         handle: Mutex::new(Some(h)),
     })
 }
@@ -43,25 +73,30 @@ fn start(src: Arc<dyn lz::PageSource>, listen: &str) -> PyResult<PageServer> {
 impl PageServer {
     /// Serves a file (or memfd path such as /proc/self/fd/N).
     #[staticmethod]
-    #[pyo3(signature = (path, listen = "127.0.0.1:0"))]
-    fn file(path: std::path::PathBuf, listen: &str) -> PyResult<PageServer> {
-        start(Arc::new(lz::FileSource::open(&path).map_err(err)?), listen)
+    #[pyo3(signature = (path, listen = "127.0.0.1:0", transport = "tcp"))]
+    fn file(path: std::path::PathBuf, listen: &str, transport: &str) -> PyResult<PageServer> {
+        start(
+            Arc::new(lz::FileSource::open(&path).map_err(err)?),
+            listen,
+            transport,
+        )
     }
     /// Serves a copy of `data` (bytes or any buffer) held by the server.
     #[staticmethod]
-    #[pyo3(signature = (data, listen = "127.0.0.1:0"))]
-    fn memory(data: Vec<u8>, listen: &str) -> PyResult<PageServer> {
-        start(Arc::new(lz::MemorySource::new(data)), listen)
+    #[pyo3(signature = (data, listen = "127.0.0.1:0", transport = "tcp"))]
+    fn memory(data: Vec<u8>, listen: &str, transport: &str) -> PyResult<PageServer> {
+        start(Arc::new(lz::MemorySource::new(data)), listen, transport)
     }
     /// Serves a live process's memory: `ranges` of (start, end) addresses, or its writable
     /// private mappings; `stop` sends SIGSTOP while served.
     #[staticmethod]
-    #[pyo3(signature = (pid, ranges = None, stop = false, listen = "127.0.0.1:0"))]
+    #[pyo3(signature = (pid, ranges = None, stop = false, listen = "127.0.0.1:0", transport = "tcp"))]
     fn process(
         pid: i32,
         ranges: Option<Vec<(u64, u64)>>,
         stop: bool,
         listen: &str,
+        transport: &str,
     ) -> PyResult<PageServer> {
         let mut rs = Vec::new();
         for (a, b) in ranges.unwrap_or_default() {
@@ -75,6 +110,7 @@ impl PageServer {
         start(
             Arc::new(lz::ProcessSource::new(pid, &rs, stop).map_err(err)?),
             listen,
+            transport,
         )
     }
     /// `host:port` clients connect to.
@@ -121,9 +157,11 @@ fn options(
 
 #[pymethods]
 impl LazyRegion {
-    /// Connects to a page server at `address` ("host:port") and maps its source lazily.
+    /// Connects to a page server at `address` ("host:port") over `transport` (tcp, udp, shm)
+    /// and maps its source lazily.
     #[staticmethod]
-    #[pyo3(signature = (address, unit = 4096, mode = "thread", prefetch = "none", push = false, deadline = 5.0))]
+    #[pyo3(signature = (address, unit = 4096, mode = "thread", prefetch = "none", push = false, deadline = 5.0, transport = "tcp"))]
+    #[allow(clippy::too_many_arguments)]
     fn connect(
         py: Python<'_>,
         address: &str,
@@ -132,14 +170,19 @@ impl LazyRegion {
         prefetch: &str,
         push: bool,
         deadline: f64,
+        transport: &str,
     ) -> PyResult<LazyRegion> {
         let addr = address
             .parse()
             .map_err(|_| PyValueError::new_err(format!("address `{address}`")))?;
         let opts = options(unit, mode, prefetch, push, deadline)?;
+        let via = self::transport(transport)?;
         let r = py.detach(move || {
-            let f = lz::TcpFetcher::connect(addr, Duration::from_secs(5))?;
-            lz::LazyRegion::open(Arc::new(f), opts)
+            let f: Arc<dyn lz::PageFetcher> = match via {
+                None => Arc::new(lz::TcpFetcher::connect(addr, Duration::from_secs(5))?),
+                Some(t) => Arc::new(lz::FabricFetcher::connect(addr, t)?),
+            };
+            lz::LazyRegion::open(f, opts)
         });
         Ok(LazyRegion {
             inner: Arc::new(r.map_err(err)?),
