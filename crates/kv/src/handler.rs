@@ -221,7 +221,7 @@ impl Engine {
             };
             put(k, val.to_string());
         }
-        put("limit_maxbytes", self.settings.maxbytes.to_string());
+        put("limit_maxbytes", self.store.mem_limit().to_string());
         put("accepting_conns", "1".into());
         put("listen_disabled_num", "0".into());
         put("threads", self.settings.threads.to_string());
@@ -245,7 +245,7 @@ impl Engine {
         let yn = |b: bool| if b { "yes" } else { "no" }.to_string();
         let oo = |b: bool| if b { "on" } else { "off" }.to_string();
         vec![
-            ("maxbytes".into(), s.maxbytes.to_string()),
+            ("maxbytes".into(), self.store.mem_limit().to_string()),
             ("maxconns".into(), s.maxconns.to_string()),
             ("tcpport".into(), s.tcpport.to_string()),
             ("udpport".into(), s.udpport.to_string()),
@@ -661,7 +661,18 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
             }
             Reply::Fail(Fail::ShutdownDisabled).write(out);
         }
-        Command::CacheMemlimit { noreply, .. } => reply(out, noreply, Reply::Ok),
+        Command::CacheMemlimit { mb, noreply } => {
+            match usize::try_from(mb)
+                .ok()
+                .and_then(|m| m.checked_mul(1 << 20))
+            {
+                Some(bytes) if bytes > 0 => {
+                    eng.store.set_mem_limit(bytes, now);
+                    reply(out, noreply, Reply::Ok);
+                }
+                _ => reply(out, noreply, Reply::Fail(Fail::BadFormat)),
+            }
+        }
         Command::Stats { arg, arg2 } => match arg {
             Some(b"reset") => {
                 for w in eng.lock_workers().iter() {

@@ -123,6 +123,7 @@ pub struct Store {
     flush_cas: AtomicU64,
     /// Delayed flush: items last written at or before this time die once `now` reaches it.
     oldest_live: AtomicU64,
+    mem_limit: std::sync::atomic::AtomicUsize,
 }
 
 /// Outcome of `get`-like reads.
@@ -167,6 +168,7 @@ impl Store {
             config,
             flush_cas: AtomicU64::new(0),
             oldest_live: AtomicU64::new(u64::MAX),
+            mem_limit: std::sync::atomic::AtomicUsize::new(config.mem_limit),
         }
     }
 
@@ -354,6 +356,26 @@ impl Store {
             }
             Some(t) => self.oldest_live.store(t as u64, Ordering::Relaxed),
         }
+    }
+
+    /// Changes the memory budget at run time (`cache_memlimit`); items beyond a smaller budget
+    /// are evicted at once. The shard count stays as created.
+    pub fn set_mem_limit(&self, bytes: usize, now: u32) {
+        let n = self.shards.len();
+        let ctx = self.ctx(now);
+        for s in self.shards.iter() {
+            let mut g = match s.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            g.set_limit(bytes / n, &ctx);
+        }
+        self.mem_limit.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The current memory budget in bytes.
+    pub fn mem_limit(&self) -> usize {
+        self.mem_limit.load(Ordering::Relaxed)
     }
 
     /// Sums item counters over all shards.

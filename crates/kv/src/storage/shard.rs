@@ -495,6 +495,12 @@ impl Shard {
         ArithOutcome::Value(v, new_cas)
     }
 
+    /// Changes the byte budget; a smaller one is enforced by evicting now.
+    pub fn set_limit(&mut self, limit: usize, ctx: &Ctx) {
+        self.limit = limit;
+        self.make_room(0, ctx, false, NIL);
+    }
+
     pub fn clear(&mut self) {
         self.table.clear();
         self.slots.clear();

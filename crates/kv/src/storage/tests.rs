@@ -163,6 +163,21 @@ fn reads_within_the_bump_interval_do_not_reorder() {
 }
 
 #[test]
+fn shrinking_the_budget_evicts() {
+    let s = store(64 << 20);
+    let v = vec![b'x'; 10_000];
+    for i in 0..1000u32 {
+        s.store(StoreMode::Set, format!("k{i}").as_bytes(), 0, 0, &v, 10);
+    }
+    assert!(s.counters().bytes > 9_000_000);
+    s.set_mem_limit(2 << 20, 10);
+    let c = s.counters();
+    assert!(c.bytes <= 2 << 20, "bytes {}", c.bytes);
+    assert!(c.evictions > 700);
+    assert_eq!(s.mem_limit(), 2 << 20);
+}
+
+#[test]
 fn no_evict_mode_refuses() {
     let s = Store::new(StoreConfig {
         mem_limit: 8 * 1024,
