@@ -45,6 +45,8 @@ enum BenchCmd {
     Fabric(fabric::BenchArgs),
     /// JUNGFRAU processing: each stage and the chained pipeline, GB/s of raw input.
     Jungfrau(daq::BenchArgs),
+    /// Same as `remora lazy bench` (remote page-fault latency, OPERA's micro-benchmark).
+    Lazy(lazy::BenchArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -71,6 +73,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Lazy(c) => lazy::run(c),
         Cmd::Bench(BenchCmd::Fabric(a)) => fabric::bench(a),
         Cmd::Bench(BenchCmd::Jungfrau(a)) => daq::bench(a),
+        Cmd::Bench(BenchCmd::Lazy(a)) => lazy::run(lazy::Cmd::Bench(a)),
         Cmd::Daq(c) => daq::run(c),
         Cmd::Demo => fabric::demo(),
     }
