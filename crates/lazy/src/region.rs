@@ -44,7 +44,8 @@ pub enum Mode {
 }
 
 impl Default for Mode {
-    /// SIGBUS: measured faster than a handler thread on every transport (docs/bench/lazy.md).
+    /// SIGBUS: about 2x faster than a handler thread on local faults, and faster on most remote
+    /// rows (docs/bench/lazy.md).
     fn default() -> Mode {
         Mode::Sigbus
     }
