@@ -216,21 +216,7 @@ impl StreamQp {
         if sh.error.load(Ordering::Acquire) {
             return Err(Error::QpError);
         }
-        if wr.len > u32::MAX as usize / 2 + 1 {
-            return Err(Error::TooLong(wr.len));
-        }
-        if wr
-            .offset
-            .checked_add(wr.len)
-            .is_none_or(|e| e > wr.local.len())
-        {
-            return Err(Error::Local(format!(
-                "{}+{} bytes outside the local region of {} bytes",
-                wr.offset,
-                wr.len,
-                wr.local.len()
-            )));
-        }
+        wr.validate(sh.reliable)?;
         let local_addr = wr.local.addr() + wr.offset as u64;
         let (frame, inline_payload) = match wr.op {
             WrOp::Write { imm } => (
@@ -255,30 +241,17 @@ impl StreamQp {
                 },
                 true,
             ),
-            WrOp::Read => {
-                if !sh.reliable {
-                    return Err(Error::Unsupported {
-                        op: "READ",
-                        qp: "UC",
-                    });
-                }
-                if !wr.local.access().contains(Access::LOCAL_WRITE) {
-                    return Err(Error::Local(
-                        "READ needs a local region registered with LOCAL_WRITE".into(),
-                    ));
-                }
-                (
-                    Frame {
-                        kind: READ_REQ,
-                        len: wr.len as u32,
-                        va: wr.remote_va,
-                        rkey: wr.rkey,
-                        aux: local_addr,
-                        ..Frame::default()
-                    },
-                    false,
-                )
-            }
+            WrOp::Read => (
+                Frame {
+                    kind: READ_REQ,
+                    len: wr.len as u32,
+                    va: wr.remote_va,
+                    rkey: wr.rkey,
+                    aux: local_addr,
+                    ..Frame::default()
+                },
+                false,
+            ),
         };
         let out = match sh.path {
             DataPath::Inline if inline_payload => Out::Payload(frame, wr.local.clone(), wr.offset),
@@ -351,18 +324,7 @@ impl StreamQp {
     }
 
     pub(crate) fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        if wr
-            .offset
-            .checked_add(wr.len)
-            .is_none_or(|e| e > wr.local.len())
-        {
-            return Err(Error::Local(format!(
-                "receive buffer {}+{} outside region of {} bytes",
-                wr.offset,
-                wr.len,
-                wr.local.len()
-            )));
-        }
+        wr.validate()?;
         let sh = &self.shared;
         sh.recvs
             .lock()

@@ -1,7 +1,23 @@
 //! Work requests and work completions: what the application posts and what it gets back.
 use std::sync::Arc;
 
-use remora_mem::Region;
+use remora_mem::{Access, Region};
+
+use crate::error::{Error, Result};
+
+/// Largest message (the RETH DMA length is 32 bits; verbs limit it to 2^31).
+pub(crate) const MAX_MESSAGE: usize = 1 << 31;
+
+/// `offset..offset+len` must lie inside `r`.
+fn check_bounds(r: &Region, offset: usize, len: usize, what: &str) -> Result<()> {
+    if offset.checked_add(len).is_none_or(|e| e > r.len()) {
+        return Err(Error::Local(format!(
+            "{what} {offset}+{len} bytes outside the local region of {} bytes",
+            r.len()
+        )));
+    }
+    Ok(())
+}
 
 /// What a posted send-side work request does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +56,31 @@ pub struct SendWr {
     pub rkey: u32,
 }
 
+impl SendWr {
+    /// The checks every transport makes at post time: size, local bounds, READ only on
+    /// reliable queue pairs and into a region with local write access.
+    pub(crate) fn validate(&self, reliable: bool) -> Result<()> {
+        if self.len > MAX_MESSAGE {
+            return Err(Error::TooLong(self.len));
+        }
+        check_bounds(&self.local, self.offset, self.len, "buffer")?;
+        if self.op == WrOp::Read {
+            if !reliable {
+                return Err(Error::Unsupported {
+                    op: "READ",
+                    qp: "UC",
+                });
+            }
+            if !self.local.access().contains(Access::LOCAL_WRITE) {
+                return Err(Error::Local(
+                    "READ needs a local region registered with LOCAL_WRITE".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A receive buffer for incoming SENDs.
 #[derive(Clone, Debug)]
 pub struct RecvWr {
@@ -51,6 +92,13 @@ pub struct RecvWr {
     pub offset: usize,
     /// Capacity in bytes.
     pub len: usize,
+}
+
+impl RecvWr {
+    /// The buffer lies inside its region.
+    pub(crate) fn validate(&self) -> Result<()> {
+        check_bounds(&self.local, self.offset, self.len, "receive buffer")
+    }
 }
 
 /// Outcome of a work request, named after the verbs statuses they mirror.

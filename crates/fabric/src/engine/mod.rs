@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use remora_mem::Pd;
 use remora_wire::{Psn, Repr, Service};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::wr::{Completion, RecvWr, SendWr};
 
 mod requester;
@@ -169,15 +169,7 @@ impl Engine {
 
     /// Queues a receive buffer for incoming SENDs.
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<()> {
-        let end = wr.offset.checked_add(wr.len);
-        if end.is_none_or(|e| e > wr.local.len()) {
-            return Err(Error::Local(format!(
-                "receive buffer {}+{} outside region of {} bytes",
-                wr.offset,
-                wr.len,
-                wr.local.len()
-            )));
-        }
+        wr.validate()?;
         self.resp.recv_queue.push_back(wr);
         Ok(())
     }

@@ -3,15 +3,12 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use remora_mem::Access;
 use remora_wire::{AethRepr, BthRepr, NakCode, Op, Opcode, Psn, Repr, RethRepr, Service, Syndrome};
 
 use super::{packets_for, EngineConfig, Stats};
 use crate::error::{Error, Result};
 use crate::wr::{Completion, SendWr, Status, WrOp};
 
-/// Largest RDMA message (the RETH DMA length is 32 bits; verbs limit it to 2^31).
-const MAX_MESSAGE: usize = 1 << 31;
 /// Bounds of the adaptive retransmission timeout.
 const MIN_RTO: Duration = Duration::from_micros(500);
 const MAX_RTO: Duration = Duration::from_secs(1);
@@ -109,31 +106,7 @@ impl Requester {
         if self.wrs.len() >= cfg.max_send_wr {
             return Err(Error::QueueFull(self.wrs.len()));
         }
-        if wr.len > MAX_MESSAGE {
-            return Err(Error::TooLong(wr.len));
-        }
-        let end = wr.offset.checked_add(wr.len);
-        if end.is_none_or(|e| e > wr.local.len()) {
-            return Err(Error::Local(format!(
-                "{}+{} bytes outside the local region of {} bytes",
-                wr.offset,
-                wr.len,
-                wr.local.len()
-            )));
-        }
-        if wr.op == WrOp::Read {
-            if cfg.service != Service::Rc {
-                return Err(Error::Unsupported {
-                    op: "READ",
-                    qp: "UC",
-                });
-            }
-            if !wr.local.access().contains(Access::LOCAL_WRITE) {
-                return Err(Error::Local(
-                    "READ needs a local region registered with LOCAL_WRITE".into(),
-                ));
-            }
-        }
+        wr.validate(cfg.service == Service::Rc)?;
         let npkts = packets_for(wr.len, cfg.mtu);
         let first_psn = self.next_psn;
         self.next_psn = first_psn.add(npkts);

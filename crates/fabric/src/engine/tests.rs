@@ -8,6 +8,7 @@ use remora_mem::{Access, Buffer, Mode, Pd, Region};
 use remora_wire::{Psn, Service};
 
 use super::*;
+use crate::error::Error;
 use crate::wr::{RecvWr, SendWr, Status, WcOpcode, WrOp};
 
 /// A deterministic xorshift generator, so failures replay from the seed.
