@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use crate::protocol::{Hello, Op, Reply, Request, Status, HEADER_LEN, MAX_CHUNK};
 use crate::source::{is_zero, PageSource, PushCursor};
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -21,9 +22,15 @@ pub struct PageServer {
 pub struct ServerHandle {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
+    conns: Conns,
     thread: Option<JoinHandle<()>>,
 }
+
+/// Open connections by id (a second handle on each, so `kill` can shut them down).
+type Conns = Arc<Mutex<HashMap<u64, TcpStream>>>;
+
+/// Connections served at once; more are refused (closed) until some end.
+pub const MAX_CONNECTIONS: usize = 1024;
 
 impl PageServer {
     /// Binds `addr` (port 0 picks one).
@@ -41,7 +48,7 @@ impl PageServer {
     pub fn spawn(self) -> Result<ServerHandle> {
         let addr = self.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let conns = Arc::new(Mutex::new(Vec::new()));
+        let conns: Conns = Arc::new(Mutex::new(HashMap::new()));
         let (s, c) = (stop.clone(), conns.clone());
         let thread = std::thread::Builder::new()
             .name("lazy-server".into())
@@ -57,11 +64,12 @@ impl PageServer {
     /// Serves in the calling thread until the process ends.
     pub fn run(self) {
         let stop = AtomicBool::new(false);
-        let conns = Mutex::new(Vec::new());
+        let conns: Conns = Arc::new(Mutex::new(HashMap::new()));
         self.accept_loop(&stop, &conns);
     }
 
-    fn accept_loop(self, stop: &AtomicBool, conns: &Mutex<Vec<TcpStream>>) {
+    fn accept_loop(self, stop: &AtomicBool, conns: &Conns) {
+        let mut next_id = 0u64;
         if let Err(e) = self.listener.set_nonblocking(true) {
             tracing::error!("page server: set_nonblocking: {e}");
             return;
@@ -84,22 +92,41 @@ impl PageServer {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nonblocking(false);
                     let _ = stream.set_nodelay(true);
-                    if let Ok(c) = stream.try_clone() {
+                    next_id += 1;
+                    let id = next_id;
+                    {
                         let mut g = conns.lock().unwrap_or_else(|p| p.into_inner());
-                        g.retain(|s| s.peer_addr().is_ok());
-                        g.push(c);
+                        if g.len() >= MAX_CONNECTIONS {
+                            tracing::warn!(
+                                "page server: {peer} refused: {MAX_CONNECTIONS} connections open"
+                            );
+                            continue;
+                        }
+                        // A second handle so kill() can shut the connection down.
+                        match stream.try_clone() {
+                            Ok(c) => {
+                                g.insert(id, c);
+                            }
+                            Err(e) => {
+                                tracing::warn!("page server: {peer} refused: {e}");
+                                continue;
+                            }
+                        }
                     }
                     let src = self.source.clone();
                     let hello = hello.clone();
+                    let mine = conns.clone();
                     let r = std::thread::Builder::new()
                         .name("lazy-conn".into())
                         .spawn(move || {
                             if let Err(e) = serve_conn(stream, &*src, &hello) {
                                 tracing::debug!("page server: connection {peer} ended: {e}");
                             }
+                            mine.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
                         });
                     if let Err(e) = r {
                         tracing::error!("page server: cannot spawn connection thread: {e}");
+                        conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -122,12 +149,7 @@ impl ServerHandle {
     /// Stops accepting and closes every connection (what a crashed server looks like to clients).
     pub fn kill(&mut self) {
         self.stop.store(true, Ordering::Release);
-        for c in self
-            .conns
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-        {
+        for (_, c) in self.conns.lock().unwrap_or_else(|p| p.into_inner()).drain() {
             let _ = c.shutdown(Shutdown::Both);
         }
         if let Some(t) = self.thread.take() {

@@ -320,3 +320,31 @@ fn hostile_huge_source_is_an_error_not_an_abort() {
         stop.store(true, Ordering::Release);
     });
 }
+
+/// The server keeps a second handle on each connection (to shut it down on kill); finished
+/// connections must give both back, or a long-running server runs out of descriptors.
+#[test]
+fn server_releases_finished_connections() {
+    bounded(30, || {
+        let srv = served(pattern(1 << 16, 4096));
+        let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+        // Warm up (thread and allocator state), then measure.
+        drop(TcpStream::connect(srv.addr()).unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+        let before = fds();
+        for _ in 0..50 {
+            let mut s = TcpStream::connect(srv.addr()).unwrap();
+            let mut h = [0u8; Hello::FIXED];
+            s.read_exact(&mut h).unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fds() > before + 5 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            fds() <= before + 5,
+            "{} descriptors open, {before} before",
+            fds()
+        );
+    });
+}
