@@ -132,7 +132,24 @@ fn slow_reader_does_not_block_others() {
         })
         .unwrap();
     assert!(rss < 150_000, "server RSS {rss} kB with a slow reader");
-    drop(slow);
+    // Once the reader reads, every reply it asked for arrives (the stuck output resumes).
+    let line = b"get big big big big big big big big big big\r\n".len();
+    let per_reply = 10 * (b"VALUE big 0 100000\r\n".len() + 100_000 + 2) + 5;
+    let want = (sent / line) * per_reply;
+    slow.set_nonblocking(false).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let t0 = Instant::now();
+    while got < want && t0.elapsed() < Duration::from_secs(60) {
+        match slow.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(_) => break,
+        }
+    }
+    assert_eq!(got, want, "replies after the slow reader started reading");
 }
 
 #[test]

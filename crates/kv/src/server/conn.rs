@@ -82,6 +82,9 @@ struct Conn {
     session: Session,
     closing: bool,
     drained: bool,
+    token: Token,
+    /// Registered for writability (only while output is stuck).
+    want_write: bool,
 }
 
 impl Conn {
@@ -132,7 +135,7 @@ impl Conn {
     }
 
     /// Runs the connection until it would block; false = drop it.
-    fn drive(&mut self, eng: &Engine) -> bool {
+    fn drive(&mut self, eng: &Engine, registry: &Registry) -> bool {
         let counters = self.session.counters.clone();
         loop {
             let mut stalled = false;
@@ -152,8 +155,28 @@ impl Conn {
             }
             match self.flush(&counters) {
                 Err(_) => return false,
-                Ok(false) => return true,
-                Ok(true) => {}
+                Ok(false) => {
+                    // Ask for writability only while output is stuck: fewer wakeups otherwise.
+                    if !self.want_write {
+                        self.want_write = true;
+                        let i = Interest::READABLE | Interest::WRITABLE;
+                        if self.stream.reregister(registry, self.token, i).is_err() {
+                            return false;
+                        }
+                    }
+                    return true;
+                }
+                Ok(true) => {
+                    if self.want_write {
+                        self.want_write = false;
+                        let r = self
+                            .stream
+                            .reregister(registry, self.token, Interest::READABLE);
+                        if r.is_err() {
+                            return false;
+                        }
+                    }
+                }
             }
             if self.closing {
                 return false;
@@ -234,6 +257,8 @@ pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<
                             },
                             closing: false,
                             drained: false,
+                            token: Token(t),
+                            want_write: false,
                         },
                     );
                 }
@@ -241,7 +266,7 @@ pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<
             }
             let t = ev.token().0;
             let keep = match conns.get_mut(&t) {
-                Some(c) => c.drive(&eng),
+                Some(c) => c.drive(&eng, poll.registry()),
                 None => continue,
             };
             if !keep {
