@@ -1,6 +1,5 @@
 //! Completion queues: a FIFO of work completions with busy-poll and blocking waits.
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -8,19 +7,13 @@ use crate::wr::Completion;
 
 /// A completion queue shared by the application and a transport's progress thread.
 ///
-/// `poll` never blocks (busy polling is calling it in a loop); `wait` spins briefly (a
-/// completion that is microseconds away costs no sleep and wake-up) and then sleeps on a
-/// condition variable until a completion arrives or the timeout passes.
+/// `poll` never blocks (busy polling is calling it in a loop); `wait` sleeps on a condition
+/// variable until a completion arrives or the timeout passes.
 #[derive(Default)]
 pub struct Cq {
     q: Mutex<VecDeque<Completion>>,
     cv: Condvar,
-    /// Completions queued, readable without the lock for spinning.
-    queued: AtomicUsize,
 }
-
-/// How long `wait` spins before sleeping.
-const SPIN: Duration = Duration::from_micros(30);
 
 impl Cq {
     /// An empty queue.
@@ -33,7 +26,6 @@ impl Cq {
         let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
         let before = q.len();
         q.extend(items);
-        self.queued.store(q.len(), Ordering::Release);
         if q.len() > before {
             drop(q);
             self.cv.notify_all();
@@ -45,22 +37,15 @@ impl Cq {
         let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
         let n = max.min(q.len());
         out.extend(q.drain(..n));
-        self.queued.store(q.len(), Ordering::Release);
         n
     }
 
     /// The oldest completion, waiting up to `timeout` for one; `None` on timeout.
     pub fn wait(&self, timeout: Duration) -> Option<Completion> {
-        let start = Instant::now();
-        let deadline = start + timeout;
-        let spin_end = start + SPIN.min(timeout);
-        while self.queued.load(Ordering::Acquire) == 0 && Instant::now() < spin_end {
-            std::hint::spin_loop();
-        }
+        let deadline = Instant::now() + timeout;
         let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(c) = q.pop_front() {
-                self.queued.store(q.len(), Ordering::Release);
                 return Some(c);
             }
             let left = deadline.checked_duration_since(Instant::now())?;
