@@ -61,6 +61,11 @@ struct Client {
 }
 
 fn client(s: &Server, transport: Transport) -> Client {
+    client_with(s, transport, &[0])
+}
+
+/// A client whose private data asks the responder for a role (see `remora fabric serve`).
+fn client_with(s: &Server, transport: Transport, private: &[u8]) -> Client {
     let pd = Arc::new(Pd::new());
     let region = pd
         .register(
@@ -79,7 +84,7 @@ fn client(s: &Server, transport: Transport) -> Client {
         ..QpOptions::default()
     };
     // Role 0: the responder only serves one-sided requests.
-    let (qp, peer) = connect(s.addr, pd, opts, &[0]).expect("connect");
+    let (qp, peer) = connect(s.addr, pd, opts, private).expect("connect");
     Client {
         qp,
         region,
@@ -143,6 +148,42 @@ fn every_transport_writes_and_reads_every_byte_across_processes() {
             bytes(&c.region, 0, 8 << 20) == bytes(&c.region, 8 << 20, 8 << 20),
             "{t}: bytes differ"
         );
+    }
+}
+
+#[test]
+fn sends_land_in_the_servers_receive_buffers_across_processes() {
+    let s = serve(&[]);
+    let size = 100_000usize;
+    for t in [Transport::Udp, Transport::Shm, Transport::Tcp] {
+        // Role 2 (sink): the server keeps receive buffers of `size` bytes posted, slot i at
+        // offset i * size of its region.
+        let mut private = vec![2u8];
+        private.extend_from_slice(&[0u8; 20]);
+        private.extend_from_slice(&(size as u32).to_le_bytes());
+        let c = client_with(&s, t, &private);
+        for i in 0..3u64 {
+            c.qp.post_send(i, &c.region, i as usize * 7777, size, Some(i as u32))
+                .unwrap();
+            assert_eq!(done(&c.qp).status, Status::Success, "{t} SEND {i}");
+        }
+        // Read the three slots back and compare with what was sent.
+        c.qp.post_read(
+            9,
+            &c.region,
+            8 << 20,
+            3 * size,
+            c.remote.addr,
+            c.remote.rkey,
+        )
+        .unwrap();
+        assert_eq!(done(&c.qp).status, Status::Success);
+        for i in 0..3usize {
+            assert!(
+                bytes(&c.region, (8 << 20) + i * size, size) == bytes(&c.region, i * 7777, size),
+                "{t}: SEND {i} bytes differ"
+            );
+        }
     }
 }
 
