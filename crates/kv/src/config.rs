@@ -107,7 +107,6 @@ impl Config {
             warnings: Vec::new(),
             info: None,
         };
-        let mut item_size_set = false;
         let mut opts: Vec<(char, Option<String>)> = Vec::new();
         let mut i = 0;
         while i < args.len() {
@@ -208,7 +207,6 @@ impl Config {
                         return err(format!("Invalid value for -I: {v}"));
                     };
                     s.item_size_max = n;
-                    item_size_set = true;
                 }
                 'M' => s.evictions = false,
                 'C' => s.cas_enabled = false,
@@ -245,7 +243,7 @@ impl Config {
                     }
                     s.chunk_size = n as usize;
                 }
-                'o' => cfg.suboptions(&v, &mut s, &mut item_size_set)?,
+                'o' => cfg.suboptions(&v, &mut s)?,
                 'h' => cfg.info = Some(usage()),
                 'V' => cfg.info = Some(format!("memcached {}", crate::handler::VERSION)),
                 'k' | 'r' | 'L' | 'd' | 'D' | 'e' | 'S' | 'X' | 'W' | 'Y' | 'N' | 'Z' => cfg
@@ -263,19 +261,13 @@ impl Config {
         if s.item_size_max > s.maxbytes / 2 {
             return err("Cannot set item size limit higher than 1/2 of memory max.");
         }
-        let _ = item_size_set;
         s.interfaces = cfg.listen.clone();
         s.verbose = cfg.verbose;
         cfg.settings = s;
         Ok(cfg)
     }
 
-    fn suboptions(
-        &mut self,
-        v: &str,
-        s: &mut Settings,
-        item_size_set: &mut bool,
-    ) -> Result<(), ConfigError> {
+    fn suboptions(&mut self, v: &str, s: &mut Settings) -> Result<(), ConfigError> {
         for sub in v.split(',').filter(|x| !x.is_empty()) {
             let (k, val) = match sub.split_once('=') {
                 Some((k, val)) => (k, Some(val)),
@@ -283,10 +275,7 @@ impl Config {
             };
             match (k, val) {
                 ("item_size_max", Some(val)) => match parse_size(val) {
-                    Some(n) => {
-                        s.item_size_max = n;
-                        *item_size_set = true;
-                    }
+                    Some(n) => s.item_size_max = n,
                     None => return err(format!("Invalid value for item_size_max: {val}")),
                 },
                 (

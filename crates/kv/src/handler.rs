@@ -101,7 +101,6 @@ pub struct Engine {
     started: Instant,
     process_started: i64,
     workers: Mutex<Vec<Arc<Counters>>>,
-    cmd_flush_extra: AtomicU64,
     verbosity: AtomicU64,
     /// Set by `shutdown` (with `-A`): servers stop.
     pub shutdown: std::sync::atomic::AtomicBool,
@@ -131,7 +130,6 @@ impl Engine {
             // Relative clock starts at 2 so 0 and 1 keep their special meanings.
             process_started: unix_now() - 2,
             workers: Mutex::new(Vec::new()),
-            cmd_flush_extra: AtomicU64::new(0),
             verbosity: AtomicU64::new(0),
             shutdown: std::sync::atomic::AtomicBool::new(false),
         }
@@ -214,11 +212,6 @@ impl Engine {
         );
         let t = self.totals();
         for (k, val) in &t {
-            let val = if *k == "cmd_flush" {
-                val + self.cmd_flush_extra.load(Relaxed)
-            } else {
-                *val
-            };
             put(k, val.to_string());
         }
         put("limit_maxbytes", self.store.mem_limit().to_string());

@@ -91,15 +91,9 @@ fn allowed(kind: MetaKind) -> &'static [u8] {
     }
 }
 
-/// Parses a meta command line (`l`, `used` bytes including the newline) from `buf`.
-pub(super) fn parse<'a>(
-    buf: &'a [u8],
-    l: &'a [u8],
-    used: usize,
-    tk: &Tokens<'a>,
-    lim: &Limits,
-) -> Parse<'a> {
-    let _ = l;
+/// Parses a meta command whose line (`used` bytes including the newline, tokenized in `tk`)
+/// starts `buf`.
+pub(super) fn parse<'a>(buf: &'a [u8], used: usize, tk: &Tokens<'a>, lim: &Limits) -> Parse<'a> {
     let done = |c| Parse::Done(c, used);
     let t = &tk.t;
     let n = tk.n;

@@ -429,7 +429,7 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
             arg: (n > 1).then(|| t[1]),
             arg2: (n > 2).then(|| t[2]),
         }),
-        b"mg" | b"ms" | b"md" | b"ma" | b"mn" | b"me" => meta::parse(buf, l, used, &tk, lim),
+        b"mg" | b"ms" | b"md" | b"ma" | b"mn" | b"me" => meta::parse(buf, used, &tk, lim),
         _ => done(Command::Fail(Fail::Error)),
     }
 }
