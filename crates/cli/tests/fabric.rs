@@ -406,6 +406,7 @@ fn captured_datagrams_decode_in_tshark_and_pass_the_icrc_check() {
         line.clear();
         if err.read_line(&mut line).unwrap_or(0) == 0 || t0.elapsed() > Duration::from_secs(20) {
             let _ = cap.kill();
+            let _ = cap.wait();
             eprintln!("skipped: tshark cannot capture on lo here");
             return;
         }

@@ -239,8 +239,7 @@ fn udp_get(port: u16, id: u16, req: &[u8]) -> Vec<Vec<u8>> {
     s.send_to(&d, ("127.0.0.1", port)).unwrap();
     let mut out = Vec::new();
     let mut buf = [0u8; 2048];
-    loop {
-        let Ok(n) = s.recv(&mut buf) else { break };
+    while let Ok(n) = s.recv(&mut buf) {
         out.push(buf[..n].to_vec());
         let total = u16::from_be_bytes([buf[4], buf[5]]) as usize;
         if out.len() >= total {

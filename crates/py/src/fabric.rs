@@ -31,7 +31,7 @@ fn mem_err(e: mem::Error) -> PyErr {
 fn parse_access(s: &str) -> PyResult<mem::Access> {
     let mut a = mem::Access::NONE;
     for c in s.chars() {
-        a = a | match c {
+        a |= match c {
             'l' => mem::Access::LOCAL_WRITE,
             'w' => mem::Access::REMOTE_WRITE,
             'r' => mem::Access::REMOTE_READ,

@@ -17,7 +17,7 @@ pub fn demo() -> anyhow::Result<()> {
     println!(
         "  a responder process serves a registered region; this process WRITEs {} MiB into it as \
          {CHUNKS} WRITE-with-immediate messages,\n  then READs it back and checks every byte\n",
-        CHUNK * CHUNKS >> 20
+        (CHUNK * CHUNKS) >> 20
     );
     let responder = Responder::start(CHUNK * CHUNKS, 4096, transports.len(), true)?;
     for t in transports {
