@@ -32,8 +32,8 @@ w(f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this projec
   f"{R[1]['modules']} modules (JUNGFRAU {R[1]['modules'] // 2}M, {R[1]['frame_bytes'] >> 20} MiB of raw "
   f"data per frame), synthetic frames (LaB6 rings, 40 Bragg spots, Poisson noise, gain switching), "
   f"{R[1]['frames']} frames per stage cycling over 4 distinct frames, best of three rounds (both for remora and the peers). pyFAI {P[1]['pyfai']}, numpy {P[1]['numpy']}.\n")
-w(f"Command: `{cmd}`. Other engineers' builds and tests shared the 2 cores during the run "
-  f"(load average at start: {load}); the remora runs got {cpu_share(1):.0%} (1 thread) and "
+w(f"Command: `{cmd}`. Load average at the start: {load} (anything above ~0.5 means other "
+  f"work shared the 2 cores); the remora runs got {cpu_share(1):.0%} (1 thread) and "
   f"{cpu_share(2):.0%} (2 threads) of the CPU time their threads could have used, including "
   f"synthetic-data generation. Figures vary by ±30 % between runs.\n")
 w("GB/s are of raw input (2 bytes per pixel). memcpy GB/s are bytes copied (each read once and "
