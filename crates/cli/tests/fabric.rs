@@ -334,12 +334,13 @@ fn bench_json_has_the_documented_fields() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("READ needs an RC"));
 }
 
+/// A UDP port below the kernel's ephemeral range (32768 and up), so that no socket another
+/// test binds to port 0 can take it between this check and the server's bind.
 fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    (0..12_000u32)
+        .map(|n| 20_000 + ((std::process::id().wrapping_mul(131) + n) % 12_000) as u16)
+        .find(|&p| UdpSocket::bind(("127.0.0.1", p)).is_ok())
+        .expect("a free UDP port")
 }
 
 /// Reads a classic pcap (Linux cooked or Ethernet or raw loopback link types) and returns

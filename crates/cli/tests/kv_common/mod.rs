@@ -5,6 +5,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// A server process that is killed when dropped.
@@ -21,12 +22,21 @@ impl Drop for Srv {
     }
 }
 
+/// A port free for both TCP and UDP right now, and never handed to two tests of this process.
+///
+/// Regression (huge_multiget_reply_is_refused, seen in CI): ports from `bind(0)` come from the
+/// kernel's ephemeral range and are free again as soon as the probe closes, so two tests running
+/// in parallel could draw the same port; the second server failed to bind, `wait_up` saw the
+/// first one listening, and the test talked to another test's (descriptor-starved) server.
+/// Ports here come from a per-process counter below the ephemeral range (32768 and up), which
+/// `bind(0)` never hands out.
 pub fn free_port() -> u16 {
-    // A port free for both TCP and UDP right now.
+    static NEXT: AtomicU32 = AtomicU32::new(0);
     loop {
-        let t = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let p = t.local_addr().unwrap().port();
-        if UdpSocket::bind(("127.0.0.1", p)).is_ok() {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let p = 20_000 + (std::process::id().wrapping_mul(131).wrapping_add(n) % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", p)).is_ok() && UdpSocket::bind(("127.0.0.1", p)).is_ok()
+        {
             return p;
         }
     }
