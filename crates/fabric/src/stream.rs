@@ -455,7 +455,10 @@ fn serve(
     sh: &Shared,
 ) -> std::result::Result<(), String> {
     let mut acks: u32 = 0;
-    let send = |o: Out| tx.send(o).map_err(|_| "writer gone".to_string());
+    let send = |o: Out| {
+        sh.count(|s| s.tx_packets += 1);
+        tx.send(o).map_err(|_| "writer gone".to_string())
+    };
     let flush_acks = |acks: &mut u32| -> std::result::Result<(), String> {
         if *acks > 0 {
             sh.count(|s| s.acks_sent += 1);
