@@ -1,0 +1,374 @@
+//! The `tcp` and `shm` transports: requests and responses as 32-byte frames over one stream.
+//!
+//! `tcp` carries payloads inline after their frame and the receiver reads them straight into
+//! the target region. `shm` carries only descriptors: the responder moves the bytes itself,
+//! once, between the two address spaces, after checking the access against its own keys: with
+//! `memcpy` when the requester's region is a memfd (announced once with a MAP frame and mapped
+//! here through `/proc/PID/fd`), else with `process_vm_readv` (WRITE, SEND) and
+//! `process_vm_writev` (READ).
+//!
+//! The stream is reliable and ordered, so there are no PSNs or retransmissions: on RC the
+//! responder answers requests in order with coalesced `ACK n`, a `NAK code` for a refused one,
+//! or a READ response; on UC it answers nothing and drops what it refuses. Posting threads write
+//! their requests themselves; the receive thread ([`rx`]) hands its responses to a writer
+//! thread, so a thread that receives never blocks on a send (two peers writing large messages at
+//! each other cannot deadlock). Frames: [`frame`].
+use std::collections::VecDeque;
+use std::io::{self, BufWriter, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use remora_mem::{Pd, Region};
+
+use crate::conn::QpType;
+use crate::cq::Cq;
+use crate::engine::Stats;
+use crate::error::{io_err, Error, Result};
+use crate::wr::{Completion, RecvWr, SendWr, Status, WrOp};
+
+mod frame;
+mod rx;
+
+use frame::*;
+
+const STREAM_BUFFER: usize = 256 << 10;
+
+/// How payload bytes travel.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum DataPath {
+    /// In the stream after the frame (tcp).
+    Inline,
+    /// Copied by the responder between address spaces (shm).
+    Shm { peer_pid: i32 },
+}
+
+enum Out {
+    Frame(Frame),
+    /// A frame followed by `len` bytes of a region.
+    Payload(Frame, Arc<Region>, usize),
+    /// Flush and end the writer thread.
+    Stop,
+}
+
+struct Pending {
+    wr_id: u64,
+    op: WrOp,
+    len: usize,
+    local: Arc<Region>,
+    offset: usize,
+}
+
+struct Shared {
+    pd: Arc<Pd>,
+    cq: Arc<Cq>,
+    path: DataPath,
+    reliable: bool,
+    pending: Mutex<VecDeque<Pending>>,
+    recvs: Mutex<VecDeque<RecvWr>>,
+    recv_cv: Condvar,
+    error: AtomicBool,
+    stop: AtomicBool,
+    closed: Mutex<bool>,
+    closed_cv: Condvar,
+    stats: Mutex<Stats>,
+    /// shm requester: local memfd regions already announced to the peer (by lkey).
+    announced: Mutex<std::collections::HashSet<u32>>,
+    /// shm responder: the peer's memfd regions mapped here (base address in the peer, mapping).
+    peer_maps: Mutex<Vec<(u64, remora_mem::Buffer)>>,
+}
+
+impl Shared {
+    fn count(&self, f: impl FnOnce(&mut Stats)) {
+        f(&mut self.stats.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// Fails every outstanding request (the connection is gone or the QP is in error).
+    fn flush_pending(&self, first: Option<Status>) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::with_capacity(p.len());
+        let mut first = first;
+        for w in p.drain(..) {
+            let st = first.take().unwrap_or(Status::Flushed);
+            out.push(Completion::send_side(w.wr_id, w.op, st, w.len));
+        }
+        drop(p);
+        self.cq.push_all(out);
+    }
+}
+
+/// One queue pair on the tcp or shm transport.
+pub(crate) struct StreamQp {
+    shared: Arc<Shared>,
+    /// Responses and control frames from the receive thread go through the writer thread.
+    tx: Mutex<mpsc::Sender<Out>>,
+    /// The stream's write side, shared by posting threads (which write their requests
+    /// themselves, saving a thread hop) and the writer thread.
+    out: Arc<Mutex<BufWriter<TcpStream>>>,
+    sock: TcpStream,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl StreamQp {
+    pub(crate) fn start(
+        sock: TcpStream,
+        pd: Arc<Pd>,
+        path: DataPath,
+        qp_type: QpType,
+        cq: Arc<Cq>,
+    ) -> Result<Arc<StreamQp>> {
+        let shared = Arc::new(Shared {
+            pd,
+            cq,
+            path,
+            reliable: qp_type == QpType::Rc,
+            pending: Mutex::new(VecDeque::new()),
+            recvs: Mutex::new(VecDeque::new()),
+            recv_cv: Condvar::new(),
+            error: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            closed: Mutex::new(false),
+            closed_cv: Condvar::new(),
+            stats: Mutex::new(Stats::default()),
+            announced: Mutex::new(std::collections::HashSet::new()),
+            peer_maps: Mutex::new(Vec::new()),
+        });
+        let (tx, rx) = mpsc::channel();
+        let wsock = sock.try_clone().map_err(io_err("cloning the stream"))?;
+        let out = Arc::new(Mutex::new(BufWriter::with_capacity(STREAM_BUFFER, wsock)));
+        let wout = out.clone();
+        let rsock = sock.try_clone().map_err(io_err("cloning the stream"))?;
+        let s1 = shared.clone();
+        let writer = std::thread::Builder::new()
+            .name("remora-stream-tx".into())
+            .spawn(move || writer(wout, rx, s1))
+            .map_err(io_err("spawning the writer thread"))?;
+        let s2 = shared.clone();
+        let tx2 = tx.clone();
+        let reader = std::thread::Builder::new()
+            .name("remora-stream-rx".into())
+            .spawn(move || rx::receiver(rsock, tx2, s2))
+            .map_err(io_err("spawning the receive thread"))?;
+        Ok(Arc::new(StreamQp {
+            shared,
+            tx: Mutex::new(tx),
+            out,
+            sock,
+            threads: Mutex::new(vec![writer, reader]),
+        }))
+    }
+
+    pub(crate) fn post_send(&self, wr: SendWr) -> Result<()> {
+        let sh = &self.shared;
+        if sh.error.load(Ordering::Acquire) {
+            return Err(Error::QpError);
+        }
+        wr.validate(sh.reliable)?;
+        let local_addr = wr.local.addr() + wr.offset as u64;
+        let (frame, inline_payload) = match wr.op {
+            WrOp::Write { imm } => (
+                Frame {
+                    kind: if imm.is_some() { WRITE_IMM } else { WRITE },
+                    len: wr.len as u32,
+                    va: wr.remote_va,
+                    rkey: wr.rkey,
+                    imm: imm.unwrap_or(0),
+                    aux: local_addr,
+                    ..Frame::default()
+                },
+                true,
+            ),
+            WrOp::Send { imm } => (
+                Frame {
+                    kind: if imm.is_some() { SEND_IMM } else { SEND },
+                    len: wr.len as u32,
+                    imm: imm.unwrap_or(0),
+                    aux: local_addr,
+                    ..Frame::default()
+                },
+                true,
+            ),
+            WrOp::Read => (
+                Frame {
+                    kind: READ_REQ,
+                    len: wr.len as u32,
+                    va: wr.remote_va,
+                    rkey: wr.rkey,
+                    aux: local_addr,
+                    ..Frame::default()
+                },
+                false,
+            ),
+        };
+        let out = match sh.path {
+            DataPath::Inline if inline_payload => Out::Payload(frame, wr.local.clone(), wr.offset),
+            _ => Out::Frame(frame),
+        };
+        // The stream's order must be the pending queue's: the write lock is taken first and
+        // held across both. The pending lock is held only to push, never while writing, so the
+        // receive thread (which takes only the pending lock) always keeps reading and two peers
+        // writing at each other cannot deadlock.
+        let mut w = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let map = match sh.path {
+            DataPath::Shm { .. } => self.announce(&wr.local),
+            DataPath::Inline => None,
+        };
+        let tracked = sh.reliable || wr.op == WrOp::Read;
+        if tracked {
+            sh.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back(Pending {
+                    wr_id: wr.wr_id,
+                    op: wr.op,
+                    len: wr.len,
+                    local: wr.local.clone(),
+                    offset: wr.offset,
+                });
+        }
+        let written = map
+            .map_or(Ok(()), |m| put(&mut w, Out::Frame(m)))
+            .and_then(|_| put(&mut w, out))
+            .and_then(|_| w.flush());
+        drop(w);
+        if written.is_err() {
+            sh.error.store(true, Ordering::Release);
+            return Err(Error::Disconnected);
+        }
+        sh.count(|s| s.tx_packets += 1);
+        if !tracked {
+            // UC: complete once handed to the stream.
+            sh.cq.push_all([Completion::send_side(
+                wr.wr_id,
+                wr.op,
+                Status::Success,
+                wr.len,
+            )]);
+        }
+        Ok(())
+    }
+
+    /// shm: tells the peer about a memfd-backed local region once, so it can map it and move
+    /// bytes with memcpy instead of `process_vm_*` (which pins pages on every call).
+    fn announce(&self, r: &Region) -> Option<Frame> {
+        use std::os::fd::AsRawFd;
+        let fd = r.memfd()?;
+        let mut done = self
+            .shared
+            .announced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !done.insert(r.lkey()) {
+            return None;
+        }
+        Some(Frame {
+            kind: MAP,
+            va: r.addr(),
+            aux: r.len() as u64,
+            rkey: fd.as_raw_fd() as u32,
+            ..Frame::default()
+        })
+    }
+
+    pub(crate) fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        wr.validate()?;
+        let sh = &self.shared;
+        sh.recvs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(wr);
+        sh.recv_cv.notify_all();
+        Ok(())
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        *self.shared.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn wait_closed(&self, timeout: Option<Duration>) -> Result<()> {
+        let sh = &self.shared;
+        let mut closed = sh.closed.lock().unwrap_or_else(|e| e.into_inner());
+        while !*closed {
+            match timeout {
+                None => closed = sh.closed_cv.wait(closed).unwrap_or_else(|e| e.into_inner()),
+                Some(t) => {
+                    let (c, r) = sh
+                        .closed_cv
+                        .wait_timeout(closed, t)
+                        .unwrap_or_else(|e| e.into_inner());
+                    closed = c;
+                    if r.timed_out() && !*closed {
+                        return Err(Error::Timeout);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn stop(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.recv_cv.notify_all();
+        let _ = self
+            .tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(Out::Stop);
+        let _ = self.sock.shutdown(Shutdown::Both);
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A region's bytes as a slice for the stream to read from or write to.
+///
+/// # Safety
+/// `off + len` must be within the region (checked by the callers). Concurrent access by the
+/// application races as it does with real RDMA; the bytes are plain memory either way.
+// Region memory is shared like device memory: handing out a mutable view from a shared handle
+// is the point (the NIC-side writer of real RDMA), and callers uphold the bounds.
+#[allow(clippy::mut_from_ref)]
+unsafe fn region_slice(r: &Region, off: usize, len: usize) -> &mut [u8] {
+    std::slice::from_raw_parts_mut(r.as_ptr().add(off), len)
+}
+
+/// Writes one frame (and its inline payload).
+fn put(w: &mut BufWriter<TcpStream>, o: Out) -> io::Result<()> {
+    match o {
+        Out::Stop => Err(io::ErrorKind::Interrupted.into()),
+        Out::Frame(f) => w.write_all(&f.encode()),
+        Out::Payload(f, region, off) => {
+            w.write_all(&f.encode())?;
+            // SAFETY: bounds were checked when the request was posted or the access checked.
+            let bytes = unsafe { region_slice(&region, off, f.len as usize) };
+            w.write_all(bytes)
+        }
+    }
+}
+
+/// Sends what the receive thread queues (ACKs, NAKs, READ responses), batching what is
+/// queued together into one flush.
+fn writer(out: Arc<Mutex<BufWriter<TcpStream>>>, rx: mpsc::Receiver<Out>, sh: Arc<Shared>) {
+    while let Ok(first) = rx.recv() {
+        let mut w = out.lock().unwrap_or_else(|e| e.into_inner());
+        let mut r = put(&mut w, first);
+        while r.is_ok() {
+            match rx.try_recv() {
+                Ok(o) => r = put(&mut w, o),
+                Err(_) => break,
+            }
+        }
+        if r.and_then(|_| w.flush()).is_err() {
+            break;
+        }
+        drop(w);
+        if sh.stop.load(Ordering::Acquire) {
+            break;
+        }
+    }
+}
