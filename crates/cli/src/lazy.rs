@@ -16,6 +16,14 @@ use std::time::Duration;
 #[derive(Subcommand)]
 pub enum Cmd {
     /// Serves a file, a process's memory or synthetic bytes to lazy regions.
+    ///
+    /// What clients see: a --file (or memfd) is served live on every transport: tcp reads it
+    /// at each request, udp and shm register a shared read-only mapping of it, so bytes written
+    /// to the file after the server started are served. Its length is fixed at start and it
+    /// must not shrink while served (the server would die with SIGBUS). A --pid is served live
+    /// over tcp (process_vm_readv at each request) but over udp and shm as a copy of its memory
+    /// taken at start, since another process's memory cannot be registered: later writes by
+    /// the process are not seen there (use --stop to keep it from changing).
     Serve(ServeArgs),
     /// Measures fault latency (OPERA's micro-benchmark).
     Bench(BenchArgs),
@@ -26,7 +34,8 @@ pub enum Cmd {
 pub enum ServeTransport {
     /// The page-server protocol over TCP.
     Tcp,
-    /// RC READ of a registered snapshot of the source over RoCEv2 datagrams (remora-fabric).
+    /// RC READ of the registered source over RoCEv2 datagrams (remora-fabric): a file is
+    /// mapped live, a process or synthetic bytes are copied at start.
     Udp,
     /// The same over the fabric's same-host shm transport.
     Shm,
@@ -35,10 +44,11 @@ pub enum ServeTransport {
 /// Arguments of `remora lazy serve`.
 #[derive(Args)]
 pub struct ServeArgs {
-    /// Serve this file (or /proc/self/fd/N for a memfd).
+    /// Serve this file (or /proc/self/fd/N for a memfd), live on every transport.
     #[arg(long, conflicts_with_all = ["pid", "synthetic"])]
     file: Option<std::path::PathBuf>,
-    /// Serve this process's memory (process_vm_readv).
+    /// Serve this process's memory (process_vm_readv): live over tcp, a copy taken at start
+    /// over udp and shm.
     #[arg(long, conflicts_with = "synthetic")]
     pid: Option<i32>,
     /// Address range START-END (hex, 0x optional) of --pid; repeatable; default: its writable
@@ -167,11 +177,16 @@ fn serve(a: ServeArgs) -> Result<()> {
     }
     let describe = src.describe();
     if let Some(t) = fabric_transport(a.transport) {
-        // One-sided: clients READ a registered snapshot of the source.
+        // One-sided: clients READ the registered source (a file mapped live, others copied).
         let server = FabricServer::bind(a.listen, &*src, t).context("lazy serve")?;
         println!("listening on {}", server.local_addr());
         std::io::stdout().flush().ok();
-        tracing::info!("serving a snapshot of {describe} over {t}");
+        let what = if src.file().is_some() {
+            "live mapping"
+        } else {
+            "copy taken at start"
+        };
+        tracing::info!("serving {describe} over {t} ({what})");
         server.run();
         return Ok(());
     }

@@ -212,3 +212,33 @@ fn bad_arguments_are_clear_errors() {
     ]);
     assert!(!ok && err.contains("127.0.0.1:1"), "{err}");
 }
+
+#[test]
+fn serve_file_over_fabric_and_help_says_what_is_live() {
+    // A file is registered as a live mapping over udp/shm; the bench faults it through READs.
+    let path = std::env::temp_dir().join(format!("remora-cli-lazy-fab-{}", std::process::id()));
+    std::fs::write(&path, vec![0x5au8; 64 * 4096]).unwrap();
+    for t in ["udp", "shm"] {
+        let (_srv, addr) = serve(&["--file", path.to_str().unwrap(), "--transport", t]);
+        let (ok, out, err) = run(&[
+            "lazy",
+            "bench",
+            "--transport",
+            t,
+            "--connect",
+            &addr,
+            "--faults",
+            "64",
+            "--trials",
+            "2",
+            "--json",
+        ]);
+        assert!(ok, "{t}: {err}");
+        assert_eq!(field(&out, "faults"), 64.0, "{t}");
+    }
+    std::fs::remove_file(&path).ok();
+    let (ok, help, err) = run(&["lazy", "serve", "--help"]);
+    assert!(ok, "{err}");
+    assert!(help.contains("served live on every transport"), "{help}");
+    assert!(help.contains("copy of its memory taken at start"), "{help}");
+}

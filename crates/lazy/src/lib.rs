@@ -13,11 +13,12 @@
 //! - [`PageServer`]: serves a [`PageSource`] (a file, a memfd, its own memory, or a live process
 //!   through `process_vm_readv`) over TCP with a small [`protocol`].
 //! - With the `fabric` feature (default): `FabricServer` / `FabricFetcher` serve a registered
-//!   snapshot of a source over remora-fabric, the client READing units one-sidedly (udp RC, shm).
+//!   source over remora-fabric, the client READing units one-sidedly (udp RC, shm): a file or
+//!   memfd is registered as a live shared mapping, other sources as a copy taken at start.
 //!
 //! What it does not: it is Linux-only (userfaultfd, 6.6+ for `UFFDIO_POISON`); it does not
 //! track write-protection or dirty pages (no pre-copy); a region's pages come from one server;
-//! the fabric server serves a snapshot taken at start, not the live source.
+//! over the fabric a live process is served as a copy taken at start, not its current memory.
 #![warn(missing_docs)]
 
 pub mod bench;

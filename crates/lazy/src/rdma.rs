@@ -3,8 +3,14 @@
 //! transports), so no server thread touches the urgent path. The region table (address, length,
 //! rkey) and the [`Hello`] (segments, zero map) travel as private data at connect.
 //!
-//! The server registers a snapshot of its source taken at start (the tcp page server, by
-//! contrast, reads the source at each request, so it serves a running process's current memory).
+//! A file or memfd source is mapped shared, read-only, and that mapping is registered: clients
+//! READ the file's current pages (the page cache), so bytes written after the server started
+//! are served, with no copy at start. Other sources (the server's own bytes, a live process,
+//! whose memory cannot be registered) are copied into a registered region at start: clients see
+//! that snapshot. The tcp page server, by contrast, reads every source at each request.
+//!
+//! A served file must not shrink below the length it had at start: the server's mapping would
+//! then raise SIGBUS when a client READs past the new end.
 use crate::error::{Error, Result};
 use crate::fetch::{FetchError, Fetched, PageFetcher, PushChunk, PushNext, PushStream};
 use crate::protocol::Hello;
@@ -57,7 +63,8 @@ pub struct FabricServerHandle {
 }
 
 impl FabricServer {
-    /// Copies `src` into a registered region and listens on `addr`.
+    /// Registers `src` (a file or memfd mapped live, anything else copied) and listens on
+    /// `addr`.
     pub fn bind(
         addr: SocketAddr,
         src: &dyn PageSource,
@@ -68,19 +75,14 @@ impl FabricServer {
         if len == 0 {
             return Err(Error::Invalid("the source is empty".into()));
         }
-        let buf = Buffer::anonymous(len).map_err(|e| fab("allocate the served region", e))?;
-        // SAFETY: the buffer was just mapped with `len` writable bytes and nothing else uses it yet.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(buf.as_ptr(), len) };
-        for (i, chunk) in bytes.chunks_mut(4 << 20).enumerate() {
-            src.read_at((i * (4 << 20)) as u64, chunk)?;
-        }
+        let buf = match src.file() {
+            Some(f) => live_buffer(f, len)?,
+            None => snapshot_buffer(src, len)?,
+        };
         let pd = Arc::new(Pd::new());
+        // Read rights only: a live mapping is read-only, and no client writes a snapshot.
         let region = pd
-            .register(
-                buf,
-                Access::REMOTE_READ | Access::LOCAL_WRITE,
-                Mode::OnDemand,
-            )
+            .register(buf, Access::REMOTE_READ, Mode::OnDemand)
             .map_err(|e| fab("register the served region", e))?;
         let hello = Hello {
             len: src.len(),
@@ -152,6 +154,30 @@ impl FabricServer {
             }
         }
     }
+}
+
+/// `len` bytes of `f` mapped shared and read-only, so clients READ its current pages.
+fn live_buffer(f: &std::fs::File, len: usize) -> Result<Buffer> {
+    use std::os::fd::AsRawFd;
+    let map = crate::sys::Mapping::file_shared_readonly(f.as_raw_fd(), len)
+        .map_err(|e| Error::io("mmap the served file shared", e))?;
+    let (ptr, mapped) = (map.ptr(), map.mapped_len());
+    // SAFETY: `map` owns `[ptr, ptr+mapped)` and moves into the Buffer as its owner, so the
+    // range stays mapped for the Buffer's life; it is read-only and registered without write
+    // rights, so nothing writes through it.
+    unsafe { Buffer::external_owned(ptr, mapped, Box::new(map)) }
+        .map_err(|e| fab("wrap the served mapping", e))
+}
+
+/// A private copy of `src` taken now (sources that cannot be mapped).
+fn snapshot_buffer(src: &dyn PageSource, len: usize) -> Result<Buffer> {
+    let buf = Buffer::anonymous(len).map_err(|e| fab("allocate the served region", e))?;
+    // SAFETY: the buffer was just mapped with `len` writable bytes and nothing else uses it yet.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(buf.as_ptr(), len) };
+    for (i, chunk) in bytes.chunks_mut(4 << 20).enumerate() {
+        src.read_at((i * (4 << 20)) as u64, chunk)?;
+    }
+    Ok(buf)
 }
 
 impl FabricServerHandle {

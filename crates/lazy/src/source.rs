@@ -24,8 +24,15 @@ pub trait PageSource: Send + Sync {
         }]
     }
     /// One bit per 4 KB page known to be zero without reading it (file holes); empty if unknown.
+    /// Clients install these pages as zero without a fetch, so a source reports a page here only
+    /// if it stays zero while served.
     fn zero_map(&self) -> Vec<u64> {
         Vec::new()
+    }
+    /// The open file behind the source (a regular file or a memfd), which a server may map
+    /// shared instead of reading it; None for other sources.
+    fn file(&self) -> Option<&File> {
+        None
     }
     /// A short description for logs.
     fn describe(&self) -> String;
@@ -74,11 +81,14 @@ impl PageSource for MemorySource {
     }
 }
 
-/// A regular file or a memfd, read with `pread`.
+/// A regular file or a memfd, read with `pread` (the tcp server) or mapped shared (the fabric
+/// server): either way clients see the file's current bytes, not a copy taken at start. The
+/// length is fixed when the source is opened.
 pub struct FileSource {
     file: File,
     len: u64,
     name: String,
+    holes: bool,
 }
 
 impl FileSource {
@@ -100,7 +110,15 @@ impl FileSource {
             file,
             len,
             name: "file".into(),
+            holes: false,
         })
+    }
+    /// Reports the file's holes at open time in the zero map, so clients install those pages
+    /// as zero without a fetch. Only for a file whose holes are not written while served: a
+    /// client would keep seeing zeros there. Off by default.
+    pub fn with_hole_map(mut self, on: bool) -> FileSource {
+        self.holes = on;
+        self
     }
     /// Serves a memfd (or any file descriptor) handed over as an owned fd.
     pub fn from_fd(fd: OwnedFd) -> Result<FileSource> {
@@ -131,7 +149,14 @@ impl PageSource for FileSource {
         buf[done..].fill(0);
         Ok(())
     }
+    fn file(&self) -> Option<&File> {
+        Some(&self.file)
+    }
     fn zero_map(&self) -> Vec<u64> {
+        if !self.holes {
+            // The file is served live: a hole may be written later.
+            return Vec::new();
+        }
         // Holes found with SEEK_DATA/SEEK_HOLE read as zero: the client can install them without
         // a round trip. Only whole 4 KB pages inside holes are marked.
         let pages = self.len.div_ceil(ZERO_MAP_PAGE);
@@ -456,6 +481,8 @@ mod tests {
         f.set_len(1 << 20).unwrap();
         f.write_at(&[1u8; 4096], 8192).unwrap();
         let s = FileSource::open(&path).unwrap();
+        assert!(s.zero_map().is_empty(), "no hole map unless asked");
+        let s = s.with_hole_map(true);
         let m = s.zero_map();
         std::fs::remove_file(&path).ok();
         if m.is_empty() {

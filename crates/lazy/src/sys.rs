@@ -279,7 +279,7 @@ pub fn poll_in(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
     Ok(r > 0 && p.revents & libc::POLLIN != 0)
 }
 
-/// An anonymous private mapping, unmapped on drop.
+/// An anonymous private mapping, or a read-only shared mapping of a file, unmapped on drop.
 pub struct Mapping {
     ptr: *mut u8,
     len: usize,
@@ -330,6 +330,38 @@ impl Mapping {
             ptr: start as *mut u8,
             len,
         })
+    }
+    /// Maps the first `len` bytes (`len` > 0, rounded up to a page) of `fd` shared and read-only:
+    /// the mapping shows the file's current pages, so writes through other descriptors or
+    /// mappings are seen. Touching a page past the file's end (if it shrinks) raises SIGBUS.
+    pub fn file_shared_readonly(fd: RawFd, len: usize) -> io::Result<Mapping> {
+        let len = len
+            .checked_next_multiple_of(4096)
+            .filter(|&l| l > 0 && l <= isize::MAX as usize)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: a fresh shared read-only mapping of a descriptor the caller holds; no existing
+        // memory is affected and nothing can write through it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: p as *mut u8,
+            len,
+        })
+    }
+    /// Length in bytes (whole pages).
+    pub fn mapped_len(&self) -> usize {
+        self.len
     }
     /// Asks for 4 KB pages only (`MADV_NOHUGEPAGE`; best effort).
     pub fn no_huge_pages(&self) {

@@ -71,7 +71,8 @@ fn start(src: Arc<dyn lz::PageSource>, listen: &str, via: &str) -> PyResult<Page
 
 #[pymethods]
 impl PageServer {
-    /// Serves a file (or memfd path such as /proc/self/fd/N).
+    /// Serves a file (or memfd path such as /proc/self/fd/N) live on every transport: bytes
+    /// written to it after the server started are served (its length is fixed at start).
     #[staticmethod]
     #[pyo3(signature = (path, listen = "127.0.0.1:0", transport = "tcp"))]
     fn file(path: std::path::PathBuf, listen: &str, transport: &str) -> PyResult<PageServer> {
@@ -88,7 +89,8 @@ impl PageServer {
         start(Arc::new(lz::MemorySource::new(data)), listen, transport)
     }
     /// Serves a live process's memory: `ranges` of (start, end) addresses, or its writable
-    /// private mappings; `stop` sends SIGSTOP while served.
+    /// private mappings; `stop` sends SIGSTOP while served. Read at each request over tcp;
+    /// over udp and shm, a copy taken at start.
     #[staticmethod]
     #[pyo3(signature = (pid, ranges = None, stop = false, listen = "127.0.0.1:0", transport = "tcp"))]
     fn process(
