@@ -36,6 +36,8 @@ const SCRIPTS: &[(&str, &[u8])] = &[
     ("meta arith", b"ma zz\r\nma zz N0 J13 v\r\nma zz v D5\r\nma zz MD v D100\r\nma zz M- D1 v\r\nma zz\r\nmg zz v\r\nms s 1\r\nx\r\nma s\r\n"),
     ("meta delete", b"ms a 1\r\nx\r\nmd a\r\nmd a\r\nms a 1\r\nx\r\nmd a C1\r\nmd a k O9\r\n"),
     ("meta ttl and vivify", b"ms a 2 T100\r\nhi\r\nmg a v T30 t\r\nmg a t\r\nmg nn N30 v t\r\n"),
+    ("meta set invalidate", b"ms s 2\r\nhi\r\nms s 2 T100\r\nhi\r\nmg s c\r\nms s 2 I C1 T5\r\nho\r\nmg s v c\r\nmg s v\r\nms s 2 I C99999999\r\nzz\r\nms s 1 I\r\nq\r\nmg s v\r\nms nn 1 I C1\r\nx\r\nms s 1 I C1 q\r\nw\r\nmg s v\r\n"),
+    ("meta explicit cas refused", b"ms a 1 E9\r\nx\r\nmg a c\r\nms a 1 I E5\r\ny\r\nmd a E5\r\nmd a I E5\r\nma a E5\r\nma n N0 J3 E9 v\r\nmg a E5 c\r\nmd a Z\r\nma a Z\r\nmg a v\r\n"),
     ("meta stale-while-revalidate", b"mg nn N30 v c t\r\nmg nn v c\r\nmg nn v\r\nms nn 2 T100\r\nhi\r\nmg nn v\r\nmd nn I T30\r\nmg nn v c\r\nmg nn v c\r\nms nn 2\r\nho\r\nmg nn v\r\nms r 1 T10\r\nx\r\nmg r R30 v t\r\nmg r R30 v t\r\nmg r v\r\nmd r q I\r\nmg r s\r\nmd zz I\r\n"),
 ];
 

@@ -939,37 +939,37 @@ fn meta_set(
     };
     if let Some(cas) = f.compare_cas {
         if mode == StoreMode::Set {
-            mode = StoreMode::Cas(cas);
+            mode = if f.invalidate {
+                StoreMode::CasStale(cas)
+            } else {
+                StoreMode::Cas(cas)
+            };
         }
     }
     let exp = eng.exptime(f.ttl.unwrap_or(0), now);
     let flags = f.client_flags.unwrap_or(0);
-    let (code, cas) =
-        match eng
-            .store
-            .store_with_cas(mode, key, flags, exp, data, now, f.explicit_cas)
-        {
-            StoreOutcome::Stored(cas) => (b"HD", cas),
-            StoreOutcome::NotStored => (b"NS", 0),
-            StoreOutcome::Exists => {
-                inc(&c.cas_badval);
-                (b"EX", 0)
-            }
-            StoreOutcome::NotFound => {
-                inc(&c.cas_misses);
-                (b"NF", 0)
-            }
-            StoreOutcome::TooLarge => {
-                inc(&c.store_too_large);
-                Reply::Fail(Fail::TooLarge).write(out);
-                return;
-            }
-            StoreOutcome::NoMemory => {
-                inc(&c.store_no_memory);
-                Reply::Fail(Fail::NoMemory).write(out);
-                return;
-            }
-        };
+    let (code, cas) = match eng.store.store(mode, key, flags, exp, data, now) {
+        StoreOutcome::Stored(cas) => (b"HD", cas),
+        StoreOutcome::NotStored => (b"NS", 0),
+        StoreOutcome::Exists => {
+            inc(&c.cas_badval);
+            (b"EX", 0)
+        }
+        StoreOutcome::NotFound => {
+            inc(&c.cas_misses);
+            (b"NF", 0)
+        }
+        StoreOutcome::TooLarge => {
+            inc(&c.store_too_large);
+            Reply::Fail(Fail::TooLarge).write(out);
+            return;
+        }
+        StoreOutcome::NoMemory => {
+            inc(&c.store_no_memory);
+            Reply::Fail(Fail::NoMemory).write(out);
+            return;
+        }
+    };
     if f.quiet && code == b"HD" {
         return;
     }

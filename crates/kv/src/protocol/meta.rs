@@ -43,8 +43,6 @@ pub struct MetaFlags<'a> {
     pub recache: Option<i64>,
     /// `C`: compare CAS.
     pub compare_cas: Option<u64>,
-    /// `E`: explicit new CAS.
-    pub explicit_cas: Option<u64>,
     /// `F`: client flags.
     pub client_flags: Option<u32>,
     /// `M`: mode letter.
@@ -82,10 +80,9 @@ pub enum MetaCommand<'a> {
 
 fn allowed(kind: MetaKind) -> &'static [u8] {
     match kind {
-        // `E` is honoured by ms only; mg/md/ma do not take it here.
+        // memcached 1.6.18 knows no `E` (explicit CAS) on any meta command: it is refused.
         MetaKind::Get => b"bcfhklOqstuvNRT",
-        // `I` on ms (store while invalidating) is not implemented, so it is refused.
-        MetaKind::Set => b"bcCEFkOqsSTM",
+        MetaKind::Set => b"bcCFIkOqsSTM",
         MetaKind::Delete => b"bCIkOqTx",
         MetaKind::Arith => b"bCcNJDTMOqtvk",
     }
@@ -141,7 +138,6 @@ pub(super) fn parse<'a>(buf: &'a [u8], used: usize, tk: &Tokens<'a>, lim: &Limit
         vivify: None,
         recache: None,
         compare_cas: None,
-        explicit_cas: None,
         client_flags: None,
         mode: None,
         delta: None,
@@ -154,7 +150,11 @@ pub(super) fn parse<'a>(buf: &'a [u8], used: usize, tk: &Tokens<'a>, lim: &Limit
     for &tok in &t[first_flag..n] {
         let c = tok[0];
         if !ok.contains(&c) {
-            bad.get_or_insert(Fail::InvalidFlag);
+            // md and ma report every flag their shared pre-parse refuses this way.
+            bad.get_or_insert(match kind {
+                MetaKind::Delete | MetaKind::Arith => Fail::InvalidOrDuplicateFlag,
+                _ => Fail::InvalidFlag,
+            });
             continue;
         }
         if seen[c as usize & 127] {
@@ -178,7 +178,6 @@ pub(super) fn parse<'a>(buf: &'a [u8], used: usize, tk: &Tokens<'a>, lim: &Limit
                 b'N' => f.vivify = Some(parse_i64(arg).ok_or(e)?),
                 b'R' => f.recache = Some(parse_i64(arg).ok_or(e)?),
                 b'C' => f.compare_cas = Some(parse_u64(arg).ok_or(e)?),
-                b'E' => f.explicit_cas = Some(parse_u64(arg).ok_or(e)?),
                 b'F' => f.client_flags = Some(parse_u32(arg).ok_or(e)?),
                 b'D' => f.delta = Some(parse_u64(arg).ok_or(e)?),
                 b'J' => f.initial = Some(parse_u64(arg).ok_or(e)?),

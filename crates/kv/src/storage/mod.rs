@@ -37,6 +37,9 @@ pub enum StoreMode {
     Prepend,
     /// Store only if the item's CAS equals the given value.
     Cas(u64),
+    /// Meta `ms … C<cas> I`: like `Cas`, but a CAS older than the item's still stores, keeping
+    /// the old expiry and marking the new value stale (memcached's stale-while-revalidate).
+    CasStale(u64),
 }
 
 /// Result of a store command.
@@ -272,7 +275,10 @@ impl Store {
     ) -> StoreOutcome {
         if !self.fits(key.len(), data.len()) {
             // memcached drops the old value so a failed overwrite cannot leave stale data.
-            if matches!(mode, StoreMode::Set | StoreMode::Cas(_)) {
+            if matches!(
+                mode,
+                StoreMode::Set | StoreMode::Cas(_) | StoreMode::CasStale(_)
+            ) {
                 self.delete(key, now, None);
             }
             return StoreOutcome::TooLarge;

@@ -327,6 +327,8 @@ impl Shard {
         no_evict: bool,
     ) -> StoreOutcome {
         let old = self.lookup(hash, key, ctx);
+        // A stale CAS store keeps the old expiry and win marker and flags the value stale.
+        let mut stale_of = None;
         let (value, flags, exptime) = match (mode, old) {
             (StoreMode::Add, Some(i)) => {
                 // memcached refreshes the LRU position of the item an add collides with.
@@ -338,6 +340,18 @@ impl Shard {
             }
             (StoreMode::Cas(_), None) => return StoreOutcome::NotFound,
             (StoreMode::Cas(c), Some(i)) if self.entry(i).cas != c => return StoreOutcome::Exists,
+            (StoreMode::CasStale(_), None) => return StoreOutcome::NotFound,
+            (StoreMode::CasStale(c), Some(i)) if self.entry(i).cas != c => {
+                let e = self.entry(i);
+                if c > e.cas {
+                    return StoreOutcome::Exists;
+                }
+                stale_of = Some(e.win_sent);
+                let mut v = Vec::with_capacity(key.len() + data.len());
+                v.extend_from_slice(key);
+                v.extend_from_slice(data);
+                (v.into_boxed_slice(), flags, e.exptime)
+            }
             (StoreMode::Append | StoreMode::Prepend, Some(i)) => {
                 let e = self.entry(i);
                 if charge(key.len(), e.value().len() + data.len()) > item_max {
@@ -377,8 +391,8 @@ impl Shard {
             e.exptime = exptime;
             e.time = ctx.now;
             e.fetched = false;
-            e.stale = false;
-            e.win_sent = false;
+            e.stale = stale_of.is_some();
+            e.win_sent = stale_of.unwrap_or(false);
             self.used = self.used + need - old_charge;
             self.total_items += 1;
             return StoreOutcome::Stored(cas);

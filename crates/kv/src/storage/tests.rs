@@ -64,6 +64,33 @@ fn cas_rules() {
 }
 
 #[test]
+fn stale_cas_store_keeps_expiry_and_marks_stale() {
+    let s = store(64 << 20);
+    let StoreOutcome::Stored(c) = s.store(StoreMode::Set, b"k", 0, 500, b"v", 10) else {
+        panic!()
+    };
+    // A CAS newer than the item's is still a conflict.
+    assert_eq!(
+        s.store(StoreMode::CasStale(c + 1), b"k", 0, 0, b"w", 10),
+        StoreOutcome::Exists
+    );
+    assert_eq!(
+        s.store(StoreMode::CasStale(c), b"z", 0, 0, b"w", 10),
+        StoreOutcome::NotFound
+    );
+    let StoreOutcome::Stored(c2) = s.store(StoreMode::CasStale(c - 1), b"k", 0, 9, b"w", 10) else {
+        panic!()
+    };
+    assert!(c2 > c);
+    assert_eq!(get(&s, b"k", 10), Some(b"w".to_vec()));
+    // An exact CAS match is an ordinary store: not stale, new expiry.
+    assert!(matches!(
+        s.store(StoreMode::CasStale(c2), b"k", 0, 0, b"x", 10),
+        StoreOutcome::Stored(_)
+    ));
+}
+
+#[test]
 fn expiry_rules() {
     let started = 1_700_000_000i64;
     assert_eq!(Store::exptime(0, 10, started), 0);
