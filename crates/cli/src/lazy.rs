@@ -19,8 +19,8 @@ pub enum Cmd {
     ///
     /// What clients see: a --file (or memfd) is served live on every transport: tcp reads it
     /// at each request, udp and shm register a shared read-only mapping of it, so bytes written
-    /// to the file after the server started are served. Its length is fixed at start and it
-    /// must not shrink while served (the server would die with SIGBUS). A --pid is served live
+    /// to the file after the server started are served. Its length is fixed at start; pages
+    /// past a later end read as zeros (tcp; udp/shm: zeros or a refused READ). A --pid is served live
     /// over tcp (process_vm_readv at each request) but over udp and shm as a copy of its memory
     /// taken at start, since another process's memory cannot be registered: later writes by
     /// the process are not seen there (use --stop to keep it from changing).

@@ -6,6 +6,11 @@
 //! the allocator. Signals it does not own (addresses outside every region, and `BUS_MCEERR_*`
 //! from poisoned units) are passed to the handler that was installed before; if that was the
 //! default, the default is restored and the access ends the process with SIGBUS, as documented.
+//!
+//! The same handler guards the fabric page server's live file mappings: a SIGBUS inside one means
+//! the file shrank below the mapped length while served. The page is replaced by a private zero
+//! page, so the READ in progress completes with zeros (as `pread` past the end reads nothing)
+//! instead of killing the server; the page stays zero for the server's life.
 use crate::region::Core;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -29,6 +34,18 @@ static TABLE: [Slot; SLOTS] = [EMPTY; SLOTS];
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 static TABLE_LOCK: Mutex<()> = Mutex::new(());
 static PREV: OnceLock<libc::sigaction> = OnceLock::new();
+
+/// A served file mapping (`end == 0`: free).
+struct Served {
+    start: AtomicU64,
+    end: AtomicU64,
+}
+#[allow(clippy::declare_interior_mutable_const)]
+const FREE: Served = Served {
+    start: AtomicU64::new(0),
+    end: AtomicU64::new(0),
+};
+static SERVED: [Served; SLOTS] = [FREE; SLOTS];
 
 const BUS_MCEERR_AR: i32 = 4;
 const BUS_MCEERR_AO: i32 = 5;
@@ -86,6 +103,59 @@ pub(crate) fn unregister(slot: usize) {
     }
 }
 
+/// Publishes a served file mapping `[start, end)`; None when the table is full (the mapping is
+/// then unguarded: a shrinking file ends the process with SIGBUS).
+#[cfg_attr(not(feature = "fabric"), allow(dead_code))]
+pub(crate) fn register_served(start: u64, end: u64) -> std::io::Result<Option<usize>> {
+    install()?;
+    let _g = TABLE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    for (i, s) in SERVED.iter().enumerate() {
+        if s.end.load(Ordering::Acquire) == 0 {
+            s.start.store(start, Ordering::Relaxed);
+            s.end.store(end, Ordering::Release);
+            return Ok(Some(i));
+        }
+    }
+    Ok(None)
+}
+
+/// Removes a served mapping and waits until no handler can still be replacing one of its pages
+/// (the caller unmaps it next).
+#[cfg_attr(not(feature = "fabric"), allow(dead_code))]
+pub(crate) fn unregister_served(slot: usize) {
+    let _g = TABLE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    SERVED[slot].end.store(0, Ordering::SeqCst);
+    while ACTIVE.load(Ordering::SeqCst) != 0 {
+        std::thread::yield_now();
+    }
+}
+
+/// Replaces the page holding `addr` with a zero page if it lies in a served mapping.
+fn zero_served_page(addr: u64) -> bool {
+    for s in SERVED.iter() {
+        let end = s.end.load(Ordering::SeqCst);
+        if end != 0 && s.start.load(Ordering::Relaxed) <= addr && addr < end {
+            let page = addr & !4095;
+            // SAFETY: the page lies inside a live served mapping (it stays mapped until
+            // unregister_served has seen ACTIVE reach zero, and we hold ACTIVE); the mapping is
+            // read-only and its file no longer backs this page, so replacing it with zeros
+            // changes nothing a reader could have seen except the SIGBUS.
+            let p = unsafe {
+                libc::mmap(
+                    page as *mut libc::c_void,
+                    4096,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                    -1,
+                    0,
+                )
+            };
+            return p != libc::MAP_FAILED;
+        }
+    }
+    false
+}
+
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers; errno is thread-local
     // and restored before returning so the interrupted code does not see our syscalls' errors.
@@ -110,6 +180,9 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut
                 handled = unsafe { (*p).on_fault(addr, true) };
                 break;
             }
+        }
+        if !handled {
+            handled = zero_served_page(addr);
         }
     }
     ACTIVE.fetch_sub(1, Ordering::SeqCst);

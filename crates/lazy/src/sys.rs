@@ -334,6 +334,7 @@ impl Mapping {
     /// Maps the first `len` bytes (`len` > 0, rounded up to a page) of `fd` shared and read-only:
     /// the mapping shows the file's current pages, so writes through other descriptors or
     /// mappings are seen. Touching a page past the file's end (if it shrinks) raises SIGBUS.
+    #[cfg_attr(not(feature = "fabric"), allow(dead_code))]
     pub fn file_shared_readonly(fd: RawFd, len: usize) -> io::Result<Mapping> {
         let len = len
             .checked_next_multiple_of(4096)
@@ -360,6 +361,7 @@ impl Mapping {
         })
     }
     /// Length in bytes (whole pages).
+    #[cfg_attr(not(feature = "fabric"), allow(dead_code))]
     pub fn mapped_len(&self) -> usize {
         self.len
     }

@@ -120,3 +120,48 @@ fn fabric_serves_files_and_memfds_live() {
         }
     });
 }
+
+/// A served file that shrinks after the fabric server started: the server survives (its pages
+/// past the new end either read as zeros or are refused, never SIGBUS the server) and keeps
+/// serving the rest.
+#[cfg(feature = "fabric")]
+#[test]
+fn fabric_file_truncated_while_served_survives() {
+    use remora_fabric::Transport;
+    bounded(60, || {
+        for transport in [Transport::Udp, Transport::Shm] {
+            let (path, file) = temp_file(&format!("trunc-{transport:?}"));
+            let src = make(&file);
+            let s = FileSource::open(&path).unwrap();
+            let srv = FabricServer::bind("127.0.0.1:0".parse().unwrap(), &s, transport)
+                .unwrap()
+                .spawn()
+                .unwrap();
+            let name = format!("{transport:?}");
+            // A first client reads everything, so the server's mapping has every page in.
+            let open = || {
+                let f = FabricFetcher::connect(srv.addr(), transport).unwrap();
+                LazyRegion::open(Arc::new(f), Options::default()).unwrap()
+            };
+            let mut got = vec![0u8; LEN];
+            open().read_at(0, &mut got).unwrap();
+            assert!(got == src, "{name}: before truncation");
+            let keep = DATA / 2;
+            file.set_len(keep as u64).unwrap();
+            let r = open();
+            for at in (keep..LEN).step_by(UNIT) {
+                match r.read_at(at, &mut got[..UNIT]) {
+                    Ok(()) => assert!(got[..UNIT].iter().all(|&b| b == 0), "{name}: {at:#x}"),
+                    Err(Error::Refused { .. } | Error::Unavailable { .. }) => {}
+                    Err(e) => panic!("{name}: {at:#x}: {e}"),
+                }
+            }
+            // The server is alive and serves the rest, to this client and a new one.
+            for r in [r, open()] {
+                r.read_at(0, &mut got[..keep]).unwrap();
+                assert!(got[..keep] == src[..keep], "{name}: the kept part");
+            }
+            std::fs::remove_file(&path).ok();
+        }
+    });
+}
