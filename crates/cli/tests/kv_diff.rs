@@ -344,3 +344,39 @@ fn memccapable_passes() {
     );
     assert!(!text.contains("[FAIL]"), "{text}");
 }
+
+/// `stats detail on|off|dump` (per-prefix counters, listed in memcached's hash order) and
+/// `stats sizes`, on servers of their own since detail recording is server-wide.
+#[test]
+fn stats_detail_and_sizes_match_memcached() {
+    let Some(mc) = memcached(&[]) else { return };
+    let rm = remora(&[]);
+    let script: &[u8] = b"stats detail dump\r\nstats detail on\r\nset a:1 0 0 1\r\nx\r\n\
+        ms b:1 1\r\nx\r\nmg b:1 v\r\nmd b:1\r\nincr a:1 1\r\ntouch a:1 10\r\n\
+        gat 10 a:1 d:1\r\nappend a:1 0 0 1\r\nz\r\nadd a:1 0 0 1\r\nz\r\ncas a:1 0 0 1 1\r\nq\r\n\
+        get a:1 a:1 x:y f:g c: :q plain\r\ndelete zz:1\r\ndelete a:1 noreply\r\n\
+        stats detail dump\r\nstats detail off\r\nget a:1\r\nstats detail dump\r\nstats sizes\r\n\
+        stats reset\r\nstats detail dump\r\n";
+    let outs: Vec<String> = [&mc, &rm]
+        .iter()
+        .map(|s| normalize_text(&text_roundtrip(s.port, script)))
+        .collect();
+    assert!(
+        outs[0].contains("PREFIX a get 3 hit 3 set 4 del 1\r\n"),
+        "{}",
+        outs[0]
+    );
+    assert_eq!(outs[0], outs[1], "memcached vs remora");
+    let settings: Vec<String> = [&mc, &rm]
+        .iter()
+        .map(|s| {
+            let r = text_roundtrip(s.port, b"stats detail on\r\nstats settings\r\n");
+            String::from_utf8_lossy(&r)
+                .lines()
+                .filter(|l| l.starts_with("STAT detail_enabled"))
+                .collect()
+        })
+        .collect();
+    assert_eq!(settings[0], "STAT detail_enabled yes");
+    assert_eq!(settings[0], settings[1]);
+}

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crate::prefix::{PrefixOp, PrefixStats};
 use crate::protocol::binary::{self, op, status};
 use crate::protocol::meta::{self, MetaCommand, MetaFlags, MetaKind};
 use crate::protocol::reply::{put_i64, put_u64, put_value, Fail, Reply};
@@ -98,6 +99,8 @@ pub struct Engine {
     pub settings: Settings,
     /// Connection counters.
     pub conns: ConnCounters,
+    /// `stats detail` per-prefix counters.
+    pub prefixes: PrefixStats,
     started: Instant,
     process_started: i64,
     workers: Mutex<Vec<Arc<Counters>>>,
@@ -126,6 +129,7 @@ impl Engine {
             store,
             settings,
             conns: ConnCounters::default(),
+            prefixes: PrefixStats::default(),
             started: Instant::now(),
             // Relative clock starts at 2 so 0 and 1 keep their special meanings.
             process_started: unix_now() - 2,
@@ -262,7 +266,7 @@ impl Engine {
             ("chunk_size".into(), s.chunk_size.to_string()),
             ("num_threads".into(), s.threads.to_string()),
             ("stat_key_prefix".into(), ":".into()),
-            ("detail_enabled".into(), "no".into()),
+            ("detail_enabled".into(), yn(self.prefixes.enabled())),
             ("reqs_per_event".into(), s.reqs_per_event.to_string()),
             ("cas_enabled".into(), yn(s.cas_enabled)),
             ("tcp_backlog".into(), s.backlog.to_string()),
@@ -318,7 +322,8 @@ impl Engine {
             Some(b"settings") => Some(self.stats_settings()),
             Some(b"items") => Some(self.stats_items()),
             Some(b"slabs") => Some(self.stats_slabs()),
-            Some(b"sizes") => Some(Vec::new()),
+            // memcached without `-o track_sizes` prints only this line.
+            Some(b"sizes") => Some(vec![("sizes_status".into(), "disabled".into())]),
             Some(b"conns") => Some(Vec::new()),
             _ => None,
         }
@@ -512,6 +517,7 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
                         put_value(out, it.key, it.flags, it.value, with_cas.then_some(it.cas))
                     })
                     .is_some();
+                eng.prefixes.record(k, PrefixOp::Get(hit));
                 if touch {
                     inc(&c.cmd_touch);
                     inc(if hit { &c.touch_hits } else { &c.touch_misses });
@@ -531,6 +537,7 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
             noreply,
         } => {
             inc(&c.cmd_set);
+            eng.prefixes.record(key, PrefixOp::Set);
             let mode = match cmd {
                 StoreCmd::Set => StoreMode::Set,
                 StoreCmd::Add => StoreMode::Add,
@@ -581,6 +588,7 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
             s.swallow = swallow;
         }
         Command::Delete { key, noreply } => {
+            eng.prefixes.record(key, PrefixOp::Delete);
             let r = match eng.store.delete(key, now, None) {
                 DeleteOutcome::Deleted => {
                     inc(&c.delete_hits);
@@ -671,11 +679,15 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
                 for w in eng.lock_workers().iter() {
                     w.reset();
                 }
+                eng.prefixes.clear();
                 Reply::Reset.write(out);
             }
             Some(b"detail") => match arg2 {
-                Some(b"on") | Some(b"off") => Reply::Ok.write(out),
-                Some(b"dump") => Reply::End.write(out),
+                Some(b"on") | Some(b"off") => {
+                    eng.prefixes.set_enabled(arg2 == Some(b"on"));
+                    Reply::Ok.write(out)
+                }
+                Some(b"dump") => eng.prefixes.dump(out),
                 _ => Reply::Fail(Fail::StatsDetailUsage).write(out),
             },
             _ => match eng.stats(arg) {
@@ -1333,6 +1345,7 @@ fn run_binary(
                 for w in eng.lock_workers().iter() {
                     w.reset();
                 }
+                eng.prefixes.clear();
                 resp(out, status::OK, 0, &[], &[], &[]);
                 return false;
             }

@@ -8,12 +8,13 @@
 //! UDP sockets on mio/epoll worker threads). [`config`] parses memcached's command line.
 //!
 //! Not here: slab classes and slab statistics (memory is accounted per item instead),
-//! SASL, TLS, extstore, the LRU crawler, `stats detail` dumps and `watch`. Meta `E` (explicit
+//! SASL, TLS, extstore, the LRU crawler and `watch`. Meta `E` (explicit
 //! CAS) is refused, as memcached 1.6.18 refuses it.
 #![warn(missing_docs)]
 
 pub mod config;
 pub mod handler;
+pub mod prefix;
 pub mod protocol;
 pub mod server;
 pub mod stats;
