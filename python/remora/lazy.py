@@ -5,6 +5,9 @@ over TCP (or ``transport="udp"``/``"shm"``: one-sided READs through remora-fabri
 ``LazyRegion.connect(server.address, unit=4096, mode="thread", prefetch="none", push=False,
 transport="tcp")`` maps them lazily and ``region.array()`` is a zero-copy uint8 view. ``region.read()``
 raises ``TimeoutError`` when the server is gone, where a raw access would raise SIGBUS.
+
+A file (or memfd path) is served live on every transport: bytes written to it after the server
+started are served. A process is read live over TCP, but over udp/shm it is a copy taken at start.
 """
 from ._native import lazy as _m
 

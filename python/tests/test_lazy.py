@@ -60,6 +60,23 @@ def test_file_source_with_prefetch():
         srv.close()
 
 
+@pytest.mark.parametrize("transport", ["tcp", "udp", "shm"])
+def test_file_is_served_live(transport):
+    # A page written after the server started reaches a client that faults it afterwards.
+    src = pattern(1 << 20)
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(src.tobytes())
+        f.flush()
+        srv = lazy.PageServer.file(f.name, transport=transport)
+        r = lazy.LazyRegion.connect(srv.address, transport=transport)
+        assert bytes(r.read(0, 16)) == src[:16].tobytes()
+        for at in (5 * 4096, 3 * 4096):  # a data page and an all-zero page
+            os.pwrite(f.fileno(), b"\x77" * 4096, at)
+            src[at:at + 4096] = 0x77
+        assert np.array_equal(r.array(), src)
+        srv.close()
+
+
 def test_push_completes_without_access():
     src = pattern(4 << 20)
     srv = lazy.PageServer.memory(src.tobytes())
