@@ -6,7 +6,7 @@ mod kv_common;
 use kv_common::*;
 
 use std::io::Write;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Each script runs on a fresh connection after `flush_all`.
 const SCRIPTS: &[(&str, &[u8])] = &[
@@ -379,4 +379,71 @@ fn stats_detail_and_sizes_match_memcached() {
         .collect();
     assert_eq!(settings[0], "STAT detail_enabled yes");
     assert_eq!(settings[0], settings[1]);
+}
+
+/// Masks what `stats conns` legitimately varies in: descriptor numbers, client ports, seconds.
+fn normalize_conns(b: &[u8], port: u16) -> String {
+    let own = format!("127.0.0.1:{port}");
+    String::from_utf8_lossy(b)
+        .split_inclusive("\r\n")
+        .map(|line| {
+            let Some(rest) = line.strip_prefix("STAT ") else {
+                return line.to_string();
+            };
+            let (_fd, rest) = rest.split_once(':').unwrap_or(("", rest));
+            let (k, v) = rest.trim_end().split_once(' ').unwrap_or((rest, ""));
+            let v = if k == "secs_since_last_cmd" {
+                "<s>".to_string()
+            } else if v.ends_with(&own) {
+                v.replace(&own, "<server>")
+            } else if let Some(p) = v.strip_prefix("tcp:127.0.0.1:") {
+                assert!(p.parse::<u16>().is_ok(), "{line}");
+                "tcp:127.0.0.1:<client>".to_string()
+            } else {
+                v.to_string()
+            };
+            format!("STAT <fd>:{k} {v}\r\n")
+        })
+        .collect()
+}
+
+/// `stats conns` lists the listener, an idle connection that has run a command, one that has
+/// not yet sent anything and the asking one, in descriptor order; a closed one disappears.
+#[test]
+fn stats_conns_matches_memcached() {
+    let Some(mc) = memcached(&["-U", "0"]) else {
+        return;
+    };
+    let rm = remora(&["-U", "0"]);
+    let mut outs = Vec::new();
+    for srv in [&mc, &rm] {
+        let mut used = connect(srv.port);
+        used.write_all(b"set k 0 0 1\r\nx\r\n").unwrap();
+        assert_eq!(
+            read_until(&mut used, b"\r\n", Duration::from_secs(5)),
+            b"STORED\r\n"
+        );
+        let fresh = connect(srv.port);
+        let mut asker = connect(srv.port);
+        let ask = |a: &mut std::net::TcpStream| {
+            a.write_all(b"stats conns\r\n").unwrap();
+            normalize_conns(&read_until(a, b"END\r\n", Duration::from_secs(5)), srv.port)
+        };
+        // The fresh connection is registered once the server has accepted it.
+        let t0 = Instant::now();
+        let mut first = ask(&mut asker);
+        while first.matches(":addr ").count() < 4 && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+            first = ask(&mut asker);
+        }
+        drop(fresh);
+        let mut second = ask(&mut asker);
+        while second.matches(":addr ").count() > 3 && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+            second = ask(&mut asker);
+        }
+        outs.push(first + &second);
+    }
+    assert!(outs[0].contains("state conn_new_cmd"), "{}", outs[0]);
+    assert_eq!(outs[0], outs[1], "memcached vs remora");
 }

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crate::conns::{ConnEntry, ConnTable};
 use crate::prefix::{PrefixOp, PrefixStats};
 use crate::protocol::binary::{self, op, status};
 use crate::protocol::meta::{self, MetaCommand, MetaFlags, MetaKind};
@@ -101,6 +102,8 @@ pub struct Engine {
     pub conns: ConnCounters,
     /// `stats detail` per-prefix counters.
     pub prefixes: PrefixStats,
+    /// Sockets listed by `stats conns`.
+    pub conn_table: ConnTable,
     started: Instant,
     process_started: i64,
     workers: Mutex<Vec<Arc<Counters>>>,
@@ -130,6 +133,7 @@ impl Engine {
             settings,
             conns: ConnCounters::default(),
             prefixes: PrefixStats::default(),
+            conn_table: ConnTable::default(),
             started: Instant::now(),
             // Relative clock starts at 2 so 0 and 1 keep their special meanings.
             process_started: unix_now() - 2,
@@ -324,7 +328,7 @@ impl Engine {
             Some(b"slabs") => Some(self.stats_slabs()),
             // memcached without `-o track_sizes` prints only this line.
             Some(b"sizes") => Some(vec![("sizes_status".into(), "disabled".into())]),
-            Some(b"conns") => Some(Vec::new()),
+            Some(b"conns") => Some(self.conn_table.lines(now)),
             _ => None,
         }
     }
@@ -364,6 +368,8 @@ pub struct Session {
     pub counters: Arc<Counters>,
     /// Connection number shown in `-vv` output.
     pub id: u64,
+    /// This connection's `stats conns` entry (TCP connections only).
+    pub conn: Option<Arc<ConnEntry>>,
     scratch: Vec<u8>,
 }
 
@@ -384,6 +390,7 @@ impl Session {
             swallow: 0,
             counters,
             id: 0,
+            conn: None,
             scratch: Vec::new(),
         }
     }
@@ -402,6 +409,9 @@ pub fn process(
     let now = eng.now();
     let mut pos = 0;
     let mut close = false;
+    if let Some(e) = &s.conn {
+        e.busy(now);
+    }
     while pos < input.len() && out.len() < out_limit {
         if s.swallow > 0 {
             let n = s.swallow.min(input.len() - pos);
@@ -469,6 +479,9 @@ pub fn process(
         }
     }
     crate::stats::add(&s.counters.bytes_read, pos as u64);
+    if let Some(e) = &s.conn {
+        e.idle();
+    }
     Outcome {
         consumed: pos,
         close,

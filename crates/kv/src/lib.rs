@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod conns;
 pub mod handler;
 pub mod prefix;
 pub mod protocol;

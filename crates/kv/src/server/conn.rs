@@ -10,6 +10,9 @@ use std::time::Duration;
 use mio::net::{TcpStream, UnixStream};
 use mio::{event::Source, Events, Interest, Poll, Registry, Token};
 
+use std::os::fd::AsRawFd;
+
+use crate::conns::{addr_text, ConnEntry, ConnKind};
 use crate::handler::{process, Engine, Session};
 use crate::stats;
 
@@ -83,6 +86,8 @@ struct Conn {
     closing: bool,
     drained: bool,
     token: Token,
+    /// Descriptor of a TCP connection listed by `stats conns`.
+    table_fd: Option<i32>,
     /// Registered for writability (only while output is stuck).
     want_write: bool,
 }
@@ -207,6 +212,24 @@ impl Conn {
     }
 }
 
+/// Lists a TCP connection in the `stats conns` table.
+fn list_conn(eng: &Engine, s: &Stream) -> Option<(i32, Arc<ConnEntry>)> {
+    let Stream::Tcp(t) = s else { return None };
+    let peer = t.peer_addr().ok()?;
+    // memcached prints the listener's address; an accepted socket's local address is that
+    // address whenever the listener is bound to a specific one.
+    let local = t.local_addr().ok()?;
+    let fd = t.as_raw_fd();
+    let e = eng.conn_table.add(
+        fd,
+        ConnKind::Client,
+        addr_text("tcp", &peer),
+        Some(addr_text("tcp", &local)),
+        eng.now(),
+    );
+    Some((fd, e))
+}
+
 /// A worker thread's loop.
 pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<AtomicBool>) {
     let counters = eng.register_worker();
@@ -238,6 +261,7 @@ pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<
                         eng.conns.curr.fetch_sub(1, Ordering::Relaxed);
                         continue;
                     }
+                    let listed = list_conn(&eng, &s);
                     conns.insert(
                         t,
                         Conn {
@@ -250,6 +274,7 @@ pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<
                             session: {
                                 let mut s = Session::new(counters.clone());
                                 s.id = t as u64;
+                                s.conn = listed.as_ref().map(|(_, e)| e.clone());
                                 if eng.settings.verbose >= 2 {
                                     eprintln!("<{t} new auto-negotiating client connection");
                                 }
@@ -258,6 +283,7 @@ pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<
                             closing: false,
                             drained: false,
                             token: Token(t),
+                            table_fd: listed.map(|(fd, _)| fd),
                             want_write: false,
                         },
                     );
@@ -272,6 +298,9 @@ pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<
             if !keep {
                 if let Some(mut c) = conns.remove(&t) {
                     let _ = c.stream.deregister(poll.registry());
+                    if let Some(fd) = c.table_fd {
+                        eng.conn_table.remove(fd);
+                    }
                     eng.conns.curr.fetch_sub(1, Ordering::Relaxed);
                 }
             }

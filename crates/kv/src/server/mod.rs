@@ -11,6 +11,7 @@ mod udp;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::config::Config;
+use crate::conns::ConnKind;
 use crate::handler::Engine;
 use conn::Stream;
 
@@ -154,6 +156,20 @@ impl Server {
             }
         }
         drop_privileges(cfg)?;
+        for l in &tcp {
+            if let Ok(a) = l.local_addr() {
+                let (fd, now) = (l.as_raw_fd(), engine.now());
+                let addr = crate::conns::addr_text("tcp", &a);
+                engine.conn_table.add(fd, ConnKind::Listen, addr, None, now);
+            }
+        }
+        for u in &udp_socks {
+            if let Ok(a) = u.local_addr() {
+                let (fd, now) = (u.as_raw_fd(), engine.now());
+                let addr = crate::conns::addr_text("udp", &a);
+                engine.conn_table.add(fd, ConnKind::Udp, addr, None, now);
+            }
+        }
         let tcp_addrs = tcp.iter().filter_map(|l| l.local_addr().ok()).collect();
         let udp_addrs = udp_socks
             .iter()
