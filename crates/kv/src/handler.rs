@@ -776,6 +776,24 @@ fn meta_ret_flags(
     }
 }
 
+/// The return flags memcached 1.6.18 echoes on a miss: only `O`, `k` (and `b` with `k`).
+fn meta_miss_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key_sent: &[u8]) {
+    for tok in &f.raw[..f.n] {
+        match tok[0] {
+            b'k' => {
+                out.extend_from_slice(b" k");
+                out.extend_from_slice(key_sent);
+            }
+            b'O' => {
+                out.push(b' ');
+                out.extend_from_slice(tok);
+            }
+            b'b' if f.raw[..f.n].iter().any(|t| t[0] == b'k') => out.extend_from_slice(b" b"),
+            _ => {}
+        }
+    }
+}
+
 fn ttl_left(exptime: u32, now: u32) -> i64 {
     if exptime == 0 {
         -1
@@ -838,11 +856,16 @@ fn run_meta(eng: &Engine, s: &mut Session, m: MetaCommand<'_>, now: u32, out: &m
             if key.len() > crate::protocol::KEY_MAX {
                 Reply::Fail(Fail::BadFormat).write(out);
             } else {
+                let start = out.len();
                 match kind {
                     MetaKind::Get => meta_get(eng, &c, key, key_sent, &f, now, out),
                     MetaKind::Set => meta_set(eng, &c, key, key_sent, data, &f, now, out),
                     MetaKind::Delete => meta_delete(eng, &c, key, key_sent, &f, now, out),
                     MetaKind::Arith => meta_arith(eng, &c, key, key_sent, &f, now, out),
+                }
+                if f.opaque_too_long {
+                    out.truncate(start);
+                    Reply::Fail(Fail::OpaqueTooLong).write(out);
                 }
             }
             s.scratch = decoded;
@@ -939,7 +962,9 @@ fn meta_get(
         }
     }
     if !f.quiet {
-        out.extend_from_slice(b"EN\r\n");
+        out.extend_from_slice(b"EN");
+        meta_miss_flags(out, f, key_sent);
+        out.extend_from_slice(b"\r\n");
     }
 }
 
@@ -1049,6 +1074,7 @@ fn meta_arith(
     let incr = !matches!(f.mode, Some(b'D') | Some(b'-'));
     let delta = f.delta.unwrap_or(1);
     let mut r = eng.store.arith(key, incr, delta, now, f.compare_cas);
+    let mut created = false;
     if r == ArithOutcome::NotFound {
         inc(if incr { &c.incr_misses } else { &c.decr_misses });
         if let Some(ttl) = f.vivify {
@@ -1059,7 +1085,10 @@ fn meta_arith(
                 .store
                 .store(StoreMode::Add, key, 0, e, v.as_bytes(), now)
             {
-                StoreOutcome::Stored(cas) => ArithOutcome::Value(init, cas),
+                StoreOutcome::Stored(cas) => {
+                    created = true;
+                    ArithOutcome::Value(init, cas)
+                }
                 _ => {
                     out.extend_from_slice(b"NS\r\n");
                     return;
@@ -1074,6 +1103,12 @@ fn meta_arith(
             if let Some(t) = f.ttl {
                 eng.store.touch(key, eng.exptime(t, now), now);
             }
+            // memcached's `q` hides a successful ma reply even when it carries the value,
+            // but not the reply for a counter it has just created.
+            if f.quiet && !created {
+                return;
+            }
+
             let ttl = if f.raw[..f.n].iter().any(|t| t[0] == b't') {
                 let o = ReadOpts {
                     no_bump: true,
@@ -1095,9 +1130,6 @@ fn meta_arith(
                 out.extend_from_slice(&num);
                 out.extend_from_slice(b"\r\n");
             } else {
-                if f.quiet {
-                    return;
-                }
                 out.extend_from_slice(b"HD");
                 meta_ret_flags(out, f, key_sent, cas, 0, ttl, 0, 0, false);
                 out.extend_from_slice(b"\r\n");
@@ -1105,7 +1137,7 @@ fn meta_arith(
         }
         ArithOutcome::NotFound => {
             out.extend_from_slice(b"NF");
-            meta_ret_flags(out, f, key_sent, 0, 0, -1, 0, 0, false);
+            meta_miss_flags(out, f, key_sent);
             out.extend_from_slice(b"\r\n");
         }
         ArithOutcome::Exists => {

@@ -51,8 +51,9 @@ pub struct MetaFlags<'a> {
     pub delta: Option<u64>,
     /// `J`: initial value for auto-created counters.
     pub initial: Option<u64>,
-    /// `x`: md removes the value but keeps the item.
-    pub remove_value: bool,
+    /// An `O` token over 32 bytes: mg and ma still run, then answer
+    /// `CLIENT_ERROR opaque token too long` (memcached checks it while writing the reply).
+    pub opaque_too_long: bool,
 }
 
 /// One meta request.
@@ -78,12 +79,14 @@ pub enum MetaCommand<'a> {
     },
 }
 
+/// Flags the command acts on or echoes back.
 fn allowed(kind: MetaKind) -> &'static [u8] {
     match kind {
-        // memcached 1.6.18 knows no `E` (explicit CAS) on any meta command: it is refused.
+        // The flags each command acts on or echoes. memcached 1.6.18 knows no `E` (explicit
+        // CAS), `S` or `x`: the pre-parse refuses them.
         MetaKind::Get => b"bcfhklOqstuvNRT",
-        MetaKind::Set => b"bcCFIkOqsSTM",
-        MetaKind::Delete => b"bCIkOqTx",
+        MetaKind::Set => b"bcCFIkOqTM",
+        MetaKind::Delete => b"bCIkOqT",
         MetaKind::Arith => b"bCcNJDTMOqtvk",
     }
 }
@@ -142,54 +145,97 @@ pub(super) fn parse<'a>(buf: &'a [u8], used: usize, tk: &Tokens<'a>, lim: &Limit
         mode: None,
         delta: None,
         initial: None,
-        remove_value: false,
+        opaque_too_long: false,
     };
-    let ok = allowed(kind);
+    let acts = allowed(kind);
     let mut seen = [false; 128];
-    let mut bad = None;
+    // memcached 1.6.18 first checks every flag the same way for all four commands (its
+    // "pre-parse"): an unknown or repeated letter stops the check at once; a bad number is
+    // remembered (the last message wins) and the check goes on.
+    let mut stop = None;
+    let mut last_err = None;
+    let mut has_error = false;
     for &tok in &t[first_flag..n] {
         let c = tok[0];
-        if !ok.contains(&c) {
-            // md and ma report every flag their shared pre-parse refuses this way.
-            bad.get_or_insert(match kind {
-                MetaKind::Delete | MetaKind::Arith => Fail::InvalidOrDuplicateFlag,
-                _ => Fail::InvalidFlag,
-            });
-            continue;
+        if c >= 127 || seen[c as usize] {
+            stop = Some(Fail::DuplicateFlag);
+            break;
         }
-        if seen[c as usize & 127] {
-            bad.get_or_insert(Fail::InvalidOrDuplicateFlag);
-            continue;
-        }
-        seen[c as usize & 127] = true;
-        f.raw[f.n] = tok;
-        f.n += 1;
+        seen[c as usize] = true;
         let arg = &tok[1..];
-        let r: Result<(), Fail> = (|| {
-            let e = Fail::InvalidOrDuplicateFlag;
+        let mut num_err = |e: Option<Fail>| {
+            has_error = true;
+            if e.is_some() {
+                last_err = e;
+            }
+        };
+        match c {
+            b'b' => {
+                let mut scratch = Vec::new();
+                if !base64_decode(key, &mut scratch) || scratch.is_empty() {
+                    num_err(Some(Fail::KeyDecode));
+                }
+            }
+            b'N' | b'T' | b'R' | b'C' => {
+                let ok = if c == b'C' {
+                    parse_u64(arg).is_some()
+                } else {
+                    parse_i64(arg).is_some()
+                };
+                if !ok {
+                    num_err(Some(Fail::BadToken));
+                }
+            }
+            // memcached leaves its default message for a bad `F`.
+            b'F' if parse_u32(arg).is_none() => num_err(None),
+            b'M' if tok.len() != 2 => num_err(Some(Fail::MTokenLength)),
+            b'J' if parse_u64(arg).is_none() => num_err(Some(Fail::InvalidInitial)),
+            b'D' if parse_u64(arg).is_none() => num_err(Some(Fail::InvalidMetaDelta)),
+            b'l' | b'O' | b'P' | b'L' | b'k' | b's' | b't' | b'c' | b'f' | b'v' | b'h' | b'u'
+            | b'q' | b'F' | b'M' | b'J' | b'D' | b'I' => {}
+            _ => {
+                stop = Some(Fail::InvalidFlag);
+                break;
+            }
+        }
+    }
+    let mut bad = stop.or(has_error.then(|| last_err.unwrap_or(Fail::BadFormat)));
+    if bad.is_some() && matches!(kind, MetaKind::Delete | MetaKind::Arith) {
+        // md and ma answer every pre-parse failure with one message.
+        bad = Some(Fail::InvalidOrDuplicateFlag);
+    }
+    if bad.is_none() {
+        for &tok in &t[first_flag..n] {
+            let c = tok[0];
+            // Flags the pre-parse accepts but this command does not use are ignored.
+            if !acts.contains(&c) {
+                continue;
+            }
+            f.raw[f.n] = tok;
+            f.n += 1;
+            let arg = &tok[1..];
             match c {
                 b'q' => f.quiet = true,
                 b'b' => f.base64 = true,
                 b'v' => f.value = true,
                 b'u' => f.no_bump = true,
                 b'I' => f.invalidate = true,
-                b'x' => f.remove_value = true,
-                b'T' => f.ttl = Some(parse_i64(arg).ok_or(e)?),
-                b'N' => f.vivify = Some(parse_i64(arg).ok_or(e)?),
-                b'R' => f.recache = Some(parse_i64(arg).ok_or(e)?),
-                b'C' => f.compare_cas = Some(parse_u64(arg).ok_or(e)?),
-                b'F' => f.client_flags = Some(parse_u32(arg).ok_or(e)?),
-                b'D' => f.delta = Some(parse_u64(arg).ok_or(e)?),
-                b'J' => f.initial = Some(parse_u64(arg).ok_or(e)?),
+                b'T' => f.ttl = parse_i64(arg),
+                b'N' => f.vivify = parse_i64(arg),
+                b'R' => f.recache = parse_i64(arg),
+                b'C' => f.compare_cas = parse_u64(arg),
+                b'F' => f.client_flags = parse_u32(arg),
+                b'D' => f.delta = parse_u64(arg),
+                b'J' => f.initial = parse_u64(arg),
                 b'M' => {
-                    let m = *arg.first().ok_or(e)?;
+                    let m = arg[0];
                     let valid: &[u8] = if kind == MetaKind::Set {
                         b"EeAaPpRrSs"
                     } else {
                         b"IiDd+-"
                     };
                     if !valid.contains(&m) {
-                        return Err(if kind == MetaKind::Set {
+                        bad.get_or_insert(if kind == MetaKind::Set {
                             Fail::InvalidMsMode
                         } else {
                             Fail::InvalidMaMode
@@ -197,13 +243,16 @@ pub(super) fn parse<'a>(buf: &'a [u8], used: usize, tk: &Tokens<'a>, lim: &Limit
                     }
                     f.mode = Some(m.to_ascii_uppercase());
                 }
-                b'O' if arg.len() > 32 => return Err(Fail::BadFormat),
+                // memcached counts the `O` itself in its 32-byte limit.
+                b'O' if tok.len() > 32 => {
+                    if matches!(kind, MetaKind::Get | MetaKind::Arith) {
+                        f.opaque_too_long = true;
+                    } else {
+                        bad.get_or_insert(Fail::OpaqueTooLong);
+                    }
+                }
                 _ => {}
             }
-            Ok(())
-        })();
-        if let Err(e) = r {
-            bad.get_or_insert(e);
         }
     }
     if kind == MetaKind::Set {

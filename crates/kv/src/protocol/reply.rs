@@ -29,6 +29,20 @@ pub enum Fail {
     InvalidFlag,
     /// meta: bad flag token.
     InvalidOrDuplicateFlag,
+    /// meta (mg/ms): a flag letter given twice.
+    DuplicateFlag,
+    /// meta: a non-numeric `N`, `T`, `R` or `C` token.
+    BadToken,
+    /// meta: a `b` key that is not base64.
+    KeyDecode,
+    /// meta: an `M` token that is not one letter.
+    MTokenLength,
+    /// meta: a non-numeric `J` token.
+    InvalidInitial,
+    /// meta: a non-numeric `D` token.
+    InvalidMetaDelta,
+    /// meta: an `O` token longer than 32 bytes.
+    OpaqueTooLong,
     /// meta: bad `M` mode for ms.
     InvalidMsMode,
     /// meta: bad `M` mode for ma.
@@ -58,6 +72,13 @@ impl Fail {
             Fail::ShutdownDisabled => "ERROR: shutdown not enabled",
             Fail::InvalidFlag => "CLIENT_ERROR invalid flag",
             Fail::InvalidOrDuplicateFlag => "CLIENT_ERROR invalid or duplicate flag",
+            Fail::DuplicateFlag => "CLIENT_ERROR duplicate flag",
+            Fail::BadToken => "CLIENT_ERROR bad token in command line format",
+            Fail::KeyDecode => "CLIENT_ERROR error decoding key",
+            Fail::MTokenLength => "CLIENT_ERROR incorrect length for M token",
+            Fail::InvalidInitial => "CLIENT_ERROR invalid numeric initial value",
+            Fail::InvalidMetaDelta => "CLIENT_ERROR invalid numeric delta value",
+            Fail::OpaqueTooLong => "CLIENT_ERROR opaque token too long",
             Fail::InvalidMsMode => "CLIENT_ERROR invalid mode for ms M token",
             Fail::InvalidMaMode => "CLIENT_ERROR invalid mode for ma M token",
             Fail::FlushDisabled => "CLIENT_ERROR flush_all not allowed",
