@@ -449,3 +449,38 @@ fn stats_conns_matches_memcached() {
     assert!(outs[0].contains("state conn_new_cmd"), "{}", outs[0]);
     assert_eq!(outs[0], outs[1], "memcached vs remora");
 }
+
+/// Binary get/getk/touch/gat, set/add/append and delete are counted per prefix too.
+#[test]
+fn binary_prefix_stats_match_memcached() {
+    let Some(mc) = memcached(&[]) else { return };
+    let rm = remora(&[]);
+    let set_x = [0, 0, 0, 7, 0, 0, 0, 0];
+    let mut reqs = Vec::new();
+    reqs.extend(bin(0x01, &set_x, b"p:1", b"v", 0)); // set
+    reqs.extend(bin(0x00, &[], b"p:1", &[], 0)); // get hit
+    reqs.extend(bin(0x00, &[], b"q:1", &[], 0)); // get miss
+    reqs.extend(bin(0x04, &[], b"p:1", &[], 0)); // delete
+    reqs.extend(bin(0x1c, &[0, 0, 0, 10], b"p:1", &[], 0)); // touch miss
+    reqs.extend(bin(0x1d, &[0, 0, 0, 10], b"p:1", &[], 0)); // gat miss
+    reqs.extend(bin(0x0c, &[], b"r:1", &[], 0)); // getk miss
+    reqs.extend(bin(0x02, &set_x, b"s:1", b"v", 0)); // add
+    reqs.extend(bin(0x0e, &[], b"t:1", b"x", 0)); // append missing
+    reqs.extend(bin(0x05, &[0; 20], b"u:1", &[], 0)); // incr: not counted
+    let mut dumps = Vec::new();
+    for srv in [&mc, &rm] {
+        let on = text_roundtrip(srv.port, b"stats detail on\r\n");
+        assert_eq!(on, b"OK\r\n");
+        bin_roundtrip(srv.port, &reqs);
+        dumps.push(
+            String::from_utf8_lossy(&text_roundtrip(srv.port, b"stats detail dump\r\n"))
+                .into_owned(),
+        );
+    }
+    assert!(
+        dumps[0].contains("PREFIX p get 3 hit 1 set 1 del 1\r\n"),
+        "{}",
+        dumps[0]
+    );
+    assert_eq!(dumps[0], dumps[1], "memcached vs remora");
+}

@@ -1228,6 +1228,7 @@ fn run_binary(
                     );
                 })
                 .is_some();
+            eng.prefixes.record(req.key, PrefixOp::Get(hit));
             inc(if hit { &c.get_hits } else { &c.get_misses });
             if touch {
                 inc(if hit { &c.touch_hits } else { &c.touch_misses });
@@ -1245,6 +1246,7 @@ fn run_binary(
                 return inval(out);
             }
             inc(&c.cmd_set);
+            eng.prefixes.record(req.key, PrefixOp::Set);
             let flags = be32(&req.extras[0..4]);
             let exptime = be32(&req.extras[4..8]) as i32 as i64;
             let base = match h.opcode {
@@ -1267,6 +1269,7 @@ fn run_binary(
                 return inval(out);
             }
             inc(&c.cmd_set);
+            eng.prefixes.record(req.key, PrefixOp::Set);
             let mode = if matches!(h.opcode, op::APPEND | op::APPENDQ) {
                 StoreMode::Append
             } else {
@@ -1281,6 +1284,7 @@ fn run_binary(
                 return inval(out);
             }
             let quiet = h.opcode == op::DELETEQ;
+            eng.prefixes.record(req.key, PrefixOp::Delete);
             let cas = (h.cas != 0).then_some(h.cas);
             match eng.store.delete(req.key, now, cas) {
                 DeleteOutcome::Deleted => {
@@ -1379,6 +1383,7 @@ fn run_binary(
                     resp(out, status::OK, it.cas, &it.flags.to_be_bytes(), &[], &[]);
                 })
                 .is_some();
+            eng.prefixes.record(req.key, PrefixOp::Get(hit));
             inc(if hit { &c.touch_hits } else { &c.touch_misses });
             if !hit {
                 put_bin_error(out, h, status::KEY_ENOENT);
