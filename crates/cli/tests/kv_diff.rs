@@ -359,10 +359,30 @@ fn stats_detail_and_sizes_match_memcached() {
         get a:1 a:1 x:y f:g c: :q plain\r\ndelete zz:1\r\ndelete a:1 noreply\r\n\
         stats detail dump\r\nstats detail off\r\nget a:1\r\nstats detail dump\r\nstats sizes\r\n\
         stats reset\r\nstats detail dump\r\n";
+    // Values over the 1 MiB item limit: a text set is still counted, an ms is not.
+    let big = vec![b'v'; 2 << 20];
+    let mut script = script.to_vec();
+    let needle = b"get a:1 a:1 x:y";
+    let at = script
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap();
+    let mut tail = script.split_off(at);
+    script.extend_from_slice(format!("set big:1 0 0 {}\r\n", big.len()).as_bytes());
+    script.extend_from_slice(&big);
+    script.extend_from_slice(format!("\r\nms bigm:1 {}\r\n", big.len()).as_bytes());
+    script.extend_from_slice(&big);
+    script.extend_from_slice(b"\r\n");
+    script.append(&mut tail);
     let outs: Vec<String> = [&mc, &rm]
         .iter()
-        .map(|s| normalize_text(&text_roundtrip(s.port, script)))
+        .map(|s| normalize_text(&text_roundtrip(s.port, &script)))
         .collect();
+    assert!(
+        outs[0].contains("PREFIX big get 0 hit 0 set 1 del 0\r\n"),
+        "{}",
+        outs[0]
+    );
     assert!(
         outs[0].contains("PREFIX a get 3 hit 3 set 4 del 1\r\n"),
         "{}",

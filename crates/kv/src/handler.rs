@@ -592,8 +592,13 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
             cmd,
             swallow,
             noreply,
+            meta,
         } => {
             inc(&c.store_too_large);
+            if !meta {
+                // memcached counts a text store before it finds the value too large.
+                eng.prefixes.record(key, PrefixOp::Set);
+            }
             if matches!(cmd, StoreCmd::Set | StoreCmd::Cas) {
                 eng.store.delete(key, now, None);
             }

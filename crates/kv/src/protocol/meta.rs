@@ -262,6 +262,7 @@ pub(super) fn parse<'a>(buf: &'a [u8], used: usize, tk: &Tokens<'a>, lim: &Limit
                 cmd: super::text::StoreCmd::Set,
                 swallow: datalen + 2,
                 noreply: false,
+                meta: true,
             });
         }
         let total = used + datalen + 2;

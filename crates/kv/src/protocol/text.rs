@@ -81,6 +81,8 @@ pub enum Command<'a> {
         swallow: usize,
         /// Suppress the reply.
         noreply: bool,
+        /// From meta `ms` (which `stats detail` does not count).
+        meta: bool,
     },
     /// delete
     Delete {
@@ -317,6 +319,7 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
                     cmd,
                     swallow: vlen + 2,
                     noreply,
+                    meta: false,
                 });
             }
             let total = used + vlen + 2;
