@@ -258,21 +258,6 @@ impl Store {
         data: &[u8],
         now: u32,
     ) -> StoreOutcome {
-        self.store_with_cas(mode, key, flags, exptime_abs, data, now, None)
-    }
-
-    /// Like [`Store::store`], with the new item's CAS chosen by the client (meta `E`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn store_with_cas(
-        &self,
-        mode: StoreMode,
-        key: &[u8],
-        flags: u32,
-        exptime_abs: u32,
-        data: &[u8],
-        now: u32,
-        explicit_cas: Option<u64>,
-    ) -> StoreOutcome {
         if !self.fits(key.len(), data.len()) {
             // memcached drops the old value so a failed overwrite cannot leave stale data.
             if matches!(
@@ -294,7 +279,7 @@ impl Store {
             exptime_abs,
             data,
             &ctx,
-            &|| explicit_cas.unwrap_or_else(|| self.new_cas()),
+            &|| self.new_cas(),
             self.config.item_max,
             self.config.no_evict,
         )
