@@ -92,44 +92,12 @@ impl Syndrome {
     }
 }
 
-/// A read/write view of an AETH at the start of a buffer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+crate::view::fixed_view! {
+    /// A read/write view of an AETH at the start of a buffer.
+    AETH_LEN
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checking its length; accessors panic if it is shorter than
-    /// [`AETH_LEN`].
-    pub fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    /// Wraps a buffer after [`check_len`](Self::check_len).
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// Ensures every accessor stays in bounds.
-    pub fn check_len(&self) -> Result<()> {
-        let have = self.buffer.as_ref().len();
-        if have < AETH_LEN {
-            Err(Error::Truncated {
-                need: AETH_LEN,
-                have,
-            })
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Gives the buffer back.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     /// The raw syndrome byte.
     pub fn syndrome_raw(&self) -> u8 {
         self.buffer.as_ref()[field::SYNDROME]

@@ -40,44 +40,12 @@ pub(crate) fn set_u24(b: &mut [u8], v: u32) {
     b.copy_from_slice(&v.to_be_bytes()[1..]);
 }
 
-/// A read/write view of a BTH at the start of a buffer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+crate::view::fixed_view! {
+    /// A read/write view of a BTH at the start of a buffer.
+    BTH_LEN
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checking its length; accessors panic if it is shorter than
-    /// [`BTH_LEN`].
-    pub fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    /// Wraps a buffer after [`check_len`](Self::check_len).
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// Ensures every accessor stays in bounds.
-    pub fn check_len(&self) -> Result<()> {
-        let have = self.buffer.as_ref().len();
-        if have < BTH_LEN {
-            Err(Error::Truncated {
-                need: BTH_LEN,
-                have,
-            })
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Gives the buffer back.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     /// The raw opcode byte.
     pub fn opcode_raw(&self) -> u8 {
         self.buffer.as_ref()[field::OPCODE]

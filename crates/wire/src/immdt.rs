@@ -1,51 +1,19 @@
 //! Immediate Data header (4 bytes): an opaque 32-bit value a WRITE or SEND with immediate hands to
 //! the responder's completion. Carried big-endian, as verbs' `imm_data` is.
 
-use crate::{Error, Result, IMMDT_LEN};
+use crate::Result;
 
 mod field {
     use core::ops::Range;
     pub const IMM: Range<usize> = 0..4;
 }
 
-/// A read/write view of an ImmDt header at the start of a buffer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+crate::view::fixed_view! {
+    /// A read/write view of an ImmDt header at the start of a buffer.
+    IMMDT_LEN
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checking its length; accessors panic if it is shorter than
-    /// [`IMMDT_LEN`].
-    pub fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    /// Wraps a buffer after [`check_len`](Self::check_len).
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// Ensures every accessor stays in bounds.
-    pub fn check_len(&self) -> Result<()> {
-        let have = self.buffer.as_ref().len();
-        if have < IMMDT_LEN {
-            Err(Error::Truncated {
-                need: IMMDT_LEN,
-                have,
-            })
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Gives the buffer back.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     /// The immediate value.
     pub fn imm(&self) -> u32 {
         let mut b = [0; 4];
@@ -67,7 +35,7 @@ pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<u32> {
     Ok(packet.imm())
 }
 
-/// Writes the immediate value. Panics if the buffer is shorter than [`IMMDT_LEN`].
+/// Writes the immediate value. Panics if the buffer is shorter than [`IMMDT_LEN`](crate::IMMDT_LEN).
 pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(imm: u32, packet: &mut Packet<T>) {
     packet.set_imm(imm);
 }
@@ -75,6 +43,7 @@ pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(imm: u32, packet: &mut Packet<T>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
 
     static BYTES: [u8; 4] = [0x12, 0x34, 0x56, 0x78];
 

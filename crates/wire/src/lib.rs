@@ -51,6 +51,7 @@ pub mod packet;
 pub mod pcap;
 pub mod psn;
 pub mod reth;
+mod view;
 
 pub use aeth::{AethRepr, NakCode, Syndrome};
 pub use bth::BthRepr;

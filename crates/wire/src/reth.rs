@@ -9,7 +9,7 @@
 //! ```
 //! The DMA length is the length of the whole message, not of this packet.
 
-use crate::{Error, Result, RETH_LEN};
+use crate::{Result, RETH_LEN};
 
 mod field {
     use core::ops::Range;
@@ -18,44 +18,12 @@ mod field {
     pub const LEN: Range<usize> = 12..16;
 }
 
-/// A read/write view of a RETH at the start of a buffer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+crate::view::fixed_view! {
+    /// A read/write view of a RETH at the start of a buffer.
+    RETH_LEN
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checking its length; accessors panic if it is shorter than
-    /// [`RETH_LEN`].
-    pub fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    /// Wraps a buffer after [`check_len`](Self::check_len).
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// Ensures every accessor stays in bounds.
-    pub fn check_len(&self) -> Result<()> {
-        let have = self.buffer.as_ref().len();
-        if have < RETH_LEN {
-            Err(Error::Truncated {
-                need: RETH_LEN,
-                have,
-            })
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Gives the buffer back.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     /// Remote virtual address.
     pub fn va(&self) -> u64 {
         let mut b = [0; 8];
@@ -133,6 +101,7 @@ impl RethRepr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
 
     static BYTES: [u8; 16] = [
         0x00, 0x00, 0x7f, 0x12, 0x34, 0x56, 0x78, 0x9a, 0xde, 0xad, 0xbe, 0xef, 0x00, 0x10, 0x00,
