@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use remora_mem::Pd;
-use remora_wire::{Psn, Repr, Service};
+use remora_wire::{BthRepr, Op, Opcode, Psn, Repr, Service};
 
 use crate::error::Result;
 use crate::wr::{Completion, RecvWr, SendWr};
@@ -76,6 +76,28 @@ impl EngineConfig {
             window: 1024,
             ack_req_every: 64,
             max_send_wr: 4096,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// The BTH of an outgoing packet of this queue pair (no AckReq, not solicited; the
+    /// requester sets those).
+    pub(crate) fn bth(&self, op: Op, psn: Psn) -> BthRepr {
+        BthRepr {
+            opcode: Opcode {
+                service: self.service,
+                op,
+            },
+            solicited: false,
+            mig_req: true,
+            pad_count: 0,
+            pkey: 0xFFFF,
+            fecn: false,
+            becn: false,
+            dest_qp: self.remote_qpn,
+            ack_req: false,
+            psn,
         }
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use remora_wire::{AethRepr, BthRepr, NakCode, Op, Opcode, Psn, Repr, RethRepr, Service, Syndrome};
+use remora_wire::{AethRepr, BthRepr, NakCode, Op, Psn, Repr, RethRepr, Service, Syndrome};
 
 use super::{packets_for, EngineConfig, Stats};
 use crate::error::{Error, Result};
@@ -219,19 +219,9 @@ impl Requester {
         }
         let repr = Repr {
             bth: BthRepr {
-                opcode: Opcode {
-                    service: cfg.service,
-                    op,
-                },
                 solicited: immdt.is_some(),
-                mig_req: true,
-                pad_count: 0,
-                pkey: 0xFFFF,
-                fecn: false,
-                becn: false,
-                dest_qp: cfg.remote_qpn,
                 ack_req,
-                psn,
+                ..cfg.bth(op, psn)
             },
             reth,
             immdt,

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use remora_mem::{Access, Pd, Region};
-use remora_wire::{AethRepr, BthRepr, NakCode, Op, Opcode, Psn, Repr, Service, Syndrome};
+use remora_wire::{AethRepr, NakCode, Op, Psn, Repr, Service, Syndrome};
 
 use super::{packets_for, EngineConfig, Stats};
 use crate::wr::{Completion, RecvWr, Status, WcOpcode};
@@ -447,7 +447,7 @@ impl Responder {
         stats: &mut Stats,
     ) -> Option<usize> {
         let ack = |psn: Psn, syndrome: Syndrome, msn: u32| Repr {
-            bth: bth(cfg, Op::Ack, psn),
+            bth: cfg.bth(Op::Ack, psn),
             reth: None,
             immdt: None,
             aeth: Some(AethRepr { syndrome, msn }),
@@ -489,7 +489,7 @@ impl Responder {
                 let off = k as usize * cfg.mtu;
                 let n = cfg.mtu.min(r.len - off.min(r.len));
                 let repr = Repr {
-                    bth: bth(cfg, op, r.psn.add(k)),
+                    bth: cfg.bth(op, r.psn.add(k)),
                     reth: None,
                     immdt: None,
                     aeth: (op != Op::ReadResponseMiddle).then_some(AethRepr {
@@ -517,24 +517,6 @@ impl Responder {
         };
         self.out.pop_front();
         Some(n)
-    }
-}
-
-fn bth(cfg: &EngineConfig, op: Op, psn: Psn) -> BthRepr {
-    BthRepr {
-        opcode: Opcode {
-            service: cfg.service,
-            op,
-        },
-        solicited: false,
-        mig_req: true,
-        pad_count: 0,
-        pkey: 0xFFFF,
-        fecn: false,
-        becn: false,
-        dest_qp: cfg.remote_qpn,
-        ack_req: false,
-        psn,
     }
 }
 
