@@ -124,6 +124,9 @@ pub struct BenchArgs {
     /// Use a running server instead of starting one.
     #[arg(long)]
     connect: Option<SocketAddr>,
+    /// Over shm, fetch every unit with an RC READ instead of mapping the server's source.
+    #[arg(long)]
+    shm_read: bool,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -261,6 +264,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
         bail!("--faults and --trials must be at least 1");
     }
     let mut _child = None;
+    let mut shm_path: Option<&str> = None;
     let fetcher: Arc<dyn PageFetcher> = match a.transport {
         BenchTransport::Local => Arc::new(LocalFetcher::memory(Arc::new(MemorySource::new(
             synthetic(bytes),
@@ -285,10 +289,16 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
                     FabricFetcher::connect(addr, Transport::Udp)
                         .with_context(|| format!("connect to page server {addr} over udp"))?,
                 ),
-                BenchTransport::Shm => Arc::new(
-                    FabricFetcher::connect(addr, Transport::Shm)
-                        .with_context(|| format!("connect to page server {addr} over shm"))?,
-                ),
+                BenchTransport::Shm => {
+                    let f = FabricFetcher::connect(addr, Transport::Shm)
+                        .with_context(|| format!("connect to page server {addr} over shm"))?;
+                    let f = if a.shm_read { f.without_mapping() } else { f };
+                    if !a.shm_read && !f.is_mapped() {
+                        tracing::warn!("the server's source could not be mapped: using READs");
+                    }
+                    shm_path = Some(if f.is_mapped() { "mapped" } else { "read" });
+                    Arc::new(f)
+                }
                 _ => Arc::new(
                     TcpFetcher::connect(addr, Duration::from_secs(5))
                         .with_context(|| format!("connect to page server {addr}"))?,
@@ -325,6 +335,8 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
             "trial_std_us": r.trial_std_us,
             "scan_ms": r.scan_ms,
             "memcpy_ms": r.memcpy_ms,
+            "memcpy_fresh_ms": r.memcpy_fresh_ms,
+            "shm_path": shm_path,
             "faults_per_trial": r.faults_per_trial,
             "kernel_fault_us": r.kernel_fault_us,
         });
@@ -332,7 +344,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
     } else {
         println!(
             "{} {} B {:?} prefetch {} mode {}: {:.2} ± {:.2} µs per access (p50 {:.2}, p99 {:.2}); \
-             {:.0} faults/trial; scan {:.2} ms vs local memcpy {:.2} ms",
+             {:.0} faults/trial; scan {:.2} ms vs local memcpy {:.2} ms ({:.2} ms into fresh pages)",
             r.transport,
             a.page_size,
             a.pattern,
@@ -344,7 +356,8 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
             r.p99_us,
             r.faults_per_trial,
             r.scan_ms,
-            r.memcpy_ms
+            r.memcpy_ms,
+            r.memcpy_fresh_ms
         );
     }
     Ok(())

@@ -62,8 +62,12 @@ pub struct Report {
     pub trial_std_us: f64,
     /// Mean wall time of one trial's scan (all accesses), milliseconds.
     pub scan_ms: f64,
-    /// Mean time of a local memcpy of the same bytes into fresh memory, milliseconds.
+    /// Mean time of a local memcpy of the same bytes into memory already touched (no page
+    /// faults: the bandwidth ceiling), milliseconds.
     pub memcpy_ms: f64,
+    /// Mean time of a local memcpy of the same bytes into a fresh mapping of 4 KB pages (each
+    /// first touch faults, as memory that receives the bytes would), milliseconds.
+    pub memcpy_fresh_ms: f64,
     /// Faults taken per trial (fewer than accesses with prefetch).
     pub faults_per_trial: f64,
     /// Mean time of the kernel's own anonymous zero-fill fault on this machine (µs), measured
@@ -89,6 +93,30 @@ pub fn kernel_fault_us(pages: usize, trials: usize) -> f64 {
         }
     }
     mean_std(&lat).0
+}
+
+/// Times copying `bytes` from local memory into touched memory and into fresh 4 KB pages
+/// (milliseconds, mean of `trials`): the yardsticks for scans.
+pub fn memcpy_yardsticks(bytes: usize, trials: usize) -> (f64, f64) {
+    let src = vec![0x5au8; bytes];
+    let mut hot_dst = vec![0u8; bytes];
+    let (mut hot, mut fresh) = (Vec::new(), Vec::new());
+    for _ in 0..trials {
+        let t = Instant::now();
+        hot_dst.copy_from_slice(&src);
+        std::hint::black_box(&hot_dst);
+        hot.push(t.elapsed().as_secs_f64() * 1000.0);
+        let Ok(m) = crate::sys::Mapping::anonymous(bytes, 4096) else {
+            return (mean_std(&hot).0, f64::NAN);
+        };
+        m.no_huge_pages();
+        let t = Instant::now();
+        // SAFETY: the mapping holds `bytes` writable bytes and nothing else refers to it.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), m.ptr(), bytes) };
+        std::hint::black_box(m.ptr());
+        fresh.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    (mean_std(&hot).0, mean_std(&fresh).0)
 }
 
 fn mean_std(v: &[f64]) -> (f64, f64) {
@@ -150,15 +178,7 @@ pub fn run(fetcher: Arc<dyn PageFetcher>, cfg: &Config) -> Result<Report> {
     let mut sorted = all.clone();
     sorted.sort_by(|a, b| a.total_cmp(b));
     let pct = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
-    // The yardstick: copy the same bytes from local memory into fresh memory.
-    let src = vec![0x5au8; bytes];
-    let mut copies = Vec::new();
-    for _ in 0..cfg.trials.clamp(1, 20) {
-        let t = Instant::now();
-        let dst = src.clone();
-        std::hint::black_box(&dst);
-        copies.push(t.elapsed().as_secs_f64() * 1000.0);
-    }
+    let (memcpy_ms, memcpy_fresh_ms) = memcpy_yardsticks(bytes, cfg.trials.clamp(1, 20));
     Ok(Report {
         transport: fetcher.transport(),
         mean_us,
@@ -167,7 +187,8 @@ pub fn run(fetcher: Arc<dyn PageFetcher>, cfg: &Config) -> Result<Report> {
         p99_us: pct(0.99),
         trial_std_us: mean_std(&trial_means).1,
         scan_ms: mean_std(&scans).0,
-        memcpy_ms: mean_std(&copies).0,
+        memcpy_ms,
+        memcpy_fresh_ms,
         faults_per_trial: faults as f64 / cfg.trials.max(1) as f64,
         kernel_fault_us: kernel_fault_us(cfg.faults.min(1000), cfg.trials.clamp(1, 10)),
     })

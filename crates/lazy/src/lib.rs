@@ -15,6 +15,8 @@
 //! - With the `fabric` feature (default): `FabricServer` / `FabricFetcher` serve a registered
 //!   source over remora-fabric, the client READing units one-sidedly (udp RC, shm): a file or
 //!   memfd is registered as a live shared mapping, other sources as a copy taken at start.
+//!   Over shm the client maps the served file or memfd itself and installs units straight from
+//!   it (no server thread, no staging copy), falling back to READs where it may not.
 //!
 //! What it does not: it is Linux-only (userfaultfd, 6.6+ for `UFFDIO_POISON`); it does not
 //! track write-protection or dirty pages (no pre-copy); a region's pages come from one server;
@@ -31,6 +33,8 @@ pub mod protocol;
 pub mod rdma;
 pub mod region;
 pub mod server;
+#[cfg(feature = "fabric")]
+mod shmmap;
 mod sigbus;
 pub mod source;
 mod sys;

@@ -9,6 +9,11 @@
 //! whose memory cannot be registered) are copied into a registered region at start: clients see
 //! that snapshot. The tcp page server, by contrast, reads every source at each request.
 //!
+//! Over `shm` the server also announces its pid and the descriptor of the file or memfd behind
+//! the region (a snapshot is then taken into a memfd), and the client maps it and installs units
+//! straight from that mapping ([`shmmap`](crate::shmmap)); the queue pair stays as the fallback
+//! and for push.
+//!
 //! The length served is the file's length at start. If the file shrinks while served, a READ of
 //! a page past its new end is either refused (the on-demand region cannot page it in) or, if the
 //! page was in, raises SIGBUS in the server; the crate's SIGBUS handler then replaces the page
@@ -54,6 +59,8 @@ pub struct FabricServer {
     listener: Listener,
     _region: Arc<Region>,
     private: Vec<u8>,
+    /// The descriptor announced to shm clients, kept open while serving.
+    _share: Option<std::os::fd::OwnedFd>,
 }
 
 /// A running fabric page server; dropping it (or `kill`) stops it and drops every queue pair.
@@ -77,9 +84,24 @@ impl FabricServer {
         if len == 0 {
             return Err(Error::Invalid("the source is empty".into()));
         }
+        let shm = matches!(transport, Transport::Shm);
         let buf = match src.file() {
             Some(f) => live_buffer(f, len)?,
-            None => snapshot_buffer(src, len)?,
+            None => snapshot_buffer(src, len, shm)?,
+        };
+        // The fd shm clients open through /proc: a dup of the served file, or the snapshot's memfd.
+        let share = if shm {
+            let fd = match src.file() {
+                Some(f) => f.try_clone().map(Into::into),
+                None => buf
+                    .fd()
+                    .map(|f| f.try_clone_to_owned())
+                    .transpose()
+                    .and_then(|f| f.ok_or_else(|| std::io::Error::other("snapshot has no fd"))),
+            };
+            Some(fd.map_err(|e| Error::io("keep the shared descriptor", e))?)
+        } else {
+            None
         };
         let pd = Arc::new(Pd::new());
         // Read rights only: a live mapping is read-only, and no client writes a snapshot.
@@ -108,12 +130,22 @@ impl FabricServer {
                 .emit(),
             );
         }
+        if let Some(fd) = &share {
+            use std::os::fd::AsRawFd;
+            let s = crate::shmmap::Share {
+                pid: std::process::id(),
+                fd: fd.as_raw_fd(),
+                len: src.len(),
+            };
+            private.extend_from_slice(&s.emit());
+        }
         let opts = qp_options(transport, None);
         let listener = Listener::bind(addr, pd, opts).map_err(|e| fab("listen", e))?;
         Ok(FabricServer {
             listener,
             _region: region,
             private,
+            _share: share,
         })
     }
     /// The control address.
@@ -195,9 +227,15 @@ fn live_buffer(f: &std::fs::File, len: usize) -> Result<Buffer> {
         .map_err(|e| fab("wrap the served mapping", e))
 }
 
-/// A private copy of `src` taken now (sources that cannot be mapped).
-fn snapshot_buffer(src: &dyn PageSource, len: usize) -> Result<Buffer> {
-    let buf = Buffer::anonymous(len).map_err(|e| fab("allocate the served region", e))?;
+/// A private copy of `src` taken now (sources that cannot be mapped); in a memfd when shm
+/// clients are to map it.
+fn snapshot_buffer(src: &dyn PageSource, len: usize, memfd: bool) -> Result<Buffer> {
+    let buf = if memfd {
+        Buffer::memfd("remora-lazy-snapshot", len)
+    } else {
+        Buffer::anonymous(len)
+    }
+    .map_err(|e| fab("allocate the served region", e))?;
     // SAFETY: the buffer was just mapped with `len` writable bytes and nothing else uses it yet.
     let bytes = unsafe { std::slice::from_raw_parts_mut(buf.as_ptr(), len) };
     for (i, chunk) in bytes.chunks_mut(4 << 20).enumerate() {
@@ -242,6 +280,8 @@ pub struct FabricFetcher {
     hello: Hello,
     pool: Mutex<Vec<Conn>>,
     attempt: Duration,
+    /// The server's source mapped here (shm only).
+    peer: Option<crate::shmmap::PeerMap>,
 }
 
 const STAGE: usize = PUSH_MAX_CHUNK as usize;
@@ -262,6 +302,22 @@ impl FabricFetcher {
                 remote.len, hello.len
             )));
         }
+        let tail = Hello::total_len(&private[RegionInfo::LEN..])
+            .ok()
+            .and_then(|n| private.get(RegionInfo::LEN + n..))
+            .unwrap_or_default();
+        let peer = match crate::shmmap::Share::parse(tail) {
+            Some(share) if matches!(transport, Transport::Shm) => {
+                match crate::shmmap::PeerMap::open(share, hello.len) {
+                    Ok(m) => Some(m),
+                    Err(e) => {
+                        tracing::info!("shm page server: mapping refused, using READs: {e}");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         Ok(FabricFetcher {
             addr,
             transport,
@@ -270,7 +326,17 @@ impl FabricFetcher {
             hello,
             pool: Mutex::new(vec![conn]),
             attempt: Duration::from_millis(250),
+            peer,
         })
+    }
+    /// Drops the shm mapping, so every unit travels as an RC READ (for comparisons and tests).
+    pub fn without_mapping(mut self) -> FabricFetcher {
+        self.peer = None;
+        self
+    }
+    /// True if units are installed straight from a mapping of the server's source (shm).
+    pub fn is_mapped(&self) -> bool {
+        self.peer.is_some()
     }
     /// The server's hello.
     pub fn hello(&self) -> &Hello {
@@ -363,6 +429,9 @@ impl PageFetcher for FabricFetcher {
     }
     fn known_zero(&self, offset: u64, len: u64) -> bool {
         self.hello.is_zero(offset, len)
+    }
+    fn direct(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        self.peer.as_ref()?.get(offset, len)
     }
     fn fetch(
         &self,

@@ -626,7 +626,7 @@ impl Core {
         let fd = self.uffd.as_raw_fd();
         let dst = self.addr(first);
         if let Some(src) = self.fetcher.direct(off, bytes) {
-            // In-process source: install straight from it.
+            // Source mapped here: install straight from it.
             let r = if crate::source::is_zero(src) {
                 self.c.units_zero.fetch_add(n as u64, Ordering::Relaxed);
                 install(
@@ -647,7 +647,14 @@ impl Core {
                     fd,
                 )
             };
-            return self.finish(first, n, again, r);
+            match r {
+                // A mapping can fail where a fetch does not (a file that shrank under a peer's
+                // mapping): fetch what is still missing (installed pages are skipped as EEXIST).
+                Err(e) if !matches!(e, Error::Closed) => {
+                    tracing::debug!("lazy region: install from the mapping failed, fetching: {e}")
+                }
+                r => return self.finish(first, n, again, r),
+            }
         }
         let start = Instant::now();
         let deadline = start + self.deadline;

@@ -64,7 +64,9 @@ fn install() -> std::io::Result<()> {
     unsafe {
         let mut act: libc::sigaction = std::mem::zeroed();
         act.sa_sigaction = on_sigbus as *const () as usize;
-        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        // SA_NODEFER: resolving a fault may read a guarded mapping whose file shrank; that
+        // nested SIGBUS must reach us too, where a blocked one would end the process.
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_NODEFER;
         libc::sigemptyset(&mut act.sa_mask);
         let mut old: libc::sigaction = std::mem::zeroed();
         if libc::sigaction(libc::SIGBUS, &act, &mut old) != 0 {

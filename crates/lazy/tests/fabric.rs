@@ -110,3 +110,69 @@ fn fabric_dead_server_poisons() {
         assert_eq!(r.progress().poisoned, 1);
     });
 }
+
+/// Over shm the client maps the server's source and installs from the mapping; without the
+/// mapping every unit is an RC READ. Both give every byte, from 8 faulting threads.
+#[test]
+fn shm_mapped_and_read_paths_match_the_source() {
+    bounded(60, || {
+        let src = pattern((1 << 20) + 100, 4096);
+        let srv = FabricServer::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            &MemorySource::new(src.clone()),
+            Transport::Shm,
+        )
+        .unwrap()
+        .spawn()
+        .unwrap();
+        for mapped in [true, false] {
+            let f = FabricFetcher::connect(srv.addr(), Transport::Shm).unwrap();
+            assert!(f.is_mapped(), "the server's snapshot memfd maps");
+            let f = if mapped { f } else { f.without_mapping() };
+            assert_eq!(f.is_mapped(), mapped);
+            let r = LazyRegion::open(Arc::new(f), Options::default()).unwrap();
+            check(&r, &src, 8);
+            let st = r.stats();
+            if mapped {
+                assert_eq!(st.fetches, 1, "only the partial last unit is READ: {st:?}");
+            } else {
+                assert!(st.fetches > 200, "{st:?}");
+            }
+        }
+        // udp announces no mapping.
+        let usrv = FabricServer::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            &MemorySource::new(src.clone()),
+            Transport::Udp,
+        )
+        .unwrap()
+        .spawn()
+        .unwrap();
+        assert!(!FabricFetcher::connect(usrv.addr(), Transport::Udp)
+            .unwrap()
+            .is_mapped());
+    });
+}
+
+/// A region served through the shm mapping keeps its pages after the server is gone: the
+/// memfd lives on through the client's mapping (documented in `shmmap`).
+#[test]
+fn shm_mapped_region_outlives_its_server() {
+    bounded(60, || {
+        let src = pattern(1 << 20, 4096);
+        let mut srv = FabricServer::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            &MemorySource::new(src.clone()),
+            Transport::Shm,
+        )
+        .unwrap()
+        .spawn()
+        .unwrap();
+        let f = FabricFetcher::connect(srv.addr(), Transport::Shm).unwrap();
+        let r = LazyRegion::open(Arc::new(f), Options::default()).unwrap();
+        srv.kill();
+        drop(srv);
+        check(&r, &src, 2);
+        assert_eq!(r.progress().poisoned, 0);
+    });
+}

@@ -165,3 +165,39 @@ fn fabric_file_truncated_while_served_survives() {
         }
     });
 }
+
+/// A file shrinks under a client's shm mapping; the faulting thread resolves its own fault
+/// (SIGBUS mode) and reads the shrunk pages inside the signal handler: that nested SIGBUS is
+/// handled too, and the pages read as zeros instead of ending the process.
+#[cfg(feature = "fabric")]
+#[test]
+fn shm_mapping_of_a_shrunk_file_reads_zeros_from_the_fault_handler() {
+    use remora_fabric::Transport;
+    bounded(60, || {
+        let (path, file) = temp_file("trunc-mapped");
+        let src = make(&file);
+        let s = FileSource::open(&path).unwrap();
+        let srv = FabricServer::bind("127.0.0.1:0".parse().unwrap(), &s, Transport::Shm)
+            .unwrap()
+            .spawn()
+            .unwrap();
+        let f = FabricFetcher::connect(srv.addr(), Transport::Shm).unwrap();
+        assert!(f.is_mapped());
+        let r = LazyRegion::open(
+            Arc::new(f),
+            Options {
+                mode: Mode::Sigbus,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        let keep = DATA / 2;
+        file.set_len(keep as u64).unwrap();
+        let m = r.as_slice();
+        for at in (keep..LEN).step_by(UNIT) {
+            assert_eq!(m[at], 0, "{at:#x}");
+        }
+        assert!(m[..keep] == src[..keep], "the kept part");
+        std::fs::remove_file(&path).ok();
+    });
+}
