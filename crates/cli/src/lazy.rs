@@ -127,6 +127,9 @@ pub struct BenchArgs {
     /// Over shm, fetch every unit with an RC READ instead of mapping the server's source.
     #[arg(long)]
     shm_read: bool,
+    /// Background push during each trial (the server streams the rest while faults go first).
+    #[arg(long)]
+    push: bool,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -313,6 +316,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
         pattern: a.pattern,
         prefetch: a.prefetch,
         mode: a.mode,
+        push: a.push,
     };
     let r = bench::run(fetcher, &cfg).context("lazy bench")?;
     let mode = match a.mode {
@@ -328,6 +332,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
             "pattern": format!("{:?}", a.pattern).to_lowercase(),
             "prefetch": a.prefetch.to_string(),
             "mode": mode,
+            "push": a.push,
             "mean_us": r.mean_us,
             "std_us": r.std_us,
             "p50_us": r.p50_us,
@@ -339,6 +344,8 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
             "shm_path": shm_path,
             "faults_per_trial": r.faults_per_trial,
             "kernel_fault_us": r.kernel_fault_us,
+            "bare_sigbus_fault_us": r.bare_sigbus_fault_us,
+            "bare_install_ms": r.bare_install_ms,
         });
         println!("{v}");
     } else {

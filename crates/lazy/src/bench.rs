@@ -43,6 +43,8 @@ pub struct Config {
     pub prefetch: Prefetch,
     /// Resolution mode.
     pub mode: Mode,
+    /// Background push while the trial runs.
+    pub push: bool,
 }
 
 /// Results, in microseconds per access unless named otherwise.
@@ -73,6 +75,11 @@ pub struct Report {
     /// Mean time of the kernel's own anonymous zero-fill fault on this machine (µs), measured
     /// the same way, for scale.
     pub kernel_fault_us: f64,
+    /// Mean time of a random 4 KB fault resolved by a bare SIGBUS handler doing one
+    /// `UFFDIO_COPY` ([`bare_sigbus_fault_us`]); NaN unless the run was in SIGBUS mode.
+    pub bare_sigbus_fault_us: f64,
+    /// [`bare_install_ms`] of the bytes a trial touches: the floor under any scan.
+    pub bare_install_ms: f64,
 }
 
 /// Times first-touch faults on fresh anonymous memory: the kernel's own fault cost.
@@ -119,6 +126,132 @@ pub fn memcpy_yardsticks(bytes: usize, trials: usize) -> (f64, f64) {
     (mean_std(&hot).0, mean_std(&fresh).0)
 }
 
+/// The bare mechanism's own cost: the same random first touches resolved by a minimal SIGBUS
+/// handler that does one `UFFDIO_COPY` from a fixed source and nothing else (no region table,
+/// no states, no counters). The gap between this and a `local` region is remora's overhead;
+/// this figure itself is the kernel's (fault, signal delivery, copy, sigreturn).
+///
+/// Replaces the process's SIGBUS handler while it runs: call it only while no SIGBUS-mode
+/// region is open (the benchmark calls it after its trials).
+pub fn bare_sigbus_fault_us(pages: usize, trials: usize) -> f64 {
+    bare::run(pages, trials).unwrap_or(f64::NAN)
+}
+
+/// The bare mechanism's bandwidth: `UFFDIO_COPY` of `bytes` from touched local memory into a
+/// registered region in 2 MB calls, with no fault taken (milliseconds, mean of `trials`). A
+/// scan of a lazy region cannot beat it: each byte still goes through that ioctl.
+pub fn bare_install_ms(bytes: usize, trials: usize) -> f64 {
+    bare::install(bytes, trials).unwrap_or(f64::NAN)
+}
+
+mod bare {
+    use crate::sys;
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+    use std::time::Instant;
+
+    static FD: AtomicI32 = AtomicI32::new(-1);
+    static DST: AtomicU64 = AtomicU64::new(0);
+    static SRC: AtomicU64 = AtomicU64::new(0);
+
+    extern "C" fn on_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        // SAFETY: the kernel passes a valid siginfo to SA_SIGINFO handlers.
+        let page = unsafe { (*info).si_addr() as u64 } & !4095;
+        let off = page - DST.load(Ordering::Relaxed);
+        let src = (SRC.load(Ordering::Relaxed) + off) as *const u8;
+        // SAFETY: `src` is a page of the live source mapping (same offset as the faulting page
+        // in the destination, which has the same length).
+        unsafe { sys::copy(FD.load(Ordering::Relaxed), page, src, 4096, false) };
+    }
+
+    pub(super) fn install(bytes: usize, trials: usize) -> Option<f64> {
+        let len = bytes.div_ceil(4096) * 4096;
+        let (uffd, _) = sys::open_uffd(0).ok()?;
+        let src = vec![0x5au8; len];
+        let mut total = 0f64;
+        for _ in 0..trials.max(1) {
+            let dst = sys::Mapping::anonymous(len, 4096).ok()?;
+            dst.no_huge_pages();
+            sys::register(uffd.as_raw_fd(), dst.ptr() as u64, len as u64).ok()?;
+            let t = Instant::now();
+            let mut off = 0;
+            while off < len {
+                let n = (len - off).min(2 << 20);
+                // SAFETY: `src[off..off+n]` is readable for the call.
+                let p = unsafe {
+                    sys::copy(
+                        uffd.as_raw_fd(),
+                        dst.ptr() as u64 + off as u64,
+                        src[off..].as_ptr(),
+                        n as u64,
+                        false,
+                    )
+                };
+                if p.err.is_some() {
+                    return None;
+                }
+                off += n;
+            }
+            total += t.elapsed().as_secs_f64() * 1000.0;
+            let _ = sys::unregister(uffd.as_raw_fd(), dst.ptr() as u64, len as u64);
+        }
+        Some(total / trials.max(1) as f64)
+    }
+
+    pub(super) fn run(pages: usize, trials: usize) -> Option<f64> {
+        let (uffd, _) = sys::open_uffd(sys::FEATURE_SIGBUS).ok()?;
+        let src = sys::Mapping::anonymous(pages * 4096, 4096).ok()?;
+        // SAFETY: the mapping holds pages * 4096 writable bytes.
+        unsafe { std::ptr::write_bytes(src.ptr(), 0x5a, pages * 4096) };
+        FD.store(uffd.as_raw_fd(), Ordering::Relaxed);
+        SRC.store(src.ptr() as u64, Ordering::Relaxed);
+        // SAFETY: installs an SA_SIGINFO handler with fully initialised structs, keeping the old
+        // one to restore below.
+        let old = unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on_sigbus as *const () as usize;
+            act.sa_flags = libc::SA_SIGINFO;
+            libc::sigemptyset(&mut act.sa_mask);
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(libc::SIGBUS, &act, &mut old) != 0 {
+                return None;
+            }
+            old
+        };
+        let mut order: Vec<usize> = (0..pages).collect();
+        let mut rng = 0x9e3779b97f4a7c15u64;
+        let mut total = 0f64;
+        let mut n = 0usize;
+        for _ in 0..trials {
+            for i in (1..pages).rev() {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                order.swap(i, (rng % (i as u64 + 1)) as usize);
+            }
+            let Ok(dst) = sys::Mapping::anonymous(pages * 4096, 4096) else {
+                break;
+            };
+            dst.no_huge_pages();
+            DST.store(dst.ptr() as u64, Ordering::Relaxed);
+            if sys::register(uffd.as_raw_fd(), dst.ptr() as u64, (pages * 4096) as u64).is_err() {
+                break;
+            }
+            for &p in &order {
+                let t = Instant::now();
+                // SAFETY: p < pages: one byte inside the registered mapping.
+                std::hint::black_box(unsafe { std::ptr::read_volatile(dst.ptr().add(p * 4096)) });
+                total += t.elapsed().as_nanos() as f64 / 1000.0;
+                n += 1;
+            }
+            let _ = sys::unregister(uffd.as_raw_fd(), dst.ptr() as u64, (pages * 4096) as u64);
+        }
+        // SAFETY: restores the handler saved above.
+        unsafe { libc::sigaction(libc::SIGBUS, &old, std::ptr::null_mut()) };
+        (n > 0).then(|| total / n as f64)
+    }
+}
+
 fn mean_std(v: &[f64]) -> (f64, f64) {
     let n = v.len().max(1) as f64;
     let m = v.iter().sum::<f64>() / n;
@@ -148,6 +281,7 @@ pub fn run(fetcher: Arc<dyn PageFetcher>, cfg: &Config) -> Result<Report> {
                 unit: cfg.unit,
                 mode: cfg.mode,
                 prefetch: cfg.prefetch,
+                push: cfg.push,
                 ..Options::default()
             },
         )?;
@@ -191,5 +325,11 @@ pub fn run(fetcher: Arc<dyn PageFetcher>, cfg: &Config) -> Result<Report> {
         memcpy_fresh_ms,
         faults_per_trial: faults as f64 / cfg.trials.max(1) as f64,
         kernel_fault_us: kernel_fault_us(cfg.faults.min(1000), cfg.trials.clamp(1, 10)),
+        bare_install_ms: bare_install_ms(bytes, cfg.trials.clamp(1, 20)),
+        bare_sigbus_fault_us: if cfg.mode == Mode::Sigbus {
+            bare_sigbus_fault_us(cfg.faults.min(1000), cfg.trials.clamp(1, 20))
+        } else {
+            f64::NAN
+        },
     })
 }

@@ -16,11 +16,13 @@
 //!   source over remora-fabric, the client READing units one-sidedly (udp RC, shm): a file or
 //!   memfd is registered as a live shared mapping, other sources as a copy taken at start.
 //!   Over shm the client maps the served file or memfd itself and installs units straight from
-//!   it (no server thread, no staging copy), falling back to READs where it may not.
+//!   it (no server thread, no staging copy), or reads a served live process with
+//!   `process_vm_readv`, falling back to READs where the kernel refuses.
 //!
 //! What it does not: it is Linux-only (userfaultfd, 6.6+ for `UFFDIO_POISON`); it does not
 //! track write-protection or dirty pages (no pre-copy); a region's pages come from one server;
-//! over the fabric a live process is served as a copy taken at start, not its current memory.
+//! over udp a live process is served as a copy taken at start, not its current memory (tcp
+//! reads it at each request, and over shm the client reads it itself).
 #![warn(missing_docs)]
 
 pub mod bench;

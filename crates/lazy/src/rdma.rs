@@ -6,13 +6,14 @@
 //! A file or memfd source is mapped shared, read-only, and that mapping is registered: clients
 //! READ the file's current pages (the page cache), so bytes written after the server started
 //! are served, with no copy at start. Other sources (the server's own bytes, a live process,
-//! whose memory cannot be registered) are copied into a registered region at start: clients see
+//! whose memory cannot be registered) are copied into a registered region at start: clients READ
 //! that snapshot. The tcp page server, by contrast, reads every source at each request.
 //!
-//! Over `shm` the server also announces its pid and the descriptor of the file or memfd behind
-//! the region (a snapshot is then taken into a memfd), and the client maps it and installs units
-//! straight from that mapping ([`shmmap`](crate::shmmap)); the queue pair stays as the fallback
-//! and for push.
+//! Over `shm` the server also announces where its bytes are ([`shmmap`](crate::shmmap)): the
+//! file or memfd behind the region (a snapshot is then taken into a memfd), which the client maps
+//! and installs units straight from; or, for a live process, its pid, which the client reads
+//! with `process_vm_readv`, so it sees the process's current memory. The queue pair stays as the
+//! fallback and for push.
 //!
 //! The length served is the file's length at start. If the file shrinks while served, a READ of
 //! a page past its new end is either refused (the on-demand region cannot page it in) or, if the
@@ -21,7 +22,7 @@
 use crate::error::{Error, Result};
 use crate::fetch::{FetchError, Fetched, PageFetcher, PushChunk, PushNext, PushStream};
 use crate::protocol::Hello;
-use crate::source::{is_zero, PageSource, PushCursor, PUSH_MAX_CHUNK};
+use crate::source::{is_zero, PageSource, ProcessSource, PushCursor, PUSH_MAX_CHUNK};
 use remora_fabric::{Completion, Listener, Qp, QpOptions, RegionInfo, Status, Transport};
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
 use std::net::SocketAddr;
@@ -85,12 +86,14 @@ impl FabricServer {
             return Err(Error::Invalid("the source is empty".into()));
         }
         let shm = matches!(transport, Transport::Shm);
+        // Over shm a live process is read by the client itself; the snapshot is the fallback.
+        let live_pid = src.process().filter(|_| shm);
         let buf = match src.file() {
             Some(f) => live_buffer(f, len)?,
-            None => snapshot_buffer(src, len, shm)?,
+            None => snapshot_buffer(src, len, shm && live_pid.is_none())?,
         };
         // The fd shm clients open through /proc: a dup of the served file, or the snapshot's memfd.
-        let share = if shm {
+        let share = if shm && live_pid.is_none() {
             let fd = match src.file() {
                 Some(f) => f.try_clone().map(Into::into),
                 None => buf
@@ -115,7 +118,9 @@ impl FabricServer {
         };
         let mut private = RegionInfo::of(&region).encode().to_vec();
         private.extend_from_slice(&hello.emit());
+        let mut segments_sent = true;
         if private.len() > MAX_PRIVATE {
+            segments_sent = false;
             // Too many segments or too big a zero map for private data: send only the length.
             private.truncate(RegionInfo::LEN);
             private.extend_from_slice(
@@ -130,11 +135,23 @@ impl FabricServer {
                 .emit(),
             );
         }
+        use crate::shmmap::{Kind, Share};
         if let Some(fd) = &share {
             use std::os::fd::AsRawFd;
-            let s = crate::shmmap::Share {
+            let s = Share {
+                kind: Kind::Fd,
                 pid: std::process::id(),
                 fd: fd.as_raw_fd(),
+                len: src.len(),
+            };
+            private.extend_from_slice(&s.emit());
+        }
+        // The client needs the process's addresses, which only a whole hello carries.
+        if let (Some(pid), true) = (live_pid, segments_sent) {
+            let s = Share {
+                kind: Kind::Process,
+                pid: pid as u32,
+                fd: -1,
                 len: src.len(),
             };
             private.extend_from_slice(&s.emit());
@@ -282,6 +299,27 @@ pub struct FabricFetcher {
     attempt: Duration,
     /// The server's source mapped here (shm only).
     peer: Option<crate::shmmap::PeerMap>,
+    /// The live process the server serves, read here directly (shm only).
+    live: Option<ProcessSource>,
+    /// Whether a failed direct read of `live` was already logged.
+    live_failed: AtomicBool,
+}
+
+/// Checks a process share against the hello and opens the process for reading.
+fn attach_process(share: crate::shmmap::Share, hello: &Hello) -> Result<ProcessSource> {
+    let ranges: Vec<(u64, u64)> = hello.segments.iter().map(|s| (s.va, s.len)).collect();
+    let p = ProcessSource::new(share.pid as i32, &ranges, false)?;
+    if p.len() != hello.len || share.len != hello.len {
+        return Err(Error::Protocol(format!(
+            "process share of {} bytes for a source of {}",
+            p.len(),
+            hello.len
+        )));
+    }
+    // Probe once: a process we may not read is better found now than on the first fault.
+    let mut b = [0u8; 1];
+    p.read_at(0, &mut b)?;
+    Ok(p)
 }
 
 const STAGE: usize = PUSH_MAX_CHUNK as usize;
@@ -306,18 +344,23 @@ impl FabricFetcher {
             .ok()
             .and_then(|n| private.get(RegionInfo::LEN + n..))
             .unwrap_or_default();
-        let peer = match crate::shmmap::Share::parse(tail) {
-            Some(share) if matches!(transport, Transport::Shm) => {
-                match crate::shmmap::PeerMap::open(share, hello.len) {
-                    Ok(m) => Some(m),
-                    Err(e) => {
-                        tracing::info!("shm page server: mapping refused, using READs: {e}");
-                        None
-                    }
-                }
-            }
-            _ => None,
-        };
+        let (mut peer, mut live) = (None, None);
+        match crate::shmmap::Share::parse(tail) {
+            Some(share) if matches!(transport, Transport::Shm) => match share.kind {
+                crate::shmmap::Kind::Fd => match crate::shmmap::PeerMap::open(share, hello.len) {
+                    Ok(m) => peer = Some(m),
+                    Err(e) => tracing::info!("shm page server: mapping refused, using READs: {e}"),
+                },
+                crate::shmmap::Kind::Process => match attach_process(share, &hello) {
+                    Ok(p) => live = Some(p),
+                    Err(e) => tracing::info!(
+                        "shm page server: pid {} unreadable, using READs of its snapshot: {e}",
+                        share.pid
+                    ),
+                },
+            },
+            _ => {}
+        }
         Ok(FabricFetcher {
             addr,
             transport,
@@ -327,16 +370,24 @@ impl FabricFetcher {
             pool: Mutex::new(vec![conn]),
             attempt: Duration::from_millis(250),
             peer,
+            live,
+            live_failed: AtomicBool::new(false),
         })
     }
-    /// Drops the shm mapping, so every unit travels as an RC READ (for comparisons and tests).
+    /// Drops the shm fast path (mapping or direct process reads), so every unit travels as an
+    /// RC READ (for comparisons and tests).
     pub fn without_mapping(mut self) -> FabricFetcher {
         self.peer = None;
+        self.live = None;
         self
     }
     /// True if units are installed straight from a mapping of the server's source (shm).
     pub fn is_mapped(&self) -> bool {
         self.peer.is_some()
+    }
+    /// True if a live process's memory is read directly with `process_vm_readv` (shm).
+    pub fn reads_process(&self) -> bool {
+        self.live.is_some()
     }
     /// The server's hello.
     pub fn hello(&self) -> &Hello {
@@ -442,6 +493,24 @@ impl PageFetcher for FabricFetcher {
         let avail = self.hello.len.saturating_sub(offset).min(buf.len() as u64) as usize;
         if avail == 0 {
             return Ok(Fetched::Zero);
+        }
+        if let Some(p) = &self.live {
+            match p.read_at(offset, &mut buf[..avail]) {
+                Ok(()) => {
+                    buf[avail..].fill(0);
+                    return Ok(if is_zero(&buf[..avail]) {
+                        Fetched::Zero
+                    } else {
+                        Fetched::Data
+                    });
+                }
+                // The process exited or unmapped the range: serve the server's snapshot.
+                Err(e) => {
+                    if !self.live_failed.swap(true, Ordering::Relaxed) {
+                        tracing::warn!("reading the served process failed, using READs: {e}");
+                    }
+                }
+            }
         }
         let mut c = self.conn()?;
         let d = deadline.min(Instant::now() + self.attempt);

@@ -3,12 +3,17 @@
 //! sit on the fault path (the way a same-host RDMA READ, or UCX's CMA transport, leaves the remote
 //! CPU out).
 //!
-//! The server announces, after its hello, its pid and the descriptor number of the file or memfd
-//! it serves (a live file, or the memfd holding a snapshot). The client opens
-//! `/proc/PID/fd/N` read-only, which the kernel allows only to a process that may also
-//! `process_vm_readv` the server (same credentials, ptrace access mode read), and maps it
-//! shared and read-only. Where that is refused, the client keeps using RC READs over the
-//! fabric's shm connection.
+//! The server announces, after its hello, where its bytes are:
+//! - a file or memfd (a live file, or the memfd holding a snapshot): its pid and descriptor
+//!   number. The client opens `/proc/PID/fd/N` read-only, which the kernel allows only to a
+//!   process that may also `process_vm_readv` the server (same credentials, ptrace access mode
+//!   read), and maps it shared and read-only;
+//! - a live process: its pid. The client reads the hello's segments (the process's addresses)
+//!   with `process_vm_readv` itself, so it sees the process's current memory rather than the
+//!   snapshot the server took for READs.
+//!
+//! Where the kernel refuses either, the client keeps using RC READs over the fabric's shm
+//! connection.
 //!
 //! The mapping outlives the server: pages of a file or memfd stay reachable through it after the
 //! server exits, so a server's death does not poison a region served this way. A file that
@@ -19,12 +24,22 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 
 const MAGIC: &[u8; 4] = b"RSHM";
-/// Bytes of the announcement: magic, pid, fd, length.
-pub(crate) const LEN: usize = 4 + 4 + 4 + 8;
+/// Bytes of the announcement: magic, kind, pid, fd, length.
+pub(crate) const LEN: usize = 4 + 4 + 4 + 4 + 8;
+
+/// What the announced pid and fd name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Descriptor `fd` of process `pid` is the source (file or memfd).
+    Fd = 1,
+    /// Process `pid`'s memory at the hello's segments is the source.
+    Process = 2,
+}
 
 /// Where a client finds the server's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Share {
+    pub kind: Kind,
     pub pid: u32,
     pub fd: i32,
     pub len: u64,
@@ -35,22 +50,30 @@ impl Share {
     pub fn emit(&self) -> [u8; LEN] {
         let mut b = [0u8; LEN];
         b[..4].copy_from_slice(MAGIC);
-        b[4..8].copy_from_slice(&self.pid.to_le_bytes());
-        b[8..12].copy_from_slice(&self.fd.to_le_bytes());
-        b[12..20].copy_from_slice(&self.len.to_le_bytes());
+        b[4..8].copy_from_slice(&(self.kind as u32).to_le_bytes());
+        b[8..12].copy_from_slice(&self.pid.to_le_bytes());
+        b[12..16].copy_from_slice(&self.fd.to_le_bytes());
+        b[16..24].copy_from_slice(&self.len.to_le_bytes());
         b
     }
-    /// Reads an announcement; None if `b` does not start with one (older servers, udp).
+    /// Reads an announcement; None if `b` does not start with one (older servers, udp) or
+    /// names an unknown kind.
     pub fn parse(b: &[u8]) -> Option<Share> {
         let b = b.get(..LEN)?;
         if &b[..4] != MAGIC {
             return None;
         }
-        let word = |r: std::ops::Range<usize>| b[r].try_into().ok();
+        let word = |at: usize| -> Option<[u8; 4]> { b[at..at + 4].try_into().ok() };
+        let kind = match u32::from_le_bytes(word(4)?) {
+            1 => Kind::Fd,
+            2 => Kind::Process,
+            _ => return None,
+        };
         Some(Share {
-            pid: u32::from_le_bytes(word(4..8)?),
-            fd: i32::from_le_bytes(word(8..12)?),
-            len: u64::from_le_bytes(b[12..20].try_into().ok()?),
+            kind,
+            pid: u32::from_le_bytes(word(8)?),
+            fd: i32::from_le_bytes(word(12)?),
+            len: u64::from_le_bytes(b[16..24].try_into().ok()?),
         })
     }
 }
@@ -71,6 +94,9 @@ unsafe impl Sync for PeerMap {}
 impl PeerMap {
     /// Maps `share` (whose source holds at least `len` bytes).
     pub fn open(share: Share, len: u64) -> Result<PeerMap> {
+        if share.kind != Kind::Fd {
+            return Err(Error::Protocol("shm share names no descriptor".into()));
+        }
         if share.len < len {
             return Err(Error::Protocol(format!(
                 "shm share of {} bytes is shorter than the source of {len}",
@@ -118,26 +144,40 @@ mod tests {
 
     #[test]
     fn announcement_round_trips_and_junk_is_ignored() {
-        let s = Share {
-            pid: 4242,
-            fd: 7,
-            len: 1 << 33,
-        };
-        assert_eq!(Share::parse(&s.emit()), Some(s));
-        assert_eq!(Share::parse(&s.emit()[..LEN - 1]), None);
-        assert_eq!(Share::parse(b"XSHM0000000000000000"), None);
+        for kind in [Kind::Fd, Kind::Process] {
+            let s = Share {
+                kind,
+                pid: 4242,
+                fd: 7,
+                len: 1 << 33,
+            };
+            assert_eq!(Share::parse(&s.emit()), Some(s));
+            assert_eq!(Share::parse(&s.emit()[..LEN - 1]), None);
+        }
+        let mut b = Share {
+            kind: Kind::Fd,
+            pid: 1,
+            fd: 1,
+            len: 1,
+        }
+        .emit();
+        b[4] = 9;
+        assert_eq!(Share::parse(&b), None, "unknown kind");
+        assert_eq!(Share::parse(b"XSHM00000000000000000000"), None);
         assert_eq!(Share::parse(&[]), None);
     }
 
     #[test]
     fn a_refused_or_short_share_is_an_error() {
         let gone = Share {
+            kind: Kind::Fd,
             pid: u32::MAX,
             fd: 3,
             len: 4096,
         };
         assert!(PeerMap::open(gone, 4096).is_err());
         let short = Share {
+            kind: Kind::Fd,
             pid: std::process::id(),
             fd: 0,
             len: 10,

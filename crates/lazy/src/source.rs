@@ -34,6 +34,11 @@ pub trait PageSource: Send + Sync {
     fn file(&self) -> Option<&File> {
         None
     }
+    /// The live process whose memory this is, read through `process_vm_readv` at the
+    /// addresses of [`segments`](Self::segments) (None for other sources).
+    fn process(&self) -> Option<i32> {
+        None
+    }
     /// A short description for logs.
     fn describe(&self) -> String;
 }
@@ -347,6 +352,9 @@ impl PageSource for ProcessSource {
     }
     fn segments(&self) -> Vec<Segment> {
         self.segments.clone()
+    }
+    fn process(&self) -> Option<i32> {
+        Some(self.pid)
     }
     fn describe(&self) -> String {
         format!(

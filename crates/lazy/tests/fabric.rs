@@ -134,7 +134,8 @@ fn shm_mapped_and_read_paths_match_the_source() {
             check(&r, &src, 8);
             let st = r.stats();
             if mapped {
-                assert_eq!(st.fetches, 1, "only the partial last unit is READ: {st:?}");
+                // Only the partial last unit is READ (again when a fault raced its install).
+                assert!(st.fetches <= 1 + st.refetches, "{st:?}");
             } else {
                 assert!(st.fetches > 200, "{st:?}");
             }
@@ -174,5 +175,38 @@ fn shm_mapped_region_outlives_its_server() {
         drop(srv);
         check(&r, &src, 2);
         assert_eq!(r.progress().poisoned, 0);
+    });
+}
+
+/// A live process served over shm: the client reads the process's memory itself, so bytes
+/// changed after the server started are seen; over READs the client gets the server's
+/// snapshot, taken at start.
+#[test]
+fn shm_serves_a_live_process_directly() {
+    bounded(60, || {
+        let len = 256 << 10;
+        let mut mem = pattern(len, 4096);
+        let ranges = [(mem.as_ptr() as u64, len as u64)];
+        let s = ProcessSource::new(std::process::id() as i32, &ranges, false).unwrap();
+        let srv = FabricServer::bind("127.0.0.1:0".parse().unwrap(), &s, Transport::Shm)
+            .unwrap()
+            .spawn()
+            .unwrap();
+        let before = mem.clone();
+        // Changed after the server started (and its snapshot was taken).
+        for b in &mut mem[8192..12288] {
+            *b = 0xa5;
+        }
+        let f = FabricFetcher::connect(srv.addr(), Transport::Shm).unwrap();
+        assert!(f.reads_process() && !f.is_mapped());
+        let r = LazyRegion::open(Arc::new(f), Options::default()).unwrap();
+        check(&r, &mem, 4);
+        let f = FabricFetcher::connect(srv.addr(), Transport::Shm)
+            .unwrap()
+            .without_mapping();
+        assert!(!f.reads_process());
+        let r = LazyRegion::open(Arc::new(f), Options::default()).unwrap();
+        check(&r, &before, 4);
+        drop(mem);
     });
 }
