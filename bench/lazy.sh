@@ -21,17 +21,26 @@ run() { # label, args...
 }
 
 echo "lazy bench: $(date -u +%FT%TZ) $(nproc) cores, $(uname -r), trials=$TRIALS faults=$FAULTS" >&2
-for t in $TRANSPORTS; do
-  for p in 4096 65536; do
-    for m in thread sigbus; do
-      run loopback --transport "$t" --page-size "$p" --mode "$m" --pattern random
+# shm runs twice: the client mapping the server's source (default), and RC READs (--shm-read).
+variants() { if [ "$1" = shm ]; then echo "shm shm-read"; else echo "$1"; fi; }
+targs() { if [ "$1" = shm-read ]; then echo "--transport shm --shm-read"; else echo "--transport $1"; fi; }
+for t0 in $TRANSPORTS; do
+  for t in $(variants "$t0"); do
+    for p in 4096 65536; do
+      for m in thread sigbus; do
+        # shellcheck disable=SC2046
+        run loopback $(targs "$t") --page-size "$p" --mode "$m" --pattern random
+      done
     done
   done
 done
-# Sequential scans: prefetch off / next:16 / adaptive, 4 KB units.
-for t in $TRANSPORTS; do
-  for pf in none next:16 adaptive; do
-    run scan --transport "$t" --page-size 4096 --mode sigbus --pattern seq --prefetch "$pf"
+# Sequential scans: prefetch off / next:16 / adaptive up to 32 and 256 units, 4 KB units.
+for t0 in $TRANSPORTS; do
+  for t in $(variants "$t0"); do
+    for pf in none next:16 adaptive:32 adaptive:256; do
+      # shellcheck disable=SC2046
+      run scan $(targs "$t") --page-size 4096 --mode sigbus --pattern seq --prefetch "$pf"
+    done
   done
 done
 
@@ -41,6 +50,7 @@ if [ "$(id -u)" = 0 ] && command -v ip >/dev/null; then
   cleanup() {
     [ -n "${SRV:-}" ] && kill "$SRV" 2>/dev/null || true
     [ -n "${SRV2:-}" ] && kill "$SRV2" 2>/dev/null || true
+    [ -n "${SRV3:-}" ] && kill "$SRV3" 2>/dev/null || true
     ip netns del "$NS1" 2>/dev/null || true
     ip netns del "$NS2" 2>/dev/null || true
   }
@@ -57,9 +67,14 @@ if [ "$(id -u)" = 0 ] && command -v ip >/dev/null; then
   ip netns exec "$NS1" "$B" lazy serve --synthetic $((FAULTS * 65536)) --listen 10.77.0.1:7912 \
     --transport udp > /tmp/rlz-srv2-$$.out &
   SRV2=$!
-  for _ in $(seq 100); do grep -q listening /tmp/rlz-srv-$$.out 2>/dev/null && break; sleep 0.05; done
-  for _ in $(seq 100); do grep -q listening /tmp/rlz-srv2-$$.out 2>/dev/null && break; sleep 0.05; done
-  for t in tcp:7911 udp:7912; do
+  # shm between namespaces: setup over the veth, bytes through the shared mapping (same host).
+  ip netns exec "$NS1" "$B" lazy serve --synthetic $((FAULTS * 65536)) --listen 10.77.0.1:7913 \
+    --transport shm > /tmp/rlz-srv3-$$.out &
+  SRV3=$!
+  for f in srv srv2 srv3; do
+    for _ in $(seq 100); do grep -q listening "/tmp/rlz-$f-$$.out" 2>/dev/null && break; sleep 0.05; done
+  done
+  for t in tcp:7911 udp:7912 shm:7913; do
     for p in 4096 65536; do
       for m in thread sigbus; do
         j=$(ip netns exec "$NS2" "$B" lazy bench --json --trials "$TRIALS" --faults "$FAULTS" \
@@ -73,8 +88,11 @@ else
 fi
 
 python3 - "$OUT" <<'PY'
-import json, sys
+import json, math, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+for r in rows:
+    if r["transport"] == "shm":
+        r["transport"] = "shm (mapped)" if r.get("shm_path") == "mapped" else "shm (READ)"
 opera = {4096: 42.8, 65536: 114.3}
 tcp = {(r["label"], r["page_size"], r["mode"]): r["mean_us"] for r in rows if r["transport"] == "tcp" and r["pattern"] == "random"}
 print("| path | transport | unit | mode | mean ± std (µs) | p50 | p99 | vs OPERA TCP | vs tcp (same path) |")
@@ -83,14 +101,20 @@ for r in rows:
     if r["label"] == "scan":
         continue
     t = tcp.get((r["label"], r["page_size"], r["mode"]))
-    print(f'| {r["label"]} | {r["transport"]} | {r["page_size"]//1024} KB | {r["mode"]} | {r["mean_us"]:.1f} ± {r["std_us"]:.1f} | {r["p50_us"]:.1f} | {r["p99_us"]:.1f} | {r["mean_us"]/opera[r["page_size"]]:.2f}x | {r["mean_us"]/t:.2f}x |' if t else
-          f'| {r["label"]} | {r["transport"]} | {r["page_size"]//1024} KB | {r["mode"]} | {r["mean_us"]:.1f} ± {r["std_us"]:.1f} | {r["p50_us"]:.1f} | {r["p99_us"]:.1f} | {r["mean_us"]/opera[r["page_size"]]:.2f}x | - |')
+    vs = f'{r["mean_us"]/t:.2f}x' if t else "-"
+    print(f'| {r["label"]} | {r["transport"]} | {r["page_size"]//1024} KB | {r["mode"]} | {r["mean_us"]:.1f} ± {r["std_us"]:.1f} | {r["p50_us"]:.1f} | {r["p99_us"]:.1f} | {r["mean_us"]/opera[r["page_size"]]:.2f}x | {vs} |')
 print()
-print("| scan (4 KB units, sequential) | transport | prefetch | faults/trial | scan ms | local memcpy ms | scan / memcpy |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
+print("| scan (4 KB units, sequential) | transport | prefetch | faults/trial | scan ms | bare UFFDIO_COPY ms | memcpy ms (touched / fresh pages) | scan / memcpy touched | scan / memcpy fresh |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for r in rows:
     if r["label"] == "scan":
-        print(f'| {r["faults"]} units | {r["transport"]} | {r["prefetch"]} | {r["faults_per_trial"]:.0f} | {r["scan_ms"]:.2f} | {r["memcpy_ms"]:.2f} | {r["scan_ms"]/r["memcpy_ms"]:.1f}x |')
-k = [r["kernel_fault_us"] for r in rows]
-print(f"\nkernel anonymous fault, same method: {sum(k)/len(k):.2f} µs")
+        print(f'| {r["faults"]} units | {r["transport"]} | {r["prefetch"]} | {r["faults_per_trial"]:.0f} | {r["scan_ms"]:.2f} | {r["bare_install_ms"]:.2f} | {r["memcpy_ms"]:.2f} / {r["memcpy_fresh_ms"]:.2f} | {r["scan_ms"]/r["memcpy_ms"]:.1f}x | {r["scan_ms"]/r["memcpy_fresh_ms"]:.2f}x |')
+def avg(key, label=None):
+    v = [r[key] for r in rows if r.get(key) is not None and not math.isnan(r[key])
+         and (label is None or r["label"] == label)]
+    return sum(v) / len(v) if v else float("nan")
+print(f"\nkernel anonymous fault, same method: {avg('kernel_fault_us'):.2f} µs; "
+      f"bare SIGBUS handler + UFFDIO_COPY, same method: {avg('bare_sigbus_fault_us'):.2f} µs; "
+      f"bare UFFDIO_COPY of {rows[0]['faults']} x 4 KB in 2 MB calls: {avg('bare_install_ms', 'scan'):.2f} ms; "
+      f"memcpy of the same bytes: {avg('memcpy_ms', 'scan'):.2f} ms into touched memory, {avg('memcpy_fresh_ms', 'scan'):.2f} ms into fresh pages")
 PY
