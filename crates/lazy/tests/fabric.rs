@@ -25,19 +25,24 @@ fn check(r: &LazyRegion, src: &[u8], threads: usize) {
     assert!(r.as_slice() == src);
 }
 
+/// A fabric page server for `src` on a free loopback port.
+fn serve_source(src: &dyn PageSource, transport: Transport) -> FabricServerHandle {
+    FabricServer::bind("127.0.0.1:0".parse().unwrap(), src, transport)
+        .unwrap()
+        .spawn()
+        .unwrap()
+}
+
+fn serve(src: &[u8], transport: Transport) -> FabricServerHandle {
+    serve_source(&MemorySource::new(src.to_vec()), transport)
+}
+
 #[test]
 fn udp_and_shm_every_byte_matches() {
     bounded(90, || {
         for transport in [Transport::Udp, Transport::Shm] {
             let src = pattern((2 << 20) + 100, 4096);
-            let srv = FabricServer::bind(
-                "127.0.0.1:0".parse().unwrap(),
-                &MemorySource::new(src.clone()),
-                transport,
-            )
-            .unwrap()
-            .spawn()
-            .unwrap();
+            let srv = serve(&src, transport);
             for (unit, mode, threads) in [
                 (4096, Mode::Sigbus, 1),
                 (4096, Mode::Thread { handlers: 2 }, 8),
@@ -82,14 +87,7 @@ fn udp_and_shm_every_byte_matches() {
 fn fabric_dead_server_poisons() {
     bounded(60, || {
         let src = pattern(1 << 20, 4096);
-        let mut srv = FabricServer::bind(
-            "127.0.0.1:0".parse().unwrap(),
-            &MemorySource::new(src.clone()),
-            Transport::Udp,
-        )
-        .unwrap()
-        .spawn()
-        .unwrap();
+        let mut srv = serve(&src, Transport::Udp);
         let f = FabricFetcher::connect(srv.addr(), Transport::Udp).unwrap();
         let r = LazyRegion::open(
             Arc::new(f),
@@ -117,14 +115,7 @@ fn fabric_dead_server_poisons() {
 fn shm_mapped_and_read_paths_match_the_source() {
     bounded(60, || {
         let src = pattern((1 << 20) + 100, 4096);
-        let srv = FabricServer::bind(
-            "127.0.0.1:0".parse().unwrap(),
-            &MemorySource::new(src.clone()),
-            Transport::Shm,
-        )
-        .unwrap()
-        .spawn()
-        .unwrap();
+        let srv = serve(&src, Transport::Shm);
         for mapped in [true, false] {
             let f = FabricFetcher::connect(srv.addr(), Transport::Shm).unwrap();
             assert!(f.is_mapped(), "the server's snapshot memfd maps");
@@ -141,14 +132,7 @@ fn shm_mapped_and_read_paths_match_the_source() {
             }
         }
         // udp announces no mapping.
-        let usrv = FabricServer::bind(
-            "127.0.0.1:0".parse().unwrap(),
-            &MemorySource::new(src.clone()),
-            Transport::Udp,
-        )
-        .unwrap()
-        .spawn()
-        .unwrap();
+        let usrv = serve(&src, Transport::Udp);
         assert!(!FabricFetcher::connect(usrv.addr(), Transport::Udp)
             .unwrap()
             .is_mapped());
@@ -161,14 +145,7 @@ fn shm_mapped_and_read_paths_match_the_source() {
 fn shm_mapped_region_outlives_its_server() {
     bounded(60, || {
         let src = pattern(1 << 20, 4096);
-        let mut srv = FabricServer::bind(
-            "127.0.0.1:0".parse().unwrap(),
-            &MemorySource::new(src.clone()),
-            Transport::Shm,
-        )
-        .unwrap()
-        .spawn()
-        .unwrap();
+        let mut srv = serve(&src, Transport::Shm);
         let f = FabricFetcher::connect(srv.addr(), Transport::Shm).unwrap();
         let r = LazyRegion::open(Arc::new(f), Options::default()).unwrap();
         srv.kill();
@@ -188,10 +165,7 @@ fn shm_serves_a_live_process_directly() {
         let mut mem = pattern(len, 4096);
         let ranges = [(mem.as_ptr() as u64, len as u64)];
         let s = ProcessSource::new(std::process::id() as i32, &ranges, false).unwrap();
-        let srv = FabricServer::bind("127.0.0.1:0".parse().unwrap(), &s, Transport::Shm)
-            .unwrap()
-            .spawn()
-            .unwrap();
+        let srv = serve_source(&s, Transport::Shm);
         let before = mem.clone();
         // Changed after the server started (and its snapshot was taken).
         for b in &mut mem[8192..12288] {
