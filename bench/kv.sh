@@ -4,6 +4,7 @@
 #
 #   bash bench/kv.sh            # defaults: 2 server threads, 256 MB, 4 s per run, 3 rounds
 #   THREADS=4 SECS=10 ROUNDS=5 bash bench/kv.sh
+#   IO=epoll bash bench/kv.sh   # remora's worker I/O loop: uring (default) or epoll
 #
 # Load generators: memcaslap (libmemcached-tools) and kvload (crates/kv/examples/kvload.rs,
 # one request in flight per connection, latency percentiles). Runs alternate between the two
@@ -14,6 +15,7 @@ THREADS=${THREADS:-2}
 MEM=${MEM:-256}
 SECS=${SECS:-4}
 ROUNDS=${ROUNDS:-3}
+IO=${IO:-uring}
 OUT=${OUT:-docs/bench/kv.md}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 
@@ -58,7 +60,7 @@ run() {
   if [ "$server" = memcached ]; then
     memcached -p "$port" -U 0 -l 127.0.0.1 -t "$THREADS" -m "$MEM" "${USER_FLAG[@]}" & pid=$!
   else
-    "$REMORA" kv serve -p "$port" -U 0 -l 127.0.0.1 -t "$THREADS" -m "$MEM" "${USER_FLAG[@]}" & pid=$!
+    "$REMORA" kv serve -p "$port" -U 0 -l 127.0.0.1 -t "$THREADS" -m "$MEM" -o io="$IO" "${USER_FLAG[@]}" & pid=$!
   fi
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.05; done
   local c0 c1 line
@@ -104,9 +106,9 @@ ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); pri
 {
   echo "# remora kv vs memcached: measured results"
   echo
-  echo "Produced by \`bash bench/kv.sh\` (THREADS=$THREADS MEM=${MEM}MB SECS=$SECS ROUNDS=$ROUNDS) on $(date -u +%Y-%m-%d)."
+  echo "Produced by \`bash bench/kv.sh\` (THREADS=$THREADS MEM=${MEM}MB SECS=$SECS ROUNDS=$ROUNDS IO=$IO) on $(date -u +%Y-%m-%d)."
   echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), Linux $(uname -r)."
-  echo "memcached: $(memcached -V). Both servers: \`-t $THREADS -m $MEM -U 0 -l 127.0.0.1\`. Load generator and"
+  echo "memcached: $(memcached -V). Both servers: \`-t $THREADS -m $MEM -U 0 -l 127.0.0.1\` (remora also \`-o io=$IO\`). Load generator and"
   echo "server share the same cores, so figures are ratios from one run, each the median of $ROUNDS alternating runs."
   echo "Other engineers' builds and tests were running on the same 2 cores during this run; absolute numbers are noisy."
   echo

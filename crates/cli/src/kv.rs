@@ -49,6 +49,15 @@ fn serve(args: &[String]) -> anyhow::Result<()> {
             eprintln!("{w}");
         }
     }
+    if cfg.settings.lock_memory {
+        // memcached's wording; like memcached it carries on unlocked.
+        if let Err(e) = remora_kv::server::lock_memory() {
+            // strerror(3) text, without Rust's " (os error N)".
+            let e = e.to_string();
+            let msg = e.split(" (os error").next().unwrap_or(&e);
+            eprintln!("warning: -k invalid, mlockall() failed: {msg}");
+        }
+    }
     let server = match remora_kv::Server::start(&cfg) {
         Ok(s) => s,
         Err(remora_kv::ServerError::RootWithoutUser) => {
@@ -61,6 +70,7 @@ fn serve(args: &[String]) -> anyhow::Result<()> {
         std::fs::write(p, format!("{}\n", std::process::id()))
             .with_context(|| format!("writing pid file {p}"))?;
     }
+    tracing::info!("remora kv: worker I/O loop {:?}", server.io_driver);
     if cfg.verbose > 0 {
         for a in &server.tcp_addrs {
             eprintln!("server listening (tcp) on {a}");

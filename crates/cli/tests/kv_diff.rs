@@ -45,8 +45,25 @@ const SCRIPTS: &[(&str, &[u8])] = &[
 
 #[test]
 fn text_and_meta_match_memcached() {
+    text_and_meta_match_memcached_on(&[]);
+}
+
+/// The same scripts with remora on its fallback I/O loop (epoll), so both loops stay correct.
+#[test]
+fn text_and_meta_match_memcached_on_epoll() {
+    text_and_meta_match_memcached_on(&["-o", "io=epoll"]);
+}
+
+/// ... and with `-R 1`, so every pipelined script yields after each request.
+#[test]
+fn text_and_meta_match_memcached_yielding_each_request() {
+    text_and_meta_match_memcached_on(&["-R", "1"]);
+    text_and_meta_match_memcached_on(&["-R", "1", "-o", "io=epoll"]);
+}
+
+fn text_and_meta_match_memcached_on(remora_flags: &[&str]) {
     let Some(mc) = memcached(&[]) else { return };
-    let rm = remora(&[]);
+    let rm = remora(remora_flags);
     let mut failures = Vec::new();
     for (name, script) in SCRIPTS {
         let mut outs = Vec::new();
@@ -158,8 +175,17 @@ fn bin_roundtrip(port: u16, reqs: &[u8]) -> Vec<Vec<u8>> {
 
 #[test]
 fn binary_matches_memcached() {
+    binary_matches_memcached_on(&[]);
+}
+
+#[test]
+fn binary_matches_memcached_on_epoll() {
+    binary_matches_memcached_on(&["-o", "io=epoll"]);
+}
+
+fn binary_matches_memcached_on(remora_flags: &[&str]) {
     let Some(mc) = memcached(&[]) else { return };
-    let rm = remora(&[]);
+    let rm = remora(remora_flags);
     let set_x = [0, 0, 0, 7, 0, 0, 0, 0];
     let arith = |d: u64, init: u64, exp: u32| {
         let mut e = d.to_be_bytes().to_vec();

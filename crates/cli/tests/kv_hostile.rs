@@ -95,7 +95,16 @@ fn bogus_text_lengths_get_errors() {
 
 #[test]
 fn slow_reader_does_not_block_others() {
-    let srv = remora(&[]);
+    slow_reader_does_not_block_others_on(&[]);
+}
+
+#[test]
+fn slow_reader_does_not_block_others_on_epoll() {
+    slow_reader_does_not_block_others_on(&["-o", "io=epoll"]);
+}
+
+fn slow_reader_does_not_block_others_on(flags: &[&str]) {
+    let srv = remora(flags);
     let mut s = connect(srv.port);
     let value = vec![b'v'; 100_000];
     let mut req = format!("set big 0 0 {}\r\n", value.len()).into_bytes();
@@ -175,7 +184,16 @@ fn huge_multiget_reply_is_refused() {
 
 #[test]
 fn many_connections_and_maxconns() {
-    let srv = remora(&["-c", "300"]);
+    many_connections_and_maxconns_on(&["-c", "300"]);
+}
+
+#[test]
+fn many_connections_and_maxconns_on_epoll() {
+    many_connections_and_maxconns_on(&["-c", "300", "-o", "io=epoll"]);
+}
+
+fn many_connections_and_maxconns_on(flags: &[&str]) {
+    let srv = remora(flags);
     let mut conns = Vec::new();
     for _ in 0..250 {
         conns.push(connect(srv.port));

@@ -9,6 +9,18 @@ use crate::handler::Settings;
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
+/// The I/O loop of the TCP and unix-socket worker threads (`-o io=uring|epoll`, a remora
+/// suboption).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoDriver {
+    /// io_uring: one `io_uring_enter` per loop turn for all of a thread's connections. Falls
+    /// back to epoll (logged once) where a ring cannot be set up.
+    #[default]
+    Uring,
+    /// mio/epoll: a read and a write per request batch, edge-triggered readiness.
+    Epoll,
+}
+
 /// Everything `remora kv serve` was told.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -26,6 +38,8 @@ pub struct Config {
     pub warnings: Vec<String>,
     /// `-h` / `-V` asked for: print and exit.
     pub info: Option<String>,
+    /// Worker I/O loop.
+    pub io: IoDriver,
 }
 
 fn err<T>(m: impl Into<String>) -> Result<T, ConfigError> {
@@ -106,6 +120,7 @@ impl Config {
             pid_file: None,
             warnings: Vec::new(),
             info: None,
+            io: IoDriver::default(),
         };
         let mut opts: Vec<(char, Option<String>)> = Vec::new();
         let mut i = 0;
@@ -246,7 +261,21 @@ impl Config {
                 'o' => cfg.suboptions(&v, &mut s)?,
                 'h' => cfg.info = Some(usage()),
                 'V' => cfg.info = Some(format!("memcached {}", crate::handler::VERSION)),
-                'k' | 'r' | 'L' | 'd' | 'D' | 'e' | 'S' | 'X' | 'W' | 'Y' | 'N' | 'Z' => cfg
+                'D' => {
+                    let Some(&d) = v.as_bytes().first() else {
+                        return err("No delimiter specified");
+                    };
+                    s.prefix_delimiter = d;
+                    s.detail_enabled = true;
+                }
+                'k' => s.lock_memory = true,
+                'L' => {
+                    return err(
+                        "Cannot enable large pages: remora allocates item memory per item, not as \
+                         one preallocated arena that could be backed by huge pages (-L refused)",
+                    )
+                }
+                'r' | 'd' | 'e' | 'S' | 'X' | 'W' | 'Y' | 'N' | 'Z' => cfg
                     .warnings
                     .push(format!("option -{c} is accepted but has no effect in remora")),
                 _ => return err(format!("Illegal argument \"{c}\"")),
@@ -274,6 +303,10 @@ impl Config {
                 None => (sub, None),
             };
             match (k, val) {
+                ("track_sizes", None) => s.track_sizes = true,
+                ("io", Some("uring")) => self.io = IoDriver::Uring,
+                ("io", Some("epoll")) => self.io = IoDriver::Epoll,
+                ("io", _) => return err(format!("Invalid value for io: {sub} (uring or epoll)")),
                 ("item_size_max", Some(val)) => match parse_size(val) {
                     Some(n) => s.item_size_max = n,
                     None => return err(format!("Invalid value for item_size_max: {val}")),
@@ -296,7 +329,6 @@ impl Config {
                     | "idle_timeout"
                     | "watcher_logbuf_size"
                     | "worker_logbuf_size"
-                    | "track_sizes"
                     | "no_inline_ascii_resp"
                     | "temporary_ttl"
                     | "lru_segmented"
@@ -368,6 +400,12 @@ mod tests {
         assert_eq!(c.settings.item_size_max, 2 << 20);
         assert_eq!(c.listen, vec!["127.0.0.1", "::1"]);
         assert!(c.warnings.iter().any(|w| w.contains("bogus")));
+        let c = Config::parse(&["-D", "/", "-k", "-b", "7", "-o", "track_sizes,io=epoll"]).unwrap();
+        assert_eq!(c.settings.prefix_delimiter, b'/');
+        assert!(c.settings.detail_enabled && c.settings.lock_memory && c.settings.track_sizes);
+        assert_eq!((c.settings.backlog, c.io), (7, IoDriver::Epoll));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert_eq!(Config::parse::<&str>(&[]).unwrap().io, IoDriver::Uring);
         let c = Config::parse(&["--port=99", "--threads", "3"]).unwrap();
         assert_eq!((c.settings.tcpport, c.settings.threads), (99, 3));
     }
@@ -394,6 +432,9 @@ mod tests {
             e(&["-R", "0"]),
             "Number of requests per event must be greater than 0"
         );
+        assert!(e(&["-L"]).starts_with("Cannot enable large pages"));
+        assert_eq!(e(&["-D", ""]), "No delimiter specified");
+        assert!(e(&["-o", "io=poll"]).starts_with("Invalid value for io"));
         assert!(e(&["-p"]).contains("requires an argument"));
         assert!(e(&["-Q"]).contains("Illegal argument"));
     }

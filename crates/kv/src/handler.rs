@@ -64,6 +64,14 @@ pub struct Settings {
     pub growth_factor: f64,
     /// `-n`.
     pub chunk_size: usize,
+    /// `-D`: the prefix delimiter of `stats detail` (giving it also turns detail on).
+    pub prefix_delimiter: u8,
+    /// `stats detail` recording from the start (`-D`).
+    pub detail_enabled: bool,
+    /// `-o track_sizes`: `stats sizes` keeps memcached's item size histogram.
+    pub track_sizes: bool,
+    /// `-k`: lock all pages in memory.
+    pub lock_memory: bool,
 }
 
 impl Default for Settings {
@@ -88,6 +96,10 @@ impl Default for Settings {
             verbose: 0,
             growth_factor: 1.25,
             chunk_size: 48,
+            prefix_delimiter: b':',
+            detail_enabled: false,
+            track_sizes: false,
+            lock_memory: false,
         }
     }
 }
@@ -127,12 +139,15 @@ impl Engine {
             item_max: settings.item_size_max,
             no_evict: !settings.evictions,
             use_cas: settings.cas_enabled,
+            track_sizes: settings.track_sizes,
         });
+        let prefixes = PrefixStats::new(settings.prefix_delimiter);
+        prefixes.set_enabled(settings.detail_enabled);
         Engine {
             store,
             settings,
             conns: ConnCounters::default(),
-            prefixes: PrefixStats::default(),
+            prefixes,
             conn_table: ConnTable::default(),
             started: Instant::now(),
             // Relative clock starts at 2 so 0 and 1 keep their special meanings.
@@ -219,14 +234,20 @@ impl Engine {
             self.conns.curr.load(Relaxed).to_string(),
         );
         let t = self.totals();
+        let mut yields = 0;
         for (k, val) in &t {
+            // Counted per worker like the others, but printed where memcached prints it.
+            if *k == "conn_yields" {
+                yields = *val;
+                continue;
+            }
             put(k, val.to_string());
         }
         put("limit_maxbytes", self.store.mem_limit().to_string());
         put("accepting_conns", "1".into());
         put("listen_disabled_num", "0".into());
         put("threads", self.settings.threads.to_string());
-        put("conn_yields", "0".into());
+        put("conn_yields", yields.to_string());
         put("hash_power_level", "16".into());
         put("hash_bytes", "524288".into());
         put("hash_is_expanding", "0".into());
@@ -269,7 +290,10 @@ impl Engine {
             ("growth_factor".into(), format!("{:.2}", s.growth_factor)),
             ("chunk_size".into(), s.chunk_size.to_string()),
             ("num_threads".into(), s.threads.to_string()),
-            ("stat_key_prefix".into(), ":".into()),
+            (
+                "stat_key_prefix".into(),
+                char::from(s.prefix_delimiter).to_string(),
+            ),
             ("detail_enabled".into(), yn(self.prefixes.enabled())),
             ("reqs_per_event".into(), s.reqs_per_event.to_string()),
             ("cas_enabled".into(), yn(s.cas_enabled)),
@@ -283,6 +307,7 @@ impl Engine {
             ("lru_crawler".into(), "no".into()),
             ("lru_maintainer_thread".into(), "no".into()),
             ("temp_lru".into(), "no".into()),
+            ("track_sizes".into(), yn(s.track_sizes)),
         ]
     }
 
@@ -326,8 +351,15 @@ impl Engine {
             Some(b"settings") => Some(self.stats_settings()),
             Some(b"items") => Some(self.stats_items()),
             Some(b"slabs") => Some(self.stats_slabs()),
-            // memcached without `-o track_sizes` prints only this line.
-            Some(b"sizes") => Some(vec![("sizes_status".into(), "disabled".into())]),
+            Some(b"sizes") => Some(match self.store.sizes() {
+                // memcached's histogram: item size rounded up to 32 bytes, non-zero buckets.
+                Some(h) => h
+                    .into_iter()
+                    .map(|(size, n)| (size.to_string(), n.to_string()))
+                    .collect(),
+                // Without `-o track_sizes` memcached prints only this line.
+                None => vec![("sizes_status".into(), "disabled".into())],
+            }),
             Some(b"conns") => Some(self.conn_table.lines(now)),
             _ => None,
         }
@@ -370,6 +402,8 @@ pub struct Session {
     pub id: u64,
     /// This connection's `stats conns` entry (TCP connections only).
     pub conn: Option<Arc<ConnEntry>>,
+    /// Requests run per [`process`] call before the connection yields to others (`-R`).
+    pub max_reqs: usize,
     scratch: Vec<u8>,
 }
 
@@ -380,6 +414,9 @@ pub struct Outcome {
     pub consumed: usize,
     /// Close after flushing output.
     pub close: bool,
+    /// Stopped after [`Session::max_reqs`] requests with input left: run again later, after
+    /// other connections had their turn (counted in `conn_yields`).
+    pub yielded: bool,
 }
 
 impl Session {
@@ -391,6 +428,7 @@ impl Session {
             counters,
             id: 0,
             conn: None,
+            max_reqs: usize::MAX,
             scratch: Vec::new(),
         }
     }
@@ -409,10 +447,19 @@ pub fn process(
     let now = eng.now();
     let mut pos = 0;
     let mut close = false;
+    let mut yielded = false;
+    let mut reqs = 0usize;
     if let Some(e) = &s.conn {
         e.busy(now);
     }
     while pos < input.len() && out.len() < out_limit {
+        if reqs >= s.max_reqs {
+            // memcached's -R: yield with input left so one pipelining client cannot hog the
+            // worker thread.
+            yielded = true;
+            inc(&s.counters.conn_yields);
+            break;
+        }
         if s.swallow > 0 {
             let n = s.swallow.min(input.len() - pos);
             s.swallow -= n;
@@ -445,11 +492,13 @@ pub fn process(
                 binary::Parse::TooLarge(h, body) => {
                     inc(&s.counters.store_too_large);
                     put_bin_error(out, &h, status::E2BIG);
+                    reqs += 1;
                     pos += binary::HEADER_LEN;
                     s.swallow = body;
                 }
                 binary::Parse::Done(req, n) => {
                     pos += n;
+                    reqs += 1;
                     if run_binary(eng, s, &req, now, out) {
                         close = true;
                         break;
@@ -470,6 +519,7 @@ pub fn process(
                         eprintln!("<{} {}", s.id, String::from_utf8_lossy(l));
                     }
                     pos += n;
+                    reqs += 1;
                     if run_text(eng, s, cmd, now, out) {
                         close = true;
                         break;
@@ -485,6 +535,7 @@ pub fn process(
     Outcome {
         consumed: pos,
         close,
+        yielded,
     }
 }
 

@@ -5,7 +5,7 @@
 //! protocols, typed requests and replies; protocol errors are replies), [`storage`] (a sharded
 //! hash table with per-shard LRU, a byte budget, CAS and expiry; time is passed in),
 //! [`handler`] (runs requests against storage and counts them) and [`server`] (TCP, unix and
-//! UDP sockets on mio/epoll worker threads). [`config`] parses memcached's command line.
+//! UDP sockets on io_uring or mio/epoll worker threads). [`config`] parses memcached's command line.
 //!
 //! Not here: slab classes and slab statistics (memory is accounted per item instead),
 //! SASL, TLS, extstore, the LRU crawler and `watch`. Meta `E` (explicit
@@ -21,5 +21,5 @@ pub mod server;
 pub mod stats;
 pub mod storage;
 
-pub use config::{Config, ConfigError};
+pub use config::{Config, ConfigError, IoDriver};
 pub use server::{Server, ServerError};

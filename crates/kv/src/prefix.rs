@@ -1,12 +1,10 @@
 //! Per-prefix counters for `stats detail on|off|dump`: keys are grouped by the text before the
-//! first `:`, and the dump lists prefixes in memcached's order (its 256-bucket table hashed with
+//! first delimiter (`:`, or `-D`), and the dump lists prefixes in memcached's order (its 256-bucket table hashed with
 //! MurmurHash3, newest first within a bucket) so the bytes match.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
 
-/// memcached's default prefix delimiter (`-D`).
-const DELIMITER: u8 = b':';
 /// memcached's `PREFIX_HASH_SIZE`.
 const BUCKETS: usize = 256;
 
@@ -22,16 +20,15 @@ struct Entry {
 /// Prefix statistics; recording is off until `stats detail on`.
 #[derive(Debug)]
 pub struct PrefixStats {
+    delimiter: u8,
     enabled: AtomicBool,
     buckets: Mutex<Vec<Vec<Entry>>>,
 }
 
 impl Default for PrefixStats {
+    /// memcached's default delimiter, `:`.
     fn default() -> Self {
-        PrefixStats {
-            enabled: AtomicBool::new(false),
-            buckets: Mutex::new(vec![Vec::new(); BUCKETS]),
-        }
+        PrefixStats::new(b':')
     }
 }
 
@@ -47,6 +44,15 @@ pub enum PrefixOp {
 }
 
 impl PrefixStats {
+    /// Prefixes end at the first `delimiter` byte (memcached's `-D`).
+    pub fn new(delimiter: u8) -> Self {
+        PrefixStats {
+            delimiter,
+            enabled: AtomicBool::new(false),
+            buckets: Mutex::new(vec![Vec::new(); BUCKETS]),
+        }
+    }
+
     /// `stats detail on|off`.
     pub fn set_enabled(&self, on: bool) {
         self.enabled.store(on, Relaxed);
@@ -62,7 +68,7 @@ impl PrefixStats {
         if !self.enabled() {
             return;
         }
-        let Some(len) = key.iter().position(|&b| b == DELIMITER) else {
+        let Some(len) = key.iter().position(|&b| b == self.delimiter) else {
             return;
         };
         let prefix = &key[..len];

@@ -50,6 +50,7 @@ counters!(
     auth_errors,
     bytes_read,
     bytes_written,
+    conn_yields,
 );
 
 /// Adds `n` to a counter owned by the calling thread.

@@ -94,3 +94,23 @@ fn quit_closes() {
     assert!(o.close);
     assert!(out.is_empty());
 }
+
+#[test]
+fn max_reqs_yields_with_input_left_and_counts_it() {
+    let eng = engine();
+    let mut s = Session::new(eng.register_worker());
+    s.max_reqs = 2;
+    let input = b"get a\r\nget b\r\nget c\r\nget d\r\nget e\r\n";
+    let mut out = Vec::new();
+    let o = process(&eng, &mut s, input, &mut out, 1 << 20);
+    assert_eq!((o.consumed, o.yielded), (14, true));
+    assert_eq!(out, b"END\r\nEND\r\n");
+    let o = process(&eng, &mut s, &input[14..], &mut out, 1 << 20);
+    assert_eq!((o.consumed, o.yielded), (14, true));
+    // Exactly max_reqs left: no yield, nothing left over.
+    let o = process(&eng, &mut s, &input[28..], &mut out, 1 << 20);
+    assert_eq!((o.consumed, o.yielded), (7, false));
+    let stats = eng.stats(None).unwrap();
+    let yields = stats.iter().find(|(k, _)| k == "conn_yields").unwrap();
+    assert_eq!(yields.1, "2");
+}

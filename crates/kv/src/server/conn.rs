@@ -1,4 +1,5 @@
-//! One worker thread: a mio loop over its connections.
+//! One worker thread: a mio (epoll) loop over its connections; the fallback when io_uring
+//! is not available, and `-o io=epoll`.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -19,11 +20,11 @@ use crate::stats;
 use super::WAKER;
 
 /// Replies buffered per connection before it stops parsing more requests.
-const OUT_LIMIT: usize = 1 << 20;
+pub(super) const OUT_LIMIT: usize = 1 << 20;
 /// Read size per call.
-const READ_CHUNK: usize = 16 * 1024;
+pub(super) const READ_CHUNK: usize = 16 * 1024;
 /// Buffers above this are shrunk back when idle so idle connections stay small.
-const KEEP: usize = 64 * 1024;
+pub(super) const KEEP: usize = 64 * 1024;
 
 /// An accepted stream.
 pub enum Stream {
@@ -90,6 +91,8 @@ struct Conn {
     table_fd: Option<i32>,
     /// Registered for writability (only while output is stuck).
     want_write: bool,
+    /// Stopped after `-R` requests with input left: driven again after the other events.
+    yielded: bool,
 }
 
 impl Conn {
@@ -142,6 +145,7 @@ impl Conn {
     /// Runs the connection until it would block; false = drop it.
     fn drive(&mut self, eng: &Engine, registry: &Registry) -> bool {
         let counters = self.session.counters.clone();
+        self.yielded = false;
         loop {
             let mut stalled = false;
             if self.rstart < self.rend && !self.closing {
@@ -156,6 +160,7 @@ impl Conn {
                 if o.close {
                     self.closing = true;
                 }
+                self.yielded = o.yielded;
                 stalled = self.wbuf.len() >= OUT_LIMIT;
             }
             match self.flush(&counters) {
@@ -186,6 +191,9 @@ impl Conn {
             if self.closing {
                 return false;
             }
+            if self.yielded {
+                return true;
+            }
             // A request may be waiting on output room: run again before reading more.
             if stalled {
                 continue;
@@ -212,9 +220,25 @@ impl Conn {
     }
 }
 
-/// Lists a TCP connection in the `stats conns` table.
-fn list_conn(eng: &Engine, s: &Stream) -> Option<(i32, Arc<ConnEntry>)> {
-    let Stream::Tcp(t) = s else { return None };
+/// Lists a TCP or unix-socket connection in the `stats conns` table.
+pub(super) fn list_conn(eng: &Engine, s: &Stream) -> Option<(i32, Arc<ConnEntry>)> {
+    let t = match s {
+        Stream::Tcp(t) => t,
+        Stream::Unix(u) => {
+            // memcached prints an unnamed unix peer as an unknown family, and the socket path
+            // as the listening address.
+            let path = u.local_addr().ok()?.as_pathname()?.display().to_string();
+            let fd = u.as_raw_fd();
+            let e = eng.conn_table.add(
+                fd,
+                ConnKind::Client,
+                "?:<AF 0>".into(),
+                Some(format!("unix:{path}")),
+                eng.now(),
+            );
+            return Some((fd, e));
+        }
+    };
     let peer = t.peer_addr().ok()?;
     // memcached prints the listener's address; an accepted socket's local address is that
     // address whenever the listener is bound to a specific one.
@@ -230,17 +254,42 @@ fn list_conn(eng: &Engine, s: &Stream) -> Option<(i32, Arc<ConnEntry>)> {
     Some((fd, e))
 }
 
+/// A new connection's session, listed in `stats conns` when `entry` is given.
+pub(super) fn new_session(
+    eng: &Engine,
+    counters: &Arc<stats::Counters>,
+    id: usize,
+    entry: Option<&Arc<ConnEntry>>,
+) -> Session {
+    let mut s = Session::new(counters.clone());
+    s.id = id as u64;
+    s.conn = entry.cloned();
+    s.max_reqs = eng.settings.reqs_per_event;
+    if eng.settings.verbose >= 2 {
+        eprintln!("<{id} new auto-negotiating client connection");
+    }
+    s
+}
+
 /// A worker thread's loop.
 pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<AtomicBool>) {
     let counters = eng.register_worker();
     let mut conns: HashMap<usize, Conn> = HashMap::new();
     let mut next_token = 0usize;
     let mut events = Events::with_capacity(1024);
+    // Connections that yielded under -R: no new edge will come for the input they hold.
+    let mut ready: Vec<usize> = Vec::new();
+    let mut again: Vec<usize> = Vec::new();
     loop {
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(200))) {
+        let timeout = if ready.is_empty() {
+            Duration::from_millis(200)
+        } else {
+            Duration::ZERO
+        };
+        if let Err(e) = poll.poll(&mut events, Some(timeout)) {
             if e.kind() != io::ErrorKind::Interrupted {
                 tracing::error!("worker poll: {e}");
             }
@@ -271,42 +320,68 @@ pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<
                             rend: 0,
                             wbuf: Vec::new(),
                             wpos: 0,
-                            session: {
-                                let mut s = Session::new(counters.clone());
-                                s.id = t as u64;
-                                s.conn = listed.as_ref().map(|(_, e)| e.clone());
-                                if eng.settings.verbose >= 2 {
-                                    eprintln!("<{t} new auto-negotiating client connection");
-                                }
-                                s
-                            },
+                            session: new_session(
+                                &eng,
+                                &counters,
+                                t,
+                                listed.as_ref().map(|(_, e)| e),
+                            ),
                             closing: false,
                             drained: false,
                             token: Token(t),
                             table_fd: listed.map(|(fd, _)| fd),
                             want_write: false,
+                            yielded: false,
                         },
                     );
                 }
                 continue;
             }
             let t = ev.token().0;
-            let keep = match conns.get_mut(&t) {
-                Some(c) => c.drive(&eng, poll.registry()),
-                None => continue,
-            };
-            if !keep {
-                if let Some(mut c) = conns.remove(&t) {
-                    let _ = c.stream.deregister(poll.registry());
-                    if let Some(fd) = c.table_fd {
-                        eng.conn_table.remove(fd);
-                    }
-                    eng.conns.curr.fetch_sub(1, Ordering::Relaxed);
+            if ready.contains(&t) {
+                // Driven below; this edge means the socket has new data to read.
+                if let Some(c) = conns.get_mut(&t) {
+                    c.drained = false;
                 }
+            } else {
+                drive(&mut conns, t, &eng, poll.registry(), &mut again);
             }
         }
+        for t in std::mem::take(&mut ready) {
+            drive(&mut conns, t, &eng, poll.registry(), &mut again);
+        }
+        std::mem::swap(&mut ready, &mut again);
         if eng.shutdown.load(Ordering::Relaxed) {
             stop.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Drives one connection; drops it when done, queues it in `again` when it yielded.
+fn drive(
+    conns: &mut HashMap<usize, Conn>,
+    t: usize,
+    eng: &Engine,
+    registry: &Registry,
+    again: &mut Vec<usize>,
+) {
+    let keep = match conns.get_mut(&t) {
+        Some(c) => {
+            let keep = c.drive(eng, registry);
+            if keep && c.yielded {
+                again.push(t);
+            }
+            keep
+        }
+        None => return,
+    };
+    if !keep {
+        if let Some(mut c) = conns.remove(&t) {
+            let _ = c.stream.deregister(registry);
+            if let Some(fd) = c.table_fd {
+                eng.conn_table.remove(fd);
+            }
+            eng.conns.curr.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

@@ -1,5 +1,7 @@
 //! Network I/O: an acceptor thread hands TCP and unix connections round-robin to worker
-//! threads, each running its own `mio` (epoll) loop; one thread serves UDP.
+//! threads, each running its own io_uring loop ([`uring`], the default) or `mio` (epoll)
+//! loop (`-o io=epoll`, and the fallback when a ring cannot be set up); one thread per UDP
+//! socket.
 //!
 //! Each connection reads what the kernel has, runs every whole request in it, and sends all
 //! replies with one write: pipelined requests and multigets leave in few segments. Output is
@@ -8,20 +10,22 @@
 
 mod conn;
 mod udp;
+mod uring;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use crate::config::Config;
+use crate::config::{Config, IoDriver};
 use crate::conns::ConnKind;
 use crate::handler::Engine;
 use conn::Stream;
@@ -59,11 +63,83 @@ pub struct Server {
     pub tcp_addrs: Vec<SocketAddr>,
     /// Bound UDP addresses.
     pub udp_addrs: Vec<SocketAddr>,
+    /// The I/O loop the worker threads run.
+    pub io_driver: IoDriver,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
 
 const WAKER: Token = Token(usize::MAX);
+
+/// How the acceptor wakes a worker after handing it a connection.
+enum Wake {
+    Mio(Waker),
+    EventFd(Arc<OwnedFd>),
+}
+
+impl Wake {
+    fn wake(&self) {
+        match self {
+            Wake::Mio(w) => {
+                let _ = w.wake();
+            }
+            Wake::EventFd(fd) => uring::wake(fd),
+        }
+    }
+}
+
+static URING_FALLBACK: Once = Once::new();
+
+/// Starts one worker thread on the chosen loop and returns how to wake it.
+fn spawn_worker(
+    i: usize,
+    driver: IoDriver,
+    rx: mpsc::Receiver<Stream>,
+    eng: Arc<Engine>,
+    stop: Arc<AtomicBool>,
+) -> Result<(JoinHandle<()>, Wake, IoDriver), ServerError> {
+    let (wtx, wrx) = mpsc::sync_channel::<io::Result<(Wake, IoDriver)>>(1);
+    let t = std::thread::Builder::new()
+        .name(format!("kv-worker-{i}"))
+        .spawn(move || {
+            // The ring is built on its own thread: it is single-issuer.
+            if driver == IoDriver::Uring {
+                match uring::build_ring().and_then(|r| Ok((r, uring::eventfd()?))) {
+                    Ok((ring, efd)) => {
+                        let efd = Arc::new(efd);
+                        if wtx
+                            .send(Ok((Wake::EventFd(efd.clone()), IoDriver::Uring)))
+                            .is_ok()
+                        {
+                            uring::worker(ring, efd, rx, eng, stop);
+                        }
+                        return;
+                    }
+                    Err(e) => URING_FALLBACK.call_once(|| {
+                        tracing::warn!("io_uring unavailable ({e}); using epoll");
+                    }),
+                }
+            }
+            let setup = Poll::new().and_then(|p| {
+                let w = Waker::new(p.registry(), WAKER)?;
+                Ok((p, w))
+            });
+            match setup {
+                Ok((poll, waker)) => {
+                    if wtx.send(Ok((Wake::Mio(waker), IoDriver::Epoll))).is_ok() {
+                        conn::worker(poll, rx, eng, stop);
+                    }
+                }
+                Err(e) => {
+                    let _ = wtx.send(Err(e));
+                }
+            }
+        })?;
+    let (wake, used) = wrx
+        .recv()
+        .map_err(|_| io::Error::other("worker thread died at start"))??;
+    Ok((t, wake, used))
+}
 
 fn resolve(cfg: &Config, port: u16) -> Result<Vec<SocketAddr>, ServerError> {
     if cfg.listen.is_empty() {
@@ -82,6 +158,24 @@ fn resolve(cfg: &Config, port: u16) -> Result<Vec<SocketAddr>, ServerError> {
         }
     }
     Ok(v)
+}
+
+/// `-b`: listen() again with the asked backlog (Linux updates a listening socket's backlog).
+fn set_backlog(fd: i32, backlog: i32) -> io::Result<()> {
+    // SAFETY: listen on a socket descriptor we own.
+    if unsafe { libc::listen(fd, backlog) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `-k`: locks every current and future page in memory (`mlockall(MCL_CURRENT | MCL_FUTURE)`).
+pub fn lock_memory() -> io::Result<()> {
+    // SAFETY: mlockall takes flags only.
+    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn drop_privileges(cfg: &Config) -> Result<(), ServerError> {
@@ -136,10 +230,29 @@ impl Server {
             use std::os::unix::fs::PermissionsExt;
             // -a is the socket's access mode (memcached calls it a mask; default 0700).
             let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(s.umask));
+            set_backlog(l.as_raw_fd(), s.backlog).map_err(|e| ServerError::Bind {
+                addr: path.clone(),
+                source: e,
+            })?;
+            let now = engine.now();
+            // memcached reads the listener's name into a sockaddr_in6, which keeps only the
+            // first 26 bytes of the path: `stats conns` shows it cut there.
+            let shown = String::from_utf8_lossy(&path.as_bytes()[..path.len().min(26)]);
+            engine.conn_table.add(
+                l.as_raw_fd(),
+                ConnKind::Listen,
+                format!("unix:{shown}"),
+                None,
+                now,
+            );
             unix = Some(l);
         } else {
             for a in resolve(cfg, s.tcpport)? {
                 let l = TcpListener::bind(a).map_err(|e| ServerError::Bind {
+                    addr: a.to_string(),
+                    source: e,
+                })?;
+                set_backlog(l.as_raw_fd(), s.backlog).map_err(|e| ServerError::Bind {
                     addr: a.to_string(),
                     source: e,
                 })?;
@@ -151,6 +264,11 @@ impl Server {
                         addr: a.to_string(),
                         source: e,
                     })?;
+                    // Like memcached, each worker thread serves the socket through its own
+                    // descriptor (a dup), listed separately by `stats conns`.
+                    for _ in 1..s.threads {
+                        udp_socks.push(u.try_clone()?);
+                    }
                     udp_socks.push(u);
                 }
             }
@@ -178,18 +296,13 @@ impl Server {
 
         let mut threads = Vec::new();
         let mut handoff = Vec::new();
+        let mut io_driver = cfg.io;
         for i in 0..s.threads {
-            let poll = Poll::new()?;
-            let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
             let (tx, rx) = mpsc::channel::<Stream>();
-            handoff.push((tx, waker));
-            let eng = engine.clone();
-            let stop = stop.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("kv-worker-{i}"))
-                    .spawn(move || conn::worker(poll, rx, eng, stop))?,
-            );
+            let (t, wake, used) = spawn_worker(i, cfg.io, rx, engine.clone(), stop.clone())?;
+            io_driver = used;
+            handoff.push((tx, wake));
+            threads.push(t);
         }
         for u in udp_socks {
             let eng = engine.clone();
@@ -212,6 +325,7 @@ impl Server {
             engine,
             tcp_addrs,
             udp_addrs,
+            io_driver,
             stop,
             threads,
         })
@@ -234,7 +348,7 @@ fn acceptor(
     mut poll: Poll,
     mut tcp: Vec<TcpListener>,
     mut unix: Option<UnixListener>,
-    handoff: Vec<(mpsc::Sender<Stream>, Arc<Waker>)>,
+    handoff: Vec<(mpsc::Sender<Stream>, Wake)>,
     eng: Arc<Engine>,
     stop: Arc<AtomicBool>,
 ) {
@@ -256,7 +370,7 @@ fn acceptor(
         if stop.load(Ordering::Relaxed) || eng.shutdown.load(Ordering::Relaxed) {
             stop.store(true, Ordering::Relaxed);
             for (_, w) in &handoff {
-                let _ = w.wake();
+                w.wake();
             }
             return;
         }
@@ -299,7 +413,7 @@ fn acceptor(
                         let (tx, w) = &handoff[next % handoff.len()];
                         next = next.wrapping_add(1);
                         if tx.send(s).is_ok() {
-                            let _ = w.wake();
+                            w.wake();
                         } else {
                             eng.conns.curr.fetch_sub(1, Ordering::Relaxed);
                         }

@@ -113,6 +113,8 @@ pub struct StoreConfig {
     pub no_evict: bool,
     /// Whether CAS values are kept (`-C` turns them off: CAS reads 0).
     pub use_cas: bool,
+    /// Keep memcached's item size histogram (`-o track_sizes`).
+    pub track_sizes: bool,
 }
 
 /// The sharded item store.
@@ -163,7 +165,8 @@ impl Store {
             n /= 2;
         }
         let per = config.mem_limit / n;
-        let shards = (0..n).map(|_| Mutex::new(Shard::new(per))).collect();
+        let sizes = config.track_sizes.then_some(config.use_cas);
+        let shards = (0..n).map(|_| Mutex::new(Shard::new(per, sizes))).collect();
         Store {
             shards,
             mask: (n - 1) as u64,
@@ -227,6 +230,28 @@ impl Store {
             return (exptime - process_started).min(u32::MAX as i64) as u32;
         }
         (exptime + now as i64).min(u32::MAX as i64) as u32
+    }
+
+    /// `stats sizes` with `-o track_sizes`: (size rounded up to 32 bytes, items) for every
+    /// non-empty bucket in size order; `None` when not tracking.
+    pub fn sizes(&self) -> Option<Vec<(usize, u64)>> {
+        if !self.config.track_sizes {
+            return None;
+        }
+        let mut total: std::collections::BTreeMap<usize, u64> = Default::default();
+        for s in self.shards.iter() {
+            let g = s.lock().unwrap_or_else(|p| p.into_inner());
+            for (b, n) in g.sizes() {
+                *total.entry(b).or_default() += n;
+            }
+        }
+        Some(
+            total
+                .into_iter()
+                .filter(|&(_, n)| n > 0)
+                .map(|(b, n)| (b * 32, n))
+                .collect(),
+        )
     }
 
     /// Whether an item of this size fits at all.

@@ -1,5 +1,7 @@
 //! One shard: a hash table of slot indices, a slab of entries and an intrusive LRU list.
 
+use std::collections::BTreeMap;
+
 use hashbrown::HashTable;
 
 use super::{
@@ -110,10 +112,16 @@ pub(super) struct Shard {
     reclaimed: u64,
     expired_unfetched: u64,
     evicted_unfetched: u64,
+    /// `-o track_sizes`: items per 32-byte size bucket, and whether items carry a CAS.
+    sizes: Option<(BTreeMap<usize, u64>, bool)>,
 }
 
+/// memcached's `sizeof(item)` on 64-bit: the item header its histogram counts.
+const MC_ITEM_HEADER: usize = 48;
+
 impl Shard {
-    pub fn new(limit: usize) -> Shard {
+    /// `sizes`: track the size histogram, `Some(cas_enabled)`.
+    pub fn new(limit: usize, sizes: Option<bool>) -> Shard {
         Shard {
             table: HashTable::new(),
             slots: Vec::new(),
@@ -127,7 +135,41 @@ impl Shard {
             reclaimed: 0,
             expired_unfetched: 0,
             evicted_unfetched: 0,
+            sizes: sizes.map(|cas| (BTreeMap::new(), cas)),
         }
+    }
+
+    /// Counts slot `i` in (`add`) or out of the size histogram, bucketed as memcached does:
+    /// its item size (header, key + NUL, value + CRLF, flags if non-zero, CAS if on) rounded
+    /// up to 32 bytes.
+    fn size_count(&mut self, i: u32, add: bool) {
+        // memcached skips items whose CAS is below the one current when tracking began; with
+        // CAS off (`-C`) every item has CAS 0, so its histogram stays empty: so does this one.
+        let Some(true) = self.sizes.as_ref().map(|(_, c)| *c) else {
+            return;
+        };
+        let cas = true;
+        let e = self.entry(i);
+        let ntotal = MC_ITEM_HEADER
+            + e.key_len as usize
+            + 1
+            + (e.data.len() - e.key_len as usize)
+            + 2
+            + if e.flags != 0 { 4 } else { 0 }
+            + if cas { 8 } else { 0 };
+        let bucket = ntotal.div_ceil(32);
+        if let Some((hist, _)) = self.sizes.as_mut() {
+            let n = hist.entry(bucket).or_default();
+            *n = if add { *n + 1 } else { n.saturating_sub(1) };
+        }
+    }
+
+    /// The size histogram: (bucket, items), bucket = size / 32.
+    pub fn sizes(&self) -> Vec<(usize, u64)> {
+        self.sizes
+            .as_ref()
+            .map(|(h, _)| h.iter().map(|(&b, &n)| (b, n)).collect())
+            .unwrap_or_default()
     }
 
     fn entry(&self, i: u32) -> &Entry {
@@ -191,6 +233,7 @@ impl Shard {
 
     /// Removes slot `i` from table, list and slab.
     fn remove(&mut self, i: u32) -> Entry {
+        self.size_count(i, false);
         let hash = self.entry(i).hash;
         if let Ok(o) = self.table.find_entry(hash, |&j| j == i) {
             o.remove();
@@ -261,6 +304,7 @@ impl Shard {
         });
         self.push_head(i);
         self.total_items += 1;
+        self.size_count(i, true);
         i
     }
 
@@ -384,6 +428,7 @@ impl Shard {
                 return StoreOutcome::NoMemory;
             }
             let cas = new_cas();
+            self.size_count(i, false);
             let e = self.entry_mut(i);
             e.data = value;
             e.cas = cas;
@@ -395,6 +440,7 @@ impl Shard {
             e.win_sent = stale_of.unwrap_or(false);
             self.used = self.used + need - old_charge;
             self.total_items += 1;
+            self.size_count(i, true);
             return StoreOutcome::Stored(cas);
         }
         let fetched = false;
@@ -491,6 +537,7 @@ impl Shard {
         let text = v.to_string();
         let old_len = self.entry(i).data.len();
         self.bump(i);
+        self.size_count(i, false);
         let e = self.entry_mut(i);
         let kl = e.key_len as usize;
         let mut d = Vec::with_capacity(kl + text.len().max(old_len - kl));
@@ -506,6 +553,7 @@ impl Shard {
         e.time = ctx.now;
         let new_len = e.data.len();
         self.used = self.used + new_len - old_len;
+        self.size_count(i, true);
         ArithOutcome::Value(v, new_cas)
     }
 
@@ -522,6 +570,9 @@ impl Shard {
         self.head = NIL;
         self.tail = NIL;
         self.used = 0;
+        if let Some((h, _)) = self.sizes.as_mut() {
+            h.clear();
+        }
     }
 
     pub fn add_counters(&self, c: &mut StoreCounters) {

@@ -8,6 +8,7 @@ fn store(mem: usize) -> Store {
         item_max: 1 << 20,
         no_evict: false,
         use_cas: true,
+        track_sizes: false,
     })
 }
 
@@ -150,6 +151,7 @@ fn lru_evicts_least_recently_used() {
         item_max: 4096,
         no_evict: false,
         use_cas: true,
+        track_sizes: false,
     });
     let v = vec![b'x'; 1000];
     for i in 0..10u32 {
@@ -177,6 +179,7 @@ fn reads_within_the_bump_interval_do_not_reorder() {
         item_max: 4096,
         no_evict: false,
         use_cas: true,
+        track_sizes: false,
     });
     let v = vec![b'x'; 1000];
     for i in 0..10u32 {
@@ -211,6 +214,7 @@ fn no_evict_mode_refuses() {
         item_max: 2048,
         no_evict: true,
         use_cas: true,
+        track_sizes: false,
     });
     let v = vec![b'x'; 1000];
     let mut refused = false;
@@ -232,6 +236,7 @@ fn too_large_drops_old_value() {
         item_max: 1024,
         no_evict: false,
         use_cas: true,
+        track_sizes: false,
     });
     s.store(StoreMode::Set, b"k", 0, 0, b"v", 10);
     assert_eq!(
@@ -353,7 +358,7 @@ proptest! {
     /// Under a tight budget the charged bytes never exceed the limit.
     #[test]
     fn memory_stays_bounded(sizes in proptest::collection::vec(0usize..3000, 1..300)) {
-        let s = Store::new(StoreConfig { mem_limit: 32 * 1024, item_max: 4096, no_evict: false, use_cas: true });
+        let s = Store::new(StoreConfig { mem_limit: 32 * 1024, item_max: 4096, no_evict: false, use_cas: true, track_sizes: false });
         for (i, n) in sizes.into_iter().enumerate() {
             let _ = s.store(StoreMode::Set, format!("k{}", i % 50).as_bytes(), 0, 0, &vec![1u8; n], 10);
             prop_assert!(s.counters().bytes <= 32 * 1024);
