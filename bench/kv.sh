@@ -4,7 +4,8 @@
 #
 #   bash bench/kv.sh            # defaults: 2 server threads, 256 MB, 4 s per run, 3 rounds
 #   THREADS=4 SECS=10 ROUNDS=5 bash bench/kv.sh
-#   IO=epoll bash bench/kv.sh   # remora's worker I/O loop: uring (default) or epoll
+#   IO=epoll bash bench/kv.sh   # only one of remora's worker I/O loops (default: both,
+#                               # "epoll uring", alternating with memcached in one run)
 #
 # Load generators: memcaslap (libmemcached-tools) and kvload (crates/kv/examples/kvload.rs,
 # one request in flight per connection, latency percentiles). Runs alternate between the two
@@ -15,7 +16,7 @@ THREADS=${THREADS:-2}
 MEM=${MEM:-256}
 SECS=${SECS:-4}
 ROUNDS=${ROUNDS:-3}
-IO=${IO:-uring}
+IO=${IO:-epoll uring}
 OUT=${OUT:-docs/bench/kv.md}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 
@@ -60,7 +61,7 @@ run() {
   if [ "$server" = memcached ]; then
     memcached -p "$port" -U 0 -l 127.0.0.1 -t "$THREADS" -m "$MEM" "${USER_FLAG[@]}" & pid=$!
   else
-    "$REMORA" kv serve -p "$port" -U 0 -l 127.0.0.1 -t "$THREADS" -m "$MEM" -o io="$IO" "${USER_FLAG[@]}" & pid=$!
+    "$REMORA" kv serve -p "$port" -U 0 -l 127.0.0.1 -t "$THREADS" -m "$MEM" -o io="${server#remora-}" "${USER_FLAG[@]}" & pid=$!
   fi
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.05; done
   local c0 c1 line
@@ -89,10 +90,11 @@ run() {
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 workloads=(slap-get slap-multiget48 slap-mix load-get load-multiget48 load-mix load-latency)
-declare -A R
+servers=(memcached)
+for io in $IO; do servers+=("remora-$io"); done
 for wl in "${workloads[@]}"; do
   for r in $(seq "$ROUNDS"); do
-    for server in memcached remora; do
+    for server in "${servers[@]}"; do
       line=$(run "$server" "$wl")
       echo "$wl round $r $server: $line" >&2
       echo "$line" >> "$tmp/$wl.$server"
@@ -103,17 +105,23 @@ done
 col() { awk -v c="$2" '{print $c}' "$1" | median; }
 ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f'{b/a:.2f}x' if a>0 else '-')" "$1" "$2"; }
 
+rems=("${servers[@]:1}")
+# A markdown header: "| workload | memcached | remora-uring | ratio | ..." and its rule.
+header() {
+  local h="| $1 | memcached" r="| --- | ---:"
+  for s in "${rems[@]}"; do h+=" | $s | $2"; r+=" | ---: | ---:"; done
+  echo "$h |"; echo "$r |"
+}
 {
   echo "# remora kv vs memcached: measured results"
   echo
-  echo "Produced by \`bash bench/kv.sh\` (THREADS=$THREADS MEM=${MEM}MB SECS=$SECS ROUNDS=$ROUNDS IO=$IO) on $(date -u +%Y-%m-%d)."
+  echo "Produced by \`bash bench/kv.sh\` (THREADS=$THREADS MEM=${MEM}MB SECS=$SECS ROUNDS=$ROUNDS IO=\"$IO\") on $(date -u +%Y-%m-%d)."
   echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), Linux $(uname -r)."
-  echo "memcached: $(memcached -V). Both servers: \`-t $THREADS -m $MEM -U 0 -l 127.0.0.1\` (remora also \`-o io=$IO\`). Load generator and"
-  echo "server share the same cores, so figures are ratios from one run, each the median of $ROUNDS alternating runs."
-  echo "Other engineers' builds and tests were running on the same 2 cores during this run; absolute numbers are noisy."
+  echo "memcached: $(memcached -V). Both servers: \`-t $THREADS -m $MEM -U 0 -l 127.0.0.1\` (remora-X also \`-o io=X\`)."
+  echo "Load generator and server share the same cores, so figures are ratios from one run, each the"
+  echo "median of $ROUNDS runs alternating between the servers."
   echo
-  echo "| workload | memcached | remora | ratio |"
-  echo "| --- | ---: | ---: | ---: |"
+  header workload ratio
   for wl in "${workloads[@]}"; do
     case $wl in
       slap-get) name="memcaslap single get, 32 conns (ops/s)"; c=1 ;;
@@ -124,28 +132,34 @@ ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); pri
       load-mix) name="kvload 90/10 get/set, 32-byte values (ops/s)"; c=1 ;;
       load-latency) name="kvload 90/10 at ~20K req/s, 8 conns (ops/s)"; c=1 ;;
     esac
-    a=$(col "$tmp/$wl.memcached" $c); b=$(col "$tmp/$wl.remora" $c)
-    echo "| $name | $a | $b | $(ratio "$a" "$b") |"
+    a=$(col "$tmp/$wl.memcached" $c)
+    line="| $name | $a"
+    for s in "${rems[@]}"; do b=$(col "$tmp/$wl.$s" $c); line+=" | $b | $(ratio "$a" "$b")"; done
+    echo "$line |"
   done
   echo
-  echo "Server CPU time per request (user + system, microseconds, median of runs): less is better."
-  echo "This is steadier than throughput when other jobs share the cores."
+  echo "Server CPU time per request (user + system, microseconds, median of runs): less is better;"
+  echo "ratio = memcached / remora. This is steadier than throughput when other jobs share the cores."
   echo
-  echo "| workload | memcached | remora | memcached / remora |"
-  echo "| --- | ---: | ---: | ---: |"
+  header workload ratio
   for wl in "${workloads[@]}"; do
-    a=$(col "$tmp/$wl.memcached" 6); b=$(col "$tmp/$wl.remora" 6)
-    echo "| $wl | $a | $b | $(ratio "$b" "$a") |"
+    a=$(col "$tmp/$wl.memcached" 6)
+    line="| $wl | $a"
+    for s in "${rems[@]}"; do b=$(col "$tmp/$wl.$s" 6); line+=" | $b | $(ratio "$b" "$a")"; done
+    echo "$line |"
   done
   echo
-  echo "Latency (kvload, microseconds, median of runs; lower is better):"
+  echo "Latency (kvload, microseconds, median of runs; lower is better): p50 / p99 / p99.9"
   echo
-  echo "| workload | memcached p50 / p99 / p99.9 | remora p50 / p99 / p99.9 |"
-  echo "| --- | --- | --- |"
+  h="| workload | memcached"; r="| --- | ---"
+  for s in "${rems[@]}"; do h+=" | $s"; r+=" | ---"; done
+  echo "$h |"; echo "$r |"
   for wl in load-get load-multiget48 load-mix load-latency; do
-    m="$(col "$tmp/$wl.memcached" 3) / $(col "$tmp/$wl.memcached" 4) / $(col "$tmp/$wl.memcached" 5)"
-    r="$(col "$tmp/$wl.remora" 3) / $(col "$tmp/$wl.remora" 4) / $(col "$tmp/$wl.remora" 5)"
-    echo "| $wl | $m | $r |"
+    line="| $wl | $(col "$tmp/$wl.memcached" 3) / $(col "$tmp/$wl.memcached" 4) / $(col "$tmp/$wl.memcached" 5)"
+    for s in "${rems[@]}"; do
+      line+=" | $(col "$tmp/$wl.$s" 3) / $(col "$tmp/$wl.$s" 4) / $(col "$tmp/$wl.$s" 5)"
+    done
+    echo "$line |"
   done
 } > "$OUT.new"
 mv "$OUT.new" "$OUT"

@@ -99,8 +99,8 @@ fn slow_reader_does_not_block_others() {
 }
 
 #[test]
-fn slow_reader_does_not_block_others_on_epoll() {
-    slow_reader_does_not_block_others_on(&["-o", "io=epoll"]);
+fn slow_reader_does_not_block_others_on_uring() {
+    slow_reader_does_not_block_others_on(&["-o", "io=uring"]);
 }
 
 fn slow_reader_does_not_block_others_on(flags: &[&str]) {
@@ -188,8 +188,8 @@ fn many_connections_and_maxconns() {
 }
 
 #[test]
-fn many_connections_and_maxconns_on_epoll() {
-    many_connections_and_maxconns_on(&["-c", "300", "-o", "io=epoll"]);
+fn many_connections_and_maxconns_on_uring() {
+    many_connections_and_maxconns_on(&["-c", "300", "-o", "io=uring"]);
 }
 
 fn many_connections_and_maxconns_on(flags: &[&str]) {

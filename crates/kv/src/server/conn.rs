@@ -1,5 +1,5 @@
-//! One worker thread: a mio (epoll) loop over its connections; the fallback when io_uring
-//! is not available, and `-o io=epoll`.
+//! One worker thread: a mio (epoll) loop over its connections (the default, `-o io=epoll`,
+//! and the fallback when an io_uring cannot be set up).
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};

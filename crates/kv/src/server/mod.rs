@@ -1,6 +1,6 @@
 //! Network I/O: an acceptor thread hands TCP and unix connections round-robin to worker
-//! threads, each running its own io_uring loop ([`uring`], the default) or `mio` (epoll)
-//! loop (`-o io=epoll`, and the fallback when a ring cannot be set up); one thread per UDP
+//! threads, each running its own `mio` (epoll) loop (the default) or io_uring loop
+//! (`-o io=uring`, falling back to epoll when a ring cannot be set up); `-t` threads per UDP
 //! socket.
 //!
 //! Each connection reads what the kernel has, runs every whole request in it, and sends all

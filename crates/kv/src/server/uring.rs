@@ -201,7 +201,9 @@ impl Worker {
         };
         c.queued = false;
         let mut yielded = false;
-        if !c.closing && !c.dead && c.rstart < c.rend && c.wbuf.len() < OUT_LIMIT {
+        // With a receive armed the kernel owns the buffer's tail, and everything complete
+        // before it has been run already: leave the buffer alone.
+        if !c.closing && !c.dead && !c.recv_armed && c.rstart < c.rend && c.wbuf.len() < OUT_LIMIT {
             let o = process(
                 eng,
                 &mut c.session,
