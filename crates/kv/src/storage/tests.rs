@@ -45,6 +45,41 @@ fn set_get_delete() {
 }
 
 #[test]
+fn size_histogram_follows_stores_deletes_and_evictions() {
+    let tracked = |use_cas, mem| {
+        Store::new(StoreConfig {
+            mem_limit: mem,
+            item_max: 4096,
+            no_evict: false,
+            use_cas,
+            track_sizes: true,
+        })
+    };
+    let s = tracked(true, 64 << 20);
+    assert_eq!(s.sizes(), Some(vec![]));
+    assert_eq!(store(64 << 20).sizes(), None);
+    // memcached's item size: 48 + key + 1 + value + 2 (+ 4 for non-zero flags) + 8 (CAS).
+    s.store(StoreMode::Set, b"a", 0, 0, b"x", 10); // 61 -> 64
+    s.store(StoreMode::Set, b"b", 7, 0, &[b'v'; 20], 10); // 84 -> 96
+    s.store(StoreMode::Set, b"c", 0, 0, &[b'v'; 20], 10); // 80 -> 96
+    assert_eq!(s.sizes(), Some(vec![(64, 1), (96, 2)]));
+    s.store(StoreMode::Set, b"a", 0, 0, &[b'v'; 100], 10); // overwrite: 160
+    s.delete(b"c", 10, None);
+    assert_eq!(s.sizes(), Some(vec![(96, 1), (160, 1)]));
+    // With CAS off memcached's histogram stays empty; so does this one.
+    let s = tracked(false, 64 << 20);
+    s.store(StoreMode::Set, b"a", 0, 0, b"x", 10);
+    assert_eq!(s.sizes(), Some(vec![]));
+    // Evicted items leave the histogram.
+    let s = tracked(true, 8 * 1024);
+    for i in 0..500u32 {
+        s.store(StoreMode::Set, &i.to_be_bytes(), 0, 0, &[b'v'; 100], 10);
+    }
+    let counted: u64 = s.sizes().unwrap().iter().map(|&(_, n)| n).sum();
+    assert_eq!(counted, s.counters().curr_items);
+}
+
+#[test]
 fn cas_rules() {
     let s = store(64 << 20);
     let StoreOutcome::Stored(c) = s.store(StoreMode::Set, b"k", 0, 0, b"v", 10) else {
