@@ -270,12 +270,13 @@ impl Config {
                     s.detail_enabled = true;
                 }
                 'k' => s.lock_memory = true,
-                'L' => {
-                    return err(
-                        "Cannot enable large pages: remora allocates item memory per item, not as \
-                         one preallocated arena that could be backed by huge pages (-L refused)",
-                    )
-                }
+                // memcached on Linux accepts -L and runs (it preallocates its arena); remora
+                // allocates per item, so there is no arena to back with huge pages.
+                'L' => cfg.warnings.push(
+                    "option -L is accepted but has no effect in remora: item memory is allocated \
+                     per item, not as one preallocated arena that huge pages could back"
+                        .into(),
+                ),
                 'r' | 'd' | 'e' | 'S' | 'X' | 'W' | 'Y' | 'N' | 'Z' => cfg
                     .warnings
                     .push(format!("option -{c} is accepted but has no effect in remora")),
@@ -409,6 +410,12 @@ mod tests {
         assert_eq!(Config::parse::<&str>(&[]).unwrap().io, IoDriver::Epoll);
         let c = Config::parse(&["-o", "io=uring"]).unwrap();
         assert_eq!(c.io, IoDriver::Uring);
+        let c = Config::parse(&["-L"]).unwrap();
+        assert!(
+            c.warnings.iter().any(|w| w.contains("-L")),
+            "{:?}",
+            c.warnings
+        );
         let c = Config::parse(&["--port=99", "--threads", "3"]).unwrap();
         assert_eq!((c.settings.tcpport, c.settings.threads), (99, 3));
     }
@@ -435,7 +442,6 @@ mod tests {
             e(&["-R", "0"]),
             "Number of requests per event must be greater than 0"
         );
-        assert!(e(&["-L"]).starts_with("Cannot enable large pages"));
         assert_eq!(e(&["-D", ""]), "No delimiter specified");
         assert!(e(&["-o", "io=poll"]).starts_with("Invalid value for io"));
         assert!(e(&["-p"]).contains("requires an argument"));
