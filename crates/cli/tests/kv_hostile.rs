@@ -238,14 +238,7 @@ fn out_of_file_descriptors_recovers() {
         port,
         name: "remora-emfile",
     };
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(wait_up(port), "server did not start");
     // ~50 connections fit under the descriptor limit; the rest wait in the backlog.
     let mut flood = Vec::new();
     for _ in 0..100 {

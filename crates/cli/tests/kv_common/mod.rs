@@ -62,7 +62,8 @@ pub fn memcached_path() -> Option<String> {
     (!p.is_empty()).then_some(p)
 }
 
-fn wait_up(port: u16) -> bool {
+/// Waits up to 10 s for a server to accept on `port`.
+pub fn wait_up(port: u16) -> bool {
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(10) {
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -186,4 +187,15 @@ pub fn normalize_text(b: &[u8]) -> String {
         out.push_str(if line.ends_with("\r\n") { "\r\n" } else { "" });
     }
     out
+}
+
+/// Kills the child and returns what it wrote to stderr (if that was piped).
+pub fn finish(c: &mut Child) -> String {
+    let _ = c.kill();
+    let _ = c.wait();
+    let mut err = String::new();
+    if let Some(mut e) = c.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    err
 }
