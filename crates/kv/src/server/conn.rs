@@ -17,12 +17,11 @@ use crate::conns::{addr_text, ConnEntry, ConnKind};
 use crate::handler::{process, Engine, Session};
 use crate::stats;
 
+use super::readbuf::ReadBuf;
 use super::WAKER;
 
 /// Replies buffered per connection before it stops parsing more requests.
 pub(super) const OUT_LIMIT: usize = 1 << 20;
-/// Read size per call.
-pub(super) const READ_CHUNK: usize = 16 * 1024;
 /// Buffers above this are shrunk back when idle so idle connections stay small.
 pub(super) const KEEP: usize = 64 * 1024;
 
@@ -78,9 +77,7 @@ impl Source for Stream {
 
 struct Conn {
     stream: Stream,
-    rbuf: Vec<u8>,
-    rstart: usize,
-    rend: usize,
+    rbuf: ReadBuf,
     wbuf: Vec<u8>,
     wpos: usize,
     session: Session,
@@ -118,45 +115,21 @@ impl Conn {
         Ok(true)
     }
 
-    /// Makes room to read: compacts, then grows (the parser bounds what can be pending).
-    fn reserve(&mut self) {
-        if self.rstart == self.rend {
-            self.rstart = 0;
-            self.rend = 0;
-            if self.rbuf.len() > KEEP {
-                self.rbuf.truncate(READ_CHUNK);
-                self.rbuf.shrink_to_fit();
-            }
-        }
-        if self.rbuf.len() - self.rend >= READ_CHUNK / 2 {
-            return;
-        }
-        if self.rstart > 0 {
-            self.rbuf.copy_within(self.rstart..self.rend, 0);
-            self.rend -= self.rstart;
-            self.rstart = 0;
-        }
-        if self.rbuf.len() - self.rend < READ_CHUNK / 2 {
-            let n = (self.rbuf.len() * 2).max(READ_CHUNK);
-            self.rbuf.resize(n, 0);
-        }
-    }
-
     /// Runs the connection until it would block; false = drop it.
     fn drive(&mut self, eng: &Engine, registry: &Registry) -> bool {
         let counters = self.session.counters.clone();
         self.yielded = false;
         loop {
             let mut stalled = false;
-            if self.rstart < self.rend && !self.closing {
+            if self.rbuf.has_pending() && !self.closing {
                 let o = process(
                     eng,
                     &mut self.session,
-                    &self.rbuf[self.rstart..self.rend],
+                    self.rbuf.pending(),
                     &mut self.wbuf,
                     OUT_LIMIT,
                 );
-                self.rstart += o.consumed;
+                self.rbuf.consume(o.consumed);
                 if o.close {
                     self.closing = true;
                 }
@@ -204,12 +177,13 @@ impl Conn {
                 self.drained = false;
                 return true;
             }
-            self.reserve();
-            let room = self.rbuf.len() - self.rend;
-            match self.stream.read(&mut self.rbuf[self.rend..]) {
+            self.rbuf.reserve();
+            let spare = self.rbuf.spare();
+            let room = spare.len();
+            match self.stream.read(spare) {
                 Ok(0) => return false,
                 Ok(n) => {
-                    self.rend += n;
+                    self.rbuf.filled(n);
                     self.drained = n < room;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
@@ -315,9 +289,7 @@ pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<
                         t,
                         Conn {
                             stream: s,
-                            rbuf: Vec::new(),
-                            rstart: 0,
-                            rend: 0,
+                            rbuf: ReadBuf::default(),
                             wbuf: Vec::new(),
                             wpos: 0,
                             session: new_session(

@@ -9,6 +9,7 @@
 //! memory stays bounded and other connections are not affected.
 
 mod conn;
+mod readbuf;
 mod udp;
 mod uring;
 

@@ -18,7 +18,8 @@ use std::sync::Arc;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
-use super::conn::{list_conn, new_session, Stream, KEEP, OUT_LIMIT, READ_CHUNK};
+use super::conn::{list_conn, new_session, Stream, KEEP, OUT_LIMIT};
+use super::readbuf::ReadBuf;
 use crate::handler::{process, Engine, Session};
 use crate::stats;
 
@@ -60,9 +61,7 @@ pub fn wake(fd: &OwnedFd) {
 
 struct Conn {
     fd: OwnedFd,
-    rbuf: Vec<u8>,
-    rstart: usize,
-    rend: usize,
+    rbuf: ReadBuf,
     /// Replies being gathered.
     wbuf: Vec<u8>,
     /// Replies handed to the kernel (`spos` of them sent so far).
@@ -83,30 +82,6 @@ struct Conn {
 impl Conn {
     fn inflight(&self) -> bool {
         self.recv_armed || self.send_armed
-    }
-
-    /// Makes room to read (no receive is in flight, so the buffer may move).
-    fn reserve(&mut self) {
-        if self.rstart == self.rend {
-            self.rstart = 0;
-            self.rend = 0;
-            if self.rbuf.len() > KEEP {
-                self.rbuf.truncate(READ_CHUNK);
-                self.rbuf.shrink_to_fit();
-            }
-        }
-        if self.rbuf.len() - self.rend >= READ_CHUNK / 2 {
-            return;
-        }
-        if self.rstart > 0 {
-            self.rbuf.copy_within(self.rstart..self.rend, 0);
-            self.rend -= self.rstart;
-            self.rstart = 0;
-        }
-        if self.rbuf.len() - self.rend < READ_CHUNK / 2 {
-            let n = (self.rbuf.len() * 2).max(READ_CHUNK);
-            self.rbuf.resize(n, 0);
-        }
     }
 }
 
@@ -152,11 +127,12 @@ impl Worker {
         let Some(c) = self.conns[slot].as_mut() else {
             return;
         };
-        c.reserve();
-        let room = c.rbuf.len() - c.rend;
-        // SAFETY: the pointer stays in bounds (rend + room == len); the buffer is not resized
-        // or read past `rend` while the receive is armed.
-        let ptr = unsafe { c.rbuf.as_mut_ptr().add(c.rend) };
+        // No receive is in flight, so the buffer may move.
+        c.rbuf.reserve();
+        let spare = c.rbuf.spare();
+        let room = spare.len();
+        // The buffer is not resized or read past its filled part while the receive is armed.
+        let ptr = spare.as_mut_ptr();
         let e = opcode::Recv::new(types::Fd(c.fd.as_raw_fd()), ptr, room as u32)
             .build()
             .user_data(user_data(slot, OP_RECV));
@@ -203,15 +179,20 @@ impl Worker {
         let mut yielded = false;
         // With a receive armed the kernel owns the buffer's tail, and everything complete
         // before it has been run already: leave the buffer alone.
-        if !c.closing && !c.dead && !c.recv_armed && c.rstart < c.rend && c.wbuf.len() < OUT_LIMIT {
+        if !c.closing
+            && !c.dead
+            && !c.recv_armed
+            && c.rbuf.has_pending()
+            && c.wbuf.len() < OUT_LIMIT
+        {
             let o = process(
                 eng,
                 &mut c.session,
-                &c.rbuf[c.rstart..c.rend],
+                c.rbuf.pending(),
                 &mut c.wbuf,
                 OUT_LIMIT,
             );
-            c.rstart += o.consumed;
+            c.rbuf.consume(o.consumed);
             c.closing |= o.close;
             yielded = o.yielded;
         }
@@ -273,7 +254,7 @@ impl Worker {
             c.recv_armed = false;
             if c.dead {
             } else if res > 0 {
-                c.rend += res as usize;
+                c.rbuf.filled(res as usize);
                 self.run(eng, slot);
             } else if res == -libc::EINTR || res == -libc::EAGAIN || res == -libc::ENOBUFS {
                 self.arm_recv(slot);
@@ -331,9 +312,7 @@ impl Worker {
         session.max_reqs = eng.settings.reqs_per_event;
         self.conns[slot] = Some(Conn {
             fd,
-            rbuf: Vec::new(),
-            rstart: 0,
-            rend: 0,
+            rbuf: ReadBuf::default(),
             wbuf: Vec::new(),
             sending: Vec::new(),
             spos: 0,
