@@ -53,6 +53,22 @@ fn run(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// `remora lazy bench` against a running server: `faults` random faults, `trials` times.
+fn bench_at(
+    transport: &str,
+    addr: &str,
+    faults: &str,
+    trials: &str,
+    json: bool,
+) -> (bool, String, String) {
+    let mut args = vec!["lazy", "bench", "--transport", transport, "--connect", addr];
+    args.extend(["--faults", faults, "--trials", trials]);
+    if json {
+        args.push("--json");
+    }
+    run(&args)
+}
+
 fn field(json: &str, name: &str) -> f64 {
     let v: serde_json::Value = serde_json::from_str(json.trim()).expect(json);
     v[name]
@@ -136,19 +152,7 @@ fn serve_file_and_bench_against_it() {
     let path = std::env::temp_dir().join(format!("remora-cli-lazy-{}", std::process::id()));
     std::fs::write(&path, vec![0xabu8; 64 * 4096]).unwrap();
     let (_srv, addr) = serve(&["--file", path.to_str().unwrap()]);
-    let (ok, out, err) = run(&[
-        "lazy",
-        "bench",
-        "--transport",
-        "tcp",
-        "--connect",
-        &addr,
-        "--faults",
-        "64",
-        "--trials",
-        "2",
-        "--json",
-    ]);
+    let (ok, out, err) = bench_at("tcp", &addr, "64", "2", true);
     std::fs::remove_file(&path).ok();
     assert!(ok, "{err}");
     assert_eq!(field(&out, "faults"), 64.0);
@@ -171,18 +175,7 @@ fn serve_a_stopped_process() {
             .to_string()
     };
     assert_eq!(state(), "T", "served process is stopped");
-    let (ok, _out, err) = run(&[
-        "lazy",
-        "bench",
-        "--transport",
-        "tcp",
-        "--connect",
-        &addr,
-        "--faults",
-        "4",
-        "--trials",
-        "1",
-    ]);
+    let (ok, _out, err) = bench_at("tcp", &addr, "4", "1", false);
     assert!(ok, "{err}");
     drop(srv);
     let _ = child.0.kill();
@@ -198,18 +191,7 @@ fn bad_arguments_are_clear_errors() {
     assert!(!ok && err.contains("/nonexistent/x"), "{err}");
     let (ok, _, err) = run(&["lazy", "serve", "--pid", "1", "--range", "20-10"]);
     assert!(!ok && err.contains("END must be above START"), "{err}");
-    let (ok, _, err) = run(&[
-        "lazy",
-        "bench",
-        "--transport",
-        "tcp",
-        "--connect",
-        "127.0.0.1:1",
-        "--faults",
-        "2",
-        "--trials",
-        "1",
-    ]);
+    let (ok, _, err) = bench_at("tcp", "127.0.0.1:1", "2", "1", false);
     assert!(!ok && err.contains("127.0.0.1:1"), "{err}");
 }
 
@@ -220,19 +202,7 @@ fn serve_file_over_fabric_and_help_says_what_is_live() {
     std::fs::write(&path, vec![0x5au8; 64 * 4096]).unwrap();
     for t in ["udp", "shm"] {
         let (_srv, addr) = serve(&["--file", path.to_str().unwrap(), "--transport", t]);
-        let (ok, out, err) = run(&[
-            "lazy",
-            "bench",
-            "--transport",
-            t,
-            "--connect",
-            &addr,
-            "--faults",
-            "64",
-            "--trials",
-            "2",
-            "--json",
-        ]);
+        let (ok, out, err) = bench_at(t, &addr, "64", "2", true);
         assert!(ok, "{t}: {err}");
         assert_eq!(field(&out, "faults"), 64.0, "{t}");
     }
