@@ -207,40 +207,16 @@ impl FabricServer {
     }
 }
 
-/// A live file mapping guarded against the file shrinking (see `sigbus`).
-struct ServedMap {
-    /// Held for its Drop, which unmaps.
-    _map: crate::sys::Mapping,
-    slot: Option<usize>,
-}
-
-impl Drop for ServedMap {
-    fn drop(&mut self) {
-        // Unguard before `_map` unmaps (fields drop after this).
-        if let Some(s) = self.slot {
-            crate::sigbus::unregister_served(s);
-        }
-    }
-}
-
 /// `len` bytes of `f` mapped shared and read-only, so clients READ its current pages.
 fn live_buffer(f: &std::fs::File, len: usize) -> Result<Buffer> {
     use std::os::fd::AsRawFd;
-    let map = crate::sys::Mapping::file_shared_readonly(f.as_raw_fd(), len)
+    let map = crate::sigbus::GuardedMap::open(f.as_raw_fd(), len)
         .map_err(|e| Error::io("mmap the served file shared", e))?;
     let (ptr, mapped) = (map.ptr(), map.mapped_len());
-    let slot = crate::sigbus::register_served(ptr as u64, ptr as u64 + mapped as u64)
-        .map_err(|e| Error::io("install the SIGBUS handler", e))?;
-    if slot.is_none() {
-        tracing::warn!(
-            "too many served file mappings: this one dies with SIGBUS if the file shrinks"
-        );
-    }
-    let owner = ServedMap { _map: map, slot };
-    // SAFETY: `owner` owns `[ptr, ptr+mapped)` and moves into the Buffer, so the range stays
+    // SAFETY: `map` owns `[ptr, ptr+mapped)` and moves into the Buffer, so the range stays
     // mapped for the Buffer's life; it is read-only and registered without write rights, so
     // nothing writes through it.
-    unsafe { Buffer::external_owned(ptr, mapped, Box::new(owner)) }
+    unsafe { Buffer::external_owned(ptr, mapped, Box::new(map)) }
         .map_err(|e| fab("wrap the served mapping", e))
 }
 

@@ -80,16 +80,9 @@ impl Share {
 
 /// The server's source, mapped read-only in the client.
 pub(crate) struct PeerMap {
-    map: crate::sys::Mapping,
+    map: crate::sigbus::GuardedMap,
     len: usize,
-    slot: Option<usize>,
 }
-
-// SAFETY: the mapping is read-only shared memory owned by this value; sharing its address
-// between threads is sound (readers only).
-unsafe impl Send for PeerMap {}
-// SAFETY: as above.
-unsafe impl Sync for PeerMap {}
 
 impl PeerMap {
     /// Maps `share` (whose source holds at least `len` bytes).
@@ -106,15 +99,9 @@ impl PeerMap {
         let len = usize::try_from(len).map_err(|_| Error::Invalid("source too large".into()))?;
         let path = format!("/proc/{}/fd/{}", share.pid, share.fd);
         let f = File::open(&path).map_err(|e| Error::io(format!("open {path}"), e))?;
-        let map = crate::sys::Mapping::file_shared_readonly(f.as_raw_fd(), len)
+        let map = crate::sigbus::GuardedMap::open(f.as_raw_fd(), len)
             .map_err(|e| Error::io(format!("mmap {path}"), e))?;
-        let (p, mapped) = (map.ptr() as u64, map.mapped_len());
-        let slot = crate::sigbus::register_served(p, p + mapped as u64)
-            .map_err(|e| Error::io("install the SIGBUS handler", e))?;
-        if slot.is_none() {
-            tracing::warn!("too many guarded mappings: a shrinking shm source ends the process");
-        }
-        Ok(PeerMap { map, len, slot })
+        Ok(PeerMap { map, len })
     }
     /// `[offset, offset+len)` of the source, if it lies inside.
     pub fn get(&self, offset: u64, len: usize) -> Option<&[u8]> {
@@ -126,15 +113,6 @@ impl PeerMap {
         // SAFETY: [start, end) lies inside the live read-only mapping, which lives as long as
         // `self`; the file may change underneath (it is served live), which readers accept.
         Some(unsafe { std::slice::from_raw_parts(self.map.ptr().add(start), len) })
-    }
-}
-
-impl Drop for PeerMap {
-    fn drop(&mut self) {
-        // Unguard before the mapping goes (fields drop after this).
-        if let Some(s) = self.slot {
-            crate::sigbus::unregister_served(s);
-        }
     }
 }
 

@@ -108,7 +108,7 @@ pub(crate) fn unregister(slot: usize) {
 /// Publishes a served file mapping `[start, end)`; None when the table is full (the mapping is
 /// then unguarded: a shrinking file ends the process with SIGBUS).
 #[cfg_attr(not(feature = "fabric"), allow(dead_code))]
-pub(crate) fn register_served(start: u64, end: u64) -> std::io::Result<Option<usize>> {
+fn register_served(start: u64, end: u64) -> std::io::Result<Option<usize>> {
     install()?;
     let _g = TABLE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     for (i, s) in SERVED.iter().enumerate() {
@@ -124,11 +124,53 @@ pub(crate) fn register_served(start: u64, end: u64) -> std::io::Result<Option<us
 /// Removes a served mapping and waits until no handler can still be replacing one of its pages
 /// (the caller unmaps it next).
 #[cfg_attr(not(feature = "fabric"), allow(dead_code))]
-pub(crate) fn unregister_served(slot: usize) {
+fn unregister_served(slot: usize) {
     let _g = TABLE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     SERVED[slot].end.store(0, Ordering::SeqCst);
     while ACTIVE.load(Ordering::SeqCst) != 0 {
         std::thread::yield_now();
+    }
+}
+
+/// A file mapped shared and read-only, guarded by this handler: if the file shrinks under it,
+/// a touched page past the new end reads as zeros instead of ending the process. Used for the
+/// fabric server's live source and for a shm client's mapping of it.
+#[cfg_attr(not(feature = "fabric"), allow(dead_code))]
+pub(crate) struct GuardedMap {
+    map: crate::sys::Mapping,
+    slot: Option<usize>,
+}
+
+#[cfg_attr(not(feature = "fabric"), allow(dead_code))]
+impl GuardedMap {
+    /// Maps the first `len` bytes of `fd` (rounded up to whole pages).
+    pub fn open(fd: std::os::fd::RawFd, len: usize) -> std::io::Result<GuardedMap> {
+        let map = crate::sys::Mapping::file_shared_readonly(fd, len)?;
+        let start = map.ptr() as u64;
+        let slot = register_served(start, start + map.mapped_len() as u64)?;
+        if slot.is_none() {
+            tracing::warn!(
+                "too many guarded file mappings: this one ends the process with SIGBUS \
+                 if its file shrinks"
+            );
+        }
+        Ok(GuardedMap { map, slot })
+    }
+    pub fn ptr(&self) -> *mut u8 {
+        self.map.ptr()
+    }
+    /// Length in bytes (whole pages).
+    pub fn mapped_len(&self) -> usize {
+        self.map.mapped_len()
+    }
+}
+
+impl Drop for GuardedMap {
+    fn drop(&mut self) {
+        // Unguard before `map` unmaps (fields drop after this).
+        if let Some(s) = self.slot {
+            unregister_served(s);
+        }
     }
 }
 
