@@ -7,7 +7,8 @@ transport="tcp")`` maps them lazily and ``region.array()`` is a zero-copy uint8 
 raises ``TimeoutError`` when the server is gone, where a raw access would raise SIGBUS.
 
 A file (or memfd path) is served live on every transport: bytes written to it after the server
-started are served. A process is read live over TCP, but over udp/shm it is a copy taken at start.
+started are served. A process is read live over TCP and shm (where the client reads it itself), but over udp it
+is a copy taken at start.
 """
 from ._native import lazy as _m
 

@@ -20,10 +20,12 @@ pub enum Cmd {
     /// What clients see: a --file (or memfd) is served live on every transport: tcp reads it
     /// at each request, udp and shm register a shared read-only mapping of it, so bytes written
     /// to the file after the server started are served. Its length is fixed at start; pages
-    /// past a later end read as zeros (tcp; udp/shm: zeros or a refused READ). A --pid is served live
-    /// over tcp (process_vm_readv at each request) but over udp and shm as a copy of its memory
-    /// taken at start, since another process's memory cannot be registered: later writes by
-    /// the process are not seen there (use --stop to keep it from changing).
+    /// past a later end read as zeros (tcp; udp/shm: zeros or a refused READ). A --pid is
+    /// served live over tcp (process_vm_readv at each request) and over shm (the client reads
+    /// the process with process_vm_readv itself); over udp, and over shm where the client may
+    /// not read the process, clients READ a copy of its memory taken at start, since another
+    /// process's memory cannot be registered: later writes by the process are not seen there
+    /// (use --stop to keep it from changing).
     Serve(ServeArgs),
     /// Measures fault latency (OPERA's micro-benchmark).
     Bench(BenchArgs),
@@ -47,8 +49,8 @@ pub struct ServeArgs {
     /// Serve this file (or /proc/self/fd/N for a memfd), live on every transport.
     #[arg(long, conflicts_with_all = ["pid", "synthetic"])]
     file: Option<std::path::PathBuf>,
-    /// Serve this process's memory (process_vm_readv): live over tcp, a copy taken at start
-    /// over udp and shm.
+    /// Serve this process's memory (process_vm_readv): live over tcp and shm, a copy taken at
+    /// start over udp.
     #[arg(long, conflicts_with = "synthetic")]
     pid: Option<i32>,
     /// Address range START-END (hex, 0x optional) of --pid; repeatable; default: its writable
@@ -189,6 +191,8 @@ fn serve(a: ServeArgs) -> Result<()> {
         std::io::stdout().flush().ok();
         let what = if src.file().is_some() {
             "live mapping"
+        } else if src.process().is_some() && t == Transport::Shm {
+            "clients read the process live; READs get a copy taken at start"
         } else {
             "copy taken at start"
         };

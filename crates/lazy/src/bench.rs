@@ -223,12 +223,7 @@ mod bare {
         let mut total = 0f64;
         let mut n = 0usize;
         for _ in 0..trials {
-            for i in (1..pages).rev() {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                order.swap(i, (rng % (i as u64 + 1)) as usize);
-            }
+            super::shuffle(&mut order, &mut rng);
             let Ok(dst) = sys::Mapping::anonymous(pages * 4096, 4096) else {
                 break;
             };
@@ -249,6 +244,16 @@ mod bare {
         // SAFETY: restores the handler saved above.
         unsafe { libc::sigaction(libc::SIGBUS, &old, std::ptr::null_mut()) };
         (n > 0).then(|| total / n as f64)
+    }
+}
+
+/// Fisher-Yates with a xorshift64 generator: a reproducible random fault order per seed.
+fn shuffle(order: &mut [usize], rng: &mut u64) {
+    for i in (1..order.len()).rev() {
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        order.swap(i, (*rng % (i as u64 + 1)) as usize);
     }
 }
 
@@ -286,12 +291,7 @@ pub fn run(fetcher: Arc<dyn PageFetcher>, cfg: &Config) -> Result<Report> {
             },
         )?;
         if cfg.pattern == Pattern::Random {
-            for i in (1..order.len()).rev() {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                order.swap(i, (rng % (i as u64 + 1)) as usize);
-            }
+            shuffle(&mut order, &mut rng);
         }
         let p = r.as_ptr();
         let mut lat = Vec::with_capacity(cfg.faults);

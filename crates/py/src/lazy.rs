@@ -89,8 +89,8 @@ impl PageServer {
         start(Arc::new(lz::MemorySource::new(data)), listen, transport)
     }
     /// Serves a live process's memory: `ranges` of (start, end) addresses, or its writable
-    /// private mappings; `stop` sends SIGSTOP while served. Read at each request over tcp;
-    /// over udp and shm, a copy taken at start.
+    /// private mappings; `stop` sends SIGSTOP while served. Read at each request over tcp,
+    /// read by the client itself over shm; over udp, a copy taken at start.
     #[staticmethod]
     #[pyo3(signature = (pid, ranges = None, stop = false, listen = "127.0.0.1:0", transport = "tcp"))]
     fn process(
