@@ -1,6 +1,7 @@
 //! Per-prefix counters for `stats detail on|off|dump`: keys are grouped by the text before the
-//! first delimiter (`:`, or `-D`), and the dump lists prefixes in memcached's order (its 256-bucket table hashed with
-//! MurmurHash3, newest first within a bucket) so the bytes match.
+//! first delimiter (`:`, or `-D`), and the dump lists prefixes in memcached's order (its
+//! 256-bucket table hashed with MurmurHash3, from the `murmur3` crate, newest first within a
+//! bucket) so the bytes match.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -128,29 +129,8 @@ impl PrefixStats {
 
 /// MurmurHash3 x86 32-bit with seed 0, memcached's default `hash_algorithm`.
 fn murmur3_32(data: &[u8]) -> u32 {
-    const C1: u32 = 0xcc9e_2d51;
-    const C2: u32 = 0x1b87_3593;
-    let mix = |k: u32| k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
-    let mut h: u32 = 0;
-    let mut chunks = data.chunks_exact(4);
-    for c in &mut chunks {
-        h ^= mix(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
-        h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
-    }
-    let tail = chunks.remainder();
-    if !tail.is_empty() {
-        let k = tail
-            .iter()
-            .rev()
-            .fold(0u32, |k, &b| (k << 8) | u32::from(b));
-        h ^= mix(k);
-    }
-    h ^= data.len() as u32;
-    h ^= h >> 16;
-    h = h.wrapping_mul(0x85eb_ca6b);
-    h ^= h >> 13;
-    h = h.wrapping_mul(0xc2b2_ae35);
-    h ^ (h >> 16)
+    // Reading from a slice cannot fail.
+    murmur3::murmur3_32(&mut std::io::Cursor::new(data), 0).unwrap_or(0)
 }
 
 #[cfg(test)]
