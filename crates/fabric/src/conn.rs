@@ -4,16 +4,20 @@
 //! [`RegionInfo`] of the regions the peer may access).
 //!
 //! The hello message (little-endian): `"RMRA"`, version u8, transport u8, qp type u8, 0 u8, MTU
-//! u32, QPN u32, first PSN u32, udp port u16, 0 u16, pid u32, boot id [16], private length u32,
-//! private data.
+//! u32, QPN u32, first PSN u32, udp port u16, 0 u16, 0 u32, shm rendezvous [16], private length
+//! u32, private data. The rendezvous (accepting side, `shm` only; zeros otherwise) names the unix
+//! socket where the `shm` data stream continues and the secret that admits the peer there
+//! ([`crate::shm`]). Nothing in a hello enables access to memory: the TCP exchange only agrees on
+//! parameters.
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::OwnedFd;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use remora_mem::{Pd, Region};
 use remora_wire::{Psn, Service};
@@ -22,11 +26,12 @@ use crate::cq::Cq;
 use crate::engine::{Engine, EngineConfig};
 use crate::error::{io_err, Error, Result};
 use crate::qp::{Inner, Qp};
-use crate::stream::{DataPath, StreamQp};
+use crate::shm::TOKEN_LEN;
+use crate::stream::{DataPath, Sock, StreamQp};
 use crate::udp::{Device, DeviceHandle, UdpQp};
 
 const MAGIC: &[u8; 4] = b"RMRA";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const HELLO_LEN: usize = 48;
 /// Largest private data either side may send.
 pub const MAX_PRIVATE: usize = 64 << 10;
@@ -37,7 +42,8 @@ const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum Transport {
     /// RoCEv2 datagrams over UDP.
     Udp,
-    /// Same host: data copied once between address spaces, descriptors over a stream.
+    /// Same host: frames over a unix socket; payloads copied once through memfds the owner
+    /// handed over (`SCM_RIGHTS`), inline otherwise.
     Shm,
     /// A framed TCP stream.
     Tcp,
@@ -219,8 +225,7 @@ struct Hello {
     qpn: u32,
     psn: u32,
     udp_port: u16,
-    pid: u32,
-    boot_id: [u8; 16],
+    rendezvous: [u8; TOKEN_LEN],
     private: Vec<u8>,
 }
 
@@ -245,8 +250,8 @@ impl Hello {
         b.extend_from_slice(&self.psn.to_le_bytes());
         b.extend_from_slice(&self.udp_port.to_le_bytes());
         b.extend_from_slice(&[0, 0]);
-        b.extend_from_slice(&self.pid.to_le_bytes());
-        b.extend_from_slice(&self.boot_id);
+        b.extend_from_slice(&[0; 4]);
+        b.extend_from_slice(&self.rendezvous);
         b.extend_from_slice(&(self.private.len() as u32).to_le_bytes());
         b.extend_from_slice(&self.private);
         s.write_all(&b)
@@ -290,26 +295,10 @@ impl Hello {
             qpn: u32_at(12) & Psn::MASK,
             psn: u32_at(16) & Psn::MASK,
             udp_port: u16::from_le_bytes([h[20], h[21]]),
-            pid: u32_at(24),
-            boot_id: h[28..44].try_into().expect("16 bytes"),
+            rendezvous: h[28..44].try_into().expect("16 bytes"),
             private,
         })
     }
-}
-
-/// This boot's identity, so both ends of an `shm` pair can tell they share a kernel.
-fn boot_id() -> [u8; 16] {
-    let s = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let hex: Vec<u8> = s
-        .bytes()
-        .filter(u8::is_ascii_hexdigit)
-        .map(|c| (c as char).to_digit(16).unwrap_or(0) as u8)
-        .collect();
-    let mut id = [0u8; 16];
-    for (i, pair) in hex.chunks(2).take(16).enumerate() {
-        id[i] = pair[0] << 4 | pair.get(1).copied().unwrap_or(0);
-    }
-    id
 }
 
 /// A queue pair number unique in this process and unlikely to repeat across processes.
@@ -340,6 +329,8 @@ struct ListenerShared {
     pd: Arc<Pd>,
     opts: QpOptions,
     devices: Mutex<HashMap<IpAddr, Arc<DeviceHandle>>>,
+    /// Descriptors every `shm` peer receives at setup ([`Listener::hand_over`]).
+    handover: Mutex<Vec<OwnedFd>>,
 }
 
 /// A connection accepted by [`Listener::incoming`] whose setup has not run yet; finish it with
@@ -364,8 +355,29 @@ impl Listener {
                 pd,
                 opts,
                 devices: Mutex::new(HashMap::new()),
+                handover: Mutex::new(Vec::new()),
             }),
         })
+    }
+
+    /// Descriptors (at most [`crate::MAX_HANDOVER`]) that every `shm` peer receives with
+    /// `SCM_RIGHTS` when it connects, and finds in [`Qp::take_handover`]: how a server lets
+    /// same-host clients map what it serves. Only what is handed over is reachable, with the
+    /// rights of the descriptor (hand over a read-only one to grant reading only).
+    pub fn hand_over(&self, fds: Vec<OwnedFd>) -> Result<()> {
+        if fds.len() > crate::shm::MAX_HANDOVER {
+            return Err(Error::Setup(format!(
+                "{} descriptors to hand over, at most {}",
+                fds.len(),
+                crate::shm::MAX_HANDOVER
+            )));
+        }
+        *self
+            .shared
+            .handover
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = fds;
+        Ok(())
     }
 
     /// The control address (useful after binding port 0).
@@ -426,7 +438,19 @@ impl Incoming {
         } else {
             None
         };
-        establish(s, sh.pd.clone(), &opts, dev, private, Some(peer))
+        // Duplicates, so that a slow setup does not hold the lock for the others.
+        let handover = if opts.transport == Transport::Shm {
+            sh.handover
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(OwnedFd::try_clone)
+                .collect::<std::io::Result<Vec<_>>>()
+                .map_err(io_err("duplicating the descriptors to hand over"))?
+        } else {
+            Vec::new()
+        };
+        establish(s, sh.pd.clone(), &opts, dev, private, Some(peer), &handover)
     }
 }
 
@@ -466,11 +490,11 @@ pub fn connect(
     } else {
         None
     };
-    establish(s, pd, &opts, dev, private, None)
+    establish(s, pd, &opts, dev, private, None, &[])
 }
 
 /// Both sides: send our hello (after reading the peer's on the accepting side), read theirs,
-/// build the queue pair.
+/// build the queue pair. `handover` goes to an `shm` peer (accepting side only).
 fn establish(
     mut s: TcpStream,
     pd: Arc<Pd>,
@@ -478,9 +502,17 @@ fn establish(
     dev: Option<Arc<DeviceHandle>>,
     private: &[u8],
     peer_first: Option<Hello>,
+    handover: &[OwnedFd],
 ) -> Result<(Qp, Vec<u8>)> {
+    let deadline = Instant::now() + SETUP_TIMEOUT;
     let qpn = next_qpn();
     let psn = first_psn(qpn);
+    let accepting = peer_first.is_some();
+    let offer = if opts.transport == Transport::Shm && accepting {
+        Some(crate::shm::Offer::new()?)
+    } else {
+        None
+    };
     let me = Hello {
         transport: opts.transport,
         qp_type: opts.qp_type,
@@ -488,13 +520,9 @@ fn establish(
         qpn,
         psn,
         udp_port: dev.as_ref().map_or(0, |d| d.dev.local_addr().port()),
-        pid: std::process::id(),
-        boot_id: boot_id(),
+        rendezvous: offer.as_ref().map_or([0; TOKEN_LEN], |o| o.token()),
         private: private.to_vec(),
     };
-    if opts.transport == Transport::Shm {
-        crate::shm::allow_peer_access();
-    }
     me.write(&mut s)?;
     let peer = match peer_first {
         Some(p) => p,
@@ -541,20 +569,34 @@ fn establish(
                 control: s,
             }
         }
-        Transport::Tcp | Transport::Shm => {
-            let path = if opts.transport == Transport::Shm {
-                if peer.boot_id != boot_id() {
-                    return Err(Error::Setup(
-                        "shm needs both ends on the same host (boot ids differ)".into(),
-                    ));
+        Transport::Tcp => Inner::Stream(StreamQp::start(
+            Sock::Tcp(s),
+            pd,
+            DataPath::Inline,
+            opts.qp_type,
+            cq.clone(),
+            None,
+            Vec::new(),
+        )?),
+        Transport::Shm => {
+            // The TCP exchange ends here; the data stream is the unix socket.
+            let (unix, cred, received) = match offer {
+                Some(o) => {
+                    let (u, c) = o.accept(deadline, handover)?;
+                    (u, c, Vec::new())
                 }
-                DataPath::Shm {
-                    peer_pid: peer.pid as i32,
-                }
-            } else {
-                DataPath::Inline
+                None => crate::shm::join(&peer.rendezvous, SETUP_TIMEOUT)?,
             };
-            Inner::Stream(StreamQp::start(s, pd, path, opts.qp_type, cq.clone())?)
+            tracing::debug!(pid = cred.pid, uid = cred.uid, "shm peer");
+            Inner::Stream(StreamQp::start(
+                Sock::unix(unix),
+                pd,
+                DataPath::Shm,
+                opts.qp_type,
+                cq.clone(),
+                Some(cred),
+                received,
+            )?)
         }
     };
     let qp = Qp::new(inner, cq, opts.transport, opts.qp_type, mtu, qpn, peer.qpn);

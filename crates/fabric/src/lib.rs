@@ -5,8 +5,9 @@
 //! over three transports with one API:
 //! - `udp`: RoCEv2 datagrams (the packets a RoCE NIC would put on the wire, ICRC included) over
 //!   kernel UDP sockets, with `sendmmsg`/GSO and `recvmmsg`/GRO;
-//! - `shm`: same host, data moved once between the two address spaces (`process_vm_readv` /
-//!   `process_vm_writev`), descriptors over a stream;
+//! - `shm`: same host, frames over a unix socket; a payload is copied once through a memfd its
+//!   owner handed over (`SCM_RIGHTS`), or travels inline; no side ever reaches memory that was
+//!   not handed over (see `docs/security.md`);
 //! - `tcp`: a framed stream, the baseline.
 //!
 //! The RC/UC protocol is a sans-IO state machine ([`engine::Engine`]): PSNs, coalesced ACKs,
@@ -51,4 +52,5 @@ pub use engine::Stats;
 pub use error::{Error, Result};
 pub use fault::Faults;
 pub use qp::{Qp, QpStats};
+pub use shm::{Credentials, MAX_HANDOVER};
 pub use wr::{Completion, RecvWr, SendWr, Status, WcOpcode, WrOp};

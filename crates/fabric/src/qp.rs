@@ -236,6 +236,25 @@ impl Qp {
         }
     }
 
+    /// The kernel-checked identity (`SO_PEERCRED`) of the process at the other end of an `shm`
+    /// queue pair, taken when it connected; `None` on other transports, where the peer is only
+    /// a network address. It names the peer; it grants nothing.
+    pub fn peer_credentials(&self) -> Option<crate::Credentials> {
+        match &self.inner {
+            Inner::Stream(s) => s.peer_credentials(),
+            Inner::Udp { .. } => None,
+        }
+    }
+
+    /// The descriptors the listener handed over at setup ([`crate::Listener::hand_over`]);
+    /// `shm` only, empty afterwards and elsewhere.
+    pub fn take_handover(&self) -> Vec<std::os::fd::OwnedFd> {
+        match &self.inner {
+            Inner::Stream(s) => s.take_handover(),
+            Inner::Udp { .. } => Vec::new(),
+        }
+    }
+
     /// Counters.
     pub fn stats(&self) -> QpStats {
         match &self.inner {

@@ -1,74 +1,227 @@
-//! Same-host data movement for the `shm` transport: one copy straight between the two address
-//! spaces with `process_vm_readv` / `process_vm_writev` (no socket, no intermediate buffer).
-//! Hand-written over `libc` because neither std nor rustix wraps these calls.
-use std::io;
+//! Same-host setup of the `shm` transport: after the TCP hello, the two ends meet on a unix
+//! socket, which carries the queue pair's frames and the memory each side hands over.
+//!
+//! Trust model (see `docs/security.md`): a side touches only memory that its owner handed over
+//! with `SCM_RIGHTS` (a memfd sealed against shrinking), never a process named by the peer;
+//! whatever the peer cannot hand over travels inline in the stream, as over tcp. The accepting
+//! side creates a fresh listener under a random abstract name and sends the name and a secret
+//! in its TCP hello; the connecting side must present the secret on the unix socket, so a local
+//! user who sees the name in `/proc/net/unix` cannot take the connection's place. Each side
+//! learns the other's kernel-checked credentials (`SO_PEERCRED`), which name the peer in logs
+//! and in [`crate::Qp::peer_credentials`]; they grant nothing.
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::time::{Duration, Instant};
 
-/// Lets any process of ours read and write our memory (Yama `ptrace_scope` 1 would otherwise
-/// refuse `process_vm_*` from a peer that is not our ancestor).
-pub(crate) fn allow_peer_access() {
-    // SAFETY: prctl with integer arguments; failure only means the default policy stays.
-    unsafe {
-        libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0);
+use crate::error::{Error, Result};
+use crate::stream::sock::{recv_fds, send_fds};
+
+/// Bytes of the rendezvous in the hello: the listener's name, then the secret.
+pub(crate) const TOKEN_LEN: usize = 16;
+/// Descriptors a listener may hand to each peer at setup.
+pub const MAX_HANDOVER: usize = 8;
+
+/// Kernel-checked identity of the process at the other end of an `shm` queue pair, taken when
+/// it connected (`SO_PEERCRED`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    /// Process id.
+    pub pid: i32,
+    /// Effective user id.
+    pub uid: u32,
+    /// Effective group id.
+    pub gid: u32,
+}
+
+fn credentials(s: &UnixStream) -> Result<Credentials> {
+    let c = rustix::net::sockopt::socket_peercred(s)
+        .map_err(|e| Error::Setup(format!("reading the shm peer's credentials: {e}")))?;
+    Ok(Credentials {
+        pid: c.pid.as_raw_nonzero().get(),
+        uid: c.uid.as_raw(),
+        gid: c.gid.as_raw(),
+    })
+}
+
+fn random_token() -> Result<[u8; TOKEN_LEN]> {
+    let mut t = [0u8; TOKEN_LEN];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut t))
+        .map_err(|e| Error::Setup(format!("reading /dev/urandom: {e}")))?;
+    Ok(t)
+}
+
+fn address(token: &[u8; TOKEN_LEN]) -> io::Result<SocketAddr> {
+    let name: String = token[..8].iter().map(|b| format!("{b:02x}")).collect();
+    SocketAddr::from_abstract_name(format!("remora-shm-{name}"))
+}
+
+/// The accepting side's listener for one connection.
+pub(crate) struct Offer {
+    listener: UnixListener,
+    token: [u8; TOKEN_LEN],
+}
+
+impl Offer {
+    /// Binds a fresh abstract listener; its name and secret go into the hello.
+    pub(crate) fn new() -> Result<Offer> {
+        let token = random_token()?;
+        let listener = address(&token)
+            .and_then(|a| UnixListener::bind_addr(&a))
+            .map_err(|e| Error::Setup(format!("binding the shm rendezvous socket: {e}")))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::Setup(format!("shm rendezvous socket: {e}")))?;
+        Ok(Offer { listener, token })
+    }
+
+    pub(crate) fn token(&self) -> [u8; TOKEN_LEN] {
+        self.token
+    }
+
+    /// Waits (until `deadline`) for the peer that presents the secret, then hands it `fds`.
+    /// Connections without the secret are dropped; the listener closes when this returns.
+    pub(crate) fn accept(
+        self,
+        deadline: Instant,
+        fds: &[OwnedFd],
+    ) -> Result<(UnixStream, Credentials)> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Setup(
+                    "the shm peer did not reach the rendezvous socket in time".into(),
+                ));
+            }
+            let mut pfd = [rustix::event::PollFd::new(
+                &self.listener,
+                rustix::event::PollFlags::IN,
+            )];
+            let ts = rustix::event::Timespec::try_from(left).unwrap_or(rustix::event::Timespec {
+                tv_sec: 10,
+                tv_nsec: 0,
+            });
+            match rustix::event::poll(&mut pfd, Some(&ts)) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(Error::Setup(format!("shm rendezvous: {e}"))),
+            }
+            let s = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(Error::Setup(format!("shm rendezvous accept: {e}"))),
+            };
+            if let Some(x) = self.admit(s, deadline, fds)? {
+                return Ok(x);
+            }
+        }
+    }
+
+    /// Checks one connection's secret; `None` (dropped) if it has the wrong one.
+    fn admit(
+        &self,
+        s: UnixStream,
+        deadline: Instant,
+        fds: &[OwnedFd],
+    ) -> Result<Option<(UnixStream, Credentials)>> {
+        let setup = |e: io::Error| Error::Setup(format!("shm rendezvous: {e}"));
+        s.set_nonblocking(false).map_err(setup)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .map_err(setup)?;
+        let mut secret = [0u8; TOKEN_LEN - 8];
+        if (&s).read_exact(&mut secret).is_err() || secret != self.token[8..] {
+            let who = credentials(&s).map(|c| c.pid).unwrap_or(0);
+            tracing::warn!(
+                pid = who,
+                "shm rendezvous: a connection without the secret dropped"
+            );
+            return Ok(None);
+        }
+        s.set_read_timeout(None).map_err(setup)?;
+        let cred = credentials(&s)?;
+        let n = fds.len().min(MAX_HANDOVER) as u32;
+        let borrowed: Vec<_> = fds.iter().take(n as usize).map(|f| f.as_fd()).collect();
+        send_fds(&s, &n.to_le_bytes(), &borrowed).map_err(setup)?;
+        Ok(Some((s, cred)))
     }
 }
 
-/// Copies `len` bytes from `remote` in process `pid` to `local`.
-///
-/// # Safety
-/// `local..local+len` must be writable memory of this process that nothing else uses meanwhile.
-pub(crate) unsafe fn read_from(
-    pid: i32,
-    remote: u64,
-    local: *mut u8,
-    len: usize,
-) -> io::Result<()> {
-    copy(pid, remote, local, len, false)
-}
-
-/// Copies `len` bytes from `local` to `remote` in process `pid`.
-///
-/// # Safety
-/// `local..local+len` must be readable memory of this process.
-pub(crate) unsafe fn write_to(
-    pid: i32,
-    remote: u64,
-    local: *const u8,
-    len: usize,
-) -> io::Result<()> {
-    copy(pid, remote, local as *mut u8, len, true)
-}
-
-unsafe fn copy(pid: i32, remote: u64, local: *mut u8, len: usize, write: bool) -> io::Result<()> {
-    let mut done = 0usize;
-    while done < len {
-        let liov = libc::iovec {
-            iov_base: local.add(done) as *mut libc::c_void,
-            iov_len: len - done,
-        };
-        let riov = libc::iovec {
-            iov_base: (remote as usize + done) as *mut libc::c_void,
-            iov_len: len - done,
-        };
-        // SAFETY (caller): the local range is valid; the remote range is checked by the kernel.
-        let r = if write {
-            libc::process_vm_writev(pid, &liov, 1, &riov, 1, 0)
-        } else {
-            libc::process_vm_readv(pid, &liov, 1, &riov, 1, 0)
-        };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if r == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "process_vm copy made no progress",
+/// The connecting side: meets the listener named in the peer's hello, presents the secret and
+/// receives the descriptors the listener hands over.
+pub(crate) fn join(
+    token: &[u8; TOKEN_LEN],
+    timeout: Duration,
+) -> Result<(UnixStream, Credentials, Vec<OwnedFd>)> {
+    let s = address(token)
+        .and_then(|a| UnixStream::connect_addr(&a))
+        .map_err(|e| {
+            Error::Setup(format!(
+                "shm needs both ends on the same host and network namespace; \
+                 the peer's rendezvous socket is unreachable: {e}"
+            ))
+        })?;
+    let setup = |e: io::Error| Error::Setup(format!("shm rendezvous: {e}"));
+    (&s).write_all(&token[8..]).map_err(setup)?;
+    s.set_read_timeout(Some(timeout)).map_err(setup)?;
+    let mut count = [0u8; 4];
+    let mut have = 0;
+    let mut fds = Vec::new();
+    while have < 4 {
+        let (n, got) = recv_fds(&s, &mut count[have..]).map_err(setup)?;
+        if n == 0 {
+            return Err(Error::Setup(
+                "the shm peer closed during the rendezvous".into(),
             ));
         }
-        done += r as usize;
+        have += n;
+        fds.extend(got);
     }
-    Ok(())
+    let n = u32::from_le_bytes(count) as usize;
+    if n > MAX_HANDOVER || fds.len() != n {
+        return Err(Error::Setup(format!(
+            "the shm peer announced {n} descriptors and sent {}",
+            fds.len()
+        )));
+    }
+    s.set_read_timeout(None).map_err(setup)?;
+    let cred = credentials(&s)?;
+    Ok((s, cred, fds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_without_the_secret_is_dropped_and_the_right_one_admitted() {
+        let offer = Offer::new().unwrap();
+        let token = offer.token();
+        let f: OwnedFd = std::fs::File::open("/proc/self/exe").unwrap().into();
+        let t =
+            std::thread::spawn(move || offer.accept(Instant::now() + Duration::from_secs(5), &[f]));
+        // A local user who read the name from /proc/net/unix but not the secret.
+        let mut wrong = token;
+        wrong[8] ^= 1;
+        let mut intruder = UnixStream::connect_addr(&address(&wrong).unwrap()).unwrap();
+        intruder.write_all(&wrong[8..]).unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(
+            intruder.read(&mut b).unwrap_or(0),
+            0,
+            "intruder gets nothing"
+        );
+        let (_s, cred, fds) = join(&token, Duration::from_secs(5)).unwrap();
+        assert_eq!(cred.pid, std::process::id() as i32);
+        assert_eq!(fds.len(), 1);
+        let (_s2, cred2) = t.join().unwrap().unwrap();
+        assert_eq!(cred2.uid, rustix::process::geteuid().as_raw());
+    }
+
+    #[test]
+    fn an_unknown_rendezvous_is_a_clear_error() {
+        let e = join(&[7u8; TOKEN_LEN], Duration::from_secs(1)).unwrap_err();
+        assert!(e.to_string().contains("same host"), "{e}");
+    }
 }

@@ -9,11 +9,11 @@
 //! whose memory cannot be registered) are copied into a registered region at start: clients READ
 //! that snapshot. The tcp page server, by contrast, reads every source at each request.
 //!
-//! Over `shm` the server also announces where its bytes are ([`shmmap`](crate::shmmap)): the
-//! file or memfd behind the region (a snapshot is then taken into a memfd), which the client maps
-//! and installs units straight from; or, for a live process, its pid, which the client reads
-//! with `process_vm_readv`, so it sees the process's current memory. The queue pair stays as the
-//! fallback and for push.
+//! Over `shm` the server also hands its bytes over ([`shmmap`](crate::shmmap)): a read-only
+//! descriptor of the file or memfd behind the region (a snapshot is then taken into a memfd),
+//! which the client maps and installs units straight from; or, for a live process, a pidfd, and
+//! the client reads the process with `process_vm_readv` under its own credentials, so it sees the
+//! process's current memory. The queue pair stays as the fallback and for push.
 //!
 //! The length served is the file's length at start. If the file shrinks while served, a READ of
 //! a page past its new end is either refused (the on-demand region cannot page it in) or, if the
@@ -60,8 +60,6 @@ pub struct FabricServer {
     listener: Listener,
     _region: Arc<Region>,
     private: Vec<u8>,
-    /// The descriptor announced to shm clients, kept open while serving.
-    _share: Option<std::os::fd::OwnedFd>,
 }
 
 /// A running fabric page server; dropping it (or `kill`) stops it and drops every queue pair.
@@ -92,19 +90,21 @@ impl FabricServer {
             Some(f) => live_buffer(f, len)?,
             None => snapshot_buffer(src, len, shm && live_pid.is_none())?,
         };
-        // The fd shm clients open through /proc: a dup of the served file, or the snapshot's memfd.
-        let share = if shm && live_pid.is_none() {
-            let fd = match src.file() {
-                Some(f) => f.try_clone().map(Into::into),
+        // What shm clients receive: a read-only descriptor of the served file or of the
+        // snapshot's memfd, or a pidfd of the live process.
+        let share = if !shm {
+            None
+        } else if let Some(pid) = live_pid {
+            Some(crate::shmmap::pidfd(pid).map_err(|e| Error::io(format!("pidfd_open {pid}"), e))?)
+        } else {
+            let ro = match src.file() {
+                Some(f) => crate::shmmap::read_only(f),
                 None => buf
                     .fd()
-                    .map(|f| f.try_clone_to_owned())
-                    .transpose()
-                    .and_then(|f| f.ok_or_else(|| std::io::Error::other("snapshot has no fd"))),
+                    .ok_or_else(|| std::io::Error::other("snapshot has no fd"))
+                    .and_then(crate::shmmap::read_only),
             };
-            Some(fd.map_err(|e| Error::io("keep the shared descriptor", e))?)
-        } else {
-            None
+            Some(ro.map_err(|e| Error::io("reopen the served source read-only", e))?)
         };
         let pd = Arc::new(Pd::new());
         // Read rights only: a live mapping is read-only, and no client writes a snapshot.
@@ -136,33 +136,31 @@ impl FabricServer {
             );
         }
         use crate::shmmap::{Kind, Share};
-        if let Some(fd) = &share {
-            use std::os::fd::AsRawFd;
-            let s = Share {
-                kind: Kind::Fd,
-                pid: std::process::id(),
-                fd: fd.as_raw_fd(),
-                len: src.len(),
-            };
-            private.extend_from_slice(&s.emit());
-        }
         // The client needs the process's addresses, which only a whole hello carries.
-        if let (Some(pid), true) = (live_pid, segments_sent) {
+        let kind = if live_pid.is_some() {
+            Kind::Process
+        } else {
+            Kind::Fd
+        };
+        if share.is_some() && (kind == Kind::Fd || segments_sent) {
             let s = Share {
-                kind: Kind::Process,
-                pid: pid as u32,
-                fd: -1,
+                kind,
+                index: 0,
                 len: src.len(),
             };
             private.extend_from_slice(&s.emit());
         }
         let opts = qp_options(transport, None);
         let listener = Listener::bind(addr, pd, opts).map_err(|e| fab("listen", e))?;
+        if let Some(fd) = share {
+            listener
+                .hand_over(vec![fd])
+                .map_err(|e| fab("hand over the source", e))?;
+        }
         Ok(FabricServer {
             listener,
             _region: region,
             private,
-            _share: share,
         })
     }
     /// The control address.
@@ -275,16 +273,24 @@ pub struct FabricFetcher {
     attempt: Duration,
     /// The server's source mapped here (shm only).
     peer: Option<crate::shmmap::PeerMap>,
-    /// The live process the server serves, read here directly (shm only).
-    live: Option<ProcessSource>,
+    /// The live process the server serves, read here directly (shm only), with the pidfd that
+    /// says it is still the same process.
+    live: Option<(ProcessSource, std::os::fd::OwnedFd)>,
     /// Whether a failed direct read of `live` was already logged.
     live_failed: AtomicBool,
 }
 
-/// Checks a process share against the hello and opens the process for reading.
-fn attach_process(share: crate::shmmap::Share, hello: &Hello) -> Result<ProcessSource> {
+/// Checks a process share against the hello and opens the pidfd's process for reading, under
+/// this process's own credentials.
+fn attach_process(
+    share: crate::shmmap::Share,
+    pidfd: std::os::fd::OwnedFd,
+    hello: &Hello,
+) -> Result<(ProcessSource, std::os::fd::OwnedFd)> {
     let ranges: Vec<(u64, u64)> = hello.segments.iter().map(|s| (s.va, s.len)).collect();
-    let p = ProcessSource::new(share.pid as i32, &ranges, false)?;
+    let pid = crate::shmmap::pid_of(&pidfd)
+        .ok_or_else(|| Error::Protocol("the handed-over pidfd names no running process".into()))?;
+    let p = ProcessSource::new(pid, &ranges, false)?;
     if p.len() != hello.len || share.len != hello.len {
         return Err(Error::Protocol(format!(
             "process share of {} bytes for a source of {}",
@@ -295,7 +301,10 @@ fn attach_process(share: crate::shmmap::Share, hello: &Hello) -> Result<ProcessS
     // Probe once: a process we may not read is better found now than on the first fault.
     let mut b = [0u8; 1];
     p.read_at(0, &mut b)?;
-    Ok(p)
+    if !crate::shmmap::still_running(&pidfd) {
+        return Err(Error::Protocol("the served process exited".into()));
+    }
+    Ok((p, pidfd))
 }
 
 const STAGE: usize = PUSH_MAX_CHUNK as usize;
@@ -321,20 +330,34 @@ impl FabricFetcher {
             .and_then(|n| private.get(RegionInfo::LEN + n..))
             .unwrap_or_default();
         let (mut peer, mut live) = (None, None);
+        let mut handed = conn.qp.take_handover();
         match crate::shmmap::Share::parse(tail) {
-            Some(share) if matches!(transport, Transport::Shm) => match share.kind {
-                crate::shmmap::Kind::Fd => match crate::shmmap::PeerMap::open(share, hello.len) {
-                    Ok(m) => peer = Some(m),
-                    Err(e) => tracing::info!("shm page server: mapping refused, using READs: {e}"),
-                },
-                crate::shmmap::Kind::Process => match attach_process(share, &hello) {
-                    Ok(p) => live = Some(p),
-                    Err(e) => tracing::info!(
-                        "shm page server: pid {} unreadable, using READs of its snapshot: {e}",
-                        share.pid
-                    ),
-                },
-            },
+            Some(share) if matches!(transport, Transport::Shm) => {
+                let fd = ((share.index as usize) < handed.len())
+                    .then(|| handed.swap_remove(share.index as usize));
+                match (share.kind, fd) {
+                    (_, None) => {
+                        tracing::info!("shm page server: no descriptor handed over, using READs")
+                    }
+                    (crate::shmmap::Kind::Fd, Some(fd)) => {
+                        match crate::shmmap::PeerMap::open(share, &fd, hello.len) {
+                            Ok(m) => peer = Some(m),
+                            Err(e) => {
+                                tracing::info!("shm page server: mapping refused, using READs: {e}")
+                            }
+                        }
+                    }
+                    (crate::shmmap::Kind::Process, Some(fd)) => {
+                        match attach_process(share, fd, &hello) {
+                            Ok(p) => live = Some(p),
+                            Err(e) => tracing::info!(
+                                "shm page server: the served process is unreadable here, \
+                                 using READs of its snapshot: {e}"
+                            ),
+                        }
+                    }
+                }
+            }
             _ => {}
         }
         Ok(FabricFetcher {
@@ -470,8 +493,15 @@ impl PageFetcher for FabricFetcher {
         if avail == 0 {
             return Ok(Fetched::Zero);
         }
-        if let Some(p) = &self.live {
-            match p.read_at(offset, &mut buf[..avail]) {
+        if let Some((p, pidfd)) = &self.live {
+            let read = p.read_at(offset, &mut buf[..avail]).and_then(|()| {
+                if crate::shmmap::still_running(pidfd) {
+                    Ok(())
+                } else {
+                    Err(Error::Protocol("the served process exited".into()))
+                }
+            });
+            match read {
                 Ok(()) => {
                     buf[avail..].fill(0);
                     return Ok(if is_zero(&buf[..avail]) {

@@ -3,45 +3,48 @@
 //! sit on the fault path (the way a same-host RDMA READ, or UCX's CMA transport, leaves the remote
 //! CPU out).
 //!
-//! The server announces, after its hello, where its bytes are:
-//! - a file or memfd (a live file, or the memfd holding a snapshot): its pid and descriptor
-//!   number. The client opens `/proc/PID/fd/N` read-only, which the kernel allows only to a
-//!   process that may also `process_vm_readv` the server (same credentials, ptrace access mode
-//!   read), and maps it shared and read-only;
-//! - a live process: its pid. The client reads the hello's segments (the process's addresses)
-//!   with `process_vm_readv` itself, so it sees the process's current memory rather than the
+//! The server hands its bytes over explicitly, with `SCM_RIGHTS` on the fabric's `shm` setup
+//! socket ([`remora_fabric::Listener::hand_over`]), and announces after its hello which handed-
+//! over descriptor holds what:
+//! - a file or memfd (a live file, or the memfd holding a snapshot): a read-only descriptor of
+//!   it, which the client maps shared and read-only. A read-only descriptor grants reading only,
+//!   whatever the server's own rights.
+//! - a live process: a pidfd. The client reads the hello's segments (the process's addresses)
+//!   with `process_vm_readv` under its own credentials, so it reaches only a process its own uid
+//!   may read, and it checks after each read that the pidfd's process is still running, so a
+//!   recycled pid never stands in for it. It sees the process's current memory rather than the
 //!   snapshot the server took for READs.
 //!
-//! Where the kernel refuses either, the client keeps using RC READs over the fabric's shm
-//! connection.
+//! Nothing here names a process or descriptor by number across the connection. Where a
+//! descriptor is missing or refused (mapping, credentials), the client keeps using RC READs over
+//! the fabric's shm connection.
 //!
 //! The mapping outlives the server: pages of a file or memfd stay reachable through it after the
 //! server exits, so a server's death does not poison a region served this way. A file that
 //! shrinks while mapped reads as zeros past its new end (the crate's SIGBUS handler guards the
 //! mapping as it guards the server's own), the same outcome as an RC READ of it.
 use crate::error::{Error, Result};
-use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
-const MAGIC: &[u8; 4] = b"RSHM";
-/// Bytes of the announcement: magic, kind, pid, fd, length.
+const MAGIC: &[u8; 4] = b"RSH2";
+/// Bytes of the announcement: magic, kind, 0, index, length.
 pub(crate) const LEN: usize = 4 + 4 + 4 + 4 + 8;
 
-/// What the announced pid and fd name.
+/// What the handed-over descriptor is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// Descriptor `fd` of process `pid` is the source (file or memfd).
+    /// A read-only descriptor of the source (file or memfd).
     Fd = 1,
-    /// Process `pid`'s memory at the hello's segments is the source.
+    /// A pidfd of the process whose memory at the hello's segments is the source.
     Process = 2,
 }
 
-/// Where a client finds the server's bytes.
+/// Where a client finds the server's bytes: which of the handed-over descriptors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Share {
     pub kind: Kind,
-    pub pid: u32,
-    pub fd: i32,
+    /// Position among the descriptors the listener hands over.
+    pub index: u32,
     pub len: u64,
 }
 
@@ -51,8 +54,7 @@ impl Share {
         let mut b = [0u8; LEN];
         b[..4].copy_from_slice(MAGIC);
         b[4..8].copy_from_slice(&(self.kind as u32).to_le_bytes());
-        b[8..12].copy_from_slice(&self.pid.to_le_bytes());
-        b[12..16].copy_from_slice(&self.fd.to_le_bytes());
+        b[12..16].copy_from_slice(&self.index.to_le_bytes());
         b[16..24].copy_from_slice(&self.len.to_le_bytes());
         b
     }
@@ -71,8 +73,7 @@ impl Share {
         };
         Some(Share {
             kind,
-            pid: u32::from_le_bytes(word(8)?),
-            fd: i32::from_le_bytes(word(12)?),
+            index: u32::from_le_bytes(word(12)?),
             len: u64::from_le_bytes(b[16..24].try_into().ok()?),
         })
     }
@@ -85,8 +86,9 @@ pub(crate) struct PeerMap {
 }
 
 impl PeerMap {
-    /// Maps `share` (whose source holds at least `len` bytes).
-    pub fn open(share: Share, len: u64) -> Result<PeerMap> {
+    /// Maps the handed-over descriptor `fd` of `share` (whose source holds at least `len`
+    /// bytes), read-only.
+    pub fn open(share: Share, fd: &OwnedFd, len: u64) -> Result<PeerMap> {
         if share.kind != Kind::Fd {
             return Err(Error::Protocol("shm share names no descriptor".into()));
         }
@@ -97,10 +99,8 @@ impl PeerMap {
             )));
         }
         let len = usize::try_from(len).map_err(|_| Error::Invalid("source too large".into()))?;
-        let path = format!("/proc/{}/fd/{}", share.pid, share.fd);
-        let f = File::open(&path).map_err(|e| Error::io(format!("open {path}"), e))?;
-        let map = crate::sigbus::GuardedMap::open(f.as_raw_fd(), len)
-            .map_err(|e| Error::io(format!("mmap {path}"), e))?;
+        let map = crate::sigbus::GuardedMap::open(fd.as_raw_fd(), len)
+            .map_err(|e| Error::io("mmap the handed-over source", e))?;
         Ok(PeerMap { map, len })
     }
     /// `[offset, offset+len)` of the source, if it lies inside.
@@ -116,6 +116,49 @@ impl PeerMap {
     }
 }
 
+/// A read-only descriptor of the same file as `fd`, to hand to clients: a new open file
+/// description, so the client's rights are read-only even if ours are not.
+pub(crate) fn read_only(fd: impl AsFd) -> std::io::Result<OwnedFd> {
+    let path = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
+    Ok(std::fs::File::open(path)?.into())
+}
+
+/// A pidfd of `pid` (`pidfd_open`), which a client checks to know the process still runs.
+pub(crate) fn pidfd(pid: i32) -> std::io::Result<OwnedFd> {
+    let pid = rustix::process::Pid::from_raw(pid)
+        .ok_or_else(|| std::io::Error::other(format!("pid {pid}")))?;
+    Ok(rustix::process::pidfd_open(
+        pid,
+        rustix::process::PidfdFlags::empty(),
+    )?)
+}
+
+/// The pid a pidfd refers to (`/proc/self/fdinfo`), if the process has not exited.
+pub(crate) fn pid_of(pidfd: &OwnedFd) -> Option<i32> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd())).ok()?;
+    let pid: i32 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("Pid:"))?
+        .trim()
+        .parse()
+        .ok()?;
+    (pid > 0).then_some(pid)
+}
+
+/// True while the pidfd's process has not exited: a pidfd polls readable once it has, and a
+/// pid is recycled only after that, so a read done before this returns true read that process.
+pub(crate) fn still_running(pidfd: &OwnedFd) -> bool {
+    let mut p = [rustix::event::PollFd::new(
+        pidfd,
+        rustix::event::PollFlags::IN,
+    )];
+    let zero = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    matches!(rustix::event::poll(&mut p, Some(&zero)), Ok(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,8 +168,7 @@ mod tests {
         for kind in [Kind::Fd, Kind::Process] {
             let s = Share {
                 kind,
-                pid: 4242,
-                fd: 7,
+                index: 1,
                 len: 1 << 33,
             };
             assert_eq!(Share::parse(&s.emit()), Some(s));
@@ -134,8 +176,7 @@ mod tests {
         }
         let mut b = Share {
             kind: Kind::Fd,
-            pid: 1,
-            fd: 1,
+            index: 0,
             len: 1,
         }
         .emit();
@@ -146,20 +187,43 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_or_short_share_is_an_error() {
-        let gone = Share {
-            kind: Kind::Fd,
-            pid: u32::MAX,
-            fd: 3,
-            len: 4096,
-        };
-        assert!(PeerMap::open(gone, 4096).is_err());
+    fn a_short_share_or_a_write_through_a_read_only_handover_is_refused() {
+        let f = tempfile_with(8192);
+        let ro = read_only(&f).unwrap();
         let short = Share {
             kind: Kind::Fd,
-            pid: std::process::id(),
-            fd: 0,
+            index: 0,
             len: 10,
         };
-        assert!(PeerMap::open(short, 4096).is_err());
+        assert!(PeerMap::open(short, &ro, 4096).is_err());
+        let ok = Share { len: 8192, ..short };
+        let m = PeerMap::open(ok, &ro, 8192).unwrap();
+        assert_eq!(m.get(0, 4).unwrap(), &[7, 7, 7, 7]);
+        // The handed-over descriptor cannot be written or mapped writable.
+        let mut w = std::fs::File::from(ro);
+        assert!(std::io::Write::write_all(&mut w, b"x").is_err());
+    }
+
+    #[test]
+    fn a_pidfd_names_a_running_process_until_it_exits() {
+        let me = pidfd(std::process::id() as i32).unwrap();
+        assert_eq!(pid_of(&me), Some(std::process::id() as i32));
+        assert!(still_running(&me));
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let fd = pidfd(c.id() as i32).unwrap();
+        c.wait().unwrap();
+        assert!(!still_running(&fd), "an exited process is not running");
+    }
+
+    fn tempfile_with(len: usize) -> std::fs::File {
+        let p = std::env::temp_dir().join(format!("remora-shmmap-{}", std::process::id()));
+        std::fs::write(&p, vec![7u8; len]).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .unwrap();
+        let _ = std::fs::remove_file(&p);
+        f
     }
 }

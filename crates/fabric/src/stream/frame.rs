@@ -1,5 +1,7 @@
 //! The stream transports' 32-byte frame (little-endian): kind u8, code u8, 0 u16, len u32,
-//! va u64, rkey u32, imm u32, aux u64.
+//! va u64, rkey u32, imm u32, aux u64. In requests and READ responses `code` is [`BYREF`] when
+//! the payload moves through a memfd the requester handed over (shm) instead of the stream;
+//! in a NAK it is the syndrome.
 use remora_wire::NakCode;
 
 /// Frame length.
@@ -13,9 +15,12 @@ pub(super) const READ_REQ: u8 = 5;
 pub(super) const READ_RESP: u8 = 6;
 pub(super) const ACK: u8 = 7;
 pub(super) const NAK: u8 = 8;
-/// shm: announces a memfd-backed region of the requester (va = base, aux = length, rkey = the
-/// requester's fd number) so the responder can map it and copy with plain memcpy.
+/// shm: hands over a memfd-backed region of the requester (va = base, aux = length); the memfd
+/// travels with the frame's bytes as `SCM_RIGHTS`, so the responder can map it and copy with
+/// plain memcpy.
 pub(super) const MAP: u8 = 9;
+/// `code` of a request whose payload is at `aux` in a handed-over memfd, not in the stream.
+pub(super) const BYREF: u8 = 1;
 
 /// One decoded frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,11 +1,13 @@
 //! The `tcp` and `shm` transports: requests and responses as 32-byte frames over one stream.
 //!
 //! `tcp` carries payloads inline after their frame and the receiver reads them straight into
-//! the target region. `shm` carries only descriptors: the responder moves the bytes itself,
-//! once, between the two address spaces, after checking the access against its own keys: with
-//! `memcpy` when the requester's region is a memfd (announced once with a MAP frame and mapped
-//! here through `/proc/PID/fd`), else with `process_vm_readv` (WRITE, SEND) and
-//! `process_vm_writev` (READ).
+//! the target region. `shm` runs over a unix socket ([`sock`]) and moves a payload by reference
+//! when the requester's region is a memfd it handed over: the requester announces the region
+//! once with a MAP frame carrying the memfd (`SCM_RIGHTS`), the responder maps it, and later
+//! requests from that region (frames marked `BYREF`) are served with one `memcpy` between the
+//! mapping and the responder's own region, after the responder checked the access against its
+//! own keys. Anything else travels inline, as over tcp. The responder never reaches memory the
+//! requester did not hand over: there is no path that names a process.
 //!
 //! The stream is reliable and ordered, so there are no PSNs or retransmissions: on RC the
 //! responder answers requests in order with coalesced `ACK n`, a `NAK code` for a refused one,
@@ -15,7 +17,8 @@
 //! each other cannot deadlock). Frames: [`frame`].
 use std::collections::VecDeque;
 use std::io::{self, BufWriter, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
@@ -32,8 +35,13 @@ use crate::wr::{Completion, RecvWr, SendWr, Status, WrOp};
 
 mod frame;
 mod rx;
+pub(crate) mod sock;
 
 use frame::*;
+pub(crate) use sock::Sock;
+
+/// Memfd regions of the peer mapped by one responder, at most (each is one mapping).
+const MAX_PEER_MAPS: usize = 256;
 
 const STREAM_BUFFER: usize = 256 << 10;
 
@@ -42,8 +50,8 @@ const STREAM_BUFFER: usize = 256 << 10;
 pub(crate) enum DataPath {
     /// In the stream after the frame (tcp).
     Inline,
-    /// Copied by the responder between address spaces (shm).
-    Shm { peer_pid: i32 },
+    /// By reference through memfds the requester handed over, inline otherwise (shm).
+    Shm,
 }
 
 enum Out {
@@ -60,6 +68,8 @@ struct Pending {
     len: usize,
     local: Arc<Region>,
     offset: usize,
+    /// The response moves no bytes in the stream (a READ whose destination the peer mapped).
+    byref: bool,
 }
 
 struct Shared {
@@ -79,6 +89,10 @@ struct Shared {
     announced: Mutex<std::collections::HashSet<u32>>,
     /// shm responder: the peer's memfd regions mapped here (base address in the peer, mapping).
     peer_maps: Mutex<Vec<(u64, remora_mem::Buffer)>>,
+    /// shm: who the peer is (kernel-checked at connect).
+    peer: Option<crate::shm::Credentials>,
+    /// shm: descriptors the listener handed to us at setup, until the application takes them.
+    handover: Mutex<Vec<OwnedFd>>,
 }
 
 impl Shared {
@@ -107,18 +121,20 @@ pub(crate) struct StreamQp {
     tx: Mutex<mpsc::Sender<Out>>,
     /// The stream's write side, shared by posting threads (which write their requests
     /// themselves, saving a thread hop) and the writer thread.
-    out: Arc<Mutex<BufWriter<TcpStream>>>,
-    sock: TcpStream,
+    out: Arc<Mutex<BufWriter<Sock>>>,
+    sock: Sock,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl StreamQp {
     pub(crate) fn start(
-        sock: TcpStream,
+        sock: Sock,
         pd: Arc<Pd>,
         path: DataPath,
         qp_type: QpType,
         cq: Arc<Cq>,
+        peer: Option<crate::shm::Credentials>,
+        handover: Vec<OwnedFd>,
     ) -> Result<Arc<StreamQp>> {
         let shared = Arc::new(Shared {
             pd,
@@ -135,6 +151,8 @@ impl StreamQp {
             stats: Mutex::new(Stats::default()),
             announced: Mutex::new(std::collections::HashSet::new()),
             peer_maps: Mutex::new(Vec::new()),
+            peer,
+            handover: Mutex::new(handover),
         });
         let (tx, rx) = mpsc::channel();
         let wsock = sock.try_clone().map_err(io_err("cloning the stream"))?;
@@ -203,41 +221,46 @@ impl StreamQp {
                 false,
             ),
         };
-        let out = match sh.path {
-            DataPath::Inline if inline_payload => Out::Payload(frame, wr.local.clone(), wr.offset),
-            _ => Out::Frame(frame),
-        };
         // The stream's order must be the pending queue's: the write lock is taken first and
         // held across both. The pending lock is held only to push, never while writing, so the
         // receive thread (which takes only the pending lock) always keeps reading and two peers
         // writing at each other cannot deadlock.
         let mut w = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        let map = match sh.path {
-            DataPath::Shm { .. } => self.announce(&wr.local),
-            DataPath::Inline => None,
+        let byref = match sh.path {
+            DataPath::Shm => self.announce(&mut w, &wr.local),
+            DataPath::Inline => Ok(false),
         };
-        let tracked = sh.reliable || wr.op == WrOp::Read;
-        if tracked {
-            sh.pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push_back(Pending {
-                    wr_id: wr.wr_id,
-                    op: wr.op,
-                    len: wr.len,
-                    local: wr.local.clone(),
-                    offset: wr.offset,
-                });
-        }
-        let written = map
-            .map_or(Ok(()), |m| put(&mut w, Out::Frame(m)))
-            .and_then(|_| put(&mut w, out))
-            .and_then(|_| w.flush());
+        let mut frame = frame;
+        let written = byref.and_then(|byref| {
+            if byref {
+                frame.code = BYREF;
+            }
+            let out = if inline_payload && !byref {
+                Out::Payload(frame, wr.local.clone(), wr.offset)
+            } else {
+                Out::Frame(frame)
+            };
+            let tracked = sh.reliable || wr.op == WrOp::Read;
+            if tracked {
+                sh.pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_back(Pending {
+                        wr_id: wr.wr_id,
+                        op: wr.op,
+                        len: wr.len,
+                        local: wr.local.clone(),
+                        offset: wr.offset,
+                        byref,
+                    });
+            }
+            put(&mut w, out).and_then(|_| w.flush()).map(|_| tracked)
+        });
         drop(w);
-        if written.is_err() {
+        let Ok(tracked) = written else {
             sh.error.store(true, Ordering::Release);
             return Err(Error::Disconnected);
-        }
+        };
         sh.count(|s| s.tx_packets += 1);
         if !tracked {
             // UC: complete once handed to the stream.
@@ -251,26 +274,53 @@ impl StreamQp {
         Ok(())
     }
 
-    /// shm: tells the peer about a memfd-backed local region once, so it can map it and move
-    /// bytes with memcpy instead of `process_vm_*` (which pins pages on every call).
-    fn announce(&self, r: &Region) -> Option<Frame> {
-        use std::os::fd::AsRawFd;
-        let fd = r.memfd()?;
+    /// shm: hands the peer a memfd-backed local region once (a MAP frame with the memfd
+    /// attached), so it moves that region's bytes with one memcpy; true if the region's bytes go
+    /// by reference. Regions that are not sealed memfds stay inline: the peer could not map
+    /// them safely, and nothing else of ours is ever exposed.
+    fn announce(&self, w: &mut BufWriter<Sock>, r: &Region) -> io::Result<bool> {
+        let Some(fd) = r.memfd() else {
+            return Ok(false);
+        };
         let mut done = self
             .shared
             .announced
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if !done.insert(r.lkey()) {
-            return None;
+        if done.contains(&r.lkey()) {
+            return Ok(true);
         }
-        Some(Frame {
+        let sealed = rustix::fs::fcntl_get_seals(fd)
+            .is_ok_and(|s| s.contains(rustix::fs::SealFlags::SHRINK));
+        if !sealed || done.len() >= MAX_PEER_MAPS {
+            return Ok(false);
+        }
+        let map = Frame {
             kind: MAP,
             va: r.addr(),
             aux: r.len() as u64,
-            rkey: fd.as_raw_fd() as u32,
             ..Frame::default()
-        })
+        };
+        w.flush()?;
+        w.get_ref().send_with_fd(&map.encode(), fd)?;
+        done.insert(r.lkey());
+        Ok(true)
+    }
+
+    /// shm: the peer's kernel-checked identity.
+    pub(crate) fn peer_credentials(&self) -> Option<crate::shm::Credentials> {
+        self.shared.peer
+    }
+
+    /// shm: the descriptors the listener handed over at setup (once).
+    pub(crate) fn take_handover(&self) -> Vec<OwnedFd> {
+        std::mem::take(
+            &mut *self
+                .shared
+                .handover
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        )
     }
 
     pub(crate) fn post_recv(&self, wr: RecvWr) -> Result<()> {
@@ -338,7 +388,7 @@ unsafe fn region_slice(r: &Region, off: usize, len: usize) -> &mut [u8] {
 }
 
 /// Writes one frame (and its inline payload).
-fn put(w: &mut BufWriter<TcpStream>, o: Out) -> io::Result<()> {
+fn put(w: &mut BufWriter<Sock>, o: Out) -> io::Result<()> {
     match o {
         Out::Stop => Err(io::ErrorKind::Interrupted.into()),
         Out::Frame(f) => w.write_all(&f.encode()),
@@ -353,7 +403,7 @@ fn put(w: &mut BufWriter<TcpStream>, o: Out) -> io::Result<()> {
 
 /// Sends what the receive thread queues (ACKs, NAKs, READ responses), batching what is
 /// queued together into one flush.
-fn writer(out: Arc<Mutex<BufWriter<TcpStream>>>, rx: mpsc::Receiver<Out>, sh: Arc<Shared>) {
+fn writer(out: Arc<Mutex<BufWriter<Sock>>>, rx: mpsc::Receiver<Out>, sh: Arc<Shared>) {
     while let Ok(first) = rx.recv() {
         let mut w = out.lock().unwrap_or_else(|e| e.into_inner());
         let mut r = put(&mut w, first);

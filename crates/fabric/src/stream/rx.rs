@@ -1,7 +1,6 @@
 //! The receive side of a stream queue pair: requests from the peer (access checks, placing
 //! payloads, READ responses, ACK/NAK) and responses to our own requests.
 use std::io::{self, BufReader, Read};
-use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -11,10 +10,10 @@ use remora_mem::{Access, Region};
 use remora_wire::NakCode;
 
 use super::frame::*;
-use super::{region_slice, DataPath, Out, Shared, STREAM_BUFFER};
+use super::{region_slice, DataPath, Out, Shared, Sock, MAX_PEER_MAPS, STREAM_BUFFER};
 use crate::wr::{Completion, RecvWr, Status, WcOpcode, WrOp};
 
-pub(super) fn receiver(sock: TcpStream, tx: mpsc::Sender<Out>, sh: Arc<Shared>) {
+pub(super) fn receiver(sock: Sock, tx: mpsc::Sender<Out>, sh: Arc<Shared>) {
     let mut r = BufReader::with_capacity(STREAM_BUFFER, sock);
     let why = match serve(&mut r, &tx, &sh) {
         Ok(()) => "peer closed".to_string(),
@@ -41,7 +40,7 @@ fn skip(r: &mut impl Read, n: u64) -> io::Result<()> {
 /// The receive loop: requests from the peer and responses to ours. Returns on EOF (`Ok`) or a
 /// protocol or I/O error (`Err` with the reason).
 fn serve(
-    r: &mut BufReader<TcpStream>,
+    r: &mut BufReader<Sock>,
     tx: &mpsc::Sender<Out>,
     sh: &Shared,
 ) -> std::result::Result<(), String> {
@@ -94,10 +93,15 @@ fn serve(
                     .check_remote(f.rkey, f.va, len as u64, Access::REMOTE_WRITE)
                 {
                     Ok(ra) => {
-                        if let Err(e) = place(r, sh, &ra.region, ra.offset, len, f.aux) {
-                            nak(&mut acks, NakCode::RemoteOperationalError)?;
-                            tracing::debug!(error = %e, "WRITE could not be placed");
-                            continue;
+                        match place(r, sh, &ra.region, ra.offset, len, &f) {
+                            Ok(()) => {}
+                            Err(Placement::Io(e)) => return Err(io(e)),
+                            Err(Placement::NotHandedOver) => {
+                                tracing::debug!("WRITE source is in no memfd the peer handed over");
+                                sh.count(|s| s.invalid_requests += 1);
+                                nak(&mut acks, NakCode::InvalidRequest)?;
+                                continue;
+                            }
                         }
                         if f.kind == WRITE_IMM {
                             sh.cq.push_all([Completion {
@@ -113,7 +117,7 @@ fn serve(
                     Err(e) => {
                         tracing::debug!(error = %e, "remote WRITE refused");
                         sh.count(|s| s.access_errors += 1);
-                        if matches!(sh.path, DataPath::Inline) {
+                        if f.code != BYREF {
                             skip(r, len as u64).map_err(io)?;
                         }
                         nak(&mut acks, NakCode::RemoteAccessError)?;
@@ -126,7 +130,7 @@ fn serve(
                     return Ok(());
                 };
                 if len > recv.len {
-                    if matches!(sh.path, DataPath::Inline) {
+                    if f.code != BYREF {
                         skip(r, len as u64).map_err(io)?;
                     }
                     sh.count(|s| s.invalid_requests += 1);
@@ -140,10 +144,23 @@ fn serve(
                     nak(&mut acks, NakCode::InvalidRequest)?;
                     continue;
                 }
-                if let Err(e) = place(r, sh, &recv.local, recv.offset, len, f.aux) {
-                    tracing::debug!(error = %e, "SEND could not be placed");
-                    nak(&mut acks, NakCode::RemoteOperationalError)?;
-                    continue;
+                match place(r, sh, &recv.local, recv.offset, len, &f) {
+                    Ok(()) => {}
+                    Err(Placement::Io(e)) => return Err(io(e)),
+                    Err(Placement::NotHandedOver) => {
+                        // The receive buffer is consumed, as a NIC consumes it on an error.
+                        tracing::debug!("SEND source is in no memfd the peer handed over");
+                        sh.count(|s| s.invalid_requests += 1);
+                        sh.cq.push_all([Completion {
+                            wr_id: recv.wr_id,
+                            status: Status::RemoteInvalidRequest,
+                            opcode: WcOpcode::Recv,
+                            byte_len: 0,
+                            imm: None,
+                        }]);
+                        nak(&mut acks, NakCode::InvalidRequest)?;
+                        continue;
+                    }
                 }
                 sh.cq.push_all([Completion {
                     wr_id: recv.wr_id,
@@ -165,28 +182,26 @@ fn serve(
                         len: f.len,
                         ..Frame::default()
                     };
-                    match sh.path {
-                        DataPath::Inline => send(Out::Payload(resp, ra.region, ra.offset))?,
-                        DataPath::Shm { peer_pid } => {
-                            // SAFETY: the access check bounds offset+len within the region.
-                            let src = unsafe { ra.region.as_ptr().add(ra.offset) };
-                            let moved = match peer_ptr(sh, f.aux, len) {
-                                Some(dst) => {
-                                    // SAFETY: dst..dst+len is inside a live shared mapping of
-                                    // the peer's memfd; src inside our region.
-                                    unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
-                                    Ok(())
-                                }
-                                // SAFETY: src..src+len is readable region memory.
-                                None => unsafe { crate::shm::write_to(peer_pid, f.aux, src, len) },
-                            };
-                            match moved {
-                                Ok(()) => send(Out::Frame(resp))?,
-                                Err(e) => {
-                                    tracing::debug!(error = %e, "READ could not be delivered");
-                                    nak(&mut acks, NakCode::RemoteOperationalError)?;
-                                }
-                            }
+                    if f.code != BYREF {
+                        send(Out::Payload(resp, ra.region, ra.offset))?;
+                        continue;
+                    }
+                    // SAFETY: the access check bounds offset+len within the region.
+                    let src = unsafe { ra.region.as_ptr().add(ra.offset) };
+                    match peer_ptr(sh, f.aux, len) {
+                        Some(dst) => {
+                            // SAFETY: dst..dst+len is inside a live shared mapping of a memfd
+                            // the peer handed over; src inside our region.
+                            unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+                            send(Out::Frame(Frame {
+                                code: BYREF,
+                                ..resp
+                            }))?;
+                        }
+                        None => {
+                            tracing::debug!("READ destination is in no memfd the peer handed over");
+                            sh.count(|s| s.invalid_requests += 1);
+                            nak(&mut acks, NakCode::InvalidRequest)?;
                         }
                     }
                 }
@@ -198,15 +213,15 @@ fn serve(
             },
             READ_RESP => {
                 let mut pending = sh.pending.lock().unwrap_or_else(|e| e.into_inner());
-                let ok = pending
-                    .front()
-                    .is_some_and(|p| p.op == WrOp::Read && p.len == len);
+                let ok = pending.front().is_some_and(|p| {
+                    p.op == WrOp::Read && p.len == len && p.byref == (f.code == BYREF)
+                });
                 if !ok {
                     return Err("READ response matches no outstanding READ".into());
                 }
                 let p = pending.pop_front().expect("checked above");
                 drop(pending);
-                if matches!(sh.path, DataPath::Inline) {
+                if !p.byref {
                     // SAFETY: bounds checked when the READ was posted.
                     let dst = unsafe { region_slice(&p.local, p.offset, len) };
                     r.read_exact(dst).map_err(io)?;
@@ -242,15 +257,26 @@ fn serve(
                 sh.flush_pending(Some(status));
             }
             MAP => {
-                if let DataPath::Shm { peer_pid } = sh.path {
-                    match map_peer(peer_pid, f.rkey as i32, f.aux as usize) {
-                        Ok(b) => sh
-                            .peer_maps
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push((f.va, b)),
-                        // Not fatal: the bytes still move with process_vm_readv/writev.
-                        Err(e) => tracing::debug!(error = %e, "cannot map the peer's memfd"),
+                // The memfd came with this frame's bytes (SCM_RIGHTS); nothing else is mapped.
+                let fd = r.get_ref().take_fd();
+                let mut maps = sh.peer_maps.lock().unwrap_or_else(|e| e.into_inner());
+                let mapped = match fd {
+                    None => Err("MAP frame without a descriptor".to_string()),
+                    Some(_) if maps.len() >= MAX_PEER_MAPS => {
+                        Err(format!("more than {MAX_PEER_MAPS} regions mapped"))
+                    }
+                    Some(fd) => usize::try_from(f.aux)
+                        .map_err(|_| "region too large".to_string())
+                        .and_then(|n| {
+                            remora_mem::Buffer::map_memfd(fd, n).map_err(|e| e.to_string())
+                        }),
+                };
+                match mapped {
+                    Ok(b) => maps.push((f.va, b)),
+                    // Not fatal: requests that name the region by reference are refused.
+                    Err(e) => {
+                        sh.count(|s| s.invalid_requests += 1);
+                        tracing::debug!(error = %e, "cannot map the peer's memfd");
                     }
                 }
             }
@@ -262,31 +288,37 @@ fn serve(
     }
 }
 
-/// Moves an incoming payload into `region` at `off`: from the stream (tcp) or straight from
-/// the peer's memory at `src` (shm).
+/// Why a payload could not be placed.
+enum Placement {
+    /// The stream failed (fatal for the connection).
+    Io(io::Error),
+    /// A by-reference payload outside every memfd the peer handed over.
+    NotHandedOver,
+}
+
+/// Moves an incoming payload into `region` at `off`: from the stream, or (`BYREF`, shm) from
+/// the mapping of a memfd the peer handed over.
 fn place(
-    r: &mut BufReader<TcpStream>,
+    r: &mut BufReader<Sock>,
     sh: &Shared,
     region: &Region,
     off: usize,
     len: usize,
-    src: u64,
-) -> io::Result<()> {
+    f: &Frame,
+) -> std::result::Result<(), Placement> {
     // SAFETY: callers checked off+len against the region (access check or receive buffer).
     let dst = unsafe { region_slice(region, off, len) };
-    match sh.path {
-        DataPath::Inline => r.read_exact(dst),
-        DataPath::Shm { peer_pid } => {
-            if let Some(p) = peer_ptr(sh, src, len) {
-                // SAFETY: p..p+len lies inside a live shared mapping of the peer's memfd and
-                // dst inside our region; they are different mappings, so no overlap in use.
-                unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), len) };
-                return Ok(());
-            }
-            // SAFETY: dst is writable region memory of this process.
-            unsafe { crate::shm::read_from(peer_pid, src, dst.as_mut_ptr(), len) }
-        }
+    if f.code != BYREF {
+        return r.read_exact(dst).map_err(Placement::Io);
     }
+    if !matches!(sh.path, DataPath::Shm) {
+        return Err(Placement::NotHandedOver);
+    }
+    let p = peer_ptr(sh, f.aux, len).ok_or(Placement::NotHandedOver)?;
+    // SAFETY: p..p+len lies inside a live shared mapping of the peer's memfd and dst inside
+    // our region; they are different mappings, so no overlap in use.
+    unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), len) };
+    Ok(())
 }
 
 /// Where `[addr, addr+len)` of the peer's memory is mapped here, if it is.
@@ -299,15 +331,6 @@ fn peer_ptr(sh: &Shared, addr: u64, len: usize) -> Option<*mut u8> {
             unsafe { b.as_ptr().add(off) }
         })
     })
-}
-
-/// Maps the peer's memfd through /proc (needs the same access as `process_vm_readv`).
-fn map_peer(pid: i32, fd: i32, len: usize) -> io::Result<remora_mem::Buffer> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(format!("/proc/{pid}/fd/{fd}"))?;
-    remora_mem::Buffer::map_memfd(f.into(), len).map_err(io::Error::other)
 }
 
 fn wait_recv(sh: &Shared) -> Option<RecvWr> {
