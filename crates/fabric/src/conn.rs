@@ -149,6 +149,9 @@ pub struct QpOptions {
     pub window: u32,
     /// Faults injected into this side's outgoing datagrams (udp; testing).
     pub faults: Option<crate::Faults>,
+    /// Partition key (udp): sent in every BTH; packets whose P_Key does not match are dropped
+    /// and counted (`bad_pkey`). Configured on both sides, not negotiated, as on a fabric.
+    pub pkey: u16,
 }
 
 impl Default for QpOptions {
@@ -163,6 +166,7 @@ impl Default for QpOptions {
             retry_count: 7,
             window: 1024,
             faults: None,
+            pkey: crate::engine::DEFAULT_PKEY,
         }
     }
 }
@@ -552,6 +556,7 @@ fn establish(
             cfg.retry_timeout = opts.retry_timeout;
             cfg.retry_count = opts.retry_count;
             cfg.window = opts.window.max(1);
+            cfg.pkey = opts.pkey;
             let engine = Engine::new(cfg, pd);
             let local_ip = dev.dev.local_addr().ip();
             let qp = UdpQp::new(

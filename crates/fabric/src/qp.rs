@@ -270,6 +270,31 @@ impl Qp {
         }
     }
 
+    /// True once the peer has closed the connection (does not block): servers use it to drop
+    /// the queue pairs of clients that left.
+    pub fn is_closed(&self) -> bool {
+        match &self.inner {
+            Inner::Udp { control, .. } => {
+                use std::os::fd::AsRawFd;
+                let mut b = [0u8; 1];
+                // SAFETY: recv into a 1-byte local buffer on a socket we own; MSG_PEEK leaves
+                // the byte for readers and MSG_DONTWAIT never blocks.
+                let r = unsafe {
+                    libc::recv(
+                        control.as_raw_fd(),
+                        b.as_mut_ptr().cast(),
+                        1,
+                        libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                    )
+                };
+                r == 0
+                    || (r < 0
+                        && std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock)
+            }
+            Inner::Stream(s) => s.is_closed(),
+        }
+    }
+
     /// Blocks until the peer closes the connection (or `timeout` passes: `Err(Timeout)`).
     /// Servers use it to know when to drop a queue pair.
     pub fn wait_disconnect(&self, timeout: Option<Duration>) -> Result<()> {

@@ -191,9 +191,18 @@ impl FabricServer {
     fn accept_loop(self, stop: &AtomicBool, qps: &Mutex<Vec<Qp>>) {
         while !stop.load(Ordering::Acquire) {
             match self.listener.accept(&self.private) {
-                // Keep the queue pair: its responder serves READs without us.
+                // Keep the queue pair: its responder serves READs without us. Those of clients
+                // that left are dropped, so connections that come and go leave nothing behind.
                 Ok((qp, _)) if !stop.load(Ordering::Acquire) => {
-                    qps.lock().unwrap_or_else(|p| p.into_inner()).push(qp)
+                    let mut live = qps.lock().unwrap_or_else(|p| p.into_inner());
+                    live.retain(|q| !q.is_closed());
+                    if live.len() >= MAX_CLIENTS {
+                        tracing::warn!(
+                            "fabric page server: {MAX_CLIENTS} clients connected; one refused"
+                        );
+                        continue;
+                    }
+                    live.push(qp)
                 }
                 Ok(_) => return,
                 Err(e) => {
@@ -306,6 +315,9 @@ fn attach_process(
     }
     Ok((p, pidfd))
 }
+
+/// Queue pairs a fabric page server keeps at once (each holds two threads on tcp and shm).
+const MAX_CLIENTS: usize = 1024;
 
 const STAGE: usize = PUSH_MAX_CHUNK as usize;
 /// Busy-poll the completion queue this long before sleeping on it.

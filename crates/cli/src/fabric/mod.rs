@@ -2,6 +2,7 @@
 //! the fabric part of `remora demo`.
 use std::net::SocketAddr;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand, ValueEnum};
 use remora_fabric::{QpType, Transport};
 
@@ -46,6 +47,10 @@ pub struct ServeArgs {
     /// Exit after this many connections have come and gone (0: serve forever).
     #[arg(long, default_value_t = 0)]
     pub connections: usize,
+    /// Queue pairs connected at once at most; further connections are closed at once and
+    /// counted (as are those beyond 64 setups in progress).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub max_connections: u64,
 }
 
 /// The benchmarks, named after perftest's.
@@ -67,8 +72,8 @@ pub struct BenchArgs {
     /// Which test.
     #[arg(value_enum)]
     pub test: Test,
-    /// Transport.
-    #[arg(long, default_value = "udp")]
+    /// Transport: udp (RoCEv2 datagrams), shm (same host) or tcp (framed stream).
+    #[arg(long, default_value = "udp", value_parser = transport_parser())]
     pub transport: Transport,
     /// Message size in bytes (suffixes K, M, G allowed).
     #[arg(long, default_value = "65536", value_parser = parse_size)]
@@ -79,8 +84,8 @@ pub struct BenchArgs {
     /// Path MTU (udp).
     #[arg(long, default_value_t = 4096)]
     pub mtu: usize,
-    /// Queue pair type.
-    #[arg(long, default_value = "rc")]
+    /// Queue pair type: rc (reliable) or uc (unreliable).
+    #[arg(long, default_value = "rc", value_parser = qp_parser())]
     pub qp: QpType,
     /// Responder's setup address; without it a responder process is started on loopback.
     #[arg(long)]
@@ -97,6 +102,16 @@ pub struct BenchArgs {
     /// One JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--transport`: the spellings `Transport::from_str` accepts, listed in `--help`.
+fn transport_parser() -> impl TypedValueParser<Value = Transport> {
+    PossibleValuesParser::new(["udp", "shm", "tcp"]).try_map(|s| s.parse::<Transport>())
+}
+
+/// `--qp`: the spellings `QpType::from_str` accepts, listed in `--help`.
+fn qp_parser() -> impl TypedValueParser<Value = QpType> {
+    PossibleValuesParser::new(["rc", "uc"]).try_map(|s| s.parse::<QpType>())
 }
 
 /// Runs a fabric subcommand.

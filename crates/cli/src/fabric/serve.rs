@@ -1,16 +1,138 @@
 //! `remora fabric serve`: a responder for benchmarks, the demo and remote peers.
+//!
+//! Each connection runs on a thread of its own (setup, then the role the client asked for), so a
+//! silent peer cannot hold up the others. The threads are detached and counted, never collected
+//! in a list: a server that runs for months must not keep a handle (and a stack) per connection
+//! it ever had. Two bounds keep a flood of connections from exhausting threads or memory: at
+//! most `--max-connections` queue pairs live at once, and at most [`MAX_SETUPS`] setups run at
+//! once; a connection beyond either is closed at once and counted. Counters go to stderr on exit
+//! and on SIGUSR1.
+use std::collections::HashMap;
 use std::io::Write;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use remora_fabric::{Completion, Listener, Qp, QpOptions, RegionInfo, WcOpcode};
+use remora_fabric::{Completion, Listener, Qp, QpOptions, QpStats, RegionInfo, WcOpcode};
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
 
 use super::{Role, ServeArgs};
 
 /// Receive buffers a sink keeps posted.
 const SINK_RECVS: usize = 256;
+/// Connection setups in progress at most; a setup waits up to 10 s for a silent peer.
+pub const MAX_SETUPS: u64 = 64;
+/// Stack of a connection thread: it holds no large buffers.
+const CONN_STACK: usize = 256 << 10;
+
+/// What the server has seen, for the counters it prints.
+#[derive(Default)]
+struct Counters {
+    accepted: AtomicU64,
+    established: AtomicU64,
+    setup_failed: AtomicU64,
+    refused: AtomicU64,
+    setups: AtomicU64,
+    /// Live queue pairs by connection number, read when counters are printed.
+    live: Mutex<HashMap<u64, Arc<Qp>>>,
+    gone: Condvar,
+    /// Protocol counters of the queue pairs that have ended.
+    ended: Mutex<Totals>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Totals {
+    rx: u64,
+    tx: u64,
+    acks: u64,
+    naks: u64,
+    access_errors: u64,
+    invalid: u64,
+    malformed: u64,
+    bad_pkey: u64,
+    /// Device counters (shared by a device's queue pairs): the largest seen.
+    icrc_errors: u64,
+    unknown_qp: u64,
+}
+
+impl Totals {
+    fn add(&mut self, s: &QpStats) {
+        let e = &s.engine;
+        self.rx += e.rx_packets;
+        self.tx += e.tx_packets;
+        self.acks += e.acks_sent;
+        self.naks += e.naks_sent;
+        self.access_errors += e.access_errors;
+        self.invalid += e.invalid_requests;
+        self.malformed += e.rx_malformed;
+        self.bad_pkey += e.bad_pkey;
+        self.icrc_errors = self.icrc_errors.max(s.icrc_errors);
+        self.unknown_qp = self.unknown_qp.max(s.unknown_qp);
+    }
+}
+
+impl Counters {
+    fn report(&self) -> String {
+        let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = *self.ended.lock().unwrap_or_else(|e| e.into_inner());
+        for qp in live.values() {
+            t.add(&qp.stats());
+        }
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        format!(
+            "[responder] connections: accepted {}, established {}, setup failed {}, refused \
+             (over limits) {}, live {}; packets rx {} tx {}, ACKs sent {}, NAKs sent {}, access \
+             errors {}, invalid requests {}, malformed {}, bad P_Key {}, ICRC errors {}, \
+             unknown QP {}",
+            n(&self.accepted),
+            n(&self.established),
+            n(&self.setup_failed),
+            n(&self.refused),
+            live.len(),
+            t.rx,
+            t.tx,
+            t.acks,
+            t.naks,
+            t.access_errors,
+            t.invalid,
+            t.malformed,
+            t.bad_pkey,
+            t.icrc_errors,
+            t.unknown_qp
+        )
+    }
+
+    fn end(&self, id: u64) {
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(qp) = live.remove(&id) {
+            self.ended
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .add(&qp.stats());
+        }
+        self.gone.notify_all();
+    }
+}
+
+/// Prints the counters on SIGUSR1, and on SIGTERM/SIGINT before exiting.
+fn on_signals(c: Arc<Counters>) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+    let mut signals = signal_hook::iterator::Signals::new([SIGUSR1, SIGTERM, SIGINT])
+        .context("installing signal handlers")?;
+    std::thread::Builder::new()
+        .name("remora-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                eprintln!("{}", c.report());
+                if sig != SIGUSR1 {
+                    std::process::exit(0);
+                }
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(())
+}
 
 pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let pd = Arc::new(Pd::new());
@@ -31,48 +153,104 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ..QpOptions::default()
     };
     let listener = Listener::bind(a.listen, pd.clone(), opts)?;
+    let counters = Arc::new(Counters::default());
+    on_signals(counters.clone())?;
     // The first stdout line tells a parent process where we listen.
     println!("listening on {}", listener.local_addr());
     std::io::stdout().flush().ok();
     let info = RegionInfo::of(&region).encode();
-    let mut workers = Vec::new();
-    let mut accepted = 0;
+    let mut admitted = 0;
+    let mut next_id = 0u64;
     loop {
         let inc = match listener.incoming() {
             Ok(i) => i,
             Err(e) => {
+                // EMFILE and the like: back off instead of spinning.
                 tracing::warn!(error = %e, "accept failed");
+                std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
         };
-        accepted += 1;
-        let region = region.clone();
-        // Setup runs on the connection's own thread: a silent peer cannot block the others.
-        workers.push(std::thread::spawn(move || {
-            let from = inc.peer_addr();
-            let (qp, private) = match inc.establish(&info) {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!(%from, error = %e, "connection setup refused");
-                    return;
-                }
-            };
-            tracing::info!(
-                transport = %qp.transport(), qp = %qp.qp_type(), qpn = qp.local_qpn(),
-                "peer connected"
-            );
-            if let Err(e) = handle(qp, &private, region) {
-                eprintln!("[responder] connection ended with an error: {e:#}");
+        counters.accepted.fetch_add(1, Ordering::Relaxed);
+        let live = counters
+            .live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len();
+        if live as u64 >= a.max_connections || counters.setups.load(Ordering::Relaxed) >= MAX_SETUPS
+        {
+            counters.refused.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(from = %inc.peer_addr(), live, "connection refused: over the limits");
+            continue;
+        }
+        counters.setups.fetch_add(1, Ordering::Relaxed);
+        next_id += 1;
+        let (id, c, region) = (next_id, counters.clone(), region.clone());
+        let spawned = std::thread::Builder::new()
+            .name("remora-conn".into())
+            .stack_size(CONN_STACK)
+            .spawn(move || connection(id, inc, &info, region, &c));
+        match spawned {
+            // Detached: the thread cleans up after itself.
+            Ok(_) => admitted += 1,
+            Err(e) => {
+                counters.setups.fetch_sub(1, Ordering::Relaxed);
+                counters.refused.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "no thread for a connection; refused");
             }
-        }));
-        if a.connections > 0 && accepted >= a.connections {
+        }
+        if a.connections > 0 && admitted >= a.connections {
             break;
         }
     }
-    for w in workers {
-        let _ = w.join();
+    // Wait for the last connections to end (setups included: they finish within 10 s).
+    let mut live = counters.live.lock().unwrap_or_else(|e| e.into_inner());
+    while !live.is_empty() || counters.setups.load(Ordering::Acquire) > 0 {
+        live = counters
+            .gone
+            .wait_timeout(live, Duration::from_millis(100))
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
     }
+    drop(live);
+    eprintln!("{}", counters.report());
     Ok(())
+}
+
+/// One connection: setup, then the role the client asked for.
+fn connection(
+    id: u64,
+    inc: remora_fabric::Incoming,
+    info: &[u8],
+    region: Arc<Region>,
+    c: &Counters,
+) {
+    let from = inc.peer_addr();
+    let setup = inc.establish(info);
+    let (qp, private) = match setup {
+        Ok((qp, private)) => (Arc::new(qp), private),
+        Err(e) => {
+            c.setup_failed.fetch_add(1, Ordering::Relaxed);
+            c.setups.fetch_sub(1, Ordering::Release);
+            c.gone.notify_all();
+            tracing::warn!(%from, error = %e, "connection setup refused");
+            return;
+        }
+    };
+    c.live
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(id, qp.clone());
+    c.established.fetch_add(1, Ordering::Relaxed);
+    c.setups.fetch_sub(1, Ordering::Release);
+    tracing::info!(
+        transport = %qp.transport(), qp = %qp.qp_type(), qpn = qp.local_qpn(),
+        peer = ?qp.peer_credentials(), "peer connected"
+    );
+    if let Err(e) = handle(&qp, &private, region) {
+        eprintln!("[responder] connection ended with an error: {e:#}");
+    }
+    c.end(id);
 }
 
 /// The client's private data: role byte, its region, the message size.
@@ -101,7 +279,7 @@ fn next(qp: &Qp) -> anyhow::Result<Option<Completion>> {
     }
 }
 
-fn handle(qp: Qp, private: &[u8], region: Arc<Region>) -> anyhow::Result<()> {
+fn handle(qp: &Qp, private: &[u8], region: Arc<Region>) -> anyhow::Result<()> {
     let (role, peer, size) = parse_private(private);
     let label = format!("{}/{}", qp.transport(), qp.qp_type());
     match role {
@@ -110,7 +288,7 @@ fn handle(qp: Qp, private: &[u8], region: Arc<Region>) -> anyhow::Result<()> {
         }
         Role::Pong => {
             let peer = peer.context("pong needs the peer's region")?;
-            while let Some(c) = next(&qp)? {
+            while let Some(c) = next(qp)? {
                 if c.opcode == WcOpcode::RecvRdmaWithImm {
                     let len = (c.byte_len as usize).min(region.len());
                     qp.post_write(0, &region, 0, len, peer.addr, peer.rkey, c.imm)?;
@@ -126,7 +304,7 @@ fn handle(qp: Qp, private: &[u8], region: Arc<Region>) -> anyhow::Result<()> {
                 let slot = i % slots;
                 qp.post_recv(slot as u64, &region, slot * size, size)?;
             }
-            while let Some(c) = next(&qp)? {
+            while let Some(c) = next(qp)? {
                 if c.opcode == WcOpcode::Recv {
                     let slot = c.wr_id as usize;
                     qp.post_recv(c.wr_id, &region, slot * size, size)?;
@@ -136,7 +314,7 @@ fn handle(qp: Qp, private: &[u8], region: Arc<Region>) -> anyhow::Result<()> {
         Role::Report => {
             let mut imms = Vec::new();
             let mut bytes = 0u64;
-            while let Some(c) = next(&qp)? {
+            while let Some(c) = next(qp)? {
                 if c.opcode == WcOpcode::RecvRdmaWithImm {
                     imms.push(c.imm.unwrap_or(0));
                     bytes += c.byte_len as u64;

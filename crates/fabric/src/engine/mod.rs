@@ -57,6 +57,8 @@ pub struct EngineConfig {
     pub ack_req_every: u32,
     /// Outstanding send work requests at most.
     pub max_send_wr: usize,
+    /// Partition key sent in every BTH and required of received packets ([`pkey_matches`]).
+    pub pkey: u16,
 }
 
 impl EngineConfig {
@@ -76,6 +78,7 @@ impl EngineConfig {
             window: 1024,
             ack_req_every: 64,
             max_send_wr: 4096,
+            pkey: DEFAULT_PKEY,
         }
     }
 }
@@ -92,7 +95,7 @@ impl EngineConfig {
             solicited: false,
             mig_req: true,
             pad_count: 0,
-            pkey: 0xFFFF,
+            pkey: self.pkey,
             fecn: false,
             becn: false,
             dest_qp: self.remote_qpn,
@@ -100,6 +103,16 @@ impl EngineConfig {
             psn,
         }
     }
+}
+
+/// The default partition, full membership (what RoCE NICs use unless configured otherwise).
+pub const DEFAULT_PKEY: u16 = 0xFFFF;
+
+/// Whether a packet's P_Key admits it to a queue pair of partition `ours` (InfiniBand 10.9.3):
+/// the 15-bit partition numbers are equal, and not both keys are limited members (bit 15 clear).
+pub fn pkey_matches(theirs: u16, ours: u16) -> bool {
+    const MEMBER: u16 = 0x8000;
+    (theirs & !MEMBER) == (ours & !MEMBER) && (theirs | ours) & MEMBER != 0
 }
 
 /// Counters of one queue pair. Wire problems are counted here, never returned as errors.
@@ -135,6 +148,9 @@ pub struct Stats {
     pub uc_packets_dropped: u64,
     /// ACK packets sent.
     pub acks_sent: u64,
+    /// Packets whose P_Key does not admit them to this queue pair's partition (dropped, as a
+    /// NIC drops them and counts a P_Key violation).
+    pub bad_pkey: u64,
 }
 
 /// One queue pair's protocol state. See the module documentation.
@@ -209,6 +225,15 @@ impl Engine {
         };
         if repr.bth.dest_qp != self.cfg.local_qpn || repr.bth.opcode.service != self.cfg.service {
             self.stats.rx_wrong_qp += 1;
+            return;
+        }
+        if !pkey_matches(repr.bth.pkey, self.cfg.pkey) {
+            tracing::debug!(
+                qpn = self.cfg.local_qpn,
+                pkey = repr.bth.pkey,
+                "P_Key violation"
+            );
+            self.stats.bad_pkey += 1;
             return;
         }
         if is_response(&repr) {

@@ -488,6 +488,44 @@ fn malformed_and_misaddressed_packets_are_counted_and_dropped() {
 }
 
 #[test]
+fn a_packet_with_a_wrong_pkey_is_dropped_and_counted() {
+    let mut p = Pair::new(Service::Rc, 1024);
+    p.write(1, 0, 10, 0, None);
+    let mut buf = vec![0u8; 8192];
+    let n = p.a.engine.poll_transmit(p.now, &mut buf).unwrap();
+    let mut bad = buf[..n].to_vec();
+    bad[2..4].copy_from_slice(&0x8123u16.to_be_bytes()); // another partition
+    p.b.engine.handle(p.now, &bad);
+    let mut limited = buf[..n].to_vec();
+    limited[2..4].copy_from_slice(&0x7fffu16.to_be_bytes()); // same partition, limited member
+    p.b.engine.handle(p.now, &limited);
+    assert_eq!(p.b.engine.stats().bad_pkey, 1, "{:?}", p.b.engine.stats());
+    assert_eq!(
+        bytes(&p.b.region, 0, 10),
+        bytes(&p.a.region, 0, 10),
+        "limited member admitted"
+    );
+    p.drive();
+    assert_eq!(p.a.completions[0].status, Status::Success);
+}
+
+#[test]
+fn pkey_membership_rules() {
+    use crate::engine::pkey_matches;
+    assert!(pkey_matches(0xffff, 0xffff));
+    assert!(
+        pkey_matches(0x7fff, 0xffff),
+        "limited sender, full receiver"
+    );
+    assert!(
+        pkey_matches(0xffff, 0x7fff),
+        "full sender, limited receiver"
+    );
+    assert!(!pkey_matches(0x7fff, 0x7fff), "two limited members");
+    assert!(!pkey_matches(0x8001, 0xffff), "other partition");
+}
+
+#[test]
 fn psn_wraps_around_24_bits() {
     let mut p = Pair::with(configs(Service::Rc, 256, 0xFF_FFF0, 0xFF_FFFE), Access::ALL);
     fill(&p.a.region, 6);

@@ -338,6 +338,10 @@ impl StreamQp {
         *self.shared.stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    pub(crate) fn is_closed(&self) -> bool {
+        *self.shared.closed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub(crate) fn wait_closed(&self, timeout: Option<Duration>) -> Result<()> {
         let sh = &self.shared;
         let mut closed = sh.closed.lock().unwrap_or_else(|e| e.into_inner());
