@@ -252,3 +252,50 @@ def test_detector_model_helpers(synth, frame):
 def test_engines_listed():
     names = dict(daq.engines())
     assert names["cpu-simd"] and names["cpu-scalar"] and not names["cuda"]
+
+
+# Issue 10, finding 5: gain maps no conversion can divide by are refused, naming the file and
+# the first bad gain; finding 6: a directory is named as one.
+def _gain_file(tmp_path, gains):
+    g, p = tmp_path / "gain.bin", tmp_path / "ped.bin"
+    gains.astype("<f8").tofile(g)
+    daq.Calibration.synthetic(1).save(str(tmp_path / "synthetic-gain.bin"), str(p))
+    return g, p
+
+
+def test_issue10_calibration_load_refuses_all_nan_gains(tmp_path):
+    g, p = _gain_file(tmp_path, np.full(6 * 512 * 1024, np.nan))
+    with pytest.raises(ValueError, match=r"gain\.bin: gain NaN at module 0, row 0, column 0, stage G0"):
+        daq.Calibration.load(str(g), str(p), 1)
+
+
+def test_issue10_calibration_load_refuses_all_zero_gains(tmp_path):
+    g, p = _gain_file(tmp_path, np.zeros(6 * 512 * 1024))
+    with pytest.raises(ValueError, match="3145728 of 3145728 gains are bad") as e:
+        daq.Calibration.load(str(g), str(p), 1)
+    assert str(e.value).startswith(f"{g}: gain 0 at module 0, row 0, column 0, stage G0")
+
+
+def test_issue10_calibration_load_names_the_first_bad_gain(tmp_path):
+    cal = daq.Calibration.synthetic(2, seed=3)
+    gain = cal.gain.copy()
+    gain.reshape(2, 6, 512, 1024)[1, 2, 300, 1000] = -np.inf  # module 1, G2
+    gain.reshape(2, 6, 512, 1024)[1, 5, 0, 0] = 0.0  # counted, not named
+    g, p = tmp_path / "gain.bin", tmp_path / "ped.bin"
+    cal.save(str(g), str(p))
+    gain.astype("<f8").tofile(g)
+    with pytest.raises(ValueError, match="gain -inf at module 1, row 300, column 1000, stage G2.*2 of"):
+        daq.Calibration.load(str(g), str(p), 2)
+    with pytest.raises(ValueError, match="^gain maps: gain -inf at module 1, row 300, column 1000"):
+        daq.Calibration(gain, cal.pedestal)
+    cal.gain.astype("<f8").tofile(g)  # good maps still load
+    assert np.array_equal(daq.Calibration.load(str(g), str(p), 2).gain, cal.gain)
+
+
+def test_issue10_calibration_load_on_a_directory_says_so(tmp_path):
+    _, p = _gain_file(tmp_path, np.ones(6 * 512 * 1024))
+    with pytest.raises(IsADirectoryError, match="is a directory, expected a gain file of 25165824 bytes"):
+        daq.Calibration.load(str(tmp_path), str(p), 1)
+    g = tmp_path / "gain.bin"
+    with pytest.raises(IsADirectoryError, match="is a directory, expected a pedestal file"):
+        daq.Calibration.load(str(g), str(tmp_path), 1)

@@ -12,14 +12,15 @@ pub struct BenchArgs {
     /// Detector modules (8 = 4M).
     #[arg(long, default_value_t = 8)]
     modules: usize,
-    /// Frames per stage.
-    #[arg(long, default_value_t = 50)]
+    /// Frames per stage (at least 1).
+    #[arg(long, default_value_t = 50, value_parser = at_least_one)]
     frames: usize,
-    /// Worker threads (0 = one per core).
+    /// Worker threads (0 = one per core; more than the cores are capped, with a warning).
     #[arg(long, default_value_t = 0)]
     threads: usize,
-    /// Distinct synthetic frames cycled through.
-    #[arg(long, default_value_t = 4)]
+    /// Distinct synthetic frames cycled through: at least 1, and at most 256 MiB of raw frames
+    /// (256 of 1 module, 32 of a 4M), beyond any CPU cache; each is held 4 times in memory.
+    #[arg(long, default_value_t = 4, value_parser = at_least_one)]
     distinct: usize,
     /// Radial bins of the integration.
     #[arg(long, default_value_t = 1000)]
@@ -40,8 +41,8 @@ pub enum Cmd {
         /// Modules.
         #[arg(long, default_value_t = 1)]
         modules: usize,
-        /// Frames.
-        #[arg(long, default_value_t = 4)]
+        /// Frames (at least 1; written one at a time, so any number fits in memory).
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
         frames: u64,
         /// Random seed.
         #[arg(long, default_value_t = 1)]
@@ -61,12 +62,10 @@ pub fn run(c: Cmd) -> anyhow::Result<()> {
             cfg.seed = seed;
             let s = Synth::new(cfg)?;
             std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-            let mut raw = Vec::new();
-            for n in 0..frames {
-                raw.extend(s.frame(n).raw.iter().flat_map(|w| w.to_le_bytes()));
-            }
+            // Frame by frame: memory stays one frame's whatever --frames is.
             let frames_path = out.join("frames.u16");
-            std::fs::write(&frames_path, raw)
+            std::fs::File::create(&frames_path)
+                .and_then(|f| s.write_raw(frames, f))
                 .with_context(|| format!("writing {}", frames_path.display()))?;
             s.calibration().gain.save(&out.join("gain.bin"))?;
             s.calibration().pedestal.save(&out.join("pedestal.bin"))?;
@@ -85,6 +84,15 @@ pub fn run(c: Cmd) -> anyhow::Result<()> {
     }
 }
 
+/// Counts where 0 would silently measure or cycle nothing.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let cfg = BenchConfig {
         modules: a.modules,
@@ -93,6 +101,14 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         distinct: a.distinct,
         bins: a.bins,
     };
+    if cfg.threads_used() < a.threads {
+        tracing::warn!(
+            "--threads {} is more than the {} CPUs this process may use; using {}",
+            a.threads,
+            bench::cpus(),
+            cfg.threads_used()
+        );
+    }
     let r = bench::run(&cfg).context("jungfrau benchmark")?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);

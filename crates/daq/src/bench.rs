@@ -9,24 +9,75 @@ use serde::Serialize;
 use crate::azint::{AzConfig, AzMatrix};
 use crate::calib::ConvTables;
 use crate::engine::{ConvOut, CpuEngine, Engine};
+use crate::model::{Detector, MODULE_PIXELS};
 use crate::pedestal::{DarkPattern, PedestalTracker};
 use crate::pipeline::{Outcome, Pipeline, PipelineConfig};
 use crate::synth::{Synth, SynthConfig};
-use crate::Result;
+use crate::{DaqError, Result};
+
+/// Most raw bytes the distinct frames may take. Cycling frames only has to defeat the CPU caches
+/// (a chip's L3 is at most ~100 MiB), and the run holds each distinct frame four times over
+/// (raw, dark, and a memcpy source of twice its size): 256 MiB of frames is ~1 GiB of memory.
+pub const MAX_DISTINCT_BYTES: usize = 256 << 20;
 
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
     /// Modules (8 = 4M).
     pub modules: usize,
-    /// Frames per stage (per round; the best of three rounds counts).
+    /// Frames per stage (per round; the best of three rounds counts). At least 1.
     pub frames: usize,
-    /// Worker threads.
+    /// Worker threads (0 = one per CPU); capped at the CPUs, see [`BenchConfig::threads_used`].
     pub threads: usize,
-    /// Distinct synthetic frames cycled through (more than fit in cache).
+    /// Distinct synthetic frames cycled through (more than fit in cache): 1 to
+    /// [`BenchConfig::max_distinct`]; only the first `frames` of them are generated.
     pub distinct: usize,
     /// Radial bins of the integration.
     pub bins: usize,
+}
+
+impl BenchConfig {
+    /// Distinct frames allowed for a detector of `modules`: [`MAX_DISTINCT_BYTES`] of raw
+    /// frames, and always one.
+    pub fn max_distinct(modules: usize) -> usize {
+        (MAX_DISTINCT_BYTES / (modules.max(1) * MODULE_PIXELS * 2)).max(1)
+    }
+
+    /// Refuses what would measure nothing or hold memory without bound.
+    pub fn check(&self) -> Result<()> {
+        let det = Detector::new(self.modules)?;
+        if self.frames == 0 {
+            return Err(DaqError::Config(
+                "at least 1 frame per stage is needed".into(),
+            ));
+        }
+        let max = Self::max_distinct(self.modules);
+        if self.distinct == 0 || self.distinct > max {
+            return Err(DaqError::Config(format!(
+                "{} distinct frames: 1 to {max} are allowed for {} module(s), {} MiB of raw \
+                 frames (cycling frames only has to defeat the CPU caches, and each one is held \
+                 4 times in memory)",
+                self.distinct,
+                det.modules(),
+                MAX_DISTINCT_BYTES >> 20
+            )));
+        }
+        Ok(())
+    }
+
+    /// Worker threads the run starts: `threads`, 0 meaning one per CPU, never more than
+    /// [`cpus`] (more only contend for the same cores, and each costs a stack).
+    pub fn threads_used(&self) -> usize {
+        match self.threads {
+            0 => cpus(),
+            t => t.min(cpus()),
+        }
+    }
+}
+
+/// CPUs this process may run on (affinity and cgroup quota included), at least 1.
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Measured figures: GB/s are of raw input (2 bytes per pixel), fps frames per second.
@@ -103,15 +154,18 @@ fn time(frames: usize, mut f: impl FnMut(usize) -> Result<()>) -> Result<f64> {
 
 /// Runs every stage.
 pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
-    let frames = cfg.frames.max(1);
+    cfg.check()?;
+    let frames = cfg.frames;
+    let threads = cfg.threads_used();
     let mut sc = SynthConfig::new(cfg.modules)?;
     sc.dark = DarkPattern::NONE;
     sc.special_rate = 1e-5;
     let synth = Synth::new(sc.clone())?;
-    let raws: Vec<Vec<u16>> = (0..cfg.distinct.max(1) as u64)
+    // Frames past the `frames` measured would never be used.
+    let raws: Vec<Vec<u16>> = (0..cfg.distinct.min(frames) as u64)
         .map(|n| synth.frame(n).raw)
         .collect();
-    let engine = CpuEngine::new(cfg.threads)?;
+    let engine = CpuEngine::new(threads)?;
     let info = engine.info();
     let det = synth.layout().detector();
     let bytes = det.frame_bytes();
@@ -210,7 +264,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
 
     // memcpy of frame-sized buffers on the same number of threads (source cycles like the raw
     // frames).
-    let pool = remora_accel::CpuPool::new(cfg.threads)?;
+    let pool = remora_accel::CpuPool::new(threads)?;
     let src: Vec<Vec<u8>> = (0..raws.len()).map(|k| vec![k as u8; bytes * 2]).collect();
     let mut dst = vec![0u8; bytes * 2];
     let chunk = pool.chunk_len(dst.len(), 4096);

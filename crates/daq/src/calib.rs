@@ -12,6 +12,8 @@ use rand::{RngExt, SeedableRng};
 use crate::model::{Detector, MODULE_PIXELS};
 use crate::{DaqError, Result};
 
+mod check;
+
 /// Maps per module in a PSI gain file.
 pub const GAIN_MAPS_PER_MODULE: usize = 6;
 
@@ -23,30 +25,36 @@ pub struct GainMaps {
 }
 
 impl GainMaps {
-    /// Wraps maps already in the PSI layout.
+    /// Wraps maps already in the PSI layout. Refuses a gain the engines cannot divide by (its
+    /// `float32` value zero, subnormal, infinite or NaN), naming the first one.
     pub fn from_vec(detector: Detector, data: Vec<f64>) -> Result<Self> {
-        DaqError::check_len(
-            "gain maps",
-            detector.pixels() * GAIN_MAPS_PER_MODULE,
-            data.len(),
-        )?;
-        Ok(Self { detector, data })
+        Self::checked(detector, data, None)
     }
 
-    /// Reads a PSI gain file; the size must match the detector exactly.
+    /// Reads a PSI gain file; the size must match the detector exactly, and every gain must be
+    /// usable as in [`GainMaps::from_vec`] (the error names the file).
     pub fn load(path: &Path, detector: Detector) -> Result<Self> {
         let bytes = read_sized(path, "gain", detector, GAIN_MAPS_PER_MODULE * 8)?;
         let data = bytes
             .chunks_exact(8)
             .map(|c| f64::from_le_bytes(c.try_into().unwrap_or_default()))
             .collect();
-        Self::from_vec(detector, data)
+        Self::checked(detector, data, Some(path))
+    }
+
+    fn checked(detector: Detector, data: Vec<f64>, origin: Option<&Path>) -> Result<Self> {
+        DaqError::check_len(
+            "gain maps",
+            detector.pixels() * GAIN_MAPS_PER_MODULE,
+            data.len(),
+        )?;
+        check::gains(&data, origin)?;
+        Ok(Self { detector, data })
     }
 
     /// Writes the maps in the PSI layout.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let bytes: Vec<u8> = self.data.iter().flat_map(|v| v.to_le_bytes()).collect();
-        write(path, &bytes)
+        write_le(path, &self.data, |v| v.to_le_bytes())
     }
 
     /// The whole array, PSI layout.
@@ -92,8 +100,7 @@ impl PedestalMaps {
 
     /// Writes the maps.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let bytes: Vec<u8> = self.data.iter().flat_map(|v| v.to_le_bytes()).collect();
-        write(path, &bytes)
+        write_le(path, &self.data, |v| v.to_le_bytes())
     }
 
     /// The whole array, file layout.
@@ -109,16 +116,32 @@ impl PedestalMaps {
 }
 
 fn read_sized(path: &Path, what: &'static str, det: Detector, per_pixel: usize) -> Result<Vec<u8>> {
-    let expected = (det.pixels() * per_pixel) as u64;
+    let per_module = (MODULE_PIXELS * per_pixel) as u64;
+    let expected = per_module * det.modules() as u64;
     let meta = std::fs::metadata(path).map_err(|source| DaqError::Io {
         path: path.into(),
         source,
     })?;
+    // A directory's "size" is its entry table (4096 bytes), which says nothing useful.
+    if !meta.is_file() {
+        return Err(DaqError::NotAFile {
+            path: path.into(),
+            kind: if meta.is_dir() {
+                "a directory"
+            } else {
+                "not a regular file"
+            },
+            what,
+            modules: det.modules(),
+            expected,
+        });
+    }
     if meta.len() != expected {
         return Err(DaqError::FileSize {
             path: path.into(),
             what,
             modules: det.modules(),
+            per_module,
             expected,
             got: meta.len(),
         });
@@ -129,11 +152,28 @@ fn read_sized(path: &Path, what: &'static str, det: Detector, per_pixel: usize) 
     })
 }
 
-fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).map_err(|source| DaqError::Io {
-        path: path.into(),
-        source,
-    })
+/// Writes `values` little-endian through a small buffer, so saving a 64-module gain file does
+/// not need a second, byte-sized copy of the maps.
+fn write_le<T: Copy, const N: usize>(
+    path: &Path,
+    values: &[T],
+    le: impl Fn(T) -> [u8; N],
+) -> Result<()> {
+    use std::io::Write;
+    let mut buf = Vec::with_capacity(64 << 10);
+    std::fs::File::create(path)
+        .and_then(|mut f| {
+            for chunk in values.chunks((64 << 10) / N) {
+                buf.clear();
+                buf.extend(chunk.iter().flat_map(|&v| le(v)));
+                f.write_all(&buf)?;
+            }
+            Ok(())
+        })
+        .map_err(|source| DaqError::Io {
+            path: path.into(),
+            source,
+        })
 }
 
 /// Gain maps and pedestals of one detector, with the gain mode in use.

@@ -255,6 +255,19 @@ impl Synth {
             spots,
         }
     }
+
+    /// Writes frames `0..frames` as raw little-endian `u16` words, one frame after the other
+    /// (the `frames.u16` layout of `remora daq synth`). One frame at a time, so memory stays
+    /// that of one frame however many are written.
+    pub fn write_raw(&self, frames: u64, mut out: impl std::io::Write) -> std::io::Result<()> {
+        let mut bytes = Vec::with_capacity(self.layout.detector().frame_bytes());
+        for n in 0..frames {
+            bytes.clear();
+            bytes.extend(self.frame(n).raw.iter().flat_map(|w| w.to_le_bytes()));
+            out.write_all(&bytes)?;
+        }
+        out.flush()
+    }
 }
 
 #[cfg(test)]
@@ -295,5 +308,19 @@ mod tests {
         assert_eq!(s.frame(0).raw, f.raw);
         let d = s.frame(1);
         assert!(d.photons.iter().all(|&p| p == 0));
+    }
+
+    #[test]
+    fn write_raw_is_the_frames_in_order_little_endian() {
+        let s = Synth::new(SynthConfig::new(1).unwrap()).unwrap();
+        let mut out = Vec::new();
+        s.write_raw(2, &mut out).unwrap();
+        let words: Vec<u16> = out
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        assert_eq!(words.len(), 2 * MODULE_PIXELS);
+        assert_eq!(&words[..MODULE_PIXELS], &s.frame(0).raw[..]);
+        assert_eq!(&words[MODULE_PIXELS..], &s.frame(1).raw[..]);
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use numpy::prelude::*;
 use numpy::{PyArray1, PyArrayDyn, PyReadonlyArrayDyn, PyReadwriteArrayDyn};
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::exceptions::{PyIsADirectoryError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use remora_daq::azint::{AzConfig, AzMatrix, Split, Unit};
@@ -27,6 +27,11 @@ use remora_daq::DaqError;
 fn err(e: DaqError) -> PyErr {
     match e {
         DaqError::Io { .. } => PyOSError::new_err(e.to_string()),
+        DaqError::NotAFile {
+            kind: "a directory",
+            ..
+        } => PyIsADirectoryError::new_err(e.to_string()),
+        DaqError::NotAFile { .. } => PyOSError::new_err(e.to_string()),
         _ => PyValueError::new_err(e.to_string()),
     }
 }
@@ -92,6 +97,8 @@ struct Calibration {
 #[pymethods]
 impl Calibration {
     /// From arrays: gain float64 of modules×6×512×1024, pedestal float32 of modules×3×512×1024.
+    /// A gain whose float32 value is zero, subnormal, infinite or NaN is a `ValueError` naming
+    /// the first one (module, row, column, stage).
     #[new]
     #[pyo3(signature = (gain, pedestal, high_gain=false))]
     fn new(
@@ -121,7 +128,10 @@ impl Calibration {
         })
     }
 
-    /// Loads a PSI gain file and a pedestal file.
+    /// Loads a PSI gain file and a pedestal file. A file of the wrong size is a `ValueError`
+    /// with the expected and actual sizes, a directory an `IsADirectoryError`, a gain that is
+    /// not a normal float32 (zero, subnormal, infinite, NaN) a `ValueError` naming the file and
+    /// the first such gain.
     #[staticmethod]
     fn load(gain_path: PathBuf, pedestal_path: PathBuf, modules: usize) -> PyResult<Self> {
         let det = Detector::new(modules).map_err(err)?;
