@@ -84,3 +84,18 @@ def test_send_into_posted_receive():
     r = sqp.wait(10)
     assert (r.wr_id, r.opcode, r.byte_len, r.imm) == (9, "recv", 4000, 5)
     assert np.array_equal(sbuf[1000:5000], cbuf[:4000])
+
+
+def test_shm_peers_are_named_by_the_kernel_and_numpy_arrays_travel_inline():
+    import os
+
+    (qp, cbuf, cmr, (addr, length, rkey)), (sqp, sbuf, smr) = pair("shm")
+    assert sqp.peer_credentials() == (os.getpid(), os.geteuid(), os.getegid())
+    assert qp.peer_credentials()[0] == os.getpid()
+    # numpy memory is not a memfd: nothing is handed over, the bytes go in the stream.
+    qp.post_write(1, cmr, 0, 4096, addr, rkey)
+    assert qp.wait(10).ok
+    assert np.array_equal(sbuf[:4096], cbuf[:4096])
+    assert sqp.stats()["invalid_requests"] == 0
+    (uqp, *_), _ = pair("udp")
+    assert uqp.peer_credentials() is None

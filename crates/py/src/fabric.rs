@@ -338,10 +338,17 @@ impl PyQp {
             ("naks_received", e.naks_received),
             ("access_errors", e.access_errors),
             ("acks_sent", e.acks_sent),
+            ("invalid_requests", e.invalid_requests),
+            ("bad_pkey", e.bad_pkey),
             ("icrc_errors", s.icrc_errors),
         ]
         .into_iter()
         .collect()
+    }
+    /// The kernel-checked `(pid, uid, gid)` of the peer process on an shm queue pair, taken
+    /// when it connected; `None` on udp and tcp.
+    fn peer_credentials(&self) -> Option<(i32, u32, u32)> {
+        self.qp.peer_credentials().map(|c| (c.pid, c.uid, c.gid))
     }
 }
 
