@@ -587,7 +587,7 @@ fn establish(
             // The TCP exchange ends here; the data stream is the unix socket.
             let (unix, cred, received) = match offer {
                 Some(o) => {
-                    let (u, c) = o.accept(deadline, handover)?;
+                    let (u, c) = o.accept(&s, deadline, handover)?;
                     (u, c, Vec::new())
                 }
                 None => crate::shm::join(&peer.rendezvous, SETUP_TIMEOUT)?,

@@ -81,10 +81,12 @@ impl Offer {
         self.token
     }
 
-    /// Waits (until `deadline`) for the peer that presents the secret, then hands it `fds`.
-    /// Connections without the secret are dropped; the listener closes when this returns.
+    /// Waits (until `deadline`, or until the peer closes its setup connection `control`) for
+    /// the peer that presents the secret, then hands it `fds`. Connections without the secret
+    /// are dropped; the listener closes when this returns.
     pub(crate) fn accept(
         self,
+        control: &std::net::TcpStream,
         deadline: Instant,
         fds: &[OwnedFd],
     ) -> Result<(UnixStream, Credentials)> {
@@ -95,10 +97,11 @@ impl Offer {
                     "the shm peer did not reach the rendezvous socket in time".into(),
                 ));
             }
-            let mut pfd = [rustix::event::PollFd::new(
-                &self.listener,
-                rustix::event::PollFlags::IN,
-            )];
+            use rustix::event::{PollFd, PollFlags};
+            let mut pfd = [
+                PollFd::new(&self.listener, PollFlags::IN),
+                PollFd::new(control, PollFlags::IN | PollFlags::RDHUP),
+            ];
             let ts = rustix::event::Timespec::try_from(left).unwrap_or(rustix::event::Timespec {
                 tv_sec: 10,
                 tv_nsec: 0,
@@ -106,6 +109,13 @@ impl Offer {
             match rustix::event::poll(&mut pfd, Some(&ts)) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(Error::Setup(format!("shm rendezvous: {e}"))),
+            }
+            // A peer that left (or talks on the setup connection after its hello) frees its
+            // setup slot now rather than at the deadline.
+            if !pfd[1].revents().is_empty() {
+                return Err(Error::Setup(
+                    "the shm peer left before reaching the rendezvous socket".into(),
+                ));
             }
             let s = match self.listener.accept() {
                 Ok((s, _)) => s,
@@ -199,8 +209,12 @@ mod tests {
         let offer = Offer::new().unwrap();
         let token = offer.token();
         let f: OwnedFd = std::fs::File::open("/proc/self/exe").unwrap().into();
-        let t =
-            std::thread::spawn(move || offer.accept(Instant::now() + Duration::from_secs(5), &[f]));
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let control = l.accept().unwrap().0;
+        let t = std::thread::spawn(move || {
+            offer.accept(&control, Instant::now() + Duration::from_secs(5), &[f])
+        });
         // A local user who read the name from /proc/net/unix but not the secret.
         let mut wrong = token;
         wrong[8] ^= 1;
@@ -217,6 +231,21 @@ mod tests {
         assert_eq!(fds.len(), 1);
         let (_s2, cred2) = t.join().unwrap().unwrap();
         assert_eq!(cred2.uid, rustix::process::geteuid().as_raw());
+    }
+
+    #[test]
+    fn a_peer_that_closes_its_setup_connection_frees_the_wait_at_once() {
+        let offer = Offer::new().unwrap();
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let control = l.accept().unwrap().0;
+        drop(c);
+        let t0 = Instant::now();
+        let e = offer
+            .accept(&control, Instant::now() + Duration::from_secs(10), &[])
+            .unwrap_err();
+        assert!(t0.elapsed() < Duration::from_secs(2), "{e}");
+        assert!(e.to_string().contains("left"), "{e}");
     }
 
     #[test]
