@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # JUNGFRAU processing core: remora's stages (`remora bench jungfrau`) and its peers (numpy
 # conversion, pyFAI integrate1d_ng, memcpy) on the same synthetic frames in one run, with 1 and
-# 2 threads; writes docs/bench/daq.md. Usage: bash bench/daq.sh [modules] [frames]
+# 2 threads; writes bench/out/daq.md (bench/out is not tracked: copy what holds into
+# docs/bench/daq.md by hand). Usage: bash bench/daq.sh [modules] [frames]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 modules=${1:-8}
@@ -20,4 +21,6 @@ for t in 1 2; do
     "$remora" bench jungfrau --modules "$modules" --frames "$frames" --threads "$t" --json > "$out/remora_$t.json"
   OMP_NUM_THREADS=$t .venv/bin/python bench/daq_peers.py --modules "$modules" --frames "$frames" --threads "$t" > "$out/peers_$t.json"
 done
-.venv/bin/python bench/daq_report.py "$out" "bash bench/daq.sh $modules $frames"
+mkdir -p bench/out
+.venv/bin/python bench/daq_report.py "$out" "bash bench/daq.sh $modules $frames" bench/out/daq.md
+echo "wrote bench/out/daq.md (docs/bench/daq.md is updated from it by hand)"

@@ -1,4 +1,7 @@
-"""Writes docs/bench/daq.md from the JSON files bench/daq.sh collected (argument: their folder)."""
+"""Writes a markdown report from the JSON files bench/daq.sh collected.
+
+Arguments: their folder, the command line to quote, the report's path (bench/daq.sh passes
+bench/out/daq.md; docs/bench/daq.md is updated from it by hand)."""
 import json
 import os
 import platform
@@ -115,5 +118,7 @@ for t in (1, 2):
     w(f"remora bench jungfrau --threads {t}: " + json.dumps(R[t]))
     w(f"bench/daq_peers.py --threads {t}: " + json.dumps(P[t]))
 w("```")
-open("docs/bench/daq.md", "w").write("\n".join(o) + "\n")
+dest = sys.argv[3] if len(sys.argv) > 3 else "bench/out/daq.md"
+os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+open(dest, "w").write("\n".join(o) + "\n")
 print("\n".join(o))

@@ -1,4 +1,5 @@
-"""Turns bench/out/fabric.jsonl (from bench/fabric.sh) into docs/bench/fabric.md."""
+"""Turns bench/out/fabric.jsonl (from bench/fabric.sh) into markdown on stdout (bench/fabric.sh
+writes it to bench/out/fabric.md; docs/bench/fabric.md is updated from it by hand)."""
 import datetime
 import json
 import platform

@@ -123,7 +123,8 @@ pub struct BenchArgs {
     /// Resolution mode: thread, thread:N or sigbus.
     #[arg(long, default_value = "sigbus")]
     mode: Mode,
-    /// Use a running server instead of starting one.
+    /// Measure a running `remora lazy serve` at this address (tcp, udp or shm); without it
+    /// the bench starts a private page server of synthetic data.
     #[arg(long)]
     connect: Option<SocketAddr>,
     /// Over shm, fetch every unit with an RC READ instead of mapping the server's source.
@@ -171,7 +172,9 @@ fn synthetic(n: usize) -> Vec<u8> {
 fn serve(a: ServeArgs) -> Result<()> {
     let src: Arc<dyn PageSource> = match (&a.file, a.pid, a.synthetic) {
         (Some(f), _, _) => {
-            Arc::new(FileSource::open(f).with_context(|| format!("serve {}", f.display()))?)
+            // FileSource's error names the path (regression: a missing --file was reported
+            // twice, once by this context and once by the library).
+            Arc::new(FileSource::open(f).context("lazy serve")?)
         }
         (None, Some(pid), _) => Arc::new(
             ProcessSource::new(pid, &a.ranges, a.stop)
@@ -270,6 +273,12 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
     if a.faults == 0 || a.trials == 0 {
         bail!("--faults and --trials must be at least 1");
     }
+    if a.connect.is_some() && a.transport == BenchTransport::Local {
+        bail!(
+            "--connect measures a running page server: give its transport too \
+             (--transport tcp, udp or shm)"
+        );
+    }
     let mut _child = None;
     let mut shm_path: Option<&str> = None;
     let fetcher: Arc<dyn PageFetcher> = match a.transport {
@@ -285,6 +294,13 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
             let addr = match a.connect {
                 Some(addr) => addr,
                 None => {
+                    // Regression (lazy_bench_without_connect_says_it_starts_its_own_server):
+                    // a running `lazy serve` was ignored without a word.
+                    eprintln!(
+                        "lazy bench: starting a private {name} page server with {bytes} bytes of \
+                         synthetic data; to measure a running `remora lazy serve`, pass \
+                         --connect ADDR (the address it prints)"
+                    );
                     let c = spawn_server(bytes, name)?;
                     let addr = c.1;
                     _child = Some(c);

@@ -49,7 +49,10 @@ enum BenchCmd {
     Lazy(lazy::BenchArgs),
 }
 
+/// Logs go to stderr, coloured only when stderr is a terminal and `NO_COLOR` is unset or empty
+/// (<https://no-color.org/>), so that piped or captured logs carry no escape sequences.
 fn init_logging(verbose: u8) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let default = match verbose {
         0 => "warn",
@@ -61,13 +64,51 @@ fn init_logging(verbose: u8) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(use_colour(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR"),
+        ))
         .init();
 }
 
-fn main() -> anyhow::Result<()> {
+/// Whether log lines may carry ANSI colours.
+fn use_colour(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    match cli.cmd {
+    match run(cli.cmd) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {}", report(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, joined by ": ", leaving out a cause whose text is
+/// already there: library errors that print their source in their own message and also return
+/// it from `source()` would otherwise be reported twice (regression:
+/// missing_file_is_reported_once_with_its_path).
+fn report(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let msg = cause.to_string();
+        if line.contains(&msg) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&msg);
+    }
+    line
+}
+
+fn run(cmd: Cmd) -> anyhow::Result<()> {
+    match cmd {
         Cmd::Fabric(c) => fabric::run(c),
         Cmd::Kv(c) => kv::run(c),
         Cmd::Lazy(c) => lazy::run(c),
@@ -76,5 +117,38 @@ fn main() -> anyhow::Result<()> {
         Cmd::Bench(BenchCmd::Lazy(a)) => lazy::run(lazy::Cmd::Bench(a)),
         Cmd::Daq(c) => daq::run(c),
         Cmd::Demo => fabric::demo(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{report, use_colour};
+    use std::ffi::OsString;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(use_colour(true, None));
+        assert!(use_colour(true, Some(OsString::new())));
+        assert!(!use_colour(true, Some(OsString::from("1"))));
+        assert!(!use_colour(false, None));
+    }
+
+    #[test]
+    fn report_leaves_out_a_cause_already_in_the_message() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        #[derive(Debug)]
+        struct Wraps(std::io::Error);
+        impl std::fmt::Display for Wraps {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "open /x: {}", self.0)
+            }
+        }
+        impl std::error::Error for Wraps {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = anyhow::Error::new(Wraps(io)).context("lazy serve");
+        assert_eq!(report(&e), "lazy serve: open /x: No such file");
     }
 }
