@@ -1,57 +1,33 @@
 //! Two processes: `remora fabric serve` as a child, this test process as the requester. Every
 //! transport and operation, every byte checked; access violations; captures decoded by tshark
 //! and checked with remora's own ICRC code; the benchmark's JSON.
+mod serve_common;
+
 use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use remora_fabric::{connect, Qp, QpOptions, QpType, RegionInfo, Status, Transport, WcOpcode};
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
 
+use serve_common::Served;
+
 const EXE: &str = env!("CARGO_BIN_EXE_remora");
 
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(extra: &[&str]) -> Server {
-    let mut child = Command::new(EXE)
-        .args([
-            "fabric",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--region-size",
-            "8M",
-        ])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start remora fabric serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .parse()
-        .unwrap();
-    Server { child, addr }
+fn serve(extra: &[&str]) -> Served {
+    let mut args = vec![
+        "fabric",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--region-size",
+        "8M",
+    ];
+    args.extend_from_slice(extra);
+    serve_common::serve(&args)
 }
 
 struct Client {
@@ -60,12 +36,12 @@ struct Client {
     remote: RegionInfo,
 }
 
-fn client(s: &Server, transport: Transport) -> Client {
+fn client(s: &Served, transport: Transport) -> Client {
     client_with(s, transport, &[0])
 }
 
 /// A client whose private data asks the responder for a role (see `remora fabric serve`).
-fn client_with(s: &Server, transport: Transport, private: &[u8]) -> Client {
+fn client_with(s: &Served, transport: Transport, private: &[u8]) -> Client {
     let pd = Arc::new(Pd::new());
     let region = pd
         .register(

@@ -1,66 +1,31 @@
 //! Issue 10, findings 2 and 6: `remora fabric serve` under connection floods (threads and
 //! mappings stay flat, limits refuse and count) and its counters on SIGUSR1.
+mod serve_common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
-use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use remora_fabric::{connect, QpOptions, QpType, RegionInfo, Transport};
 use remora_mem::{Access, Buffer, Mode, Pd};
 
-const EXE: &str = env!("CARGO_BIN_EXE_remora");
+use serve_common::Served;
 
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    stderr: Option<ChildStderr>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(extra: &[&str]) -> Server {
-    let mut child = Command::new(EXE)
-        .args([
-            "fabric",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--region-size",
-            "1M",
-        ])
-        .args(extra)
-        .env("RUST_LOG", "error")
-        // glibc makes up to 8 malloc arenas per CPU as threads come and go (two mappings
-        // each); cap them so that what is left to count is what connections leave behind.
-        .env("MALLOC_ARENA_MAX", "2")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start remora fabric serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .parse()
-        .unwrap();
-    let stderr = child.stderr.take();
-    Server {
-        child,
-        addr,
-        stderr,
-    }
+fn serve(extra: &[&str]) -> Served {
+    let mut args = vec![
+        "fabric",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--region-size",
+        "1M",
+    ];
+    args.extend_from_slice(extra);
+    // glibc makes up to 8 malloc arenas per CPU as threads come and go (two mappings each);
+    // cap them so that what is left to count is what connections leave behind.
+    serve_common::serve_with_stderr(&args, &[("RUST_LOG", "error"), ("MALLOC_ARENA_MAX", "2")])
 }
 
 fn status_field(pid: u32, name: &str) -> u64 {
@@ -166,7 +131,7 @@ fn client(addr: SocketAddr, transport: Transport) -> remora_fabric::Result<Clien
 }
 
 /// Sends SIGUSR1 and returns the counters line the server prints.
-fn counters(s: &mut Server, lines: &mut impl BufRead) -> String {
+fn counters(s: &mut Served, lines: &mut impl BufRead) -> String {
     // SAFETY: kill on our own child's pid.
     unsafe { libc::kill(s.child.id() as i32, libc::SIGUSR1) };
     let mut line = String::new();
@@ -231,8 +196,9 @@ fn lazy_fabric_server_drops_the_queue_pairs_of_clients_that_left() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("image.bin");
     std::fs::write(&file, vec![3u8; 1 << 16]).unwrap();
-    let mut child = Command::new(EXE)
-        .args([
+    let path = file.to_str().unwrap();
+    let s = serve_common::serve_with_stderr(
+        &[
             "lazy",
             "serve",
             "--transport",
@@ -240,24 +206,10 @@ fn lazy_fabric_server_drops_the_queue_pairs_of_clients_that_left() {
             "--listen",
             "127.0.0.1:0",
             "--file",
-        ])
-        .arg(&file)
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let s = Server {
-        addr: line
-            .split_whitespace()
-            .find_map(|w| w.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {line:?}")),
-        child,
-        stderr: None,
-    };
+            path,
+        ],
+        &[("RUST_LOG", "error")],
+    );
     let pid = s.child.id();
     let cycle = |n| {
         for _ in 0..n {

@@ -5,7 +5,11 @@
 //! world-readable directory and re-run under `setpriv`) that speaks the setup protocol by hand:
 //! the old hello that carried a pid, and the current one with frames that name the victim's
 //! addresses as "handed over" memory. The attacker must read nothing of the victim and write
-//! nothing into it. Needs root and `setpriv`; skips with a reason otherwise.
+//! nothing into it. Needs root and `setpriv`; skips with a reason otherwise. With
+//! `REMORA_TEST_EXE=/path/to/old/remora` it runs against another build (the build before the
+//! fix fails it).
+mod serve_common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::linux::net::SocketAddrExt;
@@ -14,10 +18,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// The server under test (REMORA_SECURITY_EXE runs the attack against another build).
-fn exe() -> String {
-    std::env::var("REMORA_SECURITY_EXE").unwrap_or_else(|_| env!("CARGO_BIN_EXE_remora").into())
-}
 const SECRET: &[u8] = b"remora-secret-0123456789abcdef!!";
 const LEN: usize = 4096;
 
@@ -27,14 +27,6 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn first_line(child: &mut Child) -> String {
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    line.trim().to_string()
 }
 
 fn is_root() -> bool {
@@ -349,23 +341,15 @@ fn shm_claimed_pid_attack_on_a_root_fabric_server_reads_and_writes_nothing() {
         eprintln!("skipped: {why}");
         return;
     }
-    let mut c = Command::new(exe())
-        .args([
-            "fabric",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--region-size",
-            "1M",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let line = first_line(&mut c);
-    let srv = Killed(c);
-    let addr: SocketAddr = line.strip_prefix("listening on ").unwrap().parse().unwrap();
-    check(addr, true);
-    drop(srv);
+    let srv = serve_common::serve(&[
+        "fabric",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--region-size",
+        "1M",
+    ]);
+    check(srv.addr, true);
 }
 
 #[test]
@@ -378,27 +362,18 @@ fn shm_claimed_pid_attack_on_a_root_lazy_server_reads_and_writes_nothing() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("image.bin");
     std::fs::write(&file, vec![0u8; 1 << 20]).unwrap();
-    let mut c = Command::new(exe())
-        .args([
-            "lazy",
-            "serve",
-            "--transport",
-            "shm",
-            "--listen",
-            "127.0.0.1:0",
-            "--file",
-        ])
-        .arg(&file)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let line = first_line(&mut c);
-    let srv = Killed(c);
-    let addr: SocketAddr = line
-        .split_whitespace()
-        .find_map(|w| w.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    check(addr, false);
+    let path = file.to_str().unwrap();
+    let srv = serve_common::serve(&[
+        "lazy",
+        "serve",
+        "--transport",
+        "shm",
+        "--listen",
+        "127.0.0.1:0",
+        "--file",
+        path,
+    ]);
+    check(srv.addr, false);
     drop(srv);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -34,6 +34,8 @@ struct Counters {
     setup_failed: AtomicU64,
     refused: AtomicU64,
     setups: AtomicU64,
+    /// Connections admitted and not yet ended (in setup or live): what the limit counts.
+    held: AtomicU64,
     /// Live queue pairs by connection number, read when counters are printed.
     live: Mutex<HashMap<u64, Arc<Qp>>>,
     gone: Condvar,
@@ -111,6 +113,7 @@ impl Counters {
                 .unwrap_or_else(|e| e.into_inner())
                 .add(&qp.stats());
         }
+        self.held.fetch_sub(1, Ordering::AcqRel);
         self.gone.notify_all();
     }
 }
@@ -172,18 +175,14 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
             }
         };
         counters.accepted.fetch_add(1, Ordering::Relaxed);
-        let live = counters
-            .live
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len();
-        if live as u64 >= a.max_connections || counters.setups.load(Ordering::Relaxed) >= MAX_SETUPS
-        {
+        let held = counters.held.load(Ordering::Acquire);
+        if held >= a.max_connections || counters.setups.load(Ordering::Acquire) >= MAX_SETUPS {
             counters.refused.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(from = %inc.peer_addr(), live, "connection refused: over the limits");
+            tracing::debug!(from = %inc.peer_addr(), held, "connection refused: over the limits");
             continue;
         }
-        counters.setups.fetch_add(1, Ordering::Relaxed);
+        counters.held.fetch_add(1, Ordering::AcqRel);
+        counters.setups.fetch_add(1, Ordering::AcqRel);
         next_id += 1;
         let (id, c, region) = (next_id, counters.clone(), region.clone());
         let spawned = std::thread::Builder::new()
@@ -194,7 +193,8 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
             // Detached: the thread cleans up after itself.
             Ok(_) => admitted += 1,
             Err(e) => {
-                counters.setups.fetch_sub(1, Ordering::Relaxed);
+                counters.setups.fetch_sub(1, Ordering::AcqRel);
+                counters.held.fetch_sub(1, Ordering::AcqRel);
                 counters.refused.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "no thread for a connection; refused");
             }
@@ -205,7 +205,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     }
     // Wait for the last connections to end (setups included: they finish within 10 s).
     let mut live = counters.live.lock().unwrap_or_else(|e| e.into_inner());
-    while !live.is_empty() || counters.setups.load(Ordering::Acquire) > 0 {
+    while counters.held.load(Ordering::Acquire) > 0 {
         live = counters
             .gone
             .wait_timeout(live, Duration::from_millis(100))
@@ -231,7 +231,8 @@ fn connection(
         Ok((qp, private)) => (Arc::new(qp), private),
         Err(e) => {
             c.setup_failed.fetch_add(1, Ordering::Relaxed);
-            c.setups.fetch_sub(1, Ordering::Release);
+            c.setups.fetch_sub(1, Ordering::AcqRel);
+            c.held.fetch_sub(1, Ordering::AcqRel);
             c.gone.notify_all();
             tracing::warn!(%from, error = %e, "connection setup refused");
             return;
@@ -242,7 +243,7 @@ fn connection(
         .unwrap_or_else(|e| e.into_inner())
         .insert(id, qp.clone());
     c.established.fetch_add(1, Ordering::Relaxed);
-    c.setups.fetch_sub(1, Ordering::Release);
+    c.setups.fetch_sub(1, Ordering::AcqRel);
     tracing::info!(
         transport = %qp.transport(), qp = %qp.qp_type(), qpn = qp.local_qpn(),
         peer = ?qp.peer_credentials(), "peer connected"

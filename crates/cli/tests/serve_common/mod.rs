@@ -1,0 +1,61 @@
+//! A `remora … serve` child for tests: started, its address read from its first stdout line
+//! (`listening on ADDR`), killed and reaped on drop.
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, ChildStderr, Command, Stdio};
+
+/// A running server; dropping it kills it.
+pub struct Served {
+    pub child: Child,
+    pub addr: SocketAddr,
+    /// The server's stderr, when it was asked for ([`serve_with_stderr`]).
+    #[allow(dead_code)]
+    pub stderr: Option<ChildStderr>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `remora ARGS` and waits for its `listening on ADDR` line; stderr is inherited.
+#[allow(dead_code)]
+pub fn serve(args: &[&str]) -> Served {
+    start(args, Stdio::inherit(), &[])
+}
+
+/// As [`serve`], with stderr piped into [`Served::stderr`] and extra environment.
+#[allow(dead_code)]
+pub fn serve_with_stderr(args: &[&str], env: &[(&str, &str)]) -> Served {
+    start(args, Stdio::piped(), env)
+}
+
+fn start(args: &[&str], stderr: Stdio, env: &[(&str, &str)]) -> Served {
+    let exe =
+        std::env::var("REMORA_TEST_EXE").unwrap_or_else(|_| env!("CARGO_BIN_EXE_remora").into());
+    let mut child = Command::new(exe)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start remora {args:?}: {e}"));
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped stdout"))
+        .read_line(&mut line)
+        .expect("read the first line");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("remora {args:?}: unexpected first line {line:?}"));
+    let stderr = child.stderr.take();
+    Served {
+        child,
+        addr,
+        stderr,
+    }
+}
