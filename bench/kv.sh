@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs memcached 1.6 and `remora kv serve` with the same threads and memory, one after the other,
-# under the same load generators, and writes ratios to docs/bench/kv.md.
+# under the same load generators, and writes ratios to bench/out/kv.md (bench/out is not
+# tracked: docs/bench/kv.md keeps chosen runs, updated by hand with the command, date and machine).
 #
 #   bash bench/kv.sh            # defaults: 2 server threads, 256 MB, 4 s per run, 3 rounds
 #   THREADS=4 SECS=10 ROUNDS=5 bash bench/kv.sh
@@ -17,11 +18,12 @@ MEM=${MEM:-256}
 SECS=${SECS:-4}
 ROUNDS=${ROUNDS:-3}
 IO=${IO:-epoll uring}
-OUT=${OUT:-docs/bench/kv.md}
+OUT=${OUT:-bench/out/kv.md}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 
 command -v memcached >/dev/null || { echo "bench/kv.sh: memcached not installed" >&2; exit 1; }
 command -v memcaslap >/dev/null || { echo "bench/kv.sh: memcaslap not installed (libmemcached-tools)" >&2; exit 1; }
+mkdir -p "$(dirname "$OUT")"
 cargo build -q --release -p remora-cli
 cargo build -q --release -p remora-kv --example kvload
 REMORA="$CARGO_TARGET_DIR/release/remora"
@@ -164,3 +166,4 @@ header() {
 } > "$OUT.new"
 mv "$OUT.new" "$OUT"
 cat "$OUT"
+echo "bench/kv.sh: results written to $OUT (copy what you keep into docs/bench/kv.md by hand)" >&2

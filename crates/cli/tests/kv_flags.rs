@@ -375,3 +375,128 @@ fn stats_conns_lists_unix_socket_conns_like_memcached() {
         assert_eq!(got, &outs[0].1, "memcached vs remora on {tag}");
     }
 }
+
+/// The `-vv` lines of the connection that sent `first` (memcached's `<fd`/`>fd`/`fd:` lines),
+/// with its descriptor masked: from its last "new ... connection" line before `first` on.
+fn vv_lines(stderr: &str, first: &str) -> Vec<String> {
+    let fd_of = |l: &str| {
+        let t = l.trim_start_matches(['<', '>']);
+        let end = t.find([' ', ':']).unwrap_or(t.len());
+        t[..end].parse::<u32>().ok()
+    };
+    let lines: Vec<&str> = stderr.lines().collect();
+    let Some(at) = lines
+        .iter()
+        .position(|l| l.ends_with(first) && l.starts_with('<'))
+    else {
+        return vec![format!("<no line ending in {first:?}>")];
+    };
+    let fd = fd_of(lines[at]);
+    let start = lines[..at]
+        .iter()
+        .rposition(|l| fd_of(l) == fd && l.ends_with("new auto-negotiating client connection"))
+        .unwrap_or(at);
+    lines[start..]
+        .iter()
+        .filter(|l| fd_of(l) == fd && !l.contains("server listening"))
+        .map(|l| {
+            let t = l.trim_start_matches(['<', '>']);
+            let rest = &t[t.find([' ', ':']).unwrap_or(t.len())..];
+            format!("{}fd{rest}", &l[..l.len() - t.len()])
+        })
+        .collect()
+}
+
+/// Finding 7 of issue 10: `-vv` promised "client commands/responses" and printed only the
+/// commands. It now prints what memcached prints for the text protocol: the connection, each
+/// command, each reply line (`>fd STORED`, `>fd NOREPLY STORED`, `>fd sending key k`,
+/// `>fd END`) and the close.
+#[test]
+fn vv_prints_commands_and_replies_like_memcached() {
+    let script: &[u8] = b"set foo 0 0 3\r\nbar\r\nset n 0 0 1 noreply\r\n5\r\nget foo\r\n\
+        get nope\r\nget foo n nope\r\ngets foo\r\nincr n 3\r\nincr n 1 noreply\r\n\
+        delete nope\r\ndelete foo noreply\r\nbogus\r\nmg n v\r\nms x 2\r\nhi\r\nmn\r\n\
+        version\r\ntouch n 10\r\ntouch nope 10\r\nstats reset\r\nflush_all\r\nquit\r\n";
+    let mut progs = vec![(env!("CARGO_BIN_EXE_remora").to_string(), true)];
+    match memcached_path() {
+        Some(p) => progs.push((p, false)),
+        None => eprintln!("SKIP (memcached half): memcached not installed"),
+    }
+    let mut seen = Vec::new();
+    for (prog, is_remora) in progs {
+        let port = free_port();
+        let ps = port.to_string();
+        let rest = ["-vv", "-p", &ps, "-U", "0", "-l", "127.0.0.1", "-t", "1"];
+        let args = if is_remora {
+            remora_args(&rest)
+        } else {
+            rest.iter().map(|s| s.to_string()).collect()
+        };
+        let mut child = spawn(&prog, &args);
+        assert!(wait_up(port), "{prog} did not start");
+        let mut s = connect(port);
+        s.write_all(script).unwrap();
+        // quit: the server closes; wait for that before reading what it printed.
+        let _ = read_until(&mut s, b"\0", Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(200));
+        let err = finish(&mut child);
+        seen.push((prog, vv_lines(&err, "set foo 0 0 3")));
+    }
+    let (_, remora) = &seen[0];
+    for want in [
+        "<fd new auto-negotiating client connection",
+        "fd: Client using the ascii protocol",
+        "<fd set foo 0 0 3",
+        ">fd STORED",
+        ">fd NOREPLY STORED",
+        ">fd sending key foo",
+        ">fd END",
+        ">fd 8",
+        ">fd NOREPLY DELETED",
+        ">fd ERROR",
+        ">fd MN",
+        "<fd connection closed.",
+    ] {
+        assert!(
+            remora.iter().any(|l| l == want),
+            "remora -vv lacks {want:?}: {remora:#?}"
+        );
+    }
+    if let Some((prog, mc)) = seen.get(1) {
+        let version = |v: &Vec<String>| {
+            v.iter()
+                .map(|l| {
+                    if l.starts_with(">fd VERSION ") {
+                        ">fd VERSION <v>".to_string()
+                    } else {
+                        l.clone()
+                    }
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(version(remora), version(mc), "remora vs {prog}");
+    }
+}
+
+/// Finding 7 of issue 10: `kv serve --help` listed no `-o` suboptions.
+#[test]
+fn serve_help_lists_o_suboptions_and_what_vv_prints() {
+    let out = Command::new(env!("CARGO_BIN_EXE_remora"))
+        .args(["kv", "serve", "--help"])
+        .output()
+        .expect("run remora");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "-o suboptions:",
+        "io=epoll|uring",
+        "item_size_max=<num>",
+        "track_sizes",
+        "hashpower",
+        "slab_chunk_max",
+        ">fd sending key foo",
+        "binary-protocol requests",
+    ] {
+        assert!(help.contains(want), "--help lacks {want:?}:\n{help}");
+    }
+}

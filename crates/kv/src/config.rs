@@ -313,35 +313,7 @@ impl Config {
                     Some(n) => s.item_size_max = n,
                     None => return err(format!("Invalid value for item_size_max: {val}")),
                 },
-                (
-                    "modern"
-                    | "no_modern"
-                    | "maxconns_fast"
-                    | "no_maxconns_fast"
-                    | "lru_crawler"
-                    | "no_lru_crawler"
-                    | "lru_maintainer"
-                    | "no_lru_maintainer"
-                    | "slab_reassign"
-                    | "no_slab_reassign"
-                    | "slab_automove"
-                    | "hashpower"
-                    | "tail_repair_time"
-                    | "hash_algorithm"
-                    | "idle_timeout"
-                    | "watcher_logbuf_size"
-                    | "worker_logbuf_size"
-                    | "no_inline_ascii_resp"
-                    | "temporary_ttl"
-                    | "lru_segmented"
-                    | "no_lru_segmented"
-                    | "drop_privileges"
-                    | "no_drop_privileges"
-                    | "resp_obj_mem_limit"
-                    | "read_buf_mem_limit"
-                    | "slab_chunk_max",
-                    _,
-                ) => self.warnings.push(format!(
+                (k, _) if NO_EFFECT.contains(&k) => self.warnings.push(format!(
                     "suboption \"{sub}\" accepted; remora has no equivalent"
                 )),
                 _ => self
@@ -353,9 +325,39 @@ impl Config {
     }
 }
 
+/// memcached `-o` suboptions accepted with a warning: remora has nothing they would change.
+const NO_EFFECT: &[&str] = &[
+    "modern",
+    "no_modern",
+    "maxconns_fast",
+    "no_maxconns_fast",
+    "lru_crawler",
+    "no_lru_crawler",
+    "lru_maintainer",
+    "no_lru_maintainer",
+    "slab_reassign",
+    "no_slab_reassign",
+    "slab_automove",
+    "hashpower",
+    "tail_repair_time",
+    "hash_algorithm",
+    "idle_timeout",
+    "watcher_logbuf_size",
+    "worker_logbuf_size",
+    "no_inline_ascii_resp",
+    "temporary_ttl",
+    "lru_segmented",
+    "no_lru_segmented",
+    "drop_privileges",
+    "no_drop_privileges",
+    "resp_obj_mem_limit",
+    "read_buf_mem_limit",
+    "slab_chunk_max",
+];
+
 /// The `-h` text.
 pub fn usage() -> String {
-    "remora kv serve: memcached-compatible cache\n\
+    let mut u = "remora kv serve: memcached-compatible cache\n\
      -p, --port=<num>          TCP port to listen on (default: 11211)\n\
      -U, --udp-port=<num>      UDP port to listen on (default: 0, off)\n\
      -s, --unix-socket=<file>  UNIX socket to listen on (disables network support)\n\
@@ -374,9 +376,39 @@ pub fn usage() -> String {
      -A, --enable-shutdown     enable ascii \"shutdown\" command\n\
      -u, --user=<user>         assume identity of <username> (only when run as root)\n\
      -v, --verbose             verbose (print errors/warnings while in event loop)\n\
-     -vv                       very verbose (also print client commands/responses)\n\
-     -o, --extended            comma separated list of extended options\n"
-        .to_string()
+     -o, --extended            comma separated list of extended options (below)\n"
+        .to_string();
+    u.push_str(
+        r#"-vv                       very verbose: also print, as memcached does,
+                          connections (<fd new auto-negotiating client connection,
+                          fd: Client using the ascii protocol, <fd connection closed.),
+                          each text command (<fd get foo) and the text replies
+                          memcached prints (>fd STORED, >fd NOREPLY STORED,
+                          >fd sending key foo, >fd END); not printed: replies to meta
+                          commands other than mn, multi-line replies such as stats,
+                          and binary-protocol requests
+-o suboptions:
+                          io=epoll|uring       worker I/O loop (default: epoll; uring
+                                               falls back to epoll without a ring)
+                          item_size_max=<num>  same as -I
+                          track_sizes          keep the item size histogram (stats sizes)
+                          accepted with a warning, no effect:
+"#,
+    );
+    let mut line = String::new();
+    for (i, n) in NO_EFFECT.iter().enumerate() {
+        line.push_str(n);
+        line.push_str(if i + 1 < NO_EFFECT.len() { ", " } else { "" });
+        if line.len() > 55 || i + 1 == NO_EFFECT.len() {
+            u.push_str(&format!("{:26}{}\n", "", line.trim_end()));
+            line.clear();
+        }
+    }
+    u.push_str(&format!(
+        "{:26}other suboptions: ignored with a warning\n",
+        ""
+    ));
+    u
 }
 
 #[cfg(test)]

@@ -6,19 +6,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::conns::{ConnEntry, ConnTable};
+use crate::out::Out;
 use crate::prefix::{PrefixOp, PrefixStats};
 use crate::protocol::binary::{self, op, status};
 use crate::protocol::meta::{self, MetaCommand, MetaFlags, MetaKind};
-use crate::protocol::reply::{put_i64, put_u64, put_value, Fail, Reply};
+use crate::protocol::reply::{put_i64, put_u64, put_value_header, Fail, Reply};
 use crate::protocol::text::{self, Command, GetKind, StoreCmd};
 use crate::protocol::Limits;
 use crate::stats::{inc, ConnCounters, Counters};
 use crate::storage::{
     ArithOutcome, DeleteOutcome, ReadOpts, Store, StoreConfig, StoreMode, StoreOutcome,
 };
-
-/// Largest reply one get/gets/gat command may build.
-pub const MAX_GET_REPLY: usize = 64 << 20;
 
 /// The version string this server reports.
 pub const VERSION: &str = concat!("1.6.18-remora-", env!("CARGO_PKG_VERSION"));
@@ -404,6 +402,9 @@ pub struct Session {
     pub conn: Option<Arc<ConnEntry>>,
     /// Requests run per [`process`] call before the connection yields to others (`-R`).
     pub max_reqs: usize,
+    /// Keys of the current text multiget already answered: a multiget stops when the output
+    /// reaches its limit and resumes from here once it drained.
+    get_done: usize,
     scratch: Vec<u8>,
 }
 
@@ -429,19 +430,47 @@ impl Session {
             id: 0,
             conn: None,
             max_reqs: usize::MAX,
+            get_done: 0,
             scratch: Vec::new(),
         }
     }
 }
 
 /// Processes as many whole requests from `input` as there are, appending replies to `out`.
-/// Stops early once `out` exceeds `out_limit` (back-pressure on slow readers).
+/// Stops once `out` holds `out_limit` unsent bytes (back-pressure on slow readers): between
+/// requests, and inside a text multiget, which leaves its line unconsumed and resumes with the
+/// next key when called again on the same input.
 pub fn process(
     eng: &Engine,
     s: &mut Session,
     input: &[u8],
-    out: &mut Vec<u8>,
+    out: &mut Out,
     out_limit: usize,
+) -> Outcome {
+    run(eng, s, input, out, out_limit, false)
+}
+
+/// Runs the first request of `input` (after any bytes left to swallow) with no output limit:
+/// a UDP reply must be whole before its datagrams can be numbered.
+pub fn process_one(eng: &Engine, s: &mut Session, input: &[u8], out: &mut Out) -> Outcome {
+    run(eng, s, input, out, usize::MAX, true)
+}
+
+/// What to do after one text command.
+enum Next {
+    Go,
+    Close,
+    /// A multiget stopped at the output limit: run the same line again later.
+    Later,
+}
+
+fn run(
+    eng: &Engine,
+    s: &mut Session,
+    input: &[u8],
+    out: &mut Out,
+    out_limit: usize,
+    one: bool,
 ) -> Outcome {
     let lim = eng.limits();
     let now = eng.now();
@@ -452,7 +481,11 @@ pub fn process(
     if let Some(e) = &s.conn {
         e.busy(now);
     }
+    let vv = eng.settings.verbose >= 2;
     while pos < input.len() && out.len() < out_limit {
+        if one && reqs > 0 {
+            break;
+        }
         if reqs >= s.max_reqs {
             // memcached's -R: yield with input left so one pipelining client cannot hog the
             // worker thread.
@@ -472,6 +505,14 @@ pub fn process(
             } else {
                 Proto::Text
             };
+            if vv {
+                let name = if s.proto == Proto::Binary {
+                    "binary"
+                } else {
+                    "ascii"
+                };
+                eprintln!("{}: Client using the {name} protocol", s.id);
+            }
             // -B ascii / -B binary: a client speaking the other protocol is dropped.
             let bound = eng.settings.binding_protocol.as_str();
             if (bound == "ascii" && s.proto == Proto::Binary)
@@ -514,15 +555,27 @@ pub fn process(
                     break;
                 }
                 text::Parse::Done(cmd, n) => {
-                    if eng.settings.verbose >= 2 {
+                    // A resumed multiget was echoed when it started.
+                    if vv && s.get_done == 0 {
                         let l = text::line(buf).map_or(&buf[..0], |(l, _)| l);
                         eprintln!("<{} {}", s.id, String::from_utf8_lossy(l));
                     }
-                    pos += n;
-                    reqs += 1;
-                    if run_text(eng, s, cmd, now, out) {
-                        close = true;
-                        break;
+                    let echo = vv && echoes_reply(&cmd);
+                    let mark = out.mark();
+                    match run_text(eng, s, cmd, now, out, out_limit) {
+                        Next::Later => break,
+                        Next::Close => {
+                            pos += n;
+                            close = true;
+                            break;
+                        }
+                        Next::Go => {
+                            pos += n;
+                            reqs += 1;
+                        }
+                    }
+                    if echo {
+                        echo_reply(s.id, out, mark);
                     }
                 }
             }
@@ -539,14 +592,49 @@ pub fn process(
     }
 }
 
-fn reply(out: &mut Vec<u8>, noreply: bool, r: Reply) {
-    if !noreply {
-        r.write(out);
+/// Whether `-vv` prints a command's reply line as memcached does (`>fd STORED`): gets print
+/// their own lines, meta commands other than `mn` print none.
+fn echoes_reply(cmd: &Command<'_>) -> bool {
+    match cmd {
+        Command::Get { .. } => false,
+        Command::Meta(m) => matches!(m, MetaCommand::Noop),
+        _ => true,
     }
 }
 
-/// Runs one text command; returns true to close the connection.
-fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut Vec<u8>) -> bool {
+/// `-vv`: prints a reply that is one line (multi-line ones, such as `stats`, memcached does
+/// not print either).
+fn echo_reply(id: u64, out: &Out, mark: crate::out::Mark) {
+    let Some(t) = out.text_since(mark) else {
+        return;
+    };
+    if let Some(line) = t.strip_suffix(b"\r\n") {
+        if !line.contains(&b'\n') {
+            eprintln!(">{id} {}", String::from_utf8_lossy(line));
+        }
+    }
+}
+
+/// Writes a reply unless `noreply`; under `-vv` (`vv` = the connection's id) a suppressed
+/// reply is printed as memcached prints it (`>fd NOREPLY STORED`).
+fn reply(vv: Option<u64>, out: &mut Out, noreply: bool, r: Reply) {
+    if !noreply {
+        r.write(out);
+    } else if let Some(id) = vv {
+        eprintln!(">{id} NOREPLY {}", r.text());
+    }
+}
+
+/// Runs one text command.
+fn run_text(
+    eng: &Engine,
+    s: &mut Session,
+    cmd: Command<'_>,
+    now: u32,
+    out: &mut Out,
+    out_limit: usize,
+) -> Next {
+    let vv = (eng.settings.verbose >= 2).then_some(s.id);
     let c = &*s.counters;
     match cmd {
         Command::Get {
@@ -561,26 +649,36 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
                 ..ReadOpts::default()
             };
             let exp = if touch { eng.exptime(exptime, now) } else { 0 };
-            let start = out.len();
-            for k in text::keys(keys) {
-                if out.len() - start > MAX_GET_REPLY {
-                    // Replies are copied out, so a multiget naming one large item thousands of
-                    // times could exhaust memory: refuse it as memcached does when it cannot
-                    // allocate the response.
-                    out.truncate(start);
-                    Reply::Fail(Fail::GetTooLarge).write(out);
-                    return false;
+            let skip = s.get_done;
+            for (i, k) in text::keys(keys).enumerate().skip(skip) {
+                if i > skip && out.len() >= out_limit {
+                    // Output full: the rest is answered once it drained (the line stays
+                    // unconsumed), so a client that does not read holds at most the limit.
+                    s.get_done = i;
+                    return Next::Later;
                 }
                 if !text::get_key_ok(k) {
+                    s.get_done = 0;
                     Reply::Fail(Fail::BadFormat).write(out);
-                    return false;
+                    return Next::Go;
                 }
                 let hit = eng
                     .store
                     .get(k, now, opts, exp, |it| {
-                        put_value(out, it.key, it.flags, it.value, with_cas.then_some(it.cas))
+                        put_value_header(
+                            out,
+                            it.key,
+                            it.flags,
+                            it.value.len(),
+                            with_cas.then_some(it.cas),
+                        );
+                        out.value(it.value, it.shared, it.key.len());
+                        out.extend_from_slice(b"\r\n");
                     })
                     .is_some();
+                if let (true, Some(id)) = (hit, vv) {
+                    eprintln!(">{id} sending key {}", String::from_utf8_lossy(k));
+                }
                 eng.prefixes.record(k, PrefixOp::Get(hit));
                 if touch {
                     inc(&c.cmd_touch);
@@ -588,6 +686,10 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
                 }
                 inc(&c.cmd_get);
                 inc(if hit { &c.get_hits } else { &c.get_misses });
+            }
+            s.get_done = 0;
+            if let Some(id) = vv {
+                eprintln!(">{id} END");
             }
             Reply::End.write(out);
         }
@@ -636,7 +738,7 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
                     Reply::Fail(Fail::NoMemory)
                 }
             };
-            reply(out, noreply, r);
+            reply(vv, out, noreply, r);
         }
         Command::TooLarge {
             key,
@@ -653,7 +755,7 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
             if matches!(cmd, StoreCmd::Set | StoreCmd::Cas) {
                 eng.store.delete(key, now, None);
             }
-            reply(out, noreply, Reply::Fail(Fail::TooLarge));
+            reply(vv, out, noreply, Reply::Fail(Fail::TooLarge));
             s.swallow = swallow;
         }
         Command::Delete { key, noreply } => {
@@ -668,7 +770,7 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
                     Reply::NotFound
                 }
             };
-            reply(out, noreply, r);
+            reply(vv, out, noreply, r);
         }
         Command::Arith {
             incr,
@@ -681,13 +783,15 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
                 if !noreply {
                     put_u64(out, v);
                     out.extend_from_slice(b"\r\n");
+                } else if let Some(id) = vv {
+                    eprintln!(">{id} NOREPLY {v}");
                 }
             }
             ArithOutcome::NotFound | ArithOutcome::Exists => {
                 inc(if incr { &c.incr_misses } else { &c.decr_misses });
-                reply(out, noreply, Reply::NotFound);
+                reply(vv, out, noreply, Reply::NotFound);
             }
-            ArithOutcome::NonNumeric => reply(out, noreply, Reply::Fail(Fail::NonNumeric)),
+            ArithOutcome::NonNumeric => reply(vv, out, noreply, Reply::Fail(Fail::NonNumeric)),
         },
         Command::Touch {
             key,
@@ -698,6 +802,7 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
             let hit = eng.store.touch(key, eng.exptime(exptime, now), now);
             inc(if hit { &c.touch_hits } else { &c.touch_misses });
             reply(
+                vv,
                 out,
                 noreply,
                 if hit { Reply::Touched } else { Reply::NotFound },
@@ -706,7 +811,7 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
         Command::FlushAll { delay, noreply } => {
             if !eng.settings.flush_enabled {
                 Reply::Fail(Fail::FlushDisabled).write(out);
-                return false;
+                return Next::Go;
             }
             inc(&c.cmd_flush);
             if delay > 0 {
@@ -715,19 +820,19 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
             } else {
                 eng.store.flush(None);
             }
-            reply(out, noreply, Reply::Ok);
+            reply(vv, out, noreply, Reply::Ok);
         }
         Command::Version => {
             out.extend_from_slice(b"VERSION ");
             out.extend_from_slice(VERSION.as_bytes());
             out.extend_from_slice(b"\r\n");
         }
-        Command::Verbosity { noreply } => reply(out, noreply, Reply::Ok),
-        Command::Quit => return true,
+        Command::Verbosity { noreply } => reply(vv, out, noreply, Reply::Ok),
+        Command::Quit => return Next::Close,
         Command::Shutdown => {
             if eng.settings.shutdown_enabled {
                 eng.shutdown.store(true, Relaxed);
-                return true;
+                return Next::Close;
             }
             Reply::Fail(Fail::ShutdownDisabled).write(out);
         }
@@ -738,9 +843,9 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
             {
                 Some(bytes) if bytes > 0 => {
                     eng.store.set_mem_limit(bytes, now);
-                    reply(out, noreply, Reply::Ok);
+                    reply(vv, out, noreply, Reply::Ok);
                 }
-                _ => reply(out, noreply, Reply::Fail(Fail::BadFormat)),
+                _ => reply(vv, out, noreply, Reply::Fail(Fail::BadFormat)),
             }
         }
         Command::Stats { arg, arg2 } => match arg {
@@ -779,13 +884,13 @@ fn run_text(eng: &Engine, s: &mut Session, cmd: Command<'_>, now: u32, out: &mut
         }
         Command::Fail(f) => Reply::Fail(f).write(out),
     }
-    false
+    Next::Go
 }
 
 /// Appends the return flags the client asked for, in its order.
 #[allow(clippy::too_many_arguments)]
 fn meta_ret_flags(
-    out: &mut Vec<u8>,
+    out: &mut Out,
     f: &MetaFlags<'_>,
     key_sent: &[u8],
     cas: u64,
@@ -833,7 +938,7 @@ fn meta_ret_flags(
 }
 
 /// The return flags memcached 1.6.18 echoes on a miss: only `O`, `k` (and `b` with `k`).
-fn meta_miss_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key_sent: &[u8]) {
+fn meta_miss_flags(out: &mut Out, f: &MetaFlags<'_>, key_sent: &[u8]) {
     for tok in &f.raw[..f.n] {
         match tok[0] {
             b'k' => {
@@ -858,7 +963,7 @@ fn ttl_left(exptime: u32, now: u32) -> i64 {
     }
 }
 
-fn run_meta(eng: &Engine, s: &mut Session, m: MetaCommand<'_>, now: u32, out: &mut Vec<u8>) {
+fn run_meta(eng: &Engine, s: &mut Session, m: MetaCommand<'_>, now: u32, out: &mut Out) {
     let c = s.counters.clone();
     match m {
         MetaCommand::Noop => out.extend_from_slice(b"MN\r\n"),
@@ -912,7 +1017,7 @@ fn run_meta(eng: &Engine, s: &mut Session, m: MetaCommand<'_>, now: u32, out: &m
             if key.len() > crate::protocol::KEY_MAX {
                 Reply::Fail(Fail::BadFormat).write(out);
             } else {
-                let start = out.len();
+                let start = out.mark();
                 match kind {
                     MetaKind::Get => meta_get(eng, &c, key, key_sent, &f, now, out),
                     MetaKind::Set => meta_set(eng, &c, key, key_sent, data, &f, now, out),
@@ -936,7 +1041,7 @@ fn meta_get(
     key_sent: &[u8],
     f: &MetaFlags<'_>,
     now: u32,
-    out: &mut Vec<u8>,
+    out: &mut Out,
 ) {
     let opts = ReadOpts {
         touch: f.ttl,
@@ -946,7 +1051,7 @@ fn meta_get(
         claim: false,
     };
     let exp = f.ttl.map_or(0, |t| eng.exptime(t, now));
-    let emit = |out: &mut Vec<u8>, it: crate::storage::ItemRef<'_>| {
+    let emit = |out: &mut Out, it: crate::storage::ItemRef<'_>| {
         if f.value {
             out.extend_from_slice(b"VA ");
             put_u64(out, it.value.len() as u64);
@@ -975,7 +1080,7 @@ fn meta_get(
         }
         out.extend_from_slice(b"\r\n");
         if f.value {
-            out.extend_from_slice(it.value);
+            out.value(it.value, it.shared, it.key.len());
             out.extend_from_slice(b"\r\n");
         }
     };
@@ -1033,7 +1138,7 @@ fn meta_set(
     data: &[u8],
     f: &MetaFlags<'_>,
     now: u32,
-    out: &mut Vec<u8>,
+    out: &mut Out,
 ) {
     inc(&c.cmd_set);
     let mut mode = match f.mode.unwrap_or(b'S') {
@@ -1091,7 +1196,7 @@ fn meta_delete(
     key_sent: &[u8],
     f: &MetaFlags<'_>,
     now: u32,
-    out: &mut Vec<u8>,
+    out: &mut Out,
 ) {
     let r = if f.invalidate {
         let exp = f.ttl.map(|t| eng.exptime(t, now));
@@ -1125,7 +1230,7 @@ fn meta_arith(
     key_sent: &[u8],
     f: &MetaFlags<'_>,
     now: u32,
-    out: &mut Vec<u8>,
+    out: &mut Out,
 ) {
     let incr = !matches!(f.mode, Some(b'D') | Some(b'-'));
     let delta = f.delta.unwrap_or(1);
@@ -1205,7 +1310,7 @@ fn meta_arith(
     }
 }
 
-fn put_bin_error(out: &mut Vec<u8>, h: &binary::Header, st: u16) {
+fn put_bin_error(out: &mut Out, h: &binary::Header, st: u16) {
     binary::put_response(
         out,
         h.opcode,
@@ -1234,17 +1339,17 @@ fn run_binary(
     s: &mut Session,
     req: &binary::Request<'_>,
     now: u32,
-    out: &mut Vec<u8>,
+    out: &mut Out,
 ) -> bool {
     let c = &*s.counters;
     let h = &req.header;
     let (el, kl, vl) = (req.extras.len(), req.key.len(), req.value.len());
     // memcached answers invalid arguments and then closes the connection.
-    let inval = |out: &mut Vec<u8>| {
+    let inval = |out: &mut Out| {
         put_bin_error(out, h, status::EINVAL);
         true
     };
-    let resp = |out: &mut Vec<u8>, st: u16, cas: u64, extras: &[u8], key: &[u8], val: &[u8]| {
+    let resp = |out: &mut Out, st: u16, cas: u64, extras: &[u8], key: &[u8], val: &[u8]| {
         binary::put_response(out, h.opcode, st, h.opaque, cas, extras, key, val)
     };
     match h.opcode {
@@ -1274,14 +1379,11 @@ fn run_binary(
                 .store
                 .get(req.key, now, opts, exp, |it| {
                     let k: &[u8] = if with_key { it.key } else { &[] };
-                    resp(
-                        out,
-                        status::OK,
-                        it.cas,
-                        &it.flags.to_be_bytes(),
-                        k,
-                        it.value,
-                    );
+                    let flags = it.flags.to_be_bytes();
+                    let (op, st) = (h.opcode, status::OK);
+                    let v = it.value.len();
+                    binary::put_response_head(out, op, st, h.opaque, it.cas, &flags, k, v);
+                    out.value(it.value, it.shared, it.key.len());
                 })
                 .is_some();
             eng.prefixes.record(req.key, PrefixOp::Get(hit));
@@ -1472,7 +1574,7 @@ fn run_binary(
 
 fn bin_store_reply(
     c: &Counters,
-    out: &mut Vec<u8>,
+    out: &mut Out,
     h: &binary::Header,
     base: StoreMode,
     r: StoreOutcome,

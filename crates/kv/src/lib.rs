@@ -4,7 +4,8 @@
 //! Split like pelikan: [`protocol`] (pure, sans-IO parsers for the text, meta and binary
 //! protocols, typed requests and replies; protocol errors are replies), [`storage`] (a sharded
 //! hash table with per-shard LRU, a byte budget, CAS and expiry; time is passed in),
-//! [`handler`] (runs requests against storage and counts them) and [`server`] (TCP, unix and
+//! [`handler`] (runs requests against storage and counts them; replies queue in an
+//! [`out::Out`] that holds large values by reference) and [`server`] (TCP, unix and
 //! UDP sockets on io_uring or mio/epoll worker threads). [`config`] parses memcached's command line.
 //!
 //! Not here: slab classes and slab statistics (memory is accounted per item instead),
@@ -15,6 +16,7 @@
 pub mod config;
 pub mod conns;
 pub mod handler;
+pub mod out;
 pub mod prefix;
 pub mod protocol;
 pub mod server;

@@ -6,6 +6,8 @@
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
 
+use crate::out::Put;
+
 /// memcached's `PREFIX_HASH_SIZE`.
 const BUCKETS: usize = 256;
 
@@ -106,7 +108,7 @@ impl PrefixStats {
     }
 
     /// Appends the `stats detail dump` reply, `END` included.
-    pub fn dump(&self, out: &mut Vec<u8>) {
+    pub fn dump(&self, out: &mut impl Put) {
         for e in self.lock().iter().flatten() {
             out.extend_from_slice(b"PREFIX ");
             out.extend_from_slice(&e.prefix);

@@ -58,10 +58,10 @@ fn counter(v: &[u8]) -> Option<u64> {
 }
 
 fn run(eng: &Engine, s: &mut Session, req: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
+    let mut out = remora_kv::out::Out::new();
     let o = process(eng, s, req, &mut out, 1 << 20);
     assert_eq!(o.consumed, req.len());
-    out
+    out.to_vec()
 }
 
 fn gets_cas(eng: &Engine, s: &mut Session, k: u8) -> Option<u64> {

@@ -24,7 +24,7 @@ impl Drop for Srv {
 
 /// A port free for both TCP and UDP right now, and never handed to two tests of this process.
 ///
-/// Regression (huge_multiget_reply_is_refused, seen in CI): ports from `bind(0)` come from the
+/// Regression (seen in CI, in a since-replaced large-multiget test): ports from `bind(0)` come from the
 /// kernel's ephemeral range and are free again as soon as the probe closes, so two tests running
 /// in parallel could draw the same port; the second server failed to bind, `wait_up` saw the
 /// first one listening, and the test talked to another test's (descriptor-starved) server.

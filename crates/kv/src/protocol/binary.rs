@@ -4,6 +4,7 @@
 //! it never panics on hostile headers.
 
 use super::Limits;
+use crate::out::Put;
 
 /// Request magic.
 pub const MAGIC_REQ: u8 = 0x80;
@@ -201,7 +202,7 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
 /// Appends one response.
 #[allow(clippy::too_many_arguments)]
 pub fn put_response(
-    out: &mut Vec<u8>,
+    out: &mut impl Put,
     opcode: u8,
     status: u16,
     opaque: u32,
@@ -210,8 +211,24 @@ pub fn put_response(
     key: &[u8],
     value: &[u8],
 ) {
-    let body = extras.len() + key.len() + value.len();
-    out.reserve(HEADER_LEN + body);
+    out.reserve(HEADER_LEN + extras.len() + key.len() + value.len());
+    put_response_head(out, opcode, status, opaque, cas, extras, key, value.len());
+    out.extend_from_slice(value);
+}
+
+/// Appends a response up to its value, which (`value_len` bytes) the caller appends.
+#[allow(clippy::too_many_arguments)]
+pub fn put_response_head(
+    out: &mut impl Put,
+    opcode: u8,
+    status: u16,
+    opaque: u32,
+    cas: u64,
+    extras: &[u8],
+    key: &[u8],
+    value_len: usize,
+) {
+    let body = extras.len() + key.len() + value_len;
     out.push(MAGIC_RES);
     out.push(opcode);
     out.extend_from_slice(&(key.len() as u16).to_be_bytes());
@@ -223,7 +240,6 @@ pub fn put_response(
     out.extend_from_slice(&cas.to_be_bytes());
     out.extend_from_slice(extras);
     out.extend_from_slice(key);
-    out.extend_from_slice(value);
 }
 
 #[cfg(test)]

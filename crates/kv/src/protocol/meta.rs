@@ -4,6 +4,7 @@
 use super::reply::Fail;
 use super::text::{Command, Parse, Tokens, MAX_TOKENS};
 use super::{parse_i64, parse_u32, parse_u64, Limits, KEY_MAX};
+use crate::out::Put;
 
 /// Which meta command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +127,11 @@ pub(super) fn parse<'a>(buf: &'a [u8], used: usize, tk: &Tokens<'a>, lim: &Limit
         let Some(dl) = t.get(2).filter(|_| n > 2).and_then(|d| parse_u64(d)) else {
             return done(Command::Fail(Fail::BadFormat));
         };
+        // memcached reads the length as an int32 and refuses what does not fit; so do we, before
+        // any sum with it can overflow (found by the soak: `ms k 18446744073709551615`).
+        if dl > (i32::MAX - 2) as u64 {
+            return done(Command::Fail(Fail::BadDataChunk));
+        }
         datalen = dl as usize;
         first_flag = 3;
     }
@@ -328,7 +334,7 @@ pub fn base64_decode(s: &[u8], out: &mut Vec<u8>) -> bool {
 }
 
 /// Encodes bytes as base64 with padding.
-pub fn base64_encode(s: &[u8], out: &mut Vec<u8>) {
+pub fn base64_encode(s: &[u8], out: &mut impl Put) {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     for ch in s.chunks(3) {
         let b = [ch[0], *ch.get(1).unwrap_or(&0), *ch.get(2).unwrap_or(&0)];

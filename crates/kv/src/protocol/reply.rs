@@ -1,5 +1,7 @@
 //! Typed replies and their exact memcached byte strings.
 
+use crate::out::Put;
+
 /// An error reply (the protocol's errors are responses, not Rust errors).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fail {
@@ -49,8 +51,6 @@ pub enum Fail {
     InvalidMaMode,
     /// `flush_all` with `-F`.
     FlushDisabled,
-    /// A get reply larger than the server will build.
-    GetTooLarge,
 }
 
 impl Fail {
@@ -82,7 +82,6 @@ impl Fail {
             Fail::InvalidMsMode => "CLIENT_ERROR invalid mode for ms M token",
             Fail::InvalidMaMode => "CLIENT_ERROR invalid mode for ma M token",
             Fail::FlushDisabled => "CLIENT_ERROR flush_all not allowed",
-            Fail::GetTooLarge => "SERVER_ERROR out of memory writing get response",
         }
     }
 }
@@ -130,14 +129,14 @@ impl Reply {
     }
 
     /// Appends the line and CRLF.
-    pub fn write(self, out: &mut Vec<u8>) {
+    pub fn write(self, out: &mut impl Put) {
         out.extend_from_slice(self.text().as_bytes());
         out.extend_from_slice(b"\r\n");
     }
 }
 
 /// Appends a decimal number.
-pub fn put_u64(out: &mut Vec<u8>, v: u64) {
+pub fn put_u64(out: &mut impl Put, v: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
     let mut v = v;
@@ -153,7 +152,7 @@ pub fn put_u64(out: &mut Vec<u8>, v: u64) {
 }
 
 /// Appends a signed decimal number.
-pub fn put_i64(out: &mut Vec<u8>, v: i64) {
+pub fn put_i64(out: &mut impl Put, v: i64) {
     if v < 0 {
         out.push(b'-');
     }
@@ -161,20 +160,25 @@ pub fn put_i64(out: &mut Vec<u8>, v: i64) {
 }
 
 /// Appends `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`.
-pub fn put_value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas: Option<u64>) {
+pub fn put_value(out: &mut impl Put, key: &[u8], flags: u32, data: &[u8], cas: Option<u64>) {
     out.reserve(key.len() + data.len() + 48);
+    put_value_header(out, key, flags, data.len(), cas);
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `VALUE <key> <flags> <bytes>[ <cas>]\r\n`: the value and its CRLF follow.
+pub fn put_value_header(out: &mut impl Put, key: &[u8], flags: u32, len: usize, cas: Option<u64>) {
     out.extend_from_slice(b"VALUE ");
     out.extend_from_slice(key);
     out.push(b' ');
     put_u64(out, flags as u64);
     out.push(b' ');
-    put_u64(out, data.len() as u64);
+    put_u64(out, len as u64);
     if let Some(c) = cas {
         out.push(b' ');
         put_u64(out, c);
     }
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
 }
 

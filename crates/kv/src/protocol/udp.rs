@@ -42,26 +42,53 @@ impl Frame {
 
 /// Splits a response into datagrams of at most [`MAX_DATAGRAM`] bytes, each with its header.
 pub fn split(request_id: u16, payload: &[u8]) -> Vec<Vec<u8>> {
+    let mut v = Vec::new();
+    datagrams(request_id, payload.len(), [payload], |d| v.push(d.to_vec()));
+    v
+}
+
+/// Cuts a response of `len` bytes, given as `pieces` in order, into datagrams of at most
+/// [`MAX_DATAGRAM`] bytes with their headers, handing each to `send` as it fills: one
+/// datagram's buffer, whatever the response's size. Like memcached's 16-bit count, a response
+/// is cut after 65535 datagrams.
+pub fn datagrams<'a>(
+    request_id: u16,
+    len: usize,
+    pieces: impl IntoIterator<Item = &'a [u8]>,
+    mut send: impl FnMut(&[u8]),
+) {
     let chunk = MAX_DATAGRAM - HEADER_LEN;
-    let n = payload.len().div_ceil(chunk).max(1);
-    let total = n.min(u16::MAX as usize) as u16;
-    (0..n.min(u16::MAX as usize))
-        .map(|i| {
-            let part =
-                &payload[(i * chunk).min(payload.len())..((i + 1) * chunk).min(payload.len())];
-            let mut d = Vec::with_capacity(HEADER_LEN + part.len());
-            d.extend_from_slice(
-                &Frame {
-                    request_id,
-                    seq: i as u16,
-                    total,
+    let total = len.div_ceil(chunk).clamp(1, u16::MAX as usize) as u16;
+    let header = |seq: u16| {
+        Frame {
+            request_id,
+            seq,
+            total,
+        }
+        .encode()
+    };
+    let mut d = Vec::with_capacity(MAX_DATAGRAM);
+    let mut seq = 0u16;
+    d.extend_from_slice(&header(seq));
+    for mut p in pieces {
+        while !p.is_empty() {
+            let k = (MAX_DATAGRAM - d.len()).min(p.len());
+            d.extend_from_slice(&p[..k]);
+            p = &p[k..];
+            if d.len() == MAX_DATAGRAM {
+                send(&d);
+                seq += 1;
+                if seq == total {
+                    return;
                 }
-                .encode(),
-            );
-            d.extend_from_slice(part);
-            d
-        })
-        .collect()
+                d.clear();
+                d.extend_from_slice(&header(seq));
+            }
+        }
+    }
+    if d.len() > HEADER_LEN || seq == 0 {
+        send(&d);
+    }
 }
 
 #[cfg(test)]
@@ -79,5 +106,15 @@ mod tests {
         let back: Vec<u8> = d.iter().flat_map(|x| x[8..].to_vec()).collect();
         assert_eq!(back, p);
         assert_eq!(split(1, b"").len(), 1);
+        assert_eq!(split(1, &p[..2 * (MAX_DATAGRAM - HEADER_LEN)]).len(), 2);
+    }
+
+    #[test]
+    fn pieces_pack_like_one_payload() {
+        let p: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        let mut got = Vec::new();
+        let parts = [&p[..1], &p[1..1391], &p[1391..1392], &p[1392..]];
+        datagrams(7, p.len(), parts, |d| got.push(d.to_vec()));
+        assert_eq!(got, split(7, &p));
     }
 }

@@ -1,13 +1,14 @@
 //! The UDP server: requests in one datagram (after the 8-byte frame header); each request's
-//! reply is split into frames of at most 1400 bytes sent back to the sender.
+//! reply is cut into frames of at most 1400 bytes sent back to the sender as they fill.
 
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::handler::{process, Engine, Session};
-use crate::protocol::udp::{split, Frame, HEADER_LEN};
+use crate::handler::{process_one, Engine, Session};
+use crate::out::Out;
+use crate::protocol::udp::{datagrams, Frame, HEADER_LEN};
 
 /// Serves one UDP socket until `stop`.
 pub fn serve(sock: UdpSocket, eng: Arc<Engine>, stop: Arc<AtomicBool>) {
@@ -17,7 +18,9 @@ pub fn serve(sock: UdpSocket, eng: Arc<Engine>, stop: Arc<AtomicBool>) {
         return;
     }
     let mut buf = vec![0u8; 65536];
-    let mut out = Vec::new();
+    // Replies hold large values by reference and are cut into datagrams one at a time, so a
+    // multiget of large values leaves no large buffer behind.
+    let mut out = Out::new();
     while !stop.load(Ordering::Relaxed) {
         let (n, peer) = match sock.recv_from(&mut buf) {
             Ok(x) => x,
@@ -32,17 +35,16 @@ pub fn serve(sock: UdpSocket, eng: Arc<Engine>, stop: Arc<AtomicBool>) {
         }
         let mut session = Session::new(counters.clone());
         let mut input = &buf[HEADER_LEN..n];
-        // Like memcached, every request's reply is its own message (own sequence numbers):
-        // an output cap of one byte stops `process` after each request that answered.
+        // Like memcached, every request's reply is its own message (own sequence numbers).
         while !input.is_empty() {
-            out.clear();
-            let o = process(&eng, &mut session, input, &mut out, 1);
+            let o = process_one(&eng, &mut session, input, &mut out);
             input = &input[o.consumed..];
             if !out.is_empty() {
-                for d in split(frame.request_id, &out) {
-                    let _ = sock.send_to(&d, peer);
-                }
+                datagrams(frame.request_id, out.len(), out.pieces(), |d| {
+                    let _ = sock.send_to(d, peer);
+                });
             }
+            out.clear();
             if o.close || o.consumed == 0 {
                 break;
             }

@@ -7,7 +7,8 @@
 //! is capped per connection (a connection with [`OUT_LIMIT`] bytes of replies queued is not
 //! read until they drain), and `-R` yields a pipelining connection to the others. Buffers
 //! handed to the kernel are not touched (or freed) until their operation completes: replies
-//! are double-buffered (one buffer in flight, one filling).
+//! are double-buffered (one queue in flight as a `sendmsg` over its pieces, large values by
+//! reference, and one filling).
 
 use std::collections::VecDeque;
 use std::io;
@@ -18,9 +19,10 @@ use std::sync::Arc;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
-use super::conn::{list_conn, new_session, Stream, KEEP, OUT_LIMIT};
+use super::conn::{echo_closed, list_conn, new_session, Stream, IOV_BATCH, OUT_LIMIT};
 use super::readbuf::ReadBuf;
 use crate::handler::{process, Engine, Session};
+use crate::out::Out;
 use crate::stats;
 
 /// Submission queue size; each connection has at most two operations in flight.
@@ -63,10 +65,12 @@ struct Conn {
     fd: OwnedFd,
     rbuf: ReadBuf,
     /// Replies being gathered.
-    wbuf: Vec<u8>,
-    /// Replies handed to the kernel (`spos` of them sent so far).
-    sending: Vec<u8>,
-    spos: usize,
+    wbuf: Out,
+    /// Replies handed to the kernel; untouched while a send is armed.
+    sending: Out,
+    /// The armed send's pieces and message header (boxed: `conns` may move the `Conn`).
+    iov: Vec<libc::iovec>,
+    msg: Box<libc::msghdr>,
     recv_armed: bool,
     send_armed: bool,
     session: Session,
@@ -149,7 +153,6 @@ impl Worker {
             return;
         }
         std::mem::swap(&mut c.wbuf, &mut c.sending);
-        c.spos = 0;
         self.send_rest(slot);
     }
 
@@ -157,15 +160,20 @@ impl Worker {
         let Some(c) = self.conns[slot].as_mut() else {
             return;
         };
-        let rest = &c.sending[c.spos..];
-        let e = opcode::Send::new(
-            types::Fd(c.fd.as_raw_fd()),
-            rest.as_ptr(),
-            rest.len() as u32,
-        )
-        .flags(libc::MSG_NOSIGNAL)
-        .build()
-        .user_data(user_data(slot, OP_SEND));
+        c.iov.clear();
+        c.iov
+            .extend(c.sending.pieces().take(IOV_BATCH).map(|p| libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            }));
+        c.msg.msg_iov = c.iov.as_mut_ptr();
+        c.msg.msg_iovlen = c.iov.len() as _;
+        // The pieces, `iov` and `msg` stay unmoved and unchanged until the send completes:
+        // `sending` is only advanced, and `iov` only rebuilt, after that.
+        let e = opcode::SendMsg::new(types::Fd(c.fd.as_raw_fd()), &*c.msg)
+            .flags(libc::MSG_NOSIGNAL as u32)
+            .build()
+            .user_data(user_data(slot, OP_SEND));
         c.send_armed = true;
         self.push(e);
     }
@@ -235,6 +243,7 @@ impl Worker {
         let gone = matches!(&self.conns[slot], Some(c) if c.dead && !c.inflight());
         if gone {
             if let Some(c) = self.conns[slot].take() {
+                echo_closed(eng, &c.session);
                 if let Some(fd) = c.table_fd {
                     eng.conn_table.remove(fd);
                 }
@@ -265,19 +274,15 @@ impl Worker {
         } else {
             c.send_armed = false;
             if res > 0 {
-                c.spos += res as usize;
+                c.sending.advance(res as usize);
                 stats::add(&c.session.counters.bytes_written, res as u64);
             }
             if c.dead {
             } else if res < 0 && res != -libc::EINTR && res != -libc::EAGAIN {
                 self.kill(slot);
-            } else if c.spos < c.sending.len() {
+            } else if !c.sending.is_empty() {
                 self.send_rest(slot);
             } else {
-                c.sending.clear();
-                if c.sending.capacity() > KEEP {
-                    c.sending.shrink_to(KEEP);
-                }
                 // Output room again: gather more (a stalled connection resumes here).
                 if !c.queued {
                     self.run(eng, slot);
@@ -308,14 +313,17 @@ impl Worker {
             self.conns.push(None);
             self.conns.len() - 1
         });
-        let mut session = new_session(eng, counters, slot, listed.as_ref().map(|(_, e)| e));
+        let mut session = new_session(eng, counters, raw, listed.as_ref().map(|(_, e)| e));
         session.max_reqs = eng.settings.reqs_per_event;
         self.conns[slot] = Some(Conn {
             fd,
             rbuf: ReadBuf::default(),
-            wbuf: Vec::new(),
-            sending: Vec::new(),
-            spos: 0,
+            wbuf: Out::new(),
+            sending: Out::new(),
+            iov: Vec::with_capacity(IOV_BATCH),
+            // SAFETY: msghdr is a plain C struct for which all-zero is valid (no name, no
+            // control data); `send_rest` sets its iovec pointer before each use.
+            msg: Box::new(unsafe { std::mem::zeroed() }),
             recv_armed: false,
             send_armed: false,
             session,

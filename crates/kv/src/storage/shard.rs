@@ -1,8 +1,11 @@
 //! One shard: a hash table of slot indices, a slab of entries and an intrusive LRU list.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use hashbrown::HashTable;
+
+use crate::out::SHARE_MIN;
 
 use super::{
     ArithOutcome, DeleteOutcome, ReadOpts, StoreCounters, StoreMode, StoreOutcome, ITEM_OVERHEAD,
@@ -23,7 +26,7 @@ pub(super) struct Ctx {
 
 struct Entry {
     /// Key followed by value in one allocation: one cache miss reaches both.
-    data: Box<[u8]>,
+    data: Data,
     key_len: u8,
     hash: u64,
     cas: u64,
@@ -43,17 +46,17 @@ struct Entry {
 
 impl Entry {
     fn key(&self) -> &[u8] {
-        &self.data[..self.key_len as usize]
+        &self.data.bytes()[..self.key_len as usize]
     }
 
     fn value(&self) -> &[u8] {
-        &self.data[self.key_len as usize..]
+        &self.data.bytes()[self.key_len as usize..]
     }
 
     fn charge(&self) -> usize {
         charge(
             self.key_len as usize,
-            self.data.len() - self.key_len as usize,
+            self.data.bytes().len() - self.key_len as usize,
         )
     }
 
@@ -71,6 +74,62 @@ impl Entry {
     }
 }
 
+/// An item's key and value. Large values are shared (reference-counted) so that replies can
+/// send them by reference (see [`crate::out`]); small ones, which replies copy anyway, are a
+/// plain allocation: 16 bytes smaller, which keeps more small items per cache line.
+enum Data {
+    Small(Box<[u8]>),
+    Shared(Arc<[u8]>),
+}
+
+impl Data {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Data::Small(b) => b,
+            Data::Shared(a) => a,
+        }
+    }
+
+    fn shared(&self) -> Option<&Arc<[u8]>> {
+        match self {
+            Data::Small(_) => None,
+            Data::Shared(a) => Some(a),
+        }
+    }
+}
+
+/// `parts` in order followed by `pad` spaces, in one allocation written once (building a `Vec`
+/// and converting it to an `Arc` would copy a large value twice). The first part is the key.
+fn joined(parts: &[&[u8]], pad: usize) -> Data {
+    let len = parts.iter().map(|p| p.len()).sum::<usize>() + pad;
+    let key = parts.first().map_or(0, |k| k.len());
+    if len - key < SHARE_MIN {
+        let mut v = Vec::with_capacity(len);
+        for p in parts {
+            v.extend_from_slice(p);
+        }
+        v.resize(len, b' ');
+        return Data::Small(v.into_boxed_slice());
+    }
+    let mut a = Arc::<[u8]>::new_uninit_slice(len);
+    let Some(dst) = Arc::get_mut(&mut a) else {
+        // A fresh Arc has one owner; kept total rather than unwrapped.
+        return Data::Small(Box::default());
+    };
+    let dst = dst.as_mut_ptr().cast::<u8>();
+    let mut at = 0;
+    for p in parts {
+        // SAFETY: `at + p.len() <= len`, and the source is a live slice that cannot overlap a
+        // fresh allocation.
+        unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), dst.add(at), p.len()) };
+        at += p.len();
+    }
+    // SAFETY: the last `pad` bytes of the allocation, `at + pad == len`.
+    unsafe { std::ptr::write_bytes(dst.add(at), b' ', pad) };
+    // SAFETY: every one of the `len` bytes was written above.
+    Data::Shared(unsafe { a.assume_init() })
+}
+
 fn charge(key: usize, value: usize) -> usize {
     key + value + ITEM_OVERHEAD
 }
@@ -82,6 +141,10 @@ pub struct ItemRef<'a> {
     pub key: &'a [u8],
     /// The value, without CRLF.
     pub value: &'a [u8],
+    /// For a value of at least [`SHARE_MIN`] bytes, the item's key and value in their shared
+    /// allocation (`value` is `shared[key.len()..]`): a reply may keep it to send the value
+    /// without copying it. `None` for smaller values, which replies copy.
+    pub shared: Option<&'a Arc<[u8]>>,
     /// Client flags.
     pub flags: u32,
     /// CAS unique.
@@ -153,7 +216,7 @@ impl Shard {
         let ntotal = MC_ITEM_HEADER
             + e.key_len as usize
             + 1
-            + (e.data.len() - e.key_len as usize)
+            + (e.data.bytes().len() - e.key_len as usize)
             + 2
             + if e.flags != 0 { 4 } else { 0 }
             + if cas { 8 } else { 0 };
@@ -340,6 +403,7 @@ impl Shard {
         let view = ItemRef {
             key: e.key(),
             value: e.value(),
+            shared: e.data.shared(),
             flags: e.flags,
             cas: e.cas,
             exptime: e.exptime,
@@ -391,35 +455,23 @@ impl Shard {
                     return StoreOutcome::Exists;
                 }
                 stale_of = Some(e.win_sent);
-                let mut v = Vec::with_capacity(key.len() + data.len());
-                v.extend_from_slice(key);
-                v.extend_from_slice(data);
-                (v.into_boxed_slice(), flags, e.exptime)
+                (joined(&[key, data], 0), flags, e.exptime)
             }
             (StoreMode::Append | StoreMode::Prepend, Some(i)) => {
                 let e = self.entry(i);
                 if charge(key.len(), e.value().len() + data.len()) > item_max {
                     return StoreOutcome::TooLarge;
                 }
-                let mut v = Vec::with_capacity(key.len() + e.value().len() + data.len());
-                v.extend_from_slice(key);
-                if mode == StoreMode::Append {
-                    v.extend_from_slice(e.value());
-                    v.extend_from_slice(data);
+                let v = if mode == StoreMode::Append {
+                    joined(&[key, e.value(), data], 0)
                 } else {
-                    v.extend_from_slice(data);
-                    v.extend_from_slice(e.value());
-                }
-                (v.into_boxed_slice(), e.flags, e.exptime)
+                    joined(&[key, data, e.value()], 0)
+                };
+                (v, e.flags, e.exptime)
             }
-            _ => {
-                let mut v = Vec::with_capacity(key.len() + data.len());
-                v.extend_from_slice(key);
-                v.extend_from_slice(data);
-                (v.into_boxed_slice(), flags, exptime_abs)
-            }
+            _ => (joined(&[key, data], 0), flags, exptime_abs),
         };
-        let need = charge(key.len(), value.len() - key.len());
+        let need = charge(key.len(), value.bytes().len() - key.len());
         if let Some(i) = old {
             // Overwrite in place: no table or slab churn.
             self.bump(i);
@@ -535,23 +587,17 @@ impl Shard {
             cur.saturating_sub(delta)
         };
         let text = v.to_string();
-        let old_len = self.entry(i).data.len();
+        let old_len = self.entry(i).data.bytes().len();
         self.bump(i);
         self.size_count(i, false);
         let e = self.entry_mut(i);
-        let kl = e.key_len as usize;
-        let mut d = Vec::with_capacity(kl + text.len().max(old_len - kl));
-        d.extend_from_slice(e.key());
-        d.extend_from_slice(text.as_bytes());
         // Like memcached, a shorter number is written in place and padded with spaces.
-        if d.len() < old_len {
-            d.resize(old_len, b' ');
-        }
-        e.data = d.into_boxed_slice();
+        let pad = old_len.saturating_sub(e.key_len as usize + text.len());
+        e.data = joined(&[e.key(), text.as_bytes()], pad);
         let new_cas = new_cas();
         e.cas = new_cas;
         e.time = ctx.now;
-        let new_len = e.data.len();
+        let new_len = e.data.bytes().len();
         self.used = self.used + new_len - old_len;
         self.size_count(i, true);
         ArithOutcome::Value(v, new_cas)
