@@ -228,7 +228,11 @@ fn binary_matches_memcached_on(remora_flags: &[&str]) {
     reqs.extend(bin(0x00, &[], b"a", &[], 0));
     reqs.extend(bin(0x05, &arith(5, 10, 0), b"n", &[], 0)); // incr creates 10
     reqs.extend(bin(0x05, &arith(5, 10, 0), b"n", &[], 0)); // 15
-    reqs.extend(bin(0x06, &arith(100, 0, 0), b"n", &[], 0)); // 0
+    // 15 - 5: a number as long as before. memcached pads a shorter one with spaces only when it
+    // can rewrite the item in place, which depends on whether another thread (its LRU
+    // maintainer) holds a reference at that moment: under load it answered "1" where it
+    // usually answers "1 ", so the diff keeps lengths equal (padding has unit tests).
+    reqs.extend(bin(0x06, &arith(5, 0, 0), b"n", &[], 0)); // 10
     reqs.extend(bin(0x05, &arith(1, 0, 0xffffffff), b"m", &[], 0)); // miss, no create
     reqs.extend(bin(0x05, &arith(1, 0, 0), b"a", &[], 0)); // non-numeric
     reqs.extend(bin(0x04, &[], b"a", &[], 0)); // delete
