@@ -227,3 +227,40 @@ fn lazy_fabric_server_drops_the_queue_pairs_of_clients_that_left() {
     assert!(t1 <= t0 + 4, "threads grew from {t0} to {t1}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A client that connects and stays silent must not hold up the others: the lazy page server
+/// used to run each setup in its accept loop, so the next client waited for the silent one's
+/// setup timeout.
+#[test]
+fn lazy_fabric_server_serves_others_while_a_client_stays_silent() {
+    let dir = std::env::temp_dir().join(format!("remora-limits-silent-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("image.bin");
+    std::fs::write(&file, vec![5u8; 1 << 16]).unwrap();
+    let path = file.to_str().unwrap();
+    let s = serve_common::serve_with_stderr(
+        &[
+            "lazy",
+            "serve",
+            "--transport",
+            "shm",
+            "--listen",
+            "127.0.0.1:0",
+            "--file",
+            path,
+        ],
+        &[("RUST_LOG", "error")],
+    );
+    let mut silent = TcpStream::connect(s.addr).unwrap();
+    // The server's setup timeout is 10 s; a client served before it gave up on the silent one
+    // was served concurrently.
+    let f = remora_lazy::FabricFetcher::connect(s.addr, Transport::Shm).unwrap();
+    assert!(f.is_mapped());
+    silent.set_nonblocking(true).unwrap();
+    let mut b = [0u8; 1];
+    assert!(
+        matches!(silent.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the silent client's setup was still pending when the other was served"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -175,7 +175,7 @@ impl FabricServer {
         let (s, q) = (stop.clone(), qps.clone());
         let thread = std::thread::Builder::new()
             .name("lazy-fabric-server".into())
-            .spawn(move || self.accept_loop(&s, &q))
+            .spawn(move || self.accept_loop(s, q))
             .map_err(|e| Error::io("spawn server thread", e))?;
         Ok(FabricServerHandle {
             addr,
@@ -186,32 +186,64 @@ impl FabricServer {
     }
     /// Serves in the calling thread until the process ends.
     pub fn run(self) {
-        self.accept_loop(&AtomicBool::new(false), &Mutex::new(Vec::new()));
+        self.accept_loop(Arc::default(), Arc::default());
     }
-    fn accept_loop(self, stop: &AtomicBool, qps: &Mutex<Vec<Qp>>) {
+    /// Accepts connections; each setup runs on a detached thread of its own (at most
+    /// [`MAX_SETUPS`] at once, the rest refused), so a client that stays silent cannot hold up
+    /// the others for the setup timeout.
+    fn accept_loop(self, stop: Arc<AtomicBool>, qps: Arc<Mutex<Vec<Qp>>>) {
+        let private: Arc<[u8]> = self.private.clone().into();
+        let setups = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         while !stop.load(Ordering::Acquire) {
-            match self.listener.accept(&self.private) {
-                // Keep the queue pair: its responder serves READs without us. Those of clients
-                // that left are dropped, so connections that come and go leave nothing behind.
-                Ok((qp, _)) if !stop.load(Ordering::Acquire) => {
-                    let mut live = qps.lock().unwrap_or_else(|p| p.into_inner());
-                    live.retain(|q| !q.is_closed());
-                    if live.len() >= MAX_CLIENTS {
-                        tracing::warn!(
-                            "fabric page server: {MAX_CLIENTS} clients connected; one refused"
-                        );
-                        continue;
-                    }
-                    live.push(qp)
-                }
-                Ok(_) => return,
+            let inc = match self.listener.incoming() {
+                Ok(i) => i,
                 Err(e) => {
                     tracing::warn!("fabric page server: accept: {e}");
                     std::thread::sleep(Duration::from_millis(10));
+                    continue;
                 }
+            };
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
+            if setups.fetch_add(1, Ordering::AcqRel) >= MAX_SETUPS {
+                setups.fetch_sub(1, Ordering::AcqRel);
+                tracing::warn!("fabric page server: {MAX_SETUPS} setups in progress; one refused");
+                continue;
+            }
+            let (stop, qps, private, n) =
+                (stop.clone(), qps.clone(), private.clone(), setups.clone());
+            let spawned = std::thread::Builder::new()
+                .name("lazy-fabric-setup".into())
+                .stack_size(256 << 10)
+                .spawn(move || {
+                    let from = inc.peer_addr();
+                    let r = inc.establish(&private);
+                    n.fetch_sub(1, Ordering::AcqRel);
+                    match r {
+                        Ok((qp, _)) if !stop.load(Ordering::Acquire) => keep(&qps, qp),
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(%from, "fabric page server: setup refused: {e}"),
+                    }
+                });
+            if let Err(e) = spawned {
+                setups.fetch_sub(1, Ordering::AcqRel);
+                tracing::warn!("fabric page server: no thread for a setup: {e}");
             }
         }
     }
+}
+
+/// Keeps a client's queue pair (its responder serves READs without us); those of clients that
+/// left are dropped first, so connections that come and go leave nothing behind.
+fn keep(qps: &Mutex<Vec<Qp>>, qp: Qp) {
+    let mut live = qps.lock().unwrap_or_else(|p| p.into_inner());
+    live.retain(|q| !q.is_closed());
+    if live.len() >= MAX_CLIENTS {
+        tracing::warn!("fabric page server: {MAX_CLIENTS} clients connected; one refused");
+        return;
+    }
+    live.push(qp)
 }
 
 /// `len` bytes of `f` mapped shared and read-only, so clients READ its current pages.
@@ -318,6 +350,8 @@ fn attach_process(
 
 /// Queue pairs a fabric page server keeps at once (each holds two threads on tcp and shm).
 const MAX_CLIENTS: usize = 1024;
+/// Connection setups a fabric page server runs at once (each waits up to 10 s for its peer).
+const MAX_SETUPS: usize = 64;
 
 const STAGE: usize = PUSH_MAX_CHUNK as usize;
 /// Busy-poll the completion queue this long before sleeping on it.
