@@ -192,24 +192,8 @@ fn connections_over_max_connections_are_refused_and_counted_and_sigusr1_prints_c
 
 #[test]
 fn lazy_fabric_server_drops_the_queue_pairs_of_clients_that_left() {
-    let dir = std::env::temp_dir().join(format!("remora-limits-lazy-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("image.bin");
-    std::fs::write(&file, vec![3u8; 1 << 16]).unwrap();
-    let path = file.to_str().unwrap();
-    let s = serve_common::serve_with_stderr(
-        &[
-            "lazy",
-            "serve",
-            "--transport",
-            "shm",
-            "--listen",
-            "127.0.0.1:0",
-            "--file",
-            path,
-        ],
-        &[("RUST_LOG", "error")],
-    );
+    let lazy = serve_common::serve_lazy_file("limits-lazy", 1 << 16, 3);
+    let s = &lazy.served;
     let pid = s.child.id();
     let cycle = |n| {
         for _ in 0..n {
@@ -225,7 +209,6 @@ fn lazy_fabric_server_drops_the_queue_pairs_of_clients_that_left() {
     let (t1, _) = settled(pid);
     // A stream queue pair holds two threads: 200 kept would be 400 more.
     assert!(t1 <= t0 + 4, "threads grew from {t0} to {t1}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A client that connects and stays silent must not hold up the others: the lazy page server
@@ -233,24 +216,8 @@ fn lazy_fabric_server_drops_the_queue_pairs_of_clients_that_left() {
 /// setup timeout.
 #[test]
 fn lazy_fabric_server_serves_others_while_a_client_stays_silent() {
-    let dir = std::env::temp_dir().join(format!("remora-limits-silent-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("image.bin");
-    std::fs::write(&file, vec![5u8; 1 << 16]).unwrap();
-    let path = file.to_str().unwrap();
-    let s = serve_common::serve_with_stderr(
-        &[
-            "lazy",
-            "serve",
-            "--transport",
-            "shm",
-            "--listen",
-            "127.0.0.1:0",
-            "--file",
-            path,
-        ],
-        &[("RUST_LOG", "error")],
-    );
+    let lazy = serve_common::serve_lazy_file("limits-silent", 1 << 16, 5);
+    let s = &lazy.served;
     let mut silent = TcpStream::connect(s.addr).unwrap();
     // The server's setup timeout is 10 s; a client served before it gave up on the silent one
     // was served concurrently.
@@ -262,5 +229,4 @@ fn lazy_fabric_server_serves_others_while_a_client_stays_silent() {
         matches!(silent.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
         "the silent client's setup was still pending when the other was served"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -228,6 +228,7 @@ fn binary_matches_memcached_on(remora_flags: &[&str]) {
     reqs.extend(bin(0x00, &[], b"a", &[], 0));
     reqs.extend(bin(0x05, &arith(5, 10, 0), b"n", &[], 0)); // incr creates 10
     reqs.extend(bin(0x05, &arith(5, 10, 0), b"n", &[], 0)); // 15
+
     // 15 - 5: a number as long as before. memcached pads a shorter one with spaces only when it
     // can rewrite the item in place, which depends on whether another thread (its LRU
     // maintainer) holds a reference at that moment: under load it answered "1" where it

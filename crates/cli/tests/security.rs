@@ -358,22 +358,6 @@ fn shm_claimed_pid_attack_on_a_root_lazy_server_reads_and_writes_nothing() {
         eprintln!("skipped: {why}");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("remora-sec-lazy-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("image.bin");
-    std::fs::write(&file, vec![0u8; 1 << 20]).unwrap();
-    let path = file.to_str().unwrap();
-    let srv = serve_common::serve(&[
-        "lazy",
-        "serve",
-        "--transport",
-        "shm",
-        "--listen",
-        "127.0.0.1:0",
-        "--file",
-        path,
-    ]);
-    check(srv.addr, false);
-    drop(srv);
-    let _ = std::fs::remove_dir_all(&dir);
+    let lazy = serve_common::serve_lazy_file("sec-lazy", 1 << 20, 0);
+    check(lazy.served.addr, false);
 }

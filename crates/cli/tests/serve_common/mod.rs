@@ -59,3 +59,41 @@ fn start(args: &[&str], stderr: Stdio, env: &[(&str, &str)]) -> Served {
         stderr,
     }
 }
+
+/// `remora lazy serve --transport shm` of a fresh file of `len` bytes of `fill`; the file's
+/// folder goes when the server does.
+#[allow(dead_code)]
+pub fn serve_lazy_file(name: &str, len: usize, fill: u8) -> LazyServed {
+    let dir = std::env::temp_dir().join(format!("remora-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("image.bin");
+    std::fs::write(&file, vec![fill; len]).unwrap();
+    let path = file.to_str().unwrap();
+    let args = [
+        "lazy",
+        "serve",
+        "--transport",
+        "shm",
+        "--listen",
+        "127.0.0.1:0",
+        "--file",
+        path,
+    ];
+    LazyServed {
+        served: serve_with_stderr(&args, &[("RUST_LOG", "error")]),
+        dir,
+    }
+}
+
+/// A lazy page server and the folder of the file it serves.
+pub struct LazyServed {
+    pub served: Served,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for LazyServed {
+    fn drop(&mut self) {
+        let _ = self.served.child.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
