@@ -1,0 +1,309 @@
+//! Runs binary-protocol requests and writes their responses.
+
+use super::*;
+
+pub(super) fn put_bin_error(out: &mut Out, h: &binary::Header, st: u16) {
+    binary::put_response(
+        out,
+        h.opcode,
+        st,
+        h.opaque,
+        0,
+        &[],
+        &[],
+        binary::status_text(st),
+    );
+}
+
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn be64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_be_bytes(a)
+}
+
+/// Runs one binary request; returns true to close.
+pub(super) fn run_binary(
+    eng: &Engine,
+    s: &mut Session,
+    req: &binary::Request<'_>,
+    now: u32,
+    out: &mut Out,
+) -> bool {
+    let c = &*s.counters;
+    let h = &req.header;
+    let (el, kl, vl) = (req.extras.len(), req.key.len(), req.value.len());
+    // memcached answers invalid arguments and then closes the connection.
+    let inval = |out: &mut Out| {
+        put_bin_error(out, h, status::EINVAL);
+        true
+    };
+    let resp = |out: &mut Out, st: u16, cas: u64, extras: &[u8], key: &[u8], val: &[u8]| {
+        binary::put_response(out, h.opcode, st, h.opaque, cas, extras, key, val)
+    };
+    match h.opcode {
+        op::GET | op::GETQ | op::GETK | op::GETKQ | op::GAT | op::GATQ | op::GATK | op::GATKQ => {
+            let touch = matches!(h.opcode, op::GAT | op::GATQ | op::GATK | op::GATKQ);
+            let want_extras = if touch { 4 } else { 0 };
+            if el != want_extras || kl == 0 || vl != 0 || kl > crate::protocol::KEY_MAX {
+                return inval(out);
+            }
+            let quiet = matches!(h.opcode, op::GETQ | op::GETKQ | op::GATQ | op::GATKQ);
+            let with_key = matches!(h.opcode, op::GETK | op::GETKQ | op::GATK | op::GATKQ);
+            let exptime = if touch {
+                be32(req.extras) as i32 as i64
+            } else {
+                0
+            };
+            let opts = ReadOpts {
+                touch: touch.then_some(exptime),
+                ..ReadOpts::default()
+            };
+            let exp = if touch { eng.exptime(exptime, now) } else { 0 };
+            inc(&c.cmd_get);
+            if touch {
+                inc(&c.cmd_touch);
+            }
+            let hit = eng
+                .store
+                .get(req.key, now, opts, exp, |it| {
+                    let k: &[u8] = if with_key { it.key } else { &[] };
+                    let flags = it.flags.to_be_bytes();
+                    let (op, st) = (h.opcode, status::OK);
+                    let v = it.value.len();
+                    binary::put_response_head(out, op, st, h.opaque, it.cas, &flags, k, v);
+                    out.value(it.value, it.shared, it.key.len());
+                })
+                .is_some();
+            eng.prefixes.record(req.key, PrefixOp::Get(hit));
+            inc(if hit { &c.get_hits } else { &c.get_misses });
+            if touch {
+                inc(if hit { &c.touch_hits } else { &c.touch_misses });
+            }
+            if !hit && !quiet {
+                if with_key {
+                    resp(out, status::KEY_ENOENT, 0, &[], req.key, &[]);
+                } else {
+                    put_bin_error(out, h, status::KEY_ENOENT);
+                }
+            }
+        }
+        op::SET | op::SETQ | op::ADD | op::ADDQ | op::REPLACE | op::REPLACEQ => {
+            if el != 8 || kl == 0 || kl > crate::protocol::KEY_MAX {
+                return inval(out);
+            }
+            inc(&c.cmd_set);
+            eng.prefixes.record(req.key, PrefixOp::Set);
+            let flags = be32(&req.extras[0..4]);
+            let exptime = be32(&req.extras[4..8]) as i32 as i64;
+            let base = match h.opcode {
+                op::SET | op::SETQ => StoreMode::Set,
+                op::ADD | op::ADDQ => StoreMode::Add,
+                _ => StoreMode::Replace,
+            };
+            let mode = if h.cas != 0 && base != StoreMode::Add {
+                StoreMode::Cas(h.cas)
+            } else {
+                base
+            };
+            let quiet = matches!(h.opcode, op::SETQ | op::ADDQ | op::REPLACEQ);
+            let exp = eng.exptime(exptime, now);
+            let r = eng.store.store(mode, req.key, flags, exp, req.value, now);
+            bin_store_reply(c, out, h, base, r, quiet);
+        }
+        op::APPEND | op::APPENDQ | op::PREPEND | op::PREPENDQ => {
+            if el != 0 || kl == 0 || kl > crate::protocol::KEY_MAX {
+                return inval(out);
+            }
+            inc(&c.cmd_set);
+            eng.prefixes.record(req.key, PrefixOp::Set);
+            let mode = if matches!(h.opcode, op::APPEND | op::APPENDQ) {
+                StoreMode::Append
+            } else {
+                StoreMode::Prepend
+            };
+            let quiet = matches!(h.opcode, op::APPENDQ | op::PREPENDQ);
+            let r = eng.store.store(mode, req.key, 0, 0, req.value, now);
+            bin_store_reply(c, out, h, mode, r, quiet);
+        }
+        op::DELETE | op::DELETEQ => {
+            if el != 0 || kl == 0 || vl != 0 || kl > crate::protocol::KEY_MAX {
+                return inval(out);
+            }
+            let quiet = h.opcode == op::DELETEQ;
+            eng.prefixes.record(req.key, PrefixOp::Delete);
+            let cas = (h.cas != 0).then_some(h.cas);
+            match eng.store.delete(req.key, now, cas) {
+                DeleteOutcome::Deleted => {
+                    inc(&c.delete_hits);
+                    if !quiet {
+                        resp(out, status::OK, 0, &[], &[], &[]);
+                    }
+                }
+                DeleteOutcome::NotFound => {
+                    inc(&c.delete_misses);
+                    put_bin_error(out, h, status::KEY_ENOENT);
+                }
+                DeleteOutcome::Exists => put_bin_error(out, h, status::KEY_EEXISTS),
+            }
+        }
+        op::INCREMENT | op::INCREMENTQ | op::DECREMENT | op::DECREMENTQ => {
+            if el != 20 || kl == 0 || vl != 0 || kl > crate::protocol::KEY_MAX {
+                return inval(out);
+            }
+            let incr = matches!(h.opcode, op::INCREMENT | op::INCREMENTQ);
+            let quiet = matches!(h.opcode, op::INCREMENTQ | op::DECREMENTQ);
+            let delta = be64(&req.extras[0..8]);
+            let initial = be64(&req.extras[8..16]);
+            let exptime = be32(&req.extras[16..20]);
+            let cas = (h.cas != 0).then_some(h.cas);
+            let mut r = eng.store.arith(req.key, incr, delta, now, cas);
+            if r == ArithOutcome::NotFound {
+                inc(if incr { &c.incr_misses } else { &c.decr_misses });
+                if exptime != u32::MAX {
+                    let exp = eng.exptime(exptime as i32 as i64, now);
+                    let v = initial.to_string();
+                    r = match eng
+                        .store
+                        .store(StoreMode::Add, req.key, 0, exp, v.as_bytes(), now)
+                    {
+                        StoreOutcome::Stored(cas) => ArithOutcome::Value(initial, cas),
+                        _ => ArithOutcome::Exists,
+                    };
+                }
+            } else if matches!(r, ArithOutcome::Value(..)) {
+                inc(if incr { &c.incr_hits } else { &c.decr_hits });
+            }
+            match r {
+                ArithOutcome::Value(v, cas) => {
+                    if !quiet {
+                        resp(out, status::OK, cas, &[], &[], &v.to_be_bytes());
+                    }
+                }
+                ArithOutcome::NotFound => put_bin_error(out, h, status::KEY_ENOENT),
+                ArithOutcome::Exists => put_bin_error(out, h, status::KEY_EEXISTS),
+                ArithOutcome::NonNumeric => put_bin_error(out, h, status::DELTA_BADVAL),
+            }
+        }
+        op::QUIT | op::QUITQ => {
+            if h.opcode == op::QUIT {
+                resp(out, status::OK, 0, &[], &[], &[]);
+            }
+            return true;
+        }
+        op::FLUSH | op::FLUSHQ => {
+            if (el != 0 && el != 4) || kl != 0 || vl != 0 {
+                return inval(out);
+            }
+            if !eng.settings.flush_enabled {
+                put_bin_error(out, h, status::EINVAL);
+                return false;
+            }
+            inc(&c.cmd_flush);
+            let delay = if el == 4 { be32(req.extras) as i64 } else { 0 };
+            if delay > 0 {
+                eng.store
+                    .flush(Some(eng.exptime(delay, now).saturating_sub(1)));
+            } else {
+                eng.store.flush(None);
+            }
+            if h.opcode == op::FLUSH {
+                resp(out, status::OK, 0, &[], &[], &[]);
+            }
+        }
+        op::NOOP => resp(out, status::OK, 0, &[], &[], &[]),
+        op::VERSION => resp(out, status::OK, 0, &[], &[], VERSION.as_bytes()),
+        // memcached 1.6 answers binary verbosity as an unknown command; so do we.
+        op::TOUCH => {
+            if el != 4 || kl == 0 || vl != 0 || kl > crate::protocol::KEY_MAX {
+                return inval(out);
+            }
+            inc(&c.cmd_touch);
+            let exptime = be32(req.extras) as i32 as i64;
+            let opts = ReadOpts {
+                touch: Some(exptime),
+                ..ReadOpts::default()
+            };
+            let hit = eng
+                .store
+                .get(req.key, now, opts, eng.exptime(exptime, now), |it| {
+                    resp(out, status::OK, it.cas, &it.flags.to_be_bytes(), &[], &[]);
+                })
+                .is_some();
+            eng.prefixes.record(req.key, PrefixOp::Get(hit));
+            inc(if hit { &c.touch_hits } else { &c.touch_misses });
+            if !hit {
+                put_bin_error(out, h, status::KEY_ENOENT);
+            }
+        }
+        op::STAT => {
+            let group = (kl > 0).then_some(req.key);
+            if group == Some(b"reset") {
+                for w in eng.lock_workers().iter() {
+                    w.reset();
+                }
+                eng.prefixes.clear();
+                resp(out, status::OK, 0, &[], &[], &[]);
+                return false;
+            }
+            match eng.stats(group) {
+                Some(lines) => {
+                    for (k, v) in lines {
+                        resp(out, status::OK, 0, &[], k.as_bytes(), v.as_bytes());
+                    }
+                    resp(out, status::OK, 0, &[], &[], &[]);
+                }
+                None => put_bin_error(out, h, status::KEY_ENOENT),
+            }
+        }
+        _ => put_bin_error(out, h, status::UNKNOWN_COMMAND),
+    }
+    false
+}
+
+fn bin_store_reply(
+    c: &Counters,
+    out: &mut Out,
+    h: &binary::Header,
+    base: StoreMode,
+    r: StoreOutcome,
+    quiet: bool,
+) {
+    match r {
+        StoreOutcome::Stored(cas) => {
+            if h.cas != 0 {
+                inc(&c.cas_hits);
+            }
+            if !quiet {
+                binary::put_response(out, h.opcode, status::OK, h.opaque, cas, &[], &[], &[]);
+            }
+        }
+        StoreOutcome::NotStored => {
+            let st = match base {
+                StoreMode::Add => status::KEY_EEXISTS,
+                StoreMode::Replace => status::KEY_ENOENT,
+                _ => status::NOT_STORED,
+            };
+            put_bin_error(out, h, st);
+        }
+        StoreOutcome::Exists => {
+            inc(&c.cas_badval);
+            put_bin_error(out, h, status::KEY_EEXISTS);
+        }
+        StoreOutcome::NotFound => {
+            inc(&c.cas_misses);
+            put_bin_error(out, h, status::KEY_ENOENT);
+        }
+        StoreOutcome::TooLarge => {
+            inc(&c.store_too_large);
+            put_bin_error(out, h, status::E2BIG);
+        }
+        StoreOutcome::NoMemory => {
+            inc(&c.store_no_memory);
+            put_bin_error(out, h, status::ENOMEM);
+        }
+    }
+}

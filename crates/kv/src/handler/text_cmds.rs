@@ -1,0 +1,265 @@
+//! Runs text-protocol commands (storage, retrieval, arithmetic, admin).
+
+use super::*;
+
+/// Runs one text command.
+pub(super) fn run_text(
+    eng: &Engine,
+    s: &mut Session,
+    cmd: Command<'_>,
+    now: u32,
+    out: &mut Out,
+    out_limit: usize,
+) -> Next {
+    let vv = (eng.settings.verbose >= 2).then_some(s.id);
+    let c = &*s.counters;
+    match cmd {
+        Command::Get {
+            kind,
+            exptime,
+            keys,
+        } => {
+            let with_cas = matches!(kind, GetKind::Gets | GetKind::Gats);
+            let touch = matches!(kind, GetKind::Gat | GetKind::Gats);
+            let opts = ReadOpts {
+                touch: touch.then_some(exptime),
+                ..ReadOpts::default()
+            };
+            let exp = if touch { eng.exptime(exptime, now) } else { 0 };
+            let skip = s.get_done;
+            for (i, k) in text::keys(keys).enumerate().skip(skip) {
+                if i > skip && out.len() >= out_limit {
+                    // Output full: the rest is answered once it drained (the line stays
+                    // unconsumed), so a client that does not read holds at most the limit.
+                    s.get_done = i;
+                    return Next::Later;
+                }
+                if !text::get_key_ok(k) {
+                    s.get_done = 0;
+                    Reply::Fail(Fail::BadFormat).write(out);
+                    return Next::Go;
+                }
+                let hit = eng
+                    .store
+                    .get(k, now, opts, exp, |it| {
+                        put_value_header(
+                            out,
+                            it.key,
+                            it.flags,
+                            it.value.len(),
+                            with_cas.then_some(it.cas),
+                        );
+                        out.value(it.value, it.shared, it.key.len());
+                        out.extend_from_slice(b"\r\n");
+                    })
+                    .is_some();
+                if let (true, Some(id)) = (hit, vv) {
+                    eprintln!(">{id} sending key {}", String::from_utf8_lossy(k));
+                }
+                eng.prefixes.record(k, PrefixOp::Get(hit));
+                if touch {
+                    inc(&c.cmd_touch);
+                    inc(if hit { &c.touch_hits } else { &c.touch_misses });
+                }
+                inc(&c.cmd_get);
+                inc(if hit { &c.get_hits } else { &c.get_misses });
+            }
+            s.get_done = 0;
+            if let Some(id) = vv {
+                eprintln!(">{id} END");
+            }
+            Reply::End.write(out);
+        }
+        Command::Store {
+            cmd,
+            key,
+            flags,
+            exptime,
+            data,
+            cas,
+            noreply,
+        } => {
+            inc(&c.cmd_set);
+            eng.prefixes.record(key, PrefixOp::Set);
+            let mode = match cmd {
+                StoreCmd::Set => StoreMode::Set,
+                StoreCmd::Add => StoreMode::Add,
+                StoreCmd::Replace => StoreMode::Replace,
+                StoreCmd::Append => StoreMode::Append,
+                StoreCmd::Prepend => StoreMode::Prepend,
+                StoreCmd::Cas => StoreMode::Cas(cas),
+            };
+            let exp = eng.exptime(exptime, now);
+            let r = match eng.store.store(mode, key, flags, exp, data, now) {
+                StoreOutcome::Stored(_) => {
+                    if cmd == StoreCmd::Cas {
+                        inc(&c.cas_hits);
+                    }
+                    Reply::Stored
+                }
+                StoreOutcome::NotStored => Reply::NotStored,
+                StoreOutcome::Exists => {
+                    inc(&c.cas_badval);
+                    Reply::Exists
+                }
+                StoreOutcome::NotFound => {
+                    inc(&c.cas_misses);
+                    Reply::NotFound
+                }
+                StoreOutcome::TooLarge => {
+                    inc(&c.store_too_large);
+                    Reply::Fail(Fail::TooLarge)
+                }
+                StoreOutcome::NoMemory => {
+                    inc(&c.store_no_memory);
+                    Reply::Fail(Fail::NoMemory)
+                }
+            };
+            reply(vv, out, noreply, r);
+        }
+        Command::TooLarge {
+            key,
+            cmd,
+            swallow,
+            noreply,
+            meta,
+        } => {
+            inc(&c.store_too_large);
+            if !meta {
+                // memcached counts a text store before it finds the value too large.
+                eng.prefixes.record(key, PrefixOp::Set);
+            }
+            if matches!(cmd, StoreCmd::Set | StoreCmd::Cas) {
+                eng.store.delete(key, now, None);
+            }
+            reply(vv, out, noreply, Reply::Fail(Fail::TooLarge));
+            s.swallow = swallow;
+        }
+        Command::Delete { key, noreply } => {
+            eng.prefixes.record(key, PrefixOp::Delete);
+            let r = match eng.store.delete(key, now, None) {
+                DeleteOutcome::Deleted => {
+                    inc(&c.delete_hits);
+                    Reply::Deleted
+                }
+                _ => {
+                    inc(&c.delete_misses);
+                    Reply::NotFound
+                }
+            };
+            reply(vv, out, noreply, r);
+        }
+        Command::Arith {
+            incr,
+            key,
+            delta,
+            noreply,
+        } => match eng.store.arith(key, incr, delta, now, None) {
+            ArithOutcome::Value(v, _) => {
+                inc(if incr { &c.incr_hits } else { &c.decr_hits });
+                if !noreply {
+                    put_u64(out, v);
+                    out.extend_from_slice(b"\r\n");
+                } else if let Some(id) = vv {
+                    eprintln!(">{id} NOREPLY {v}");
+                }
+            }
+            ArithOutcome::NotFound | ArithOutcome::Exists => {
+                inc(if incr { &c.incr_misses } else { &c.decr_misses });
+                reply(vv, out, noreply, Reply::NotFound);
+            }
+            ArithOutcome::NonNumeric => reply(vv, out, noreply, Reply::Fail(Fail::NonNumeric)),
+        },
+        Command::Touch {
+            key,
+            exptime,
+            noreply,
+        } => {
+            inc(&c.cmd_touch);
+            let hit = eng.store.touch(key, eng.exptime(exptime, now), now);
+            inc(if hit { &c.touch_hits } else { &c.touch_misses });
+            reply(
+                vv,
+                out,
+                noreply,
+                if hit { Reply::Touched } else { Reply::NotFound },
+            );
+        }
+        Command::FlushAll { delay, noreply } => {
+            if !eng.settings.flush_enabled {
+                Reply::Fail(Fail::FlushDisabled).write(out);
+                return Next::Go;
+            }
+            inc(&c.cmd_flush);
+            if delay > 0 {
+                eng.store
+                    .flush(Some(eng.exptime(delay, now).saturating_sub(1)));
+            } else {
+                eng.store.flush(None);
+            }
+            reply(vv, out, noreply, Reply::Ok);
+        }
+        Command::Version => {
+            out.extend_from_slice(b"VERSION ");
+            out.extend_from_slice(VERSION.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Command::Verbosity { noreply } => reply(vv, out, noreply, Reply::Ok),
+        Command::Quit => return Next::Close,
+        Command::Shutdown => {
+            if eng.settings.shutdown_enabled {
+                eng.shutdown.store(true, Relaxed);
+                return Next::Close;
+            }
+            Reply::Fail(Fail::ShutdownDisabled).write(out);
+        }
+        Command::CacheMemlimit { mb, noreply } => {
+            match usize::try_from(mb)
+                .ok()
+                .and_then(|m| m.checked_mul(1 << 20))
+            {
+                Some(bytes) if bytes > 0 => {
+                    eng.store.set_mem_limit(bytes, now);
+                    reply(vv, out, noreply, Reply::Ok);
+                }
+                _ => reply(vv, out, noreply, Reply::Fail(Fail::BadFormat)),
+            }
+        }
+        Command::Stats { arg, arg2 } => match arg {
+            Some(b"reset") => {
+                for w in eng.lock_workers().iter() {
+                    w.reset();
+                }
+                eng.prefixes.clear();
+                Reply::Reset.write(out);
+            }
+            Some(b"detail") => match arg2 {
+                Some(b"on") | Some(b"off") => {
+                    eng.prefixes.set_enabled(arg2 == Some(b"on"));
+                    Reply::Ok.write(out)
+                }
+                Some(b"dump") => eng.prefixes.dump(out),
+                _ => Reply::Fail(Fail::StatsDetailUsage).write(out),
+            },
+            _ => match eng.stats(arg) {
+                Some(lines) => {
+                    for (k, v) in lines {
+                        out.extend_from_slice(b"STAT ");
+                        out.extend_from_slice(k.as_bytes());
+                        out.push(b' ');
+                        out.extend_from_slice(v.as_bytes());
+                        out.extend_from_slice(b"\r\n");
+                    }
+                    Reply::End.write(out);
+                }
+                None => Reply::Fail(Fail::Error).write(out),
+            },
+        },
+        Command::Meta(m) => {
+            inc(&c.cmd_meta);
+            run_meta(eng, s, m, now, out);
+        }
+        Command::Fail(f) => Reply::Fail(f).write(out),
+    }
+    Next::Go
+}
