@@ -1,7 +1,11 @@
 //! What a new user meets besides the README's snippets (those run in `python/tests/test_readme.py`):
 //! help texts, first error messages and log output (issue 10, findings 6 and 7). One test per
 //! finding, named after it.
+mod serve_common;
+
 use std::io::{BufRead, BufReader};
+
+use serve_common::is_root;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -31,17 +35,6 @@ fn run(args: &[&str], limit: Duration) -> Output {
         std::thread::sleep(Duration::from_millis(20));
     }
     child.wait_with_output().expect("collect output")
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
 }
 
 fn free_tcp_port() -> u16 {

@@ -11,6 +11,8 @@
 mod serve_common;
 
 use std::io::{BufRead, BufReader, Read, Write};
+
+use serve_common::is_root;
 use std::net::{SocketAddr, TcpStream};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::UnixStream;
@@ -27,11 +29,6 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 fn skip_reason() -> Option<&'static str> {

@@ -23,10 +23,12 @@ use remora_fabric::{QpOptions, QpType, RegionInfo, Transport};
 use remora_mem::Pd;
 use remora_wire::Endpoints;
 
+mod serve_common;
 mod soak_common;
+use serve_common::is_root;
 use soak_common::fabric_inputs::{captured_hello, roce_packet, setup_input};
 use soak_common::kv_inputs::kv_input;
-use soak_common::{free_port, is_root, per_port, seed, settle, stderr_file, Journal, Rng, Server};
+use soak_common::{free_port, per_port, seed, settle, stderr_file, Journal, Rng, Server};
 
 // ---------------------------------------------------------------------------------------------
 // Fabric.

@@ -1,5 +1,9 @@
 //! A `remora … serve` child for tests: started, its address read from its first stdout line
-//! (`listening on ADDR`), killed and reaped on drop.
+//! (`listening on ADDR`), killed and reaped on drop. `REMORA_TEST_EXE` starts another build of
+//! `remora` instead of this one (to show that a regression test fails against an older build).
+// Each test binary uses a part of these helpers.
+#![allow(dead_code)]
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, ChildStderr, Command, Stdio};
@@ -9,8 +13,7 @@ pub struct Served {
     pub child: Child,
     pub addr: SocketAddr,
     /// The server's stderr, when it was asked for ([`serve_with_stderr`]).
-    #[allow(dead_code)]
-    pub stderr: Option<ChildStderr>,
+        pub stderr: Option<ChildStderr>,
 }
 
 impl Drop for Served {
@@ -21,13 +24,11 @@ impl Drop for Served {
 }
 
 /// Starts `remora ARGS` and waits for its `listening on ADDR` line; stderr is inherited.
-#[allow(dead_code)]
 pub fn serve(args: &[&str]) -> Served {
     start(args, Stdio::inherit(), &[])
 }
 
 /// As [`serve`], with stderr piped into [`Served::stderr`] and extra environment.
-#[allow(dead_code)]
 pub fn serve_with_stderr(args: &[&str], env: &[(&str, &str)]) -> Served {
     start(args, Stdio::piped(), env)
 }
@@ -62,7 +63,6 @@ fn start(args: &[&str], stderr: Stdio, env: &[(&str, &str)]) -> Served {
 
 /// `remora lazy serve --transport shm` of a fresh file of `len` bytes of `fill`; the file's
 /// folder goes when the server does.
-#[allow(dead_code)]
 pub fn serve_lazy_file(name: &str, len: usize, fill: u8) -> LazyServed {
     let dir = std::env::temp_dir().join(format!("remora-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -96,4 +96,16 @@ impl Drop for LazyServed {
         let _ = self.served.child.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// True when the tests run as root (effective uid 0).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
 }

@@ -228,16 +228,11 @@ impl Journal {
     pub fn fail_if(&self, bad: bool, srv: &mut Server, what: &str) {
         self.check_alive(srv);
         if bad {
-            let path = self.dump();
             panic!(
-                "{} stopped serving after the {} soak ({} inputs): {what}; seed {} \
-                 (SOAK_SEED={} replays it); last inputs in {}; its stderr ends:\n{}",
+                "{} stopped serving after the {} soak: {what}; {}; its stderr ends:\n{}",
                 srv.name,
                 self.phase,
-                self.sent,
-                self.seed,
-                self.seed,
-                path.display(),
+                self.replay(),
                 srv.stderr_tail()
             );
         }
@@ -247,32 +242,34 @@ impl Journal {
     #[track_caller]
     pub fn check_alive(&self, srv: &mut Server) {
         if let Some(p) = srv.new_panic() {
-            let path = self.dump();
             panic!(
-                "a thread of {} panicked during the {} soak after {} inputs: {p}\nseed {} \
-                 (SOAK_SEED={} replays it); last inputs in {}",
+                "a thread of {} panicked during the {} soak: {p}\n{}",
                 srv.name,
                 self.phase,
-                self.sent,
-                self.seed,
-                self.seed,
-                path.display()
+                self.replay()
             );
         }
         if let Some(status) = srv.child.try_wait().expect("try_wait") {
-            let path = self.dump();
             panic!(
-                "{} exited ({status}) during the {} soak after {} inputs; seed {} \
-                 (SOAK_SEED={} replays it); last inputs in {}; its stderr ends:\n{}",
+                "{} exited ({status}) during the {} soak; {}; its stderr ends:\n{}",
                 srv.name,
                 self.phase,
-                self.sent,
-                self.seed,
-                self.seed,
-                path.display(),
+                self.replay(),
                 srv.stderr_tail()
             );
         }
+    }
+
+    /// How to replay a failure: inputs sent, the seed, and where the last inputs were saved.
+    fn replay(&self) -> String {
+        let path = self.dump();
+        format!(
+            "{} inputs sent; seed {} (SOAK_SEED={} replays it); last inputs in {}",
+            self.sent,
+            self.seed,
+            self.seed,
+            path.display()
+        )
     }
 }
 
@@ -284,17 +281,6 @@ pub fn settle(j: &Journal, srv: &mut Server) {
         std::thread::sleep(Duration::from_millis(20));
     }
     j.check_alive(srv);
-}
-
-pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
 }
 
 /// A port free for both TCP and UDP on 127.0.0.1 right now, below the ephemeral range (so that
