@@ -36,6 +36,16 @@ pub struct QpStats {
     pub unknown_qp: u64,
 }
 
+impl QpStats {
+    /// Adds another queue pair's counters: protocol counters add up; the device counters are
+    /// shared by a device's queue pairs, so the largest reading is kept.
+    pub fn merge(&mut self, o: &QpStats) {
+        self.engine += o.engine;
+        self.icrc_errors = self.icrc_errors.max(o.icrc_errors);
+        self.unknown_qp = self.unknown_qp.max(o.unknown_qp);
+    }
+}
+
 /// A connected queue pair. `Send + Sync`: post from any thread.
 ///
 /// Requests are carried out in order; each send-side request ends in exactly one
@@ -333,5 +343,24 @@ impl Drop for Qp {
             }
             Inner::Stream(s) => s.stop(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::QpStats;
+
+    #[test]
+    fn merged_stats_add_protocol_counters_and_keep_the_largest_device_reading() {
+        let mut a = QpStats::default();
+        a.engine.rx_packets = 3;
+        a.engine.bad_pkey = 1;
+        a.icrc_errors = 5;
+        let mut b = QpStats::default();
+        b.engine.rx_packets = 4;
+        b.icrc_errors = 7;
+        a.merge(&b);
+        assert_eq!((a.engine.rx_packets, a.engine.bad_pkey), (7, 1));
+        assert_eq!(a.icrc_errors, 7, "one device's counter, read twice, is not summed");
     }
 }

@@ -39,39 +39,8 @@ struct Counters {
     /// Live queue pairs by connection number, read when counters are printed.
     live: Mutex<HashMap<u64, Arc<Qp>>>,
     gone: Condvar,
-    /// Protocol counters of the queue pairs that have ended.
-    ended: Mutex<Totals>,
-}
-
-#[derive(Default, Clone, Copy)]
-struct Totals {
-    rx: u64,
-    tx: u64,
-    acks: u64,
-    naks: u64,
-    access_errors: u64,
-    invalid: u64,
-    malformed: u64,
-    bad_pkey: u64,
-    /// Device counters (shared by a device's queue pairs): the largest seen.
-    icrc_errors: u64,
-    unknown_qp: u64,
-}
-
-impl Totals {
-    fn add(&mut self, s: &QpStats) {
-        let e = &s.engine;
-        self.rx += e.rx_packets;
-        self.tx += e.tx_packets;
-        self.acks += e.acks_sent;
-        self.naks += e.naks_sent;
-        self.access_errors += e.access_errors;
-        self.invalid += e.invalid_requests;
-        self.malformed += e.rx_malformed;
-        self.bad_pkey += e.bad_pkey;
-        self.icrc_errors = self.icrc_errors.max(s.icrc_errors);
-        self.unknown_qp = self.unknown_qp.max(s.unknown_qp);
-    }
+    /// Counters of the queue pairs that have ended.
+    ended: Mutex<QpStats>,
 }
 
 impl Counters {
@@ -79,8 +48,9 @@ impl Counters {
         let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         let mut t = *self.ended.lock().unwrap_or_else(|e| e.into_inner());
         for qp in live.values() {
-            t.add(&qp.stats());
+            t.merge(&qp.stats());
         }
+        let e = t.engine;
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
             "[responder] connections: accepted {}, established {}, setup failed {}, refused \
@@ -92,14 +62,14 @@ impl Counters {
             n(&self.setup_failed),
             n(&self.refused),
             live.len(),
-            t.rx,
-            t.tx,
-            t.acks,
-            t.naks,
-            t.access_errors,
-            t.invalid,
-            t.malformed,
-            t.bad_pkey,
+            e.rx_packets,
+            e.tx_packets,
+            e.acks_sent,
+            e.naks_sent,
+            e.access_errors,
+            e.invalid_requests,
+            e.rx_malformed,
+            e.bad_pkey,
             t.icrc_errors,
             t.unknown_qp
         )
@@ -111,7 +81,7 @@ impl Counters {
             self.ended
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .add(&qp.stats());
+                .merge(&qp.stats());
         }
         self.held.fetch_sub(1, Ordering::AcqRel);
         self.gone.notify_all();

@@ -153,6 +153,28 @@ pub struct Stats {
     pub bad_pkey: u64,
 }
 
+/// Sums the counters of several queue pairs (a server's totals).
+impl std::ops::AddAssign for Stats {
+    fn add_assign(&mut self, o: Stats) {
+        self.tx_packets += o.tx_packets;
+        self.rx_packets += o.rx_packets;
+        self.rx_malformed += o.rx_malformed;
+        self.rx_wrong_qp += o.rx_wrong_qp;
+        self.retransmits += o.retransmits;
+        self.timeouts += o.timeouts;
+        self.duplicates += o.duplicates;
+        self.out_of_sequence += o.out_of_sequence;
+        self.naks_sent += o.naks_sent;
+        self.naks_received += o.naks_received;
+        self.access_errors += o.access_errors;
+        self.invalid_requests += o.invalid_requests;
+        self.uc_messages_dropped += o.uc_messages_dropped;
+        self.uc_packets_dropped += o.uc_packets_dropped;
+        self.acks_sent += o.acks_sent;
+        self.bad_pkey += o.bad_pkey;
+    }
+}
+
 /// One queue pair's protocol state. See the module documentation.
 pub struct Engine {
     cfg: EngineConfig,
