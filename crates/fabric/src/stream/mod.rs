@@ -85,8 +85,9 @@ struct Shared {
     closed: Mutex<bool>,
     closed_cv: Condvar,
     stats: Mutex<Stats>,
-    /// shm requester: local memfd regions already announced to the peer (by lkey).
-    announced: Mutex<std::collections::HashSet<u32>>,
+    /// shm requester: by lkey, whether a local memfd region was handed to the peer (true) or
+    /// found unfit (false), so each region is looked at once.
+    announced: Mutex<std::collections::HashMap<u32, bool>>,
     /// shm responder: the peer's memfd regions mapped here (base address in the peer, mapping).
     peer_maps: Mutex<Vec<(u64, remora_mem::Buffer)>>,
     /// shm: who the peer is (kernel-checked at connect).
@@ -149,7 +150,7 @@ impl StreamQp {
             closed: Mutex::new(false),
             closed_cv: Condvar::new(),
             stats: Mutex::new(Stats::default()),
-            announced: Mutex::new(std::collections::HashSet::new()),
+            announced: Mutex::new(std::collections::HashMap::new()),
             peer_maps: Mutex::new(Vec::new()),
             peer,
             handover: Mutex::new(handover),
@@ -225,42 +226,14 @@ impl StreamQp {
         // held across both. The pending lock is held only to push, never while writing, so the
         // receive thread (which takes only the pending lock) always keeps reading and two peers
         // writing at each other cannot deadlock.
+        let tracked = sh.reliable || wr.op == WrOp::Read;
         let mut w = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        let byref = match sh.path {
-            DataPath::Shm => self.announce(&mut w, &wr.local),
-            DataPath::Inline => Ok(false),
-        };
-        let mut frame = frame;
-        let written = byref.and_then(|byref| {
-            if byref {
-                frame.code = BYREF;
-            }
-            let out = if inline_payload && !byref {
-                Out::Payload(frame, wr.local.clone(), wr.offset)
-            } else {
-                Out::Frame(frame)
-            };
-            let tracked = sh.reliable || wr.op == WrOp::Read;
-            if tracked {
-                sh.pending
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push_back(Pending {
-                        wr_id: wr.wr_id,
-                        op: wr.op,
-                        len: wr.len,
-                        local: wr.local.clone(),
-                        offset: wr.offset,
-                        byref,
-                    });
-            }
-            put(&mut w, out).and_then(|_| w.flush()).map(|_| tracked)
-        });
+        let written = self.write_request(&mut w, frame, &wr, inline_payload, tracked);
         drop(w);
-        let Ok(tracked) = written else {
+        if written.is_err() {
             sh.error.store(true, Ordering::Release);
             return Err(Error::Disconnected);
-        };
+        }
         sh.count(|s| s.tx_packets += 1);
         if !tracked {
             // UC: complete once handed to the stream.
@@ -272,6 +245,46 @@ impl StreamQp {
             )]);
         }
         Ok(())
+    }
+
+    /// Queues the request as pending (when a response will come) and writes it: by reference
+    /// when its region was handed over (shm), else with its payload inline if it has one.
+    fn write_request(
+        &self,
+        w: &mut BufWriter<Sock>,
+        mut frame: Frame,
+        wr: &SendWr,
+        inline_payload: bool,
+        tracked: bool,
+    ) -> io::Result<()> {
+        let byref = match self.shared.path {
+            DataPath::Shm => self.announce(w, &wr.local)?,
+            DataPath::Inline => false,
+        };
+        if byref {
+            frame.code = BYREF;
+        }
+        if tracked {
+            self.shared
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back(Pending {
+                    wr_id: wr.wr_id,
+                    op: wr.op,
+                    len: wr.len,
+                    local: wr.local.clone(),
+                    offset: wr.offset,
+                    byref,
+                });
+        }
+        let out = if inline_payload && !byref {
+            Out::Payload(frame, wr.local.clone(), wr.offset)
+        } else {
+            Out::Frame(frame)
+        };
+        put(w, out)?;
+        w.flush()
     }
 
     /// shm: hands the peer a memfd-backed local region once (a MAP frame with the memfd
@@ -287,12 +300,14 @@ impl StreamQp {
             .announced
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if done.contains(&r.lkey()) {
-            return Ok(true);
+        if let Some(&byref) = done.get(&r.lkey()) {
+            return Ok(byref);
         }
         let sealed = rustix::fs::fcntl_get_seals(fd)
             .is_ok_and(|s| s.contains(rustix::fs::SealFlags::SHRINK));
-        if !sealed || done.len() >= MAX_PEER_MAPS {
+        let handed = done.values().filter(|&&b| b).count();
+        if !sealed || handed >= MAX_PEER_MAPS {
+            done.insert(r.lkey(), false);
             return Ok(false);
         }
         let map = Frame {
@@ -303,7 +318,7 @@ impl StreamQp {
         };
         w.flush()?;
         w.get_ref().send_with_fd(&map.encode(), fd)?;
-        done.insert(r.lkey());
+        done.insert(r.lkey(), true);
         Ok(true)
     }
 

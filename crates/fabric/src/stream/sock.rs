@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 
@@ -165,19 +165,10 @@ impl Write for Sock {
     }
 }
 
-impl AsFd for Sock {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        match self {
-            Sock::Tcp(s) => s.as_fd(),
-            Sock::Unix { s, .. } => s.as_fd(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsRawFd;
+    use std::os::fd::{AsFd, AsRawFd};
 
     #[test]
     fn a_descriptor_arrives_with_its_bytes_and_the_queue_is_bounded() {
