@@ -361,6 +361,9 @@ mod tests {
         b.icrc_errors = 7;
         a.merge(&b);
         assert_eq!((a.engine.rx_packets, a.engine.bad_pkey), (7, 1));
-        assert_eq!(a.icrc_errors, 7, "one device's counter, read twice, is not summed");
+        assert_eq!(
+            a.icrc_errors, 7,
+            "one device's counter, read twice, is not summed"
+        );
     }
 }

@@ -13,7 +13,7 @@ pub struct Served {
     pub child: Child,
     pub addr: SocketAddr,
     /// The server's stderr, when it was asked for ([`serve_with_stderr`]).
-        pub stderr: Option<ChildStderr>,
+    pub stderr: Option<ChildStderr>,
 }
 
 impl Drop for Served {
