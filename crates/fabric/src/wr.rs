@@ -158,6 +158,12 @@ pub struct Completion {
     pub byte_len: u32,
     /// Immediate data, for arrivals that carried it.
     pub imm: Option<u32>,
+    /// Arrivals on a UC queue pair over udp: packets accepted in sequence on this queue pair,
+    /// up to and including this message's last packet, with no PSN gap or dropped packet
+    /// between (saturating). A receiver that knows how many packets its peer sent since its
+    /// previous event (a detector stack, say) checks that none was lost: at least that many.
+    /// RC arrivals and the stream transports cannot lose a packet: `u32::MAX`. Send side: 0.
+    pub in_sequence: u32,
 }
 
 impl Completion {
@@ -173,6 +179,7 @@ impl Completion {
             opcode,
             byte_len: len as u32,
             imm: None,
+            in_sequence: 0,
         }
     }
 }

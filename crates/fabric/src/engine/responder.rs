@@ -65,6 +65,8 @@ pub(super) struct Responder {
     out: VecDeque<Out>,
     pub(super) recv_queue: VecDeque<RecvWr>,
     uc_wait_first: bool,
+    /// Packets accepted in sequence since the last gap (UC) or `u32::MAX` (RC cannot lose).
+    run: u32,
 }
 
 impl Responder {
@@ -78,6 +80,10 @@ impl Responder {
             out: VecDeque::new(),
             recv_queue: VecDeque::new(),
             uc_wait_first: false,
+            run: match cfg.service {
+                Service::Rc => u32::MAX,
+                Service::Uc => 0,
+            },
         }
     }
 
@@ -158,6 +164,7 @@ impl Responder {
         let psn = repr.bth.psn;
         if psn != self.epsn {
             stats.out_of_sequence += 1;
+            self.run = 0;
             if self.cur.take().is_some() {
                 stats.uc_messages_dropped += 1;
             }
@@ -171,9 +178,12 @@ impl Responder {
             }
             self.uc_wait_first = false;
         }
+        // Counted before executing, so that the completion this packet may finish includes it.
+        self.run = self.run.saturating_add(1);
         match self.execute(cfg, pd, repr, payload, completions, stats) {
             Ok(advance) => self.epsn = psn.add(advance),
             Err(_) => {
+                self.run = 0;
                 // UC has no NAKs: the message is dropped and counted.
                 stats.uc_packets_dropped += 1;
                 if self.cur.take().is_some() {
@@ -324,6 +334,7 @@ impl Responder {
                         opcode: WcOpcode::Recv,
                         byte_len: received as u32,
                         imm: None,
+                        in_sequence: self.run,
                     });
                     stats.invalid_requests += 1;
                     return Err(Refuse::Nak(NakCode::InvalidRequest));
@@ -399,6 +410,7 @@ impl Responder {
                 opcode: WcOpcode::Recv,
                 byte_len: 0,
                 imm: None,
+                in_sequence: self.run,
             });
         }
         stats.invalid_requests += 1;
@@ -419,6 +431,7 @@ impl Responder {
                 opcode: WcOpcode::RecvRdmaWithImm,
                 byte_len: total as u32,
                 imm,
+                in_sequence: self.run,
             });
         }
     }
@@ -437,6 +450,7 @@ impl Responder {
             opcode: WcOpcode::Recv,
             byte_len: total as u32,
             imm,
+            in_sequence: self.run,
         });
     }
 

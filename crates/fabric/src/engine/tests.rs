@@ -450,6 +450,43 @@ fn uc_drops_a_message_with_a_gap_and_resumes_at_the_next_first() {
 }
 
 #[test]
+fn uc_in_sequence_counts_packets_since_the_last_gap() {
+    let mut p = Pair::new(Service::Uc, 256);
+    fill(&p.a.region, 3);
+    // Stack 1: two messages, 3 + 2 packets, the second with an immediate. Stack 2 the same.
+    for stack in 1..=2u32 {
+        p.write(10 * u64::from(stack), 0, 768, 0, None);
+        p.write(10 * u64::from(stack) + 1, 0, 512, 1024, Some(stack));
+    }
+    let mut buf = vec![0u8; 8192];
+    let mut pkts = Vec::new();
+    while let Some(n) = p.a.engine.poll_transmit(p.now, &mut buf) {
+        pkts.push(buf[..n].to_vec());
+    }
+    assert_eq!(pkts.len(), 10);
+    // Lose the first packet of stack 2: its immediate still arrives (its message is whole),
+    // but fewer than 5 packets precede it in sequence, so the receiver can tell.
+    for (i, pkt) in pkts.iter().enumerate() {
+        if i != 5 {
+            p.b.engine.handle(p.now, pkt);
+        }
+    }
+    let got: Vec<_> = std::iter::from_fn(|| p.b.engine.poll_completion())
+        .map(|c| (c.imm, c.in_sequence))
+        .collect();
+    assert_eq!(got, [(Some(1), 5), (Some(2), 2)]);
+}
+
+#[test]
+fn rc_arrivals_report_an_unbroken_sequence() {
+    let mut p = Pair::new(Service::Rc, 256);
+    p.write(1, 0, 1000, 0, Some(9));
+    p.drive();
+    let c = p.b.completions.iter().find(|c| c.imm == Some(9)).expect("arrival");
+    assert_eq!(c.in_sequence, u32::MAX);
+}
+
+#[test]
 fn uc_read_is_unsupported() {
     let mut p = Pair::new(Service::Uc, 1024);
     let wr = SendWr {

@@ -110,6 +110,7 @@ fn serve(
                                 opcode: WcOpcode::RecvRdmaWithImm,
                                 byte_len: f.len,
                                 imm: Some(f.imm),
+                                in_sequence: u32::MAX,
                             }]);
                         }
                         acks += sh.reliable as u32;
@@ -140,6 +141,7 @@ fn serve(
                         opcode: WcOpcode::Recv,
                         byte_len: 0,
                         imm: None,
+                        in_sequence: u32::MAX,
                     }]);
                     nak(&mut acks, NakCode::InvalidRequest)?;
                     continue;
@@ -157,6 +159,7 @@ fn serve(
                             opcode: WcOpcode::Recv,
                             byte_len: 0,
                             imm: None,
+                            in_sequence: u32::MAX,
                         }]);
                         nak(&mut acks, NakCode::InvalidRequest)?;
                         continue;
@@ -168,6 +171,7 @@ fn serve(
                     opcode: WcOpcode::Recv,
                     byte_len: f.len,
                     imm: (f.kind == SEND_IMM).then_some(f.imm),
+                    in_sequence: u32::MAX,
                 }]);
                 acks += sh.reliable as u32;
             }
