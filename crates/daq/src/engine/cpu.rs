@@ -12,6 +12,9 @@ use crate::geometry::{AssemblyMap, Run};
 use crate::sparse::SparseFrame;
 use crate::Result;
 
+/// Fixed partition of the integration's pixel ranges (see `integrate`).
+const INTEGRATE_GROUPS: usize = 16;
+
 /// Thread pool plus vectorised kernels.
 #[derive(Debug, Clone)]
 pub struct CpuEngine {
@@ -186,13 +189,19 @@ impl Engine for CpuEngine {
         let level = self.level;
         let pm = &m.by_pixel;
         let bins = m.bins;
-        // Threads stream pixel ranges into their own accumulators; then a compensated reduction.
+        // Pixel ranges fall into a fixed number of groups, each summed in order into its own
+        // accumulator, then reduced in group order: the profile is bit-for-bit the same whatever
+        // the thread count or the scheduling (a work-stealing fold would split differently on
+        // every call and change the last bits).
+        let windows = pm.chunks.len().saturating_sub(1);
+        let per_group = windows.div_ceil(INTEGRATE_GROUPS).max(1);
         let accs: Vec<kernels::BinAcc> = self.pool.install(|| {
-            pm.chunks
-                .par_windows(2)
-                .fold(
-                    || kernels::BinAcc::new(bins),
-                    |mut acc, w| {
+            (0..windows.div_ceil(per_group))
+                .into_par_iter()
+                .map(|g| {
+                    let mut acc = kernels::BinAcc::new(bins);
+                    let end = ((g + 1) * per_group).min(windows);
+                    for w in pm.chunks[g * per_group..=end].windows(2) {
                         let (e0, p0) = (w[0].0 as usize, w[0].1 as usize);
                         let e1 = w[1].0 as usize;
                         if let (Some(b), Some(c), Some(n)) = (
@@ -202,9 +211,9 @@ impl Engine for CpuEngine {
                         ) {
                             dispatch::integrate_pixels(level, b, c, n, p0, image, &mut acc);
                         }
-                        acc
-                    },
-                )
+                    }
+                    acc
+                })
                 .collect()
         });
         let sums = (0..bins)
