@@ -6,10 +6,14 @@ PY := $(VENV)/bin/python
 REMORA := $(or $(CARGO_TARGET_DIR),target)/release/remora
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: build demo test test-rust test-python deps py bench lint fmt clean
+.PHONY: build build-deps demo test test-rust test-python deps py bench lint fmt clean
 
-build:
+build: build-deps
 	$(CARGO) build --release -p remora-cli
+
+# Debian packages the build needs (HDF5), installed when missing.
+build-deps:
+	bash scripts/build-deps.sh
 
 demo: build
 	$(REMORA) demo
@@ -20,7 +24,7 @@ test: deps
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) test-python
 
-deps:
+deps: build-deps
 	bash scripts/test-deps.sh
 
 py:

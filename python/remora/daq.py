@@ -7,6 +7,9 @@ frames, ``float32`` images, ``uint8`` masks); other inputs raise ``TypeError``/`
 Raw frames are ``(modules * 512, 1024)`` in module order; converted frames are float32 keV with
 NaN for masked, error and invalid-gain pixels and +inf for saturated ones.
 """
+import json
+import os
+
 import numpy as np
 
 from ._native import daq as _m
@@ -25,7 +28,7 @@ decompress = _m.decompress
 __all__ = [
     "Calibration", "Converter", "Layout", "Integrator", "Synth", "Pipeline",
     "engines", "count_above", "compress", "decompress", "reference_convert",
-    "MODULE_SHAPE", "ASSEMBLED_MODULE_SHAPE", "SATURATION", "ERROR_WORDS", "raw_shape", "decode",
+    "run", "MODULE_SHAPE", "ASSEMBLED_MODULE_SHAPE", "SATURATION", "ERROR_WORDS", "raw_shape", "decode",
 ]
 
 #: Raw module frame (rows, columns).
@@ -73,3 +76,28 @@ def reference_convert(raw, pedestal, gain, mask=None):
     if mask is not None:
         e[np.asarray(mask).reshape(e.shape) != 0] = np.nan
     return e.reshape(np.shape(raw))
+
+
+def run(config):
+    """Runs an acquisition and returns its summary (a dict).
+
+    ``config`` is the path of a TOML file (relative paths inside it are taken from its folder)
+    or the TOML text itself; see ``examples/*.toml`` and ``docs/daq.md``. The receivers and the
+    emulator run as threads of this process over the configured transport on this host.
+    Results are in the output file; read it with h5py (``import hdf5plugin`` first for the
+    bitshuffle/LZ4 chunks)::
+
+        s = remora.daq.run("examples/demo.toml")
+        print(s["frames_complete"], s["kept"], s["files"])
+    """
+    if isinstance(config, os.PathLike) or (isinstance(config, str) and "\n" not in config
+                                            and config.strip().endswith(".toml")):
+        path = os.fspath(config)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        base = os.path.dirname(os.path.abspath(path))
+    elif isinstance(config, str):
+        text, base = config, None
+    else:
+        raise TypeError("config: a path to a TOML file or TOML text")
+    return json.loads(_m.run_acquisition(text, base))

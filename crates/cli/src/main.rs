@@ -35,8 +35,12 @@ enum Cmd {
     /// Whole-system benchmarks by area.
     #[command(subcommand)]
     Bench(BenchCmd),
-    /// Runs the end-to-end demonstration (`make demo`).
-    Demo,
+    /// Runs the end-to-end demonstration (`make demo`): a 4M acquisition into an HDF5 file.
+    Demo {
+        /// Folder for the demo's configuration and output file.
+        #[arg(long, default_value = ".")]
+        out: std::path::PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -47,6 +51,8 @@ enum BenchCmd {
     Jungfrau(daq::BenchArgs),
     /// Same as `remora lazy bench` (remote page-fault latency, OPERA's micro-benchmark).
     Lazy(lazy::BenchArgs),
+    /// The whole acquisition (emulator → fabric → receiver → pipeline) and the pipeline alone.
+    Acquisition(daq::AcqBenchArgs),
 }
 
 /// Logs go to stderr, coloured only when stderr is a terminal and `NO_COLOR` is unset or empty
@@ -115,8 +121,9 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Bench(BenchCmd::Fabric(a)) => fabric::bench(a),
         Cmd::Bench(BenchCmd::Jungfrau(a)) => daq::bench(a),
         Cmd::Bench(BenchCmd::Lazy(a)) => lazy::run(lazy::Cmd::Bench(a)),
+        Cmd::Bench(BenchCmd::Acquisition(a)) => daq::bench_acquisition(a),
         Cmd::Daq(c) => daq::run(c),
-        Cmd::Demo => fabric::demo(),
+        Cmd::Demo { out } => daq::demo(&out),
     }
 }
 

@@ -97,6 +97,9 @@ pub enum DaqError {
     /// A configuration value is out of range or inconsistent.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The acquisition could not go on (a connection, a transfer, a node).
+    #[error("{0}")]
+    Acquisition(String),
     /// The CPU thread pool could not start.
     #[error(transparent)]
     Pool(#[from] remora_accel::PoolError),

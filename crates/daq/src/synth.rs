@@ -108,7 +108,7 @@ impl Synth {
     pub fn new(cfg: SynthConfig) -> Result<Self> {
         let layout = Layout::standard(cfg.modules)?;
         let det = layout.detector();
-        let cal = Calibration::synthetic(det, cfg.seed ^ 0x5eed);
+        let cal = Self::calibration_for(&cfg, det);
         let map = layout.assembly_map(None)?;
         let az = AzConfig {
             unit: Unit::QNm,
@@ -145,6 +145,12 @@ impl Synth {
             layout,
             mean,
         })
+    }
+
+    /// The calibration a generator with `cfg` uses, without building the generator (what a
+    /// receiver loads when the run is synthetic).
+    pub fn calibration_for(cfg: &SynthConfig, det: crate::model::Detector) -> Calibration {
+        Calibration::synthetic(det, cfg.seed ^ 0x5eed)
     }
 
     /// The true calibration (pedestal means and gains).

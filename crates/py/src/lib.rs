@@ -4,6 +4,7 @@
 //! package under `python/remora/` re-exports them (`remora.fabric`, `remora.daq`, ...).
 use pyo3::prelude::*;
 
+mod acq;
 mod daq;
 mod fabric;
 mod lazy;
@@ -24,6 +25,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     submodule(m, "fabric", fabric::register)?;
     submodule(m, "lazy", lazy::register)?;
-    submodule(m, "daq", daq::register)?;
+    submodule(m, "daq", |d| {
+        daq::register(d)?;
+        acq::register(d)
+    })?;
     Ok(())
 }

@@ -1,10 +1,17 @@
-//! `remora daq …` and `remora bench jungfrau`: the JUNGFRAU processing core from the command line.
+//! `remora daq …` and `remora bench jungfrau`: the JUNGFRAU processing core and the
+//! acquisition (emulator, receiver, manager) from the command line.
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use remora_daq::bench::{self, BenchConfig};
 use remora_daq::synth::{Synth, SynthConfig};
+
+mod acq;
+mod bench_acq;
+
+pub use acq::demo;
+pub use bench_acq::{bench_acquisition, AcqBenchArgs};
 
 /// Arguments of `remora bench jungfrau`.
 #[derive(Args)]
@@ -33,6 +40,13 @@ pub struct BenchArgs {
 /// `remora daq` subcommands.
 #[derive(Subcommand)]
 pub enum Cmd {
+    /// Runs an acquisition described by a TOML file: starts the receivers and the emulator as
+    /// processes on this host, shows progress, prints a summary (see examples/*.toml).
+    Run(acq::RunArgs),
+    /// The receiver (ROMULU): registers its ring, waits for the modules, processes and writes.
+    Receive(acq::ReceiveArgs),
+    /// The detector emulator (REMU): streams the configured frames to running receivers.
+    Emulate(acq::EmulateArgs),
     /// Writes synthetic raw frames (uint16, module order) and the calibration truth to files.
     Synth {
         /// Output directory.
@@ -52,6 +66,9 @@ pub enum Cmd {
 
 pub fn run(c: Cmd) -> anyhow::Result<()> {
     match c {
+        Cmd::Run(a) => acq::run(a),
+        Cmd::Receive(a) => acq::receive(a),
+        Cmd::Emulate(a) => acq::emulate(a),
         Cmd::Synth {
             out,
             modules,

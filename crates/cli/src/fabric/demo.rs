@@ -1,5 +1,5 @@
-//! The fabric demonstration behind `remora demo` (until the acquisition pipeline exists): two
-//! processes, a region written with WRITE-with-immediate and read back, on each transport.
+//! `remora fabric demo`: two processes, a region written with WRITE-with-immediate and read
+//! back, on each transport.
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};

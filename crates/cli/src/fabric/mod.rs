@@ -1,5 +1,5 @@
-//! `remora fabric ...`: a responder (`serve`) and perftest-shaped benchmarks (`bench`), plus
-//! the fabric part of `remora demo`.
+//! `remora fabric ...`: a responder (`serve`), perftest-shaped benchmarks (`bench`) and a
+//! two-process demonstration of every transport (`demo`).
 use std::net::SocketAddr;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -11,7 +11,6 @@ mod demo;
 mod serve;
 
 pub use bench::bench;
-pub use demo::demo;
 
 /// Fabric subcommands.
 #[derive(Subcommand)]
@@ -21,6 +20,8 @@ pub enum Cmd {
     Serve(ServeArgs),
     /// Runs a benchmark against a responder (starts its own on loopback without --connect).
     Bench(BenchArgs),
+    /// Two processes, 8 MiB written with WRITE-with-immediate and read back on each transport.
+    Demo,
 }
 
 /// Arguments of `remora fabric serve`.
@@ -119,6 +120,7 @@ pub fn run(c: Cmd) -> anyhow::Result<()> {
     match c {
         Cmd::Serve(a) => serve::serve(a),
         Cmd::Bench(a) => bench(a),
+        Cmd::Demo => demo::demo(),
     }
 }
 

@@ -482,7 +482,11 @@ fn rc_arrivals_report_an_unbroken_sequence() {
     let mut p = Pair::new(Service::Rc, 256);
     p.write(1, 0, 1000, 0, Some(9));
     p.drive();
-    let c = p.b.completions.iter().find(|c| c.imm == Some(9)).expect("arrival");
+    let c =
+        p.b.completions
+            .iter()
+            .find(|c| c.imm == Some(9))
+            .expect("arrival");
     assert_eq!(c.in_sequence, u32::MAX);
 }
 

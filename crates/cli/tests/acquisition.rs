@@ -1,0 +1,261 @@
+//! `remora daq run | receive | emulate` as processes: the manager's summary, its errors, and a
+//! receiver and an emulator in two network namespaces joined by a veth pair.
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use remora_daq::config::Config;
+use remora_daq::dataset::Dataset;
+use remora_daq::pipeline::Outcome;
+use remora_daq::setup::Setup;
+
+const EXE: &str = env!("CARGO_BIN_EXE_remora");
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("remora-acq-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write_config(dir: &Path, text: &str) -> PathBuf {
+    let p = dir.join("acq.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(EXE)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running remora")
+}
+
+const SMALL: &str = "[detector]\nmodules = 2\n[source]\ndistinct = 4\n\
+                     [acquisition]\nframes = 16\nbunch = 8\n[pipeline]\nbins = 200\n";
+
+/// What the pipeline run directly on the emulator's frames gives: (dark, kept, rejected,
+/// sum of spot counts, sum of CSR entries).
+fn direct_counts(cfg: &Config) -> (u64, u64, u64, u64, u64) {
+    let data = Dataset::load(cfg).unwrap();
+    let mut p = Setup::new(cfg, 0).unwrap().pipeline(cfg).unwrap();
+    let mut c = (0, 0, 0, 0, 0);
+    for i in 0..cfg.acquisition.frames {
+        match p.process(i, &data.frame(data.index_of(i))).unwrap() {
+            Outcome::Dark => c.0 += 1,
+            Outcome::Rejected(s) => {
+                c.2 += 1;
+                c.3 += s.above
+            }
+            Outcome::Kept { stats, sparse, .. } => {
+                c.1 += 1;
+                c.3 += stats.above;
+                c.4 += sparse.nnz() as u64;
+            }
+        }
+    }
+    c
+}
+
+#[test]
+fn daq_run_reports_every_frame_and_the_counts_of_the_direct_pipeline() {
+    let dir = tmpdir("run");
+    let cfg_path = write_config(&dir, &format!("{SMALL}[output]\nfile = \"out.h5\"\n"));
+    let out = run(&["daq", "run", cfg_path.to_str().unwrap(), "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(s["frames_sent"], 16);
+    assert_eq!(s["frames_complete"], 16, "{s}");
+    assert_eq!(s["frames_lost"], 0);
+    let cfg = Config::load(&cfg_path).unwrap();
+    let (dark, kept, rejected, spots, nnz) = direct_counts(&cfg);
+    let r = &s["receiver_reports"][0];
+    assert_eq!(
+        (
+            r["dark"].as_u64(),
+            r["kept"].as_u64(),
+            r["rejected"].as_u64()
+        ),
+        (Some(dark), Some(kept), Some(rejected))
+    );
+    assert_eq!(r["spots_total"].as_u64(), Some(spots));
+    assert_eq!(r["csr_entries"].as_u64(), Some(nnz));
+    assert!(dir.join("out.h5").is_file(), "no output file");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bad_configurations_fail_with_the_key_named() {
+    let dir = tmpdir("bad");
+    for (text, want) in [
+        (
+            format!("{SMALL}[transport]\nkind = \"carrier-pigeon\"\n"),
+            "transport.kind",
+        ),
+        (
+            SMALL.replace("frames = 16", "frames = 0"),
+            "acquisition.frames",
+        ),
+        (format!("{SMALL}[output]\nqueue = 0\n"), "output.queue"),
+        (
+            SMALL.replace(
+                "modules = 2",
+                "modules = 2\ngain = \"nope.bin\"\npedestal = \"nope2.bin\"",
+            ),
+            "nope.bin",
+        ),
+        ("this is not toml".to_string(), "line 1, column"),
+    ] {
+        let p = write_config(&dir, &text);
+        let out = run(&["daq", "run", p.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text:?} was accepted");
+        assert!(err.contains(want), "{text:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+    let out = run(&["daq", "run", "/nonexistent/acq.toml"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/acq.toml"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn an_emulator_pointed_at_no_receiver_says_so() {
+    let dir = tmpdir("norx");
+    let p = write_config(&dir, SMALL);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let out = run(&[
+        "daq",
+        "emulate",
+        p.to_str().unwrap(),
+        "--to",
+        &port.to_string(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("connecting to receiver 0"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Two namespaces joined by a veth pair; removed on drop.
+struct Netns {
+    names: [String; 2],
+}
+
+impl Netns {
+    fn create() -> Option<Netns> {
+        let id = std::process::id() % 100_000;
+        let names = [format!("rmrx{id}"), format!("rmtx{id}")];
+        let ip = |args: &[&str]| {
+            Command::new("ip")
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let ns = Netns { names };
+        let [rx, tx] = &ns.names;
+        let (va, vb) = (format!("vr{id}"), format!("vt{id}"));
+        let ok = ip(&["netns", "add", rx])
+            && ip(&["netns", "add", tx])
+            && ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])
+            && ip(&["link", "set", &va, "netns", rx])
+            && ip(&["link", "set", &vb, "netns", tx])
+            && ip(&["-n", rx, "addr", "add", "10.231.7.1/24", "dev", &va])
+            && ip(&["-n", tx, "addr", "add", "10.231.7.2/24", "dev", &vb])
+            // Jumbo frames, as on a RoCE fabric: a 4 KiB MTU datagram fits.
+            && ip(&["-n", rx, "link", "set", &va, "mtu", "9000", "up"])
+            && ip(&["-n", tx, "link", "set", &vb, "mtu", "9000", "up"])
+            && ip(&["-n", rx, "link", "set", "lo", "up"])
+            && ip(&["-n", tx, "link", "set", "lo", "up"]);
+        ok.then_some(ns)
+    }
+
+    fn exec(&self, which: usize, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.names[which], EXE])
+            .args(args);
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn udp_between_two_network_namespaces_over_a_veth_pair() {
+    if !is_root() {
+        eprintln!("skipped: creating network namespaces needs root");
+        return;
+    }
+    let Some(ns) = Netns::create() else {
+        eprintln!("skipped: ip netns / veth unavailable here");
+        return;
+    };
+    let dir = tmpdir("netns");
+    let p = write_config(&dir, SMALL);
+    let cfg = p.to_str().unwrap();
+    let mut rx = Kill(
+        ns.exec(0, &["daq", "receive", cfg, "--listen", "10.231.7.1:0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(rx.0.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let addr = first.strip_prefix("listening on ").expect("address line");
+    assert!(addr.starts_with("10.231.7.1:"), "{addr}");
+    let emu = ns
+        .exec(1, &["daq", "emulate", cfg, "--to", addr])
+        .output()
+        .unwrap();
+    assert!(
+        emu.status.success(),
+        "{}",
+        String::from_utf8_lossy(&emu.stderr)
+    );
+    let report = lines
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("report ").map(str::to_owned))
+        .expect("receiver report");
+    let r: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(r["frames_complete"], 16, "{r}");
+    let (dark, kept, rejected, spots, nnz) = direct_counts(&Config::load(&p).unwrap());
+    assert_eq!(
+        (
+            r["dark"].as_u64(),
+            r["kept"].as_u64(),
+            r["rejected"].as_u64()
+        ),
+        (Some(dark), Some(kept), Some(rejected))
+    );
+    assert_eq!(r["spots_total"].as_u64(), Some(spots));
+    assert_eq!(r["csr_entries"].as_u64(), Some(nnz));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,0 +1,299 @@
+//! The detector emulator (REMU): one data transmitter per module and receiver, each a thread
+//! with its own UC queue pair, pushing its module's frames into the receiver's ring with
+//! one-sided WRITEs at addresses it computes itself ([`crate::ring::descriptors`]).
+//!
+//! Per stack and module: a zero-length WRITE-with-immediate saying the stack starts, the lines
+//! of every frame of the stack, and the end-of-stack immediate riding on the last line. It never
+//! waits for a receiver: UC has no acknowledgements, and a late or absent receiver costs frames,
+//! not time. Frames leave at the configured rate (frame `i` at `i / rate` after the start) or
+//! back to back.
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use remora_fabric::{
+    connect, Completion, Error as FabricError, Faults, Qp, QpOptions, QpType, RegionInfo, Transport,
+};
+use remora_mem::{Access, Buffer, Mode, Pd, Region};
+
+use crate::config::{Config, TransportKind};
+use crate::dataset::Dataset;
+use crate::ring::{descriptors, Marker, RingLayout, MODULE_BYTES};
+use crate::{DaqError, Result};
+
+/// What the connecting transmitter tells the receiver: magic and its module.
+pub(crate) const HELLO_MAGIC: &[u8; 4] = b"REMU";
+
+/// What an emulator run did.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct EmulatorReport {
+    /// Detector frames sent (every module's part of them, to every receiver concerned).
+    pub frames_sent: u64,
+    /// Payload bytes posted.
+    pub bytes: u64,
+    /// WRITEs posted (markers included).
+    pub writes: u64,
+    /// Seconds from the start signal to the last post.
+    pub seconds: f64,
+    /// Packets the transmitters' queue pairs sent (before any injected loss).
+    pub packets: u64,
+}
+
+fn fab(what: &str) -> impl Fn(FabricError) -> DaqError + '_ {
+    move |e| DaqError::Acquisition(format!("{what}: {e}"))
+}
+
+/// The queue pair options a transmitter uses.
+pub fn qp_options(cfg: &Config, module: usize, receiver: usize) -> QpOptions {
+    let transport = match cfg.transport.kind {
+        TransportKind::Shm => Transport::Shm,
+        _ => Transport::Udp,
+    };
+    QpOptions {
+        transport,
+        qp_type: QpType::Uc,
+        mtu: cfg.transport.mtu,
+        faults: (cfg.transport.loss > 0.0).then(|| Faults {
+            loss: cfg.transport.loss,
+            duplicate: 0.0,
+            reorder: 0.0,
+            seed: cfg
+                .transport
+                .loss_seed
+                .wrapping_mul(0x9e37_79b9)
+                .wrapping_add((receiver * 64 + module) as u64),
+        }),
+        ..QpOptions::default()
+    }
+}
+
+/// Streams the dataset to the receivers at `to` (one address per configured receiver).
+/// `progress` is called with the frames sent so far, from time to time.
+pub fn run(
+    cfg: &Config,
+    data: &Dataset,
+    to: &[SocketAddr],
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<EmulatorReport> {
+    if to.len() != cfg.receivers.len() {
+        return Err(DaqError::Config(format!(
+            "{} receiver addresses for {} configured receivers",
+            to.len(),
+            cfg.receivers.len()
+        )));
+    }
+    if data.modules != cfg.detector.modules {
+        return Err(DaqError::Acquisition(format!(
+            "the dataset has {} modules, detector.modules says {}",
+            data.modules, cfg.detector.modules
+        )));
+    }
+    let pd = Arc::new(Pd::new());
+    // A sealed memfd: over shm the receiver's side copies straight out of it.
+    let buf = Buffer::memfd("remora-emulator", data.bytes.len().max(4096))
+        .map_err(|e| DaqError::Acquisition(format!("dataset buffer: {e}")))?;
+    // Filled below, so every page is resident before the run starts.
+    let region = pd
+        .register(buf, Access::LOCAL_WRITE, Mode::OnDemand)
+        .map_err(|e| DaqError::Acquisition(format!("registering the dataset: {e}")))?;
+    region
+        .write_at(0, &data.bytes)
+        .map_err(|e| DaqError::Acquisition(format!("loading the dataset: {e}")))?;
+    let modules = cfg.detector.modules;
+    let threads = modules * to.len();
+    let barrier = Barrier::new(threads);
+    let sent = AtomicU64::new(0);
+    let start = std::sync::OnceLock::new();
+    let results: Vec<Result<(u64, u64, u64)>> = std::thread::scope(|sc| {
+        let mut hs = Vec::new();
+        for (r, &addr) in to.iter().enumerate() {
+            for m in 0..modules {
+                let (pd, region, barrier, sent, start) = (&pd, &region, &barrier, &sent, &start);
+                hs.push(
+                    std::thread::Builder::new()
+                        .name(format!("remu-r{r}-m{m}"))
+                        .spawn_scoped(sc, move || {
+                            let tx = Transmitter::connect(cfg, data, pd, region, r, m, addr);
+                            // Everyone meets at the barrier, connected or not, so nobody hangs.
+                            barrier.wait();
+                            let tx = tx?;
+                            let t0 = *start.get_or_init(Instant::now);
+                            tx.stream(t0, |n| {
+                                if m == 0 && r == 0 {
+                                    let s = sent.fetch_add(n, Ordering::Relaxed) + n;
+                                    progress(s);
+                                }
+                            })
+                        })
+                        .expect("spawning a transmitter"),
+                );
+            }
+        }
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(DaqError::Acquisition("transmitter panicked".into())))
+            })
+            .collect()
+    });
+    let seconds = start.get().map_or(0.0, |t| t.elapsed().as_secs_f64());
+    let mut rep = EmulatorReport {
+        seconds,
+        ..Default::default()
+    };
+    for res in results {
+        let (bytes, writes, lost) = res?;
+        rep.bytes += bytes;
+        rep.writes += writes;
+        rep.packets += lost;
+    }
+    rep.frames_sent = cfg.acquisition.frames;
+    Ok(rep)
+}
+
+struct Transmitter<'a> {
+    cfg: &'a Config,
+    data: &'a Dataset,
+    region: &'a Arc<Region>,
+    qp: Qp,
+    remote: RegionInfo,
+    ring: RingLayout,
+    receiver: usize,
+    module: usize,
+}
+
+impl<'a> Transmitter<'a> {
+    fn connect(
+        cfg: &'a Config,
+        data: &'a Dataset,
+        pd: &Arc<Pd>,
+        region: &'a Arc<Region>,
+        receiver: usize,
+        module: usize,
+        addr: SocketAddr,
+    ) -> Result<Transmitter<'a>> {
+        let mut hello = HELLO_MAGIC.to_vec();
+        hello.extend_from_slice(&(module as u16).to_le_bytes());
+        let what = format!("module {module} connecting to receiver {receiver} at {addr}");
+        let (qp, peer) = connect(addr, pd.clone(), qp_options(cfg, module, receiver), &hello)
+            .map_err(fab(&what))?;
+        let remote = RegionInfo::decode(&peer).map_err(fab(&what))?;
+        let ring = RingLayout::decode(peer.get(RegionInfo::LEN..).unwrap_or(&[]))?;
+        if ring.modules != cfg.detector.modules || ring.bunch != cfg.acquisition.bunch {
+            return Err(DaqError::Acquisition(format!(
+                "{what}: the receiver's ring is {} modules x {} frames per stack, the configuration says {} x {}",
+                ring.modules, ring.bunch, cfg.detector.modules, cfg.acquisition.bunch
+            )));
+        }
+        if remote.len < ring.bytes() as u64 {
+            return Err(DaqError::Acquisition(format!(
+                "{what}: the receiver's ring region is {} bytes, its layout needs {}",
+                remote.len,
+                ring.bytes()
+            )));
+        }
+        Ok(Transmitter {
+            cfg,
+            data,
+            region,
+            qp,
+            remote,
+            ring,
+            receiver,
+            module,
+        })
+    }
+
+    /// Posts one WRITE, draining send completions when the queue is full.
+    fn post(&self, wr: u64, src: usize, len: usize, dst: usize, imm: Option<u32>) -> Result<()> {
+        let mut done: Vec<Completion> = Vec::with_capacity(64);
+        loop {
+            match self.qp.post_write(
+                wr,
+                self.region,
+                src,
+                len,
+                self.remote.addr + dst as u64,
+                self.remote.rkey,
+                imm,
+            ) {
+                Ok(()) => break,
+                Err(FabricError::QueueFull(_)) => {
+                    // Sleep on the completion queue rather than spin: the cores are the
+                    // receiver's too when both run on one host.
+                    if self.qp.poll(&mut done, 64) == 0 {
+                        if let Ok(Some(c)) = self.qp.wait(Duration::from_millis(2)) {
+                            done.push(c);
+                        }
+                    }
+                    check(&done)?;
+                    done.clear();
+                }
+                Err(e) => {
+                    return Err(DaqError::Acquisition(format!(
+                        "module {} to receiver {}: {e}",
+                        self.module, self.receiver
+                    )))
+                }
+            }
+        }
+        while self.qp.poll(&mut done, 64) > 0 {
+            check(&done)?;
+            done.clear();
+        }
+        Ok(())
+    }
+
+    /// Streams every frame of this receiver; returns (bytes, writes, packets).
+    fn stream(&self, t0: Instant, mut progress: impl FnMut(u64)) -> Result<(u64, u64, u64)> {
+        let cfg = self.cfg;
+        let frames = cfg.frames_of(self.receiver);
+        let roi = cfg.roi_of(self.receiver);
+        let bunch = self.ring.bunch as u64;
+        let rate = cfg.acquisition.rate_hz;
+        let (mut bytes, mut writes, mut wr) = (0u64, 0u64, 0u64);
+        let fb = self.data.frame_bytes();
+        for n in 0..frames {
+            let g = cfg.global_frame(self.receiver, n);
+            if rate > 0.0 {
+                let due = t0 + Duration::from_secs_f64(g as f64 / rate);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+            }
+            let stack = self.ring.stack(n);
+            if n % bunch == 0 {
+                self.post(wr, 0, 0, 0, Some(Marker::Start(stack).imm()))?;
+                wr += 1;
+                writes += 1;
+            }
+            let last = n % bunch == bunch - 1 || n + 1 == frames;
+            let src = self.data.index_of(g) * fb + self.module * MODULE_BYTES;
+            let mut ds = descriptors(&self.ring, self.module, n, src, &roi).peekable();
+            while let Some(d) = ds.next() {
+                let imm = (last && ds.peek().is_none()).then(|| Marker::End(stack).imm());
+                self.post(wr, d.src, d.len, d.dst, imm)?;
+                wr += 1;
+                writes += 1;
+                bytes += d.len as u64;
+            }
+            progress(1);
+        }
+        let packets = self.qp.stats().engine.tx_packets;
+        Ok((bytes, writes, packets))
+    }
+}
+
+fn check(done: &[Completion]) -> Result<()> {
+    for c in done {
+        if !c.status.is_ok() {
+            return Err(DaqError::Acquisition(format!(
+                "WRITE {} failed: {:?}",
+                c.wr_id, c.status
+            )));
+        }
+    }
+    Ok(())
+}

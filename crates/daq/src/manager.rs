@@ -1,0 +1,198 @@
+//! The manager (RASHPA Manager): runs an acquisition from one configuration and sums up what
+//! every node reports.
+//!
+//! [`run_in_process`] starts the receivers and the emulator as threads of this process (what the
+//! Python API and the tests use); the `remora daq run` command starts them as processes of the
+//! `remora` program and builds the same [`Summary`] from their reports.
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::dataset::Dataset;
+use crate::emulator::{self, EmulatorReport};
+use crate::receiver::{FrameResult, Progress, Receiver, ReceiverReport};
+use crate::{DaqError, Result};
+
+/// What an acquisition did, over all receivers.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    /// Transport used.
+    pub transport: String,
+    /// Modules.
+    pub modules: usize,
+    /// Receivers.
+    pub receivers: usize,
+    /// Detector frames sent.
+    pub frames_sent: u64,
+    /// Frames processed with every module whole (summed over receivers).
+    pub frames_complete: u64,
+    /// Frames processed with modules masked.
+    pub frames_partial: u64,
+    /// Frames that never arrived.
+    pub frames_lost: u64,
+    /// Frames lost to overruns.
+    pub frames_overrun: u64,
+    /// Overrun events.
+    pub overruns: u64,
+    /// Module parts masked.
+    pub modules_lost: u64,
+    /// Dark frames.
+    pub dark: u64,
+    /// Kept frames.
+    pub kept: u64,
+    /// Rejected frames.
+    pub rejected: u64,
+    /// Frames the writers dropped.
+    pub writer_dropped: u64,
+    /// Acquisition time (s): the longest receiver's, first marker to last frame committed.
+    pub seconds: f64,
+    /// Wall time (s) from the emulator's start to the last receiver's report (includes loading
+    /// the dataset and connecting).
+    pub wall_seconds: f64,
+    /// Frames per second end to end (committed frames / wall time).
+    pub e2e_fps: f64,
+    /// Raw data rate end to end (GB/s, 1e9 bytes).
+    pub e2e_gbps: f64,
+    /// The emulator's report.
+    pub emulator: EmulatorReport,
+    /// Every receiver's report.
+    pub receiver_reports: Vec<ReceiverReport>,
+    /// Output files.
+    pub files: Vec<String>,
+}
+
+impl Summary {
+    /// Sums up the nodes' reports.
+    pub fn new(
+        cfg: &Config,
+        emulator: EmulatorReport,
+        receivers: Vec<ReceiverReport>,
+        wall_seconds: f64,
+    ) -> Summary {
+        let seconds = receivers.iter().map(|r| r.seconds).fold(0.0, f64::max);
+        let mut s = Summary {
+            transport: cfg.transport.kind.name().into(),
+            modules: cfg.detector.modules,
+            receivers: receivers.len(),
+            frames_sent: emulator.frames_sent,
+            seconds,
+            wall_seconds,
+            ..Default::default()
+        };
+        let mut bytes = 0u64;
+        for r in &receivers {
+            s.frames_complete += r.frames_complete;
+            s.frames_partial += r.frames_partial;
+            s.frames_lost += r.frames_lost;
+            s.frames_overrun += r.frames_overrun;
+            s.overruns += r.overruns;
+            s.modules_lost += r.scheduler.modules_lost;
+            s.dark += r.dark;
+            s.kept += r.kept;
+            s.rejected += r.rejected;
+            s.writer_dropped += r.writer_dropped;
+            bytes += r.bytes_expected * (r.frames_complete + r.frames_partial)
+                / r.frames_expected.max(1);
+            if let Some(f) = &r.file {
+                s.files.push(f.clone());
+            }
+        }
+        let done = s.frames_complete + s.frames_partial;
+        if seconds > 0.0 {
+            // With RoI slicing every receiver gets every frame: count detector frames once.
+            let frames = match cfg.emulator.fanout {
+                crate::config::Fanout::Time => done,
+                crate::config::Fanout::Roi => done / receivers.len().max(1) as u64,
+            };
+            s.e2e_fps = frames as f64 / seconds;
+            s.e2e_gbps = bytes as f64 / seconds / 1e9;
+        }
+        s.emulator = emulator;
+        s.receiver_reports = receivers;
+        s
+    }
+
+    /// A few lines for a terminal.
+    pub fn text(&self) -> String {
+        let mut t = format!(
+            "{} modules over {}, {} receiver(s): {} frames sent, {} complete, {} with modules masked, {} lost, {} lost to {} overrun(s)\n",
+            self.modules, self.transport, self.receivers, self.frames_sent, self.frames_complete,
+            self.frames_partial, self.frames_lost, self.frames_overrun, self.overruns
+        );
+        t += &format!(
+            "pipeline: {} dark, {} kept, {} rejected; writer dropped {}\n",
+            self.dark, self.kept, self.rejected, self.writer_dropped
+        );
+        t += &format!(
+            "{:.2} s: {:.1} frames/s, {:.3} GB/s end to end\n",
+            self.seconds, self.e2e_fps, self.e2e_gbps
+        );
+        for f in &self.files {
+            t += &format!("wrote {f}\n");
+        }
+        t
+    }
+}
+
+/// Sees every committed frame: (receiver index, result).
+pub type OnFrame<'a> = &'a (dyn Fn(usize, &FrameResult) + Sync);
+
+/// Runs the whole acquisition inside this process: receivers and emulator as threads, over the
+/// configured transport on this host. `on_frame` sees every committed frame (receiver index,
+/// result); `progress` sees each receiver's progress.
+pub fn run_in_process(
+    cfg: &Config,
+    on_frame: Option<OnFrame<'_>>,
+    progress: &(dyn Fn(usize, &Progress) + Sync),
+) -> Result<Summary> {
+    if cfg.transport.kind == crate::config::TransportKind::Native {
+        return Err(DaqError::Config(
+            "transport.kind = \"native\": not wired yet".into(),
+        ));
+    }
+    let data = Dataset::load(cfg)?;
+    let receivers: Vec<Receiver> = (0..cfg.receivers.len())
+        .map(|i| Receiver::bind(cfg, i))
+        .collect::<Result<_>>()?;
+    let addrs: Vec<SocketAddr> = receivers.iter().map(|r| r.local_addr()).collect();
+    let t0 = Instant::now();
+    let (tx, rx) = mpsc::channel();
+    let emu = std::thread::scope(|sc| {
+        for (i, r) in receivers.into_iter().enumerate() {
+            let tx = tx.clone();
+            sc.spawn(move || {
+                let mut f = |fr: &FrameResult| {
+                    if let Some(cb) = on_frame {
+                        cb(i, fr)
+                    }
+                };
+                let res = r.run(Some(&mut f), &|p| progress(i, p));
+                let _ = tx.send((i, res));
+            });
+        }
+        drop(tx);
+        emulator::run(cfg, &data, &addrs, &|_| {})
+    });
+    let mut reps: Vec<Option<ReceiverReport>> = (0..addrs.len()).map(|_| None).collect();
+    let mut first_err = None;
+    for (i, res) in rx {
+        match res {
+            Ok(r) => reps[i] = Some(r),
+            Err(e) => {
+                first_err.get_or_insert(DaqError::Acquisition(format!("receiver {i}: {e}")));
+            }
+        }
+    }
+    let emu = emu?;
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    let reps = reps
+        .into_iter()
+        .map(|r| r.expect("every receiver reported"))
+        .collect();
+    Ok(Summary::new(cfg, emu, reps, t0.elapsed().as_secs_f64()))
+}

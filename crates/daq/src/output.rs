@@ -1,0 +1,98 @@
+//! What a receiver records about its run in the output file (configuration, calibration,
+//! geometry, pipeline settings), gathered from the configuration and the processing setup.
+use crate::azint::AzMatrix;
+use crate::config::Config;
+use crate::poni::JUNGFRAU_PIXEL;
+use crate::setup::Setup;
+use crate::writer::RunInfo;
+use crate::Result;
+
+/// The file header of receiver `index`'s output.
+pub fn run_info(cfg: &Config, setup: &Setup, matrix: Option<&AzMatrix>) -> Result<RunInfo> {
+    let rows = setup.layout.rows;
+    let cols = setup.layout.cols;
+    let p = &setup.poni;
+    let wavelength = p.wavelength.map(|w| w * 1e10);
+    let pl = &setup.pipeline;
+    let mut pipeline = vec![
+        ("veto_pixel_kev".into(), pl.veto_pixel_kev.to_string()),
+        ("veto_min_pixels".into(), pl.veto_min_pixels.to_string()),
+        ("sparse_kev".into(), pl.sparse_kev.to_string()),
+        ("pedestal_window".into(), pl.pedestal_window.to_string()),
+        (
+            "dark_frames".into(),
+            format!("every {} phase {}", pl.dark.every, pl.dark.phase),
+        ),
+        (
+            "engine".into(),
+            cfg.pipeline.engine.clone().unwrap_or_else(|| "auto".into()),
+        ),
+    ];
+    let radial = match (&pl.integrate, matrix) {
+        (Some((_, az)), Some(m)) => {
+            pipeline.push(("integration_unit".into(), az.unit.name().into()));
+            pipeline.push(("integration_bins".into(), az.bins.to_string()));
+            Some((m.radial.clone(), az.unit.name().to_string()))
+        }
+        _ => None,
+    };
+    Ok(RunInfo {
+        config_toml: toml::to_string(cfg).unwrap_or_default(),
+        title: format!(
+            "remora JUNGFRAU {}-module acquisition, {} frames",
+            cfg.detector.modules, cfg.acquisition.frames
+        ),
+        detector_modules: cfg.detector.modules,
+        layout_json: setup.layout.to_json(),
+        poni_text: Some(p.to_text((rows, cols))),
+        distance_m: Some(p.dist),
+        beam_center_px: Some((p.poni2 / p.pixel2, p.poni1 / p.pixel1)),
+        wavelength_angstrom: wavelength,
+        pixel_size_m: JUNGFRAU_PIXEL,
+        photon_energy_kev: cfg.detector.photon_energy_kev,
+        calibration: setup.calibration_source.clone(),
+        pipeline,
+        raw_shape: (
+            cfg.detector.modules * crate::model::MODULE_ROWS,
+            crate::model::MODULE_COLS,
+        ),
+        image_shape: None,
+        pixel_mask: None,
+        radial,
+        start_time: now_iso8601(),
+    })
+}
+
+/// The current UTC time as ISO 8601 (seconds), without a date crate.
+pub fn now_iso8601() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn iso_dates_look_right() {
+        let s = super::now_iso8601();
+        assert_eq!(s.len(), 20, "{s}");
+        assert!(s.starts_with("20") && s.ends_with('Z'), "{s}");
+    }
+}

@@ -1,0 +1,641 @@
+//! The receiver (ROMULU) with its scheduler and processing unit.
+//!
+//! It registers the ring ([`crate::ring`]) and publishes it (address, key, layout) to each
+//! module's transmitter at connection setup. Its receive thread drains the queue pairs'
+//! completions (the modules' start and end markers), feeds the [`Scheduler`], hands each global
+//! event (a stack) to the processing thread and commits results. A frame's result is kept only
+//! if, once the completion queues have been drained *after* the frame was processed, no newer
+//! stack has written into its half (markers travel in order with the data, so this is exact
+//! unless a start marker itself is lost); a dark frame, which changes the pedestal, is copied out
+//! and checked *before* it is used. The processing thread runs the pipeline on the frames where
+//! they landed, with the modules that did not arrive whole overwritten by the
+//! JUNGFRAU error word (flagged, never converted: masked, never stale). Results go to the writer
+//! behind a bounded queue; a slow disk shows as writer drops, never as a stalled receiver.
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver as Rx, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use remora_fabric::{Completion, Listener, Qp, QpOptions, RegionInfo, WcOpcode};
+use remora_mem::{Access, Buffer, Mode, Pd, Region};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::emulator::HELLO_MAGIC;
+use crate::model::{ERROR_WORD, MODULE_PIXELS};
+use crate::pipeline::{Outcome, Pipeline};
+use crate::ring::{packets_per_stack, Marker, RingLayout};
+use crate::scheduler::{Issue, SchedStats, Scheduler};
+use crate::setup::Setup;
+use crate::writer::{FrameKind, FrameRecord, WriterThread};
+use crate::{DaqError, Result};
+
+/// One processed frame, as the receiver commits it.
+#[derive(Debug, Clone)]
+pub struct FrameResult {
+    /// Detector frame number.
+    pub frame: u64,
+    /// Modules masked because they did not arrive whole.
+    pub lost_modules: u64,
+    /// What the pipeline made of it (`None` when processing is off).
+    pub outcome: Option<Outcome>,
+}
+
+/// Progress while running.
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
+pub struct Progress {
+    /// Frames expected by this receiver.
+    pub frames_expected: u64,
+    /// Frames committed so far.
+    pub frames_done: u64,
+    /// Overruns so far.
+    pub overruns: u64,
+    /// Frames kept so far.
+    pub kept: u64,
+}
+
+/// What a receiver did.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct ReceiverReport {
+    /// Receiver index.
+    pub receiver: usize,
+    /// Transport.
+    pub transport: String,
+    /// Modules.
+    pub modules: usize,
+    /// Frames this receiver should get.
+    pub frames_expected: u64,
+    /// Frames processed with every module whole.
+    pub frames_complete: u64,
+    /// Frames processed with modules masked.
+    pub frames_partial: u64,
+    /// Frames processed but discarded, or dropped, because a newer stack overwrote them.
+    pub frames_overrun: u64,
+    /// Frames that never arrived.
+    pub frames_lost: u64,
+    /// Dark frames (pedestal updates).
+    pub dark: u64,
+    /// Frames kept by the veto.
+    pub kept: u64,
+    /// Frames rejected by the veto.
+    pub rejected: u64,
+    /// Overrun events.
+    pub overruns: u64,
+    /// Sum of the veto counts of converted frames (a checksum of the run's results).
+    pub spots_total: u64,
+    /// Sum of the CSR entries of kept frames.
+    pub csr_entries: u64,
+    /// Scheduler counters.
+    pub scheduler: SchedStats,
+    /// Packets the fabric saw out of sequence (losses).
+    pub packets_out_of_sequence: u64,
+    /// Bytes of frame data expected to land (RoI of every module of every frame).
+    pub bytes_expected: u64,
+    /// Frames the writer dropped (queue full).
+    pub writer_dropped: u64,
+    /// Frames written.
+    pub writer_frames: u64,
+    /// Output file.
+    pub file: Option<String>,
+    /// Engine that ran.
+    pub engine: String,
+    /// Seconds from the first marker to the last commit.
+    pub seconds: f64,
+    /// Seconds spent in the pipeline.
+    pub pipeline_seconds: f64,
+}
+
+/// A bound receiver, ready for its modules.
+pub struct Receiver {
+    cfg: Config,
+    index: usize,
+    listener: Listener,
+    ring_region: Arc<Region>,
+    ring: RingLayout,
+    setup: Setup,
+    pipeline: Pipeline,
+}
+
+impl Receiver {
+    /// Registers the ring, loads the calibration and binds the control address.
+    pub fn bind(cfg: &Config, index: usize) -> Result<Receiver> {
+        let ring = RingLayout::new(cfg.detector.modules, cfg.acquisition.bunch)?;
+        let setup = Setup::new(cfg, index)?;
+        // Built before the control address opens: the integration matrix takes a while, and
+        // the modules start sending as soon as they are connected.
+        let pipeline = setup.pipeline(cfg)?;
+        let pd = Arc::new(Pd::new());
+        let buf = Buffer::memfd("remora-ring", ring.bytes())
+            .map_err(|e| DaqError::Acquisition(format!("ring of {} bytes: {e}", ring.bytes())))?;
+        let region = pd
+            .register(buf, Access::ALL, Mode::OnDemand)
+            .map_err(|e| DaqError::Acquisition(format!("registering the ring: {e}")))?;
+        region
+            .page_in_range(0, region.len())
+            .map_err(|e| DaqError::Acquisition(format!("paging in the ring: {e}")))?;
+        let listen: SocketAddr = cfg.receivers[index]
+            .listen
+            .parse()
+            .map_err(|e| DaqError::Config(format!("receivers[{index}].listen: {e}")))?;
+        let opts = QpOptions {
+            mtu: cfg.transport.mtu,
+            ..crate::emulator::qp_options(cfg, 0, index)
+        };
+        let opts = QpOptions {
+            faults: None,
+            icrc_check: std::env::var_os("REMORA_NO_ICRC").is_none(),
+            ..opts
+        };
+        let listener = Listener::bind(listen, pd, opts).map_err(|e| {
+            DaqError::Acquisition(format!("receivers[{index}].listen {listen}: {e}"))
+        })?;
+        Ok(Receiver {
+            cfg: cfg.clone(),
+            index,
+            listener,
+            ring_region: region,
+            ring,
+            setup,
+            pipeline,
+        })
+    }
+
+    /// The control address emulators connect to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr()
+    }
+
+    /// Accepts one queue pair per module, then runs the acquisition to its end.
+    pub fn run(
+        self,
+        mut on_frame: Option<&mut dyn FnMut(&FrameResult)>,
+        progress: &dyn Fn(&Progress),
+    ) -> Result<ReceiverReport> {
+        let writer = self.writer()?;
+        let qps = self.accept_modules()?;
+        let cfg = &self.cfg;
+        let frames = cfg.frames_of(self.index);
+        let bunch = self.ring.bunch as u64;
+        let stacks = frames.div_ceil(bunch);
+        let roi = cfg.roi_of(self.index);
+        let mtu = qps[0].mtu();
+        let deadline = Duration::from_millis(cfg.acquisition.deadline_ms);
+        let books = Arc::new(Mutex::new(Books {
+            sched: Scheduler::new(cfg.detector.modules, deadline),
+            per_frame: (packets_per_stack(&self.ring, &roi, mtu) - 1) / bunch,
+            frames,
+            bunch,
+            qps,
+            comps: Vec::with_capacity(256),
+            started: None,
+        }));
+        let (to_worker, worker_rx) = mpsc::sync_channel::<Issue>(2);
+        let (worker_tx, from_worker) = mpsc::channel::<Msg>();
+        let pipeline = self.pipeline;
+        let engine = {
+            let i = pipeline.engine().info();
+            format!("{} ({} threads, {})", i.name, i.threads, i.simd)
+        };
+        let worker = Worker {
+            cfg: cfg.clone(),
+            index: self.index,
+            ring: self.ring,
+            region: self.ring_region.clone(),
+            pipeline,
+            books: books.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name(format!("rpu-{}", self.index))
+            .spawn(move || worker.run(worker_rx, worker_tx))
+            .map_err(|e| DaqError::Acquisition(format!("starting the processing thread: {e}")))?;
+
+        let mut rep = ReceiverReport {
+            receiver: self.index,
+            transport: cfg.transport.kind.name().into(),
+            modules: cfg.detector.modules,
+            frames_expected: frames,
+            bytes_expected: frames * (roi.width * roi.height * 2 * cfg.detector.modules) as u64,
+            engine,
+            file: cfg.output_of(self.index).map(|p| p.display().to_string()),
+            ..Default::default()
+        };
+        let mut last_commit = Instant::now();
+        let mut in_worker = 0usize;
+        let mut issued = 0u64;
+        let mut closed_at: Option<Instant> = None;
+        let mut flushed = false;
+        let mut last_progress = Instant::now();
+        let mut pipeline_seconds = 0.0;
+        loop {
+            let mut busy = false;
+            {
+                let mut b = books.lock().expect("books");
+                busy |= b.drain(Instant::now());
+                while in_worker < 2 {
+                    let Some(issue) = b.sched.poll(Instant::now()) else {
+                        break;
+                    };
+                    if issue.stack >= stacks {
+                        // A hostile or misconfigured source: no such stack in this acquisition.
+                        b.sched.finish(issue.stack);
+                        continue;
+                    }
+                    in_worker += 1;
+                    issued += 1;
+                    if to_worker.send(issue).is_err() {
+                        break;
+                    }
+                }
+                if closed_at.is_none() && b.qps.iter().all(|q| q.is_closed()) {
+                    closed_at = Some(Instant::now());
+                }
+                let grace =
+                    closed_at.is_some_and(|t| t.elapsed() >= deadline.min(Duration::from_secs(2)));
+                if grace && !flushed {
+                    b.sched.flush(Instant::now());
+                    flushed = true;
+                }
+                let all_issued = issued + b.sched.stats().stacks_dropped >= stacks;
+                if in_worker == 0 && (all_issued || (flushed && b.sched.in_flight() == 0)) {
+                    break;
+                }
+            }
+            while let Ok(msg) = from_worker.try_recv() {
+                busy = true;
+                match msg {
+                    Msg::Frame(fr, secs) => {
+                        pipeline_seconds += secs;
+                        commit(&mut rep, &fr, writer.as_ref(), &mut on_frame);
+                        last_commit = Instant::now();
+                    }
+                    Msg::Overrun(secs) => {
+                        pipeline_seconds += secs;
+                        rep.frames_overrun += 1;
+                        last_commit = Instant::now();
+                    }
+                    Msg::StackDone(stack) => {
+                        books.lock().expect("books").sched.finish(stack);
+                        in_worker -= 1;
+                    }
+                    Msg::Failed(e) => return Err(e),
+                }
+            }
+            if last_progress.elapsed() >= Duration::from_millis(200) {
+                last_progress = Instant::now();
+                progress(&Progress {
+                    frames_expected: frames,
+                    frames_done: rep.frames_complete + rep.frames_partial,
+                    overruns: books.lock().expect("books").sched.stats().overruns,
+                    kept: rep.kept,
+                });
+            }
+            if !busy {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        drop(to_worker);
+        let _ = handle.join();
+        let b = books.lock().expect("books");
+        let st = b.sched.stats();
+        rep.scheduler = st;
+        rep.overruns = st.overruns;
+        rep.frames_overrun += st.stacks_dropped * bunch;
+        rep.frames_overrun = rep.frames_overrun.min(frames);
+        rep.frames_lost =
+            frames.saturating_sub(rep.frames_complete + rep.frames_partial + rep.frames_overrun);
+        rep.pipeline_seconds = pipeline_seconds;
+        rep.seconds = b.started.map_or(0.0, |t| {
+            last_commit.saturating_duration_since(t).as_secs_f64()
+        });
+        rep.packets_out_of_sequence = b.qps.iter().map(|q| q.stats().engine.out_of_sequence).sum();
+        drop(b);
+        progress(&Progress {
+            frames_expected: frames,
+            frames_done: rep.frames_complete + rep.frames_partial,
+            overruns: rep.overruns,
+            kept: rep.kept,
+        });
+        if let Some(w) = writer {
+            let summary = serde_json::to_string(&rep).unwrap_or_default();
+            let ws = w.finish(&summary)?;
+            rep.writer_frames = ws.frames;
+            rep.writer_dropped = ws.dropped;
+        }
+        Ok(rep)
+    }
+
+    fn writer(&self) -> Result<Option<WriterThread>> {
+        let Some(path) = self.cfg.output_of(self.index) else {
+            return Ok(None);
+        };
+        let info = crate::output::run_info(&self.cfg, &self.setup, self.pipeline.matrix())?;
+        WriterThread::spawn(&path, info, self.cfg.output.queue).map(Some)
+    }
+
+    /// One queue pair per module, in module order.
+    fn accept_modules(&self) -> Result<Vec<Qp>> {
+        let modules = self.cfg.detector.modules;
+        let mut private = RegionInfo::of(&self.ring_region).encode().to_vec();
+        private.extend_from_slice(&self.ring.encode());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel::<(usize, Qp)>();
+        let listener_addr = self.local_addr();
+        std::thread::scope(|sc| {
+            let stop2 = stop.clone();
+            let listener = &self.listener;
+            sc.spawn(move || accept_loop(listener, &private, modules, &stop2, tx));
+            let mut qps: Vec<Option<Qp>> = (0..modules).map(|_| None).collect();
+            let wait = Duration::from_millis(self.cfg.acquisition.connect_timeout_ms);
+            let end = Instant::now() + wait;
+            let mut got = 0;
+            let res = loop {
+                if got == modules {
+                    break Ok(());
+                }
+                match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
+                    Ok((m, qp)) => {
+                        if qps[m].is_none() {
+                            got += 1;
+                        }
+                        qps[m] = Some(qp);
+                    }
+                    Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
+                        let missing: Vec<usize> =
+                            (0..modules).filter(|&m| qps[m].is_none()).collect();
+                        break Err(DaqError::Acquisition(format!(
+                            "receiver {}: modules {missing:?} did not connect within {:.1} s \
+                             (acquisition.connect_timeout_ms)",
+                            self.index,
+                            wait.as_secs_f64()
+                        )));
+                    }
+                }
+            };
+            stop.store(true, Ordering::Relaxed);
+            // Wakes the accept loop if it is still waiting.
+            let _ = TcpStream::connect_timeout(&listener_addr, Duration::from_secs(1));
+            res.map(|()| qps.into_iter().map(|q| q.expect("all connected")).collect())
+        })
+    }
+}
+
+fn accept_loop(
+    listener: &Listener,
+    private: &[u8],
+    modules: usize,
+    stop: &AtomicBool,
+    tx: mpsc::Sender<(usize, Qp)>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(inc) = listener.incoming() else {
+            return;
+        };
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let from = inc.peer_addr();
+        match inc.establish(private) {
+            Ok((qp, hello)) => {
+                let module = (hello.len() >= 6 && &hello[..4] == HELLO_MAGIC)
+                    .then(|| u16::from_le_bytes([hello[4], hello[5]]) as usize)
+                    .filter(|&m| m < modules);
+                match module {
+                    Some(m) => {
+                        if tx.send((m, qp)).is_err() {
+                            return;
+                        }
+                    }
+                    None => {
+                        tracing::warn!(%from, "not a module of this detector; connection dropped")
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(%from, error = %e, "connection setup refused"),
+        }
+    }
+}
+
+fn commit(
+    rep: &mut ReceiverReport,
+    fr: &FrameResult,
+    writer: Option<&WriterThread>,
+    on_frame: &mut Option<&mut dyn FnMut(&FrameResult)>,
+) {
+    if fr.lost_modules == 0 {
+        rep.frames_complete += 1;
+    } else {
+        rep.frames_partial += 1;
+    }
+    let (kind, spots) = match &fr.outcome {
+        None => (FrameKind::Unprocessed, 0),
+        Some(Outcome::Dark) => {
+            rep.dark += 1;
+            (FrameKind::Dark, 0)
+        }
+        Some(Outcome::Rejected(s)) => {
+            rep.rejected += 1;
+            rep.spots_total += s.above;
+            (FrameKind::Rejected, s.above)
+        }
+        Some(Outcome::Kept { stats, sparse, .. }) => {
+            rep.kept += 1;
+            rep.spots_total += stats.above;
+            rep.csr_entries += sparse.nnz() as u64;
+            (FrameKind::Kept, stats.above)
+        }
+    };
+    if let Some(w) = writer {
+        let (sparse, profile) = match &fr.outcome {
+            Some(Outcome::Kept {
+                sparse, profile, ..
+            }) => (
+                Some(sparse.clone()),
+                profile.as_ref().map(|p| p.intensity.clone()),
+            ),
+            _ => (None, None),
+        };
+        w.push(FrameRecord {
+            frame: fr.frame,
+            kind,
+            spots,
+            lost_modules: fr.lost_modules,
+            sparse,
+            profile,
+            image: None,
+        });
+    }
+    if let Some(f) = on_frame.as_mut() {
+        f(fr);
+    }
+}
+
+/// The scheduler and the queue pairs it listens to, shared by the receive thread (which drains
+/// and issues) and the processing thread (which drains before deciding a frame is intact).
+struct Books {
+    sched: Scheduler,
+    qps: Vec<Qp>,
+    comps: Vec<Completion>,
+    /// Packets one frame of one module takes.
+    per_frame: u64,
+    frames: u64,
+    bunch: u64,
+    started: Option<Instant>,
+}
+
+impl Books {
+    /// Packets a whole module part of stack `s` takes (the last stack may be short).
+    fn expected_packets(&self, s: u64) -> u64 {
+        let n = self.bunch.min(self.frames.saturating_sub(s * self.bunch));
+        1 + self.per_frame * n
+    }
+
+    /// Feeds every completion waiting to the scheduler; true if there was any.
+    fn drain(&mut self, now: Instant) -> bool {
+        let mut any = false;
+        for m in 0..self.qps.len() {
+            loop {
+                self.comps.clear();
+                if self.qps[m].poll(&mut self.comps, 256) == 0 {
+                    break;
+                }
+                any = true;
+                for i in 0..self.comps.len() {
+                    let c = self.comps[i];
+                    let (WcOpcode::RecvRdmaWithImm, Some(imm)) = (c.opcode, c.imm) else {
+                        continue;
+                    };
+                    let mk = Marker::from_imm(imm, self.sched.latest());
+                    let whole = match mk {
+                        Marker::End(s) => u64::from(c.in_sequence) >= self.expected_packets(s),
+                        Marker::Start(_) => true,
+                    };
+                    self.sched.on_marker(now, m, mk, whole);
+                }
+            }
+        }
+        if any && self.started.is_none() {
+            self.started = Some(now);
+        }
+        any
+    }
+
+    /// Whether an issued stack is still intact, with every marker that has arrived counted.
+    fn intact(&mut self, stack: u64) -> bool {
+        self.drain(Instant::now());
+        self.sched.intact(stack)
+    }
+}
+
+enum Msg {
+    Frame(Box<FrameResult>, f64),
+    Overrun(f64),
+    StackDone(u64),
+    Failed(DaqError),
+}
+
+struct Worker {
+    cfg: Config,
+    index: usize,
+    ring: RingLayout,
+    region: Arc<Region>,
+    pipeline: Pipeline,
+    books: Arc<Mutex<Books>>,
+}
+
+impl Worker {
+    fn run(mut self, rx: Rx<Issue>, tx: mpsc::Sender<Msg>) {
+        let frames = self.cfg.frames_of(self.index);
+        let bunch = self.ring.bunch as u64;
+        let words = self.ring.slot_bytes() / 2;
+        let slow = Duration::from_millis(self.cfg.pipeline.slow_ms);
+        let dark = crate::pedestal::DarkPattern::new(
+            self.cfg.acquisition.dark_every,
+            self.cfg.acquisition.dark_phase,
+        )
+        .unwrap_or(crate::pedestal::DarkPattern::NONE);
+        let mut scratch: Vec<u16> = Vec::new();
+        while let Ok(issue) = rx.recv() {
+            let first = issue.stack * bunch;
+            let last = (first + bunch).min(frames);
+            for n in first..last {
+                let t = Instant::now();
+                // A stack already overrun is abandoned: processing frames whose results will be
+                // thrown away would only make the pipeline fall further behind.
+                if !self.books.lock().expect("books").intact(issue.stack) {
+                    for _ in n..last {
+                        let _ = tx.send(Msg::Overrun(0.0));
+                    }
+                    break;
+                }
+                let off = self.ring.slot(n) * self.ring.slot_bytes();
+                // SAFETY: the ring is a live mapping of `ring.bytes()` bytes owned by `region`
+                // (kept alive by the Arc), page-aligned, so any u16 view inside it is aligned.
+                // The transport writes into it concurrently only during an overrun, which is
+                // checked below before anything computed from this view is kept.
+                let raw = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        self.region.as_ptr().add(off).cast::<u16>(),
+                        words,
+                    )
+                };
+                for m in 0..self.ring.modules {
+                    if issue.lost_modules >> m & 1 == 1 {
+                        raw[m * MODULE_PIXELS..(m + 1) * MODULE_PIXELS].fill(ERROR_WORD);
+                    }
+                }
+                let g = self.cfg.global_frame(self.index, n);
+                let process = self.cfg.pipeline.process;
+                // A dark frame changes the pipeline's state (the pedestal): it is copied out and
+                // checked intact *before* it is used, so an overrun cannot leak into later frames.
+                let input: &[u16] = if process && dark.is_dark(g) {
+                    scratch.clear();
+                    scratch.extend_from_slice(raw);
+                    &scratch
+                } else {
+                    raw
+                };
+                if process
+                    && dark.is_dark(g)
+                    && !self.books.lock().expect("books").intact(issue.stack)
+                {
+                    let _ = tx.send(Msg::Overrun(t.elapsed().as_secs_f64()));
+                    continue;
+                }
+                let outcome = if process {
+                    match self.pipeline.process(g, input) {
+                        Ok(o) => Some(o),
+                        Err(e) => {
+                            let _ = tx.send(Msg::Failed(e));
+                            return;
+                        }
+                    }
+                } else {
+                    None
+                };
+                if !slow.is_zero() {
+                    std::thread::sleep(slow);
+                }
+                let secs = t.elapsed().as_secs_f64();
+                let msg = if self.books.lock().expect("books").intact(issue.stack) {
+                    Msg::Frame(
+                        Box::new(FrameResult {
+                            frame: g,
+                            lost_modules: issue.lost_modules,
+                            outcome,
+                        }),
+                        secs,
+                    )
+                } else {
+                    Msg::Overrun(secs)
+                };
+                if tx.send(msg).is_err() {
+                    return;
+                }
+            }
+            if tx.send(Msg::StackDone(issue.stack)).is_err() {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Everything a receiver's processing unit needs, built from the configuration: calibration,
+//! layout, geometry, mask and the pipeline. Tests use the same function to run the pipeline
+//! directly on the emulator's frames, so both sides are built the same way.
+use crate::azint::{AzConfig, Unit};
+use crate::calib::{Calibration, GainMaps, PedestalMaps};
+use crate::config::Config;
+use crate::dataset::Dataset;
+use crate::engine::{EngineKind, Registry};
+use crate::geometry::Layout;
+use crate::model::{Detector, MODULE_COLS, MODULE_PIXELS};
+use crate::pedestal::DarkPattern;
+use crate::pipeline::{Pipeline, PipelineConfig};
+use crate::poni::Poni;
+use crate::synth::Synth;
+use crate::{DaqError, Result};
+
+/// The processing unit's inputs.
+#[derive(Debug)]
+pub struct Setup {
+    /// Calibration in use.
+    pub calibration: Calibration,
+    /// Where it came from.
+    pub calibration_source: String,
+    /// Module placement.
+    pub layout: Layout,
+    /// Geometry for integration.
+    pub poni: Poni,
+    /// Raw-order mask (1 = masked): pixels outside the receiver's region of interest.
+    pub mask: Option<Vec<u8>>,
+    /// Pipeline settings.
+    pub pipeline: PipelineConfig,
+}
+
+impl Setup {
+    /// Builds receiver `index`'s inputs.
+    pub fn new(cfg: &Config, index: usize) -> Result<Setup> {
+        let det = Detector::new(cfg.detector.modules)?;
+        let (calibration, calibration_source) = match (&cfg.detector.gain, &cfg.detector.pedestal) {
+            (Some(g), Some(p)) => {
+                let gain = GainMaps::load(g, det)?;
+                let ped = PedestalMaps::load(p, det)?;
+                (
+                    Calibration::new(gain, ped)?,
+                    format!("gain {}, pedestal {}", g.display(), p.display()),
+                )
+            }
+            _ => {
+                let sc = Dataset::synth_config(cfg)?;
+                (
+                    Synth::calibration_for(&sc, det),
+                    format!("synthetic (seed {})", cfg.source.seed),
+                )
+            }
+        };
+        let layout = match &cfg.detector.geometry {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|source| DaqError::Io {
+                    path: p.clone(),
+                    source,
+                })?;
+                Layout::from_json(&text).map_err(|e| {
+                    DaqError::Config(format!("detector.geometry {}: {e}", p.display()))
+                })?
+            }
+            None => Layout::standard(cfg.detector.modules)?,
+        };
+        if layout.modules.len() != cfg.detector.modules {
+            return Err(DaqError::Config(format!(
+                "detector.geometry places {} modules, detector.modules is {}",
+                layout.modules.len(),
+                cfg.detector.modules
+            )));
+        }
+        let poni = match &cfg.detector.poni {
+            Some(p) => Poni::load(p)?,
+            None => Dataset::synth_config(cfg)?.poni,
+        };
+        let roi = cfg.roi_of(index);
+        let mask = (!roi.is_full()).then(|| {
+            let mut m = vec![1u8; det.pixels()];
+            for (i, v) in m.iter_mut().enumerate() {
+                let k = i % MODULE_PIXELS;
+                if roi.contains(k / MODULE_COLS, k % MODULE_COLS) {
+                    *v = 0;
+                }
+            }
+            m
+        });
+        let p = &cfg.pipeline;
+        let pipeline = PipelineConfig {
+            veto_pixel_kev: p.veto_pixel_kev,
+            veto_min_pixels: p.veto_min_pixels,
+            sparse_kev: p.sparse_kev,
+            dark: DarkPattern::new(cfg.acquisition.dark_every, cfg.acquisition.dark_phase)?,
+            pedestal_window: p.pedestal_window,
+            integrate: p.integrate.then(|| {
+                (
+                    poni,
+                    AzConfig {
+                        unit: Unit::parse(&p.unit).expect("validated"),
+                        bins: p.bins,
+                        ..AzConfig::default()
+                    },
+                )
+            }),
+        };
+        Ok(Setup {
+            calibration,
+            calibration_source,
+            layout,
+            poni,
+            mask,
+            pipeline,
+        })
+    }
+
+    /// A pipeline on the configured engine.
+    pub fn pipeline(&self, cfg: &Config) -> Result<Pipeline> {
+        let kind = cfg
+            .pipeline
+            .engine
+            .as_deref()
+            .map(EngineKind::parse)
+            .transpose()?;
+        let sel = Registry::select(kind, cfg.pipeline.threads)?;
+        Pipeline::new(
+            sel.engine,
+            &self.calibration,
+            &self.layout,
+            self.mask.as_deref(),
+            self.pipeline.clone(),
+        )
+    }
+}

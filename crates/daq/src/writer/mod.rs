@@ -1,0 +1,538 @@
+//! The acquisition's NeXus/HDF5 writer, and the thread that runs it off the receive path.
+//!
+//! One file per receiver, laid out after NeXus NXmx where it applies, so that h5py (with
+//! `hdf5plugin`), silx and pyFAI read it without remora:
+//!
+//! | path | what |
+//! | --- | --- |
+//! | `/entry` (NXentry, `definition` = NXmx) | `title`, `start_time`, `end_time` |
+//! | `/entry/instrument/detector` (NXdetector) | JUNGFRAU, Si 320 µm, pixel size, distance, beam centre, `detector_module` |
+//! | `/entry/instrument/beam` (NXbeam) | `incident_wavelength` (Å), `incident_energy` (keV) |
+//! | `/entry/sample`, `/entry/source` | names |
+//! | `/entry/remora` (NXcollection) | the configuration (TOML), geometry (JSON), PONI, calibration, pipeline settings, the run's summary (JSON) |
+//! | `/entry/frames` (NXcollection) | per frame: `frame_number`, `kind` (0 dark, 1 rejected, 2 kept, 3 not processed), `spots`, `kept`, `lost_modules` (bit per module) |
+//! | `/entry/sparse` (NXcollection) | kept frames as CSR in the raw layout: `frame_number`, `entry_offset` (kept + 1), `row_ptr` (kept × rows + 1), `col`, `value` |
+//! | `/entry/azint` (NXdata, `@signal` = I) | `I` (kept × bins), `radial_axis` (with `@units`), `frame_number` |
+//! | `/entry/data` (NXdata) | `data`: converted, assembled images (n × ny × nx), when asked |
+//!
+//! Datasets grow as frames come, in chunks compressed with bitshuffle + LZ4 (HDF5 filter
+//! 32008, [`bslz4`], registered with the library by [`filter`]).
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::Arc;
+
+use hdf5::types::VarLenUnicode;
+use hdf5::{Dataset, Extent, Group, H5Type, Location, SimpleExtents};
+
+use crate::sparse::SparseFrame;
+use crate::{DaqError, Result};
+
+pub mod bslz4;
+pub mod filter;
+
+/// What the file records about the run.
+#[derive(Debug, Clone, Default)]
+pub struct RunInfo {
+    /// The configuration (TOML), stored verbatim.
+    pub config_toml: String,
+    /// A one-line title.
+    pub title: String,
+    /// Modules.
+    pub detector_modules: usize,
+    /// Module placement (layout JSON).
+    pub layout_json: String,
+    /// The PONI geometry used.
+    pub poni_text: Option<String>,
+    /// Sample–detector distance (m).
+    pub distance_m: Option<f64>,
+    /// Beam centre (x, y) in image pixels.
+    pub beam_center_px: Option<(f64, f64)>,
+    /// Wavelength (Å).
+    pub wavelength_angstrom: Option<f64>,
+    /// Pixel size (m).
+    pub pixel_size_m: f64,
+    /// Photon energy (keV).
+    pub photon_energy_kev: f32,
+    /// Where the calibration came from.
+    pub calibration: String,
+    /// Pipeline settings.
+    pub pipeline: Vec<(String, String)>,
+    /// Raw frame shape (rows, columns).
+    pub raw_shape: (usize, usize),
+    /// Assembled image shape, when images are written.
+    pub image_shape: Option<(usize, usize)>,
+    /// NXmx pixel mask of the image, when given.
+    pub pixel_mask: Option<Vec<u32>>,
+    /// Bin centres and unit name, when integrating.
+    pub radial: Option<(Vec<f64>, String)>,
+    /// ISO 8601 start time.
+    pub start_time: String,
+}
+
+/// What became of a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameKind {
+    /// A dark frame (pedestal update).
+    Dark = 0,
+    /// Rejected by the veto.
+    Rejected = 1,
+    /// Kept.
+    Kept = 2,
+    /// Received but not processed (processing off).
+    Unprocessed = 3,
+}
+
+/// One frame's results.
+#[derive(Debug, Clone)]
+pub struct FrameRecord {
+    /// Detector frame number.
+    pub frame: u64,
+    /// What became of it.
+    pub kind: FrameKind,
+    /// Veto count.
+    pub spots: u64,
+    /// Modules masked (bit per module).
+    pub lost_modules: u64,
+    /// CSR of a kept frame.
+    pub sparse: Option<SparseFrame>,
+    /// Profile intensities of a kept frame.
+    pub profile: Option<Vec<f64>>,
+    /// Converted, assembled image (when images are written).
+    pub image: Option<Vec<f32>>,
+}
+
+/// What a writer did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Frame records written.
+    pub frames: u64,
+    /// Kept frames written.
+    pub kept: u64,
+    /// Records dropped because the queue was full.
+    pub dropped: u64,
+}
+
+fn h5err(path: &Path) -> impl Fn(hdf5::Error) -> DaqError + '_ {
+    move |e| DaqError::Acquisition(format!("{}: HDF5: {e}", path.display()))
+}
+
+fn text(s: &str) -> VarLenUnicode {
+    // NUL cannot be stored in an HDF5 string; nothing remora writes has one.
+    s.replace('\0', " ").parse().expect("no NUL left")
+}
+
+fn attr(loc: &Location, name: &str, value: &str) -> hdf5::Result<()> {
+    loc.new_attr::<VarLenUnicode>()
+        .create(name)?
+        .write_scalar(&text(value))
+}
+
+fn group(parent: &Group, name: &str, class: &str) -> hdf5::Result<Group> {
+    let g = parent.create_group(name)?;
+    attr(&g, "NX_class", class)?;
+    Ok(g)
+}
+
+fn string(g: &Group, name: &str, value: &str) -> hdf5::Result<Dataset> {
+    let d = g.new_dataset::<VarLenUnicode>().create(name)?;
+    d.write_scalar(&text(value))?;
+    Ok(d)
+}
+
+fn number<T: H5Type>(g: &Group, name: &str, value: T, units: Option<&str>) -> hdf5::Result<()> {
+    let d = g.new_dataset::<T>().create(name)?;
+    d.write_scalar(&value)?;
+    if let Some(u) = units {
+        attr(&d, "units", u)?;
+    }
+    Ok(())
+}
+
+/// A dataset that grows along its first axis, in compressed chunks.
+struct Growing<T: H5Type + Copy> {
+    ds: Dataset,
+    row: usize,
+    rows: usize,
+    pending: Vec<T>,
+    batch: usize,
+}
+
+impl<T: H5Type + Copy> Growing<T> {
+    /// `row` elements per entry (1 for a column); `chunk_rows` entries per chunk.
+    fn new(g: &Group, name: &str, row: usize, chunk_rows: usize) -> hdf5::Result<Self> {
+        let mut b = g.new_dataset::<T>();
+        let shape = if row == 1 {
+            SimpleExtents::resizable([0])
+        } else {
+            SimpleExtents::new([Extent::resizable(0), Extent::from(row)])
+        };
+        if row == 1 {
+            b = b.chunk([chunk_rows]);
+        } else {
+            b = b.chunk([chunk_rows, row]);
+        }
+        let ds = b
+            .add_filter(filter::BSLZ4, &filter::params(std::mem::size_of::<T>()))
+            .shape(shape)
+            .create(name)?;
+        Ok(Growing {
+            ds,
+            row,
+            rows: 0,
+            pending: Vec::new(),
+            batch: chunk_rows.max(1),
+        })
+    }
+
+    fn push(&mut self, v: &[T]) -> hdf5::Result<()> {
+        debug_assert_eq!(v.len() % self.row, 0);
+        self.pending.extend_from_slice(v);
+        if self.pending.len() >= self.batch * self.row {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> hdf5::Result<()> {
+        let add = self.pending.len() / self.row;
+        if add == 0 {
+            return Ok(());
+        }
+        let (from, to) = (self.rows, self.rows + add);
+        if self.row == 1 {
+            self.ds.resize([to])?;
+            self.ds.write_slice(&self.pending[..], from..to)?;
+        } else {
+            self.ds.resize([to, self.row])?;
+            let a = ndarray::ArrayView2::from_shape((add, self.row), &self.pending[..])
+                .expect("whole rows");
+            self.ds.write_slice(a, (from..to, ..))?;
+        }
+        self.rows = to;
+        self.pending.clear();
+        Ok(())
+    }
+}
+
+/// The synchronous writer.
+pub struct Writer {
+    path: PathBuf,
+    file: hdf5::File,
+    entry: Group,
+    frame_number: Growing<u64>,
+    kind: Growing<u8>,
+    spots: Growing<u64>,
+    kept: Growing<u8>,
+    lost: Growing<u64>,
+    sp_frame: Growing<u64>,
+    sp_offset: Growing<u64>,
+    sp_rows: Growing<u32>,
+    sp_col: Growing<u16>,
+    sp_value: Growing<f32>,
+    az: Option<(Growing<f64>, Growing<u64>)>,
+    images: Option<Growing<f32>>,
+    entries: u64,
+    stats: WriterStats,
+}
+
+impl Writer {
+    /// Creates the file (replacing one already there) and writes the run's header.
+    pub fn create(path: &Path, info: &RunInfo) -> Result<Writer> {
+        if !filter::register() {
+            return Err(DaqError::Acquisition(
+                "the HDF5 library refused the bitshuffle filter".into(),
+            ));
+        }
+        Self::create_inner(path, info).map_err(h5err(path))
+    }
+
+    fn create_inner(path: &Path, info: &RunInfo) -> hdf5::Result<Writer> {
+        let file = hdf5::File::create(path)?;
+        attr(&file, "default", "entry")?;
+        let entry = group(&file, "entry", "NXentry")?;
+        string(&entry, "definition", "NXmx")?;
+        string(&entry, "title", &info.title)?;
+        string(&entry, "start_time", &info.start_time)?;
+        let inst = group(&entry, "instrument", "NXinstrument")?;
+        string(&inst, "name", "remora JUNGFRAU emulator")?;
+        let det = group(&inst, "detector", "NXdetector")?;
+        string(&det, "description", "JUNGFRAU")?;
+        string(&det, "sensor_material", "Si")?;
+        number(&det, "sensor_thickness", 320e-6f64, Some("m"))?;
+        number(&det, "x_pixel_size", info.pixel_size_m, Some("m"))?;
+        number(&det, "y_pixel_size", info.pixel_size_m, Some("m"))?;
+        number(&det, "saturation_value", 0xc000u32, None)?;
+        number(&det, "bit_depth_readout", 16u32, None)?;
+        if let Some(d) = info.distance_m {
+            number(&det, "distance", d, Some("m"))?;
+        }
+        if let Some((x, y)) = info.beam_center_px {
+            number(&det, "beam_center_x", x, Some("pixel"))?;
+            number(&det, "beam_center_y", y, Some("pixel"))?;
+        }
+        if let Some(mask) = &info.pixel_mask {
+            det.new_dataset_builder()
+                .with_data(&mask[..])
+                .create("pixel_mask")?;
+        }
+        let module = group(&det, "detector_module", "NXdetector_module")?;
+        let (rows, cols) = info.image_shape.unwrap_or(info.raw_shape);
+        module
+            .new_dataset_builder()
+            .with_data(&[0u32, 0][..])
+            .create("data_origin")?;
+        module
+            .new_dataset_builder()
+            .with_data(&[rows as u32, cols as u32][..])
+            .create("data_size")?;
+        for (name, v) in [
+            ("fast_pixel_direction", [1.0f64, 0.0, 0.0]),
+            ("slow_pixel_direction", [0.0, 1.0, 0.0]),
+        ] {
+            let d = module.new_dataset::<f64>().create(name)?;
+            d.write_scalar(&info.pixel_size_m)?;
+            attr(&d, "transformation_type", "translation")?;
+            attr(&d, "units", "m")?;
+            d.new_attr_builder().with_data(&v[..]).create("vector")?;
+        }
+        let beam = group(&inst, "beam", "NXbeam")?;
+        if let Some(w) = info.wavelength_angstrom {
+            number(&beam, "incident_wavelength", w, Some("angstrom"))?;
+        }
+        number(
+            &beam,
+            "incident_energy",
+            f64::from(info.photon_energy_kev),
+            Some("keV"),
+        )?;
+        let sample = group(&entry, "sample", "NXsample")?;
+        string(&sample, "name", "emulated")?;
+        let source = group(&entry, "source", "NXsource")?;
+        string(&source, "name", "remora detector emulator")?;
+
+        let r = group(&entry, "remora", "NXcollection")?;
+        string(&r, "config", &info.config_toml)?;
+        string(&r, "geometry", &info.layout_json)?;
+        if let Some(p) = &info.poni_text {
+            string(&r, "poni", p)?;
+        }
+        string(&r, "calibration", &info.calibration)?;
+        let pl = group(&r, "pipeline", "NXcollection")?;
+        for (k, v) in &info.pipeline {
+            string(&pl, k, v)?;
+        }
+
+        let frames = group(&entry, "frames", "NXcollection")?;
+        let kind = Growing::new(&frames, "kind", 1, 4096)?;
+        attr(
+            &kind.ds,
+            "description",
+            "0 dark, 1 rejected by the veto, 2 kept, 3 not processed",
+        )?;
+        let lost = Growing::new(&frames, "lost_modules", 1, 4096)?;
+        attr(
+            &lost.ds,
+            "description",
+            "bit m set: module m did not arrive whole and was masked",
+        )?;
+
+        let sparse = group(&entry, "sparse", "NXcollection")?;
+        attr(
+            &sparse,
+            "layout",
+            "CSR of the raw frame (modules x 512 rows, 1024 columns)",
+        )?;
+        let (raw_rows, raw_cols) = info.raw_shape;
+        number(&sparse, "rows", raw_rows as u64, None)?;
+        number(&sparse, "cols", raw_cols as u64, None)?;
+        let mut sp_offset = Growing::new(&sparse, "entry_offset", 1, 4096)?;
+        sp_offset.push(&[0])?;
+
+        let az = match &info.radial {
+            Some((radial, unit)) => {
+                let g = group(&entry, "azint", "NXdata")?;
+                attr(&g, "signal", "I")?;
+                g.new_attr_builder()
+                    .with_data(&[text("."), text("radial_axis")][..])
+                    .create("axes")?;
+                let ax = g
+                    .new_dataset_builder()
+                    .with_data(&radial[..])
+                    .create("radial_axis")?;
+                attr(&ax, "units", unit)?;
+                attr(&entry, "default", "azint")?;
+                Some((
+                    Growing::new(&g, "I", radial.len().max(1), 1)?,
+                    Growing::new(&g, "frame_number", 1, 4096)?,
+                ))
+            }
+            None => None,
+        };
+        let images = match info.image_shape {
+            Some((ny, nx)) => {
+                let g = group(&entry, "data", "NXdata")?;
+                attr(&g, "signal", "data")?;
+                Some(Growing::new(&g, "data", ny * nx, 1)?)
+            }
+            None => None,
+        };
+        Ok(Writer {
+            path: Default::default(),
+            frame_number: Growing::new(&frames, "frame_number", 1, 4096)?,
+            kind,
+            spots: Growing::new(&frames, "spots", 1, 4096)?,
+            kept: Growing::new(&frames, "kept", 1, 4096)?,
+            lost,
+            sp_frame: Growing::new(&sparse, "frame_number", 1, 4096)?,
+            sp_offset,
+            sp_rows: Growing::new(&sparse, "row_ptr", raw_rows + 1, 1)?,
+            sp_col: Growing::new(&sparse, "col", 1, 1 << 16)?,
+            sp_value: Growing::new(&sparse, "value", 1, 1 << 16)?,
+            az,
+            images,
+            entries: 0,
+            stats: WriterStats::default(),
+            file,
+            entry,
+        }
+        .with_path(path))
+    }
+
+    fn with_path(mut self, path: &Path) -> Writer {
+        self.path = path.to_owned();
+        self
+    }
+
+    /// Appends one frame's record.
+    pub fn write(&mut self, rec: &FrameRecord) -> Result<()> {
+        let path = self.path.clone();
+        self.write_inner(rec).map_err(h5err(&path))
+    }
+
+    fn write_inner(&mut self, rec: &FrameRecord) -> hdf5::Result<()> {
+        self.frame_number.push(&[rec.frame])?;
+        self.kind.push(&[rec.kind as u8])?;
+        self.spots.push(&[rec.spots])?;
+        self.kept.push(&[u8::from(rec.kind == FrameKind::Kept)])?;
+        self.lost.push(&[rec.lost_modules])?;
+        self.stats.frames += 1;
+        if rec.kind == FrameKind::Kept {
+            self.stats.kept += 1;
+        }
+        if let Some(s) = &rec.sparse {
+            if s.row_ptr.len() == self.sp_rows.row {
+                self.sp_frame.push(&[rec.frame])?;
+                self.sp_rows.push(&s.row_ptr)?;
+                self.sp_col.push(&s.col)?;
+                self.sp_value.push(&s.values)?;
+                self.entries += s.col.len() as u64;
+                self.sp_offset.push(&[self.entries])?;
+            }
+        }
+        if let (Some((i, n)), Some(p)) = (&mut self.az, &rec.profile) {
+            if p.len() == i.row {
+                i.push(p)?;
+                n.push(&[rec.frame])?;
+            }
+        }
+        if let (Some(d), Some(img)) = (&mut self.images, &rec.image) {
+            if img.len() == d.row {
+                d.push(img)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores the summary and the end time, and closes the file.
+    pub fn finish(mut self, summary_json: &str) -> Result<WriterStats> {
+        let path = self.path.clone();
+        self.finish_inner(summary_json).map_err(h5err(&path))?;
+        Ok(self.stats)
+    }
+
+    fn finish_inner(&mut self, summary_json: &str) -> hdf5::Result<()> {
+        self.frame_number.flush()?;
+        self.kind.flush()?;
+        self.spots.flush()?;
+        self.kept.flush()?;
+        self.lost.flush()?;
+        self.sp_frame.flush()?;
+        self.sp_offset.flush()?;
+        self.sp_rows.flush()?;
+        self.sp_col.flush()?;
+        self.sp_value.flush()?;
+        if let Some((i, n)) = &mut self.az {
+            i.flush()?;
+            n.flush()?;
+        }
+        if let Some(d) = &mut self.images {
+            d.flush()?;
+        }
+        string(&self.entry, "end_time", &crate::output::now_iso8601())?;
+        let r = self.entry.group("remora")?;
+        string(&r, "summary", summary_json)?;
+        self.file.flush()
+    }
+}
+
+enum Job {
+    Frame(Box<FrameRecord>),
+}
+
+/// The writer on its own thread behind a bounded queue: pushing never blocks.
+pub struct WriterThread {
+    tx: SyncSender<Job>,
+    dropped: Arc<AtomicU64>,
+    handle: std::thread::JoinHandle<Result<Writer>>,
+}
+
+impl WriterThread {
+    /// Creates the file (errors surface here) and starts the thread.
+    pub fn spawn(path: &Path, info: RunInfo, queue: usize) -> Result<WriterThread> {
+        let mut w = Writer::create(path, &info)?;
+        let (tx, rx) = mpsc::sync_channel::<Job>(queue.max(1));
+        let handle = std::thread::Builder::new()
+            .name("nexus-writer".into())
+            .spawn(move || {
+                for Job::Frame(rec) in rx {
+                    w.write(&rec)?;
+                }
+                Ok(w)
+            })
+            .map_err(|e| DaqError::Acquisition(format!("starting the writer thread: {e}")))?;
+        Ok(WriterThread {
+            tx,
+            dropped: Arc::new(AtomicU64::new(0)),
+            handle,
+        })
+    }
+
+    /// Queues a record; false (and counted) when the queue is full or the writer failed.
+    pub fn push(&self, rec: FrameRecord) -> bool {
+        match self.tx.try_send(Job::Frame(Box::new(rec))) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    /// Records dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Drains the queue, writes the summary and closes the file.
+    pub fn finish(self, summary_json: &str) -> Result<WriterStats> {
+        drop(self.tx);
+        let w = self
+            .handle
+            .join()
+            .map_err(|_| DaqError::Acquisition("the writer thread panicked".into()))??;
+        let mut st = w.finish(summary_json)?;
+        st.dropped = self.dropped.load(Ordering::Relaxed);
+        Ok(st)
+    }
+}

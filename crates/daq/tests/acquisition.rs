@@ -1,0 +1,247 @@
+//! The acquisition end to end, in one process: emulator threads push frames over the fabric on
+//! loopback into a receiver whose pipeline results are compared with the same pipeline run
+//! directly on the emulator's frames.
+use std::sync::Mutex;
+
+use remora_daq::config::Config;
+use remora_daq::dataset::Dataset;
+use remora_daq::manager::{run_in_process, Summary};
+use remora_daq::model::{ERROR_WORD, MODULE_PIXELS};
+use remora_daq::pipeline::Outcome;
+use remora_daq::receiver::FrameResult;
+use remora_daq::setup::Setup;
+
+fn config(text: &str) -> Config {
+    Config::parse(text).unwrap_or_else(|e| panic!("test config: {e}"))
+}
+
+/// Runs the acquisition and returns its summary and every committed frame, in commit order.
+fn acquire(cfg: &Config) -> (Summary, Vec<(usize, FrameResult)>) {
+    let got = Mutex::new(Vec::new());
+    let s = run_in_process(
+        cfg,
+        Some(&|r, f: &FrameResult| got.lock().unwrap().push((r, f.clone()))),
+        &|_, _| {},
+    )
+    .unwrap_or_else(|e| panic!("acquisition failed: {e}"));
+    (s, got.into_inner().unwrap())
+}
+
+/// Replays receiver `index`'s committed frames, in order, through a pipeline built the same
+/// way, on the emulator's frames with the same modules masked; every result must be identical.
+#[track_caller]
+fn assert_same_as_direct(cfg: &Config, index: usize, frames: &[(usize, FrameResult)]) {
+    let data = Dataset::load(cfg).unwrap();
+    let setup = Setup::new(cfg, index).unwrap();
+    let mut p = setup.pipeline(cfg).unwrap();
+    let mine: Vec<&FrameResult> = frames
+        .iter()
+        .filter(|(r, _)| *r == index)
+        .map(|(_, f)| f)
+        .collect();
+    assert!(!mine.is_empty(), "receiver {index} committed nothing");
+    let mut last = None;
+    for f in mine {
+        assert!(last < Some(f.frame), "frames committed out of order");
+        last = Some(f.frame);
+        let mut raw = data.frame(data.index_of(f.frame));
+        for m in 0..cfg.detector.modules {
+            if f.lost_modules >> m & 1 == 1 {
+                raw[m * MODULE_PIXELS..(m + 1) * MODULE_PIXELS].fill(ERROR_WORD);
+            }
+        }
+        let want = p.process(f.frame, &raw).unwrap();
+        let got = f.outcome.as_ref().expect("processing was on");
+        match (got, &want) {
+            (Outcome::Dark, Outcome::Dark) => {}
+            (Outcome::Rejected(a), Outcome::Rejected(b)) => assert_eq!(a, b, "frame {}", f.frame),
+            (
+                Outcome::Kept {
+                    stats: sa,
+                    sparse: ca,
+                    profile: pa,
+                },
+                Outcome::Kept {
+                    stats: sb,
+                    sparse: cb,
+                    profile: pb,
+                },
+            ) => {
+                assert_eq!(sa, sb, "frame {} counts", f.frame);
+                assert_eq!(ca, cb, "frame {} CSR", f.frame);
+                let (pa, pb) = (pa.as_ref().unwrap(), pb.as_ref().unwrap());
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&pa.intensity),
+                    bits(&pb.intensity),
+                    "frame {} profile",
+                    f.frame
+                );
+            }
+            (a, b) => panic!("frame {}: receiver {a:?}, direct {b:?}", f.frame),
+        }
+    }
+}
+
+const BASE: &str = r#"
+[detector]
+modules = 2
+[source]
+distinct = 4
+[pipeline]
+bins = 200
+"#;
+
+fn with(extra: &str) -> Config {
+    config(&format!("{BASE}{extra}"))
+}
+
+#[test]
+fn udp_every_frame_arrives_whole_and_equals_the_direct_pipeline() {
+    // 16 frames in a ring of 2 x 8: the whole run fits, so no overrun whatever the speed.
+    let cfg = with("[acquisition]\nframes = 16\nbunch = 8\n[transport]\nkind = \"udp\"\n");
+    let (s, frames) = acquire(&cfg);
+    assert_eq!(
+        (
+            s.frames_sent,
+            s.frames_complete,
+            s.frames_partial,
+            s.frames_lost,
+            s.overruns
+        ),
+        (16, 16, 0, 0, 0),
+        "{s:?}"
+    );
+    assert_eq!(s.dark, 8);
+    assert!(s.kept > 0, "synthetic frames have spots: {s:?}");
+    assert_same_as_direct(&cfg, 0, &frames);
+}
+
+#[test]
+fn shm_every_frame_arrives_whole_and_equals_the_direct_pipeline() {
+    let cfg = with("[acquisition]\nframes = 12\nbunch = 6\n[transport]\nkind = \"shm\"\n");
+    let (s, frames) = acquire(&cfg);
+    assert_eq!(
+        (s.frames_complete, s.frames_lost, s.overruns),
+        (12, 0, 0),
+        "{s:?}"
+    );
+    assert_same_as_direct(&cfg, 0, &frames);
+}
+
+#[test]
+fn a_roi_sent_line_by_line_lands_at_its_place_and_the_rest_is_masked() {
+    let cfg = with(
+        "[acquisition]\nframes = 8\nbunch = 4\n[emulator]\nroi = { x = 100, y = 50, width = 300, height = 200 }\n",
+    );
+    let (s, frames) = acquire(&cfg);
+    assert_eq!((s.frames_complete, s.frames_lost), (8, 0), "{s:?}");
+    assert_same_as_direct(&cfg, 0, &frames);
+}
+
+#[test]
+fn lost_packets_mask_exactly_the_modules_they_hit() {
+    // An 8-row RoI keeps a module's stack short (1 + 4 x 4 packets), so 1% loss leaves most
+    // stacks whole and hits some: hit modules are masked and counted, the rest is bit-identical.
+    // 20 frames/s leaves the (debug-built) pipeline time: no overruns.
+    let cfg = with(
+        "[acquisition]\nframes = 48\nbunch = 4\nrate_hz = 20\ndeadline_ms = 300\n\
+         [emulator]\nroi = { x = 0, y = 7, width = 1024, height = 8 }\n\
+         [transport]\nloss = 0.01\nloss_seed = 7\n",
+    );
+    let (s, frames) = acquire(&cfg);
+    assert!(
+        s.modules_lost > 0,
+        "1% loss over ~1000 packets hit nothing: {s:?}"
+    );
+    assert!(s.frames_complete > 0, "{s:?}");
+    assert_eq!(
+        s.frames_complete + s.frames_partial + s.frames_lost + s.frames_overrun,
+        48
+    );
+    assert_eq!(s.overruns, 0, "{s:?}");
+    assert_same_as_direct(&cfg, 0, &frames);
+}
+
+#[test]
+fn a_slow_pipeline_overruns_and_no_kept_frame_is_corrupted() {
+    let cfg = config(
+        "[detector]\nmodules = 2\n[source]\ndistinct = 4\n[acquisition]\nframes = 40\nbunch = 2\n\
+         [pipeline]\nbins = 200\nslow_ms = 40\n",
+    );
+    let (s, frames) = acquire(&cfg);
+    assert!(
+        s.overruns > 0,
+        "40 ms per frame cannot keep up with a free-running source: {s:?}"
+    );
+    assert!(s.frames_overrun > 0, "{s:?}");
+    assert_eq!(
+        s.frames_complete + s.frames_partial + s.frames_lost + s.frames_overrun,
+        40,
+        "{s:?}"
+    );
+    assert_same_as_direct(&cfg, 0, &frames);
+}
+
+#[test]
+fn time_fanout_deals_frames_to_two_receivers() {
+    let cfg = with(
+        "[acquisition]\nframes = 16\nbunch = 4\ndark_every = 4\ndark_phase = 0\n[[receivers]]\n[[receivers]]\n",
+    );
+    let (s, frames) = acquire(&cfg);
+    assert_eq!(
+        (s.frames_complete, s.frames_lost, s.overruns),
+        (16, 0, 0),
+        "{s:?}"
+    );
+    assert_eq!(s.receiver_reports[0].frames_complete, 8);
+    for (r, f) in &frames {
+        assert_eq!(
+            f.frame % 2,
+            *r as u64,
+            "frame {} went to receiver {r}",
+            f.frame
+        );
+    }
+    assert_same_as_direct(&cfg, 0, &frames);
+    assert_same_as_direct(&cfg, 1, &frames);
+}
+
+#[test]
+fn roi_fanout_gives_each_receiver_its_slice() {
+    let cfg = with(
+        "[acquisition]\nframes = 8\nbunch = 4\n[emulator]\nfanout = \"roi\"\n\
+         [[receivers]]\nroi = { x = 0, y = 0, width = 1024, height = 256 }\n\
+         [[receivers]]\nroi = { x = 0, y = 256, width = 1024, height = 256 }\n",
+    );
+    let (s, frames) = acquire(&cfg);
+    assert_eq!(
+        s.frames_complete, 16,
+        "8 frames to each of 2 receivers: {s:?}"
+    );
+    assert_same_as_direct(&cfg, 0, &frames);
+    assert_same_as_direct(&cfg, 1, &frames);
+}
+
+#[test]
+fn a_receiver_nobody_connects_to_says_which_modules_are_missing() {
+    let cfg = with("[acquisition]\nframes = 4\nconnect_timeout_ms = 300\n");
+    let r = remora_daq::receiver::Receiver::bind(&cfg, 0).unwrap();
+    let e = r.run(None, &|_| {}).unwrap_err().to_string();
+    assert!(e.contains("modules [0, 1] did not connect"), "{e}");
+}
+
+#[test]
+fn an_emulator_with_no_receiver_is_a_clear_error() {
+    let cfg = with("[acquisition]\nframes = 4\n");
+    let data = Dataset::load(&cfg).unwrap();
+    // A port nobody listens on: bind one and let it go.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let e = remora_daq::emulator::run(&cfg, &data, &[addr], &|_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("connecting to receiver 0"), "{e}");
+}
