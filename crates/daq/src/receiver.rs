@@ -138,14 +138,10 @@ impl Receiver {
             .listen
             .parse()
             .map_err(|e| DaqError::Config(format!("receivers[{index}].listen: {e}")))?;
-        let opts = QpOptions {
-            mtu: cfg.transport.mtu,
-            ..crate::emulator::qp_options(cfg, 0, index)
-        };
+        // The receiving side injects no faults; the emulator's transmit path does.
         let opts = QpOptions {
             faults: None,
-            icrc_check: std::env::var_os("REMORA_NO_ICRC").is_none(),
-            ..opts
+            ..crate::emulator::qp_options(cfg, 0, index)
         };
         let listener = Listener::bind(listen, pd, opts).map_err(|e| {
             DaqError::Acquisition(format!("receivers[{index}].listen {listen}: {e}"))
