@@ -89,6 +89,9 @@ pub fn run(
             data.modules, cfg.detector.modules
         )));
     }
+    if cfg.transport.kind == TransportKind::Native {
+        return crate::native::send::run(cfg, data, to[0]);
+    }
     let pd = Arc::new(Pd::new());
     // A sealed memfd: over shm the receiver's side copies straight out of it.
     let buf = Buffer::memfd("remora-emulator", data.bytes.len().max(4096))

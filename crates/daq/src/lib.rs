@@ -32,6 +32,7 @@ mod error;
 pub mod geometry;
 pub mod manager;
 pub mod model;
+pub mod native;
 pub mod output;
 pub mod pedestal;
 pub mod pipeline;

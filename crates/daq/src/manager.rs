@@ -148,11 +148,6 @@ pub fn run_in_process(
     on_frame: Option<OnFrame<'_>>,
     progress: &(dyn Fn(usize, &Progress) + Sync),
 ) -> Result<Summary> {
-    if cfg.transport.kind == crate::config::TransportKind::Native {
-        return Err(DaqError::Config(
-            "transport.kind = \"native\": not wired yet".into(),
-        ));
-    }
     let data = Dataset::load(cfg)?;
     let receivers: Vec<Receiver> = (0..cfg.receivers.len())
         .map(|i| Receiver::bind(cfg, i))

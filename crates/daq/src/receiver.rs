@@ -38,6 +38,9 @@ pub struct FrameResult {
     pub frame: u64,
     /// Modules masked because they did not arrive whole.
     pub lost_modules: u64,
+    /// Native mode: per module, a bit per packet that was lost and whose 4 rows were masked
+    /// (empty in fabric mode, where a module is masked whole).
+    pub missing_packets: Vec<u128>,
     /// What the pipeline made of it (`None` when processing is off).
     pub outcome: Option<Outcome>,
 }
@@ -104,17 +107,33 @@ pub struct ReceiverReport {
     pub seconds: f64,
     /// Seconds spent in the pipeline.
     pub pipeline_seconds: f64,
+    /// Native mode: reassembly counters.
+    pub native: Option<crate::native::reasm::ReasmStats>,
+    /// Native mode: datagrams that are not JUNGFRAU packets of this run.
+    pub native_malformed: u64,
+    /// Native mode: packets dropped because their slot was still being processed.
+    pub overrun_packets: u64,
 }
 
 /// A bound receiver, ready for its modules.
 pub struct Receiver {
     cfg: Config,
     index: usize,
-    listener: Listener,
-    ring_region: Arc<Region>,
+    ingest: Ingest,
     ring: RingLayout,
     setup: Setup,
     pipeline: Pipeline,
+}
+
+/// Where frames come in.
+enum Ingest {
+    /// A registered ring the modules WRITE into.
+    Fabric {
+        listener: Listener,
+        region: Arc<Region>,
+    },
+    /// The detector's own UDP packets, reassembled here.
+    Native(crate::native::ingest::Sockets),
 }
 
 impl Receiver {
@@ -125,6 +144,21 @@ impl Receiver {
         // Built before the control address opens: the integration matrix takes a while, and
         // the modules start sending as soon as they are connected.
         let pipeline = setup.pipeline(cfg)?;
+        let listen: SocketAddr = cfg.receivers[index]
+            .listen
+            .parse()
+            .map_err(|e| DaqError::Config(format!("receivers[{index}].listen: {e}")))?;
+        if cfg.transport.kind == crate::config::TransportKind::Native {
+            let sockets = crate::native::ingest::Sockets::bind(listen, cfg.detector.modules)?;
+            return Ok(Receiver {
+                cfg: cfg.clone(),
+                index,
+                ingest: Ingest::Native(sockets),
+                ring,
+                setup,
+                pipeline,
+            });
+        }
         let pd = Arc::new(Pd::new());
         let buf = Buffer::memfd("remora-ring", ring.bytes())
             .map_err(|e| DaqError::Acquisition(format!("ring of {} bytes: {e}", ring.bytes())))?;
@@ -134,10 +168,6 @@ impl Receiver {
         region
             .page_in_range(0, region.len())
             .map_err(|e| DaqError::Acquisition(format!("paging in the ring: {e}")))?;
-        let listen: SocketAddr = cfg.receivers[index]
-            .listen
-            .parse()
-            .map_err(|e| DaqError::Config(format!("receivers[{index}].listen: {e}")))?;
         // The receiving side injects no faults; the emulator's transmit path does.
         let opts = QpOptions {
             faults: None,
@@ -149,8 +179,7 @@ impl Receiver {
         Ok(Receiver {
             cfg: cfg.clone(),
             index,
-            listener,
-            ring_region: region,
+            ingest: Ingest::Fabric { listener, region },
             ring,
             setup,
             pipeline,
@@ -159,7 +188,10 @@ impl Receiver {
 
     /// The control address emulators connect to.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr()
+        match &self.ingest {
+            Ingest::Fabric { listener, .. } => listener.local_addr(),
+            Ingest::Native(s) => s.local_addr(),
+        }
     }
 
     /// Accepts one queue pair per module, then runs the acquisition to its end.
@@ -169,6 +201,23 @@ impl Receiver {
         progress: &dyn Fn(&Progress),
     ) -> Result<ReceiverReport> {
         let writer = self.writer()?;
+        let region = match &self.ingest {
+            Ingest::Fabric { region, .. } => region.clone(),
+            Ingest::Native(_) => {
+                let Ingest::Native(sockets) = self.ingest else {
+                    unreachable!("matched above")
+                };
+                return crate::native::ingest::run(
+                    &self.cfg,
+                    self.index,
+                    sockets,
+                    self.pipeline,
+                    writer,
+                    on_frame,
+                    progress,
+                );
+            }
+        };
         let qps = self.accept_modules()?;
         let cfg = &self.cfg;
         let frames = cfg.frames_of(self.index);
@@ -197,7 +246,7 @@ impl Receiver {
             cfg: cfg.clone(),
             index: self.index,
             ring: self.ring,
-            region: self.ring_region.clone(),
+            region,
             pipeline,
             books: books.clone(),
         };
@@ -321,7 +370,7 @@ impl Receiver {
         Ok(rep)
     }
 
-    fn writer(&self) -> Result<Option<WriterThread>> {
+    pub(crate) fn writer(&self) -> Result<Option<WriterThread>> {
         let Some(path) = self.cfg.output_of(self.index) else {
             return Ok(None);
         };
@@ -332,14 +381,16 @@ impl Receiver {
     /// One queue pair per module, in module order.
     fn accept_modules(&self) -> Result<Vec<Qp>> {
         let modules = self.cfg.detector.modules;
-        let mut private = RegionInfo::of(&self.ring_region).encode().to_vec();
+        let Ingest::Fabric { listener, region } = &self.ingest else {
+            unreachable!("only the fabric ingest accepts queue pairs")
+        };
+        let mut private = RegionInfo::of(region).encode().to_vec();
         private.extend_from_slice(&self.ring.encode());
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel::<(usize, Qp)>();
         let listener_addr = self.local_addr();
         std::thread::scope(|sc| {
             let stop2 = stop.clone();
-            let listener = &self.listener;
             sc.spawn(move || accept_loop(listener, &private, modules, &stop2, tx));
             let mut qps: Vec<Option<Qp>> = (0..modules).map(|_| None).collect();
             let wait = Duration::from_millis(self.cfg.acquisition.connect_timeout_ms);
@@ -412,7 +463,7 @@ fn accept_loop(
     }
 }
 
-fn commit(
+pub(crate) fn commit(
     rep: &mut ReceiverReport,
     fr: &FrameResult,
     writer: Option<&WriterThread>,
@@ -618,6 +669,7 @@ impl Worker {
                         Box::new(FrameResult {
                             frame: g,
                             lost_modules: issue.lost_modules,
+                            missing_packets: Vec::new(),
                             outcome,
                         }),
                         secs,
