@@ -603,6 +603,12 @@ impl Config {
         if p.slow_ms > 60_000 {
             return Err(err("pipeline.slow_ms", "at most 60000"));
         }
+        if self.output.images && !p.integrate {
+            return Err(err(
+                "output.images",
+                "the assembled images come from the integration stage (pipeline.integrate = true)",
+            ));
+        }
         if !(1..=1 << 20).contains(&self.output.queue) {
             return Err(err("output.queue", "1..=1048576 frames"));
         }

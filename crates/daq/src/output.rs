@@ -56,11 +56,29 @@ pub fn run_info(cfg: &Config, setup: &Setup, matrix: Option<&AzMatrix>) -> Resul
             cfg.detector.modules * crate::model::MODULE_ROWS,
             crate::model::MODULE_COLS,
         ),
-        image_shape: None,
-        pixel_mask: None,
+        image_shape: cfg.output.images.then_some((rows, cols)),
+        pixel_mask: cfg.output.images.then(|| nxmx_mask(setup)).transpose()?,
         radial,
         start_time: now_iso8601(),
     })
+}
+
+/// The NXmx pixel mask of the assembled image: bit 0 for gaps between modules and chips' virtual
+/// pixels that no raw pixel feeds, bit 8 (user mask) for pixels masked in the configuration.
+fn nxmx_mask(setup: &Setup) -> Result<Vec<u32>> {
+    let map = setup.layout.assembly_map(setup.mask.as_deref())?;
+    Ok(map
+        .src
+        .iter()
+        .zip(&map.mask)
+        .map(
+            |(&e, &m)| match (e == crate::geometry::AssemblyMap::GAP, m != 0) {
+                (true, _) => 1,
+                (false, true) => 1 << 8,
+                (false, false) => 0,
+            },
+        )
+        .collect())
 }
 
 /// The current UTC time as ISO 8601 (seconds), without a date crate.

@@ -43,6 +43,8 @@ pub struct FrameResult {
     pub missing_packets: Vec<u128>,
     /// What the pipeline made of it (`None` when processing is off).
     pub outcome: Option<Outcome>,
+    /// The converted, assembled image of a kept frame, when `output.images` asks for it.
+    pub image: Option<Vec<f32>>,
 }
 
 /// Progress while running.
@@ -463,6 +465,12 @@ fn accept_loop(
     }
 }
 
+/// The assembled image of a kept frame, if the output wants images.
+pub(crate) fn kept_image(cfg: &Config, p: &Pipeline, o: &Option<Outcome>) -> Option<Vec<f32>> {
+    (cfg.output.images && matches!(o, Some(Outcome::Kept { .. })) && !p.image().is_empty())
+        .then(|| p.image().to_vec())
+}
+
 pub(crate) fn commit(
     rep: &mut ReceiverReport,
     fr: &FrameResult,
@@ -509,7 +517,7 @@ pub(crate) fn commit(
             lost_modules: fr.lost_modules,
             sparse,
             profile,
-            image: None,
+            image: fr.image.clone(),
         });
     }
     if let Some(f) = on_frame.as_mut() {
@@ -670,6 +678,7 @@ impl Worker {
                             frame: g,
                             lost_modules: issue.lost_modules,
                             missing_packets: Vec::new(),
+                            image: kept_image(&self.cfg, &self.pipeline, &outcome),
                             outcome,
                         }),
                         secs,

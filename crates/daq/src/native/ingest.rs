@@ -111,6 +111,7 @@ pub(crate) fn run(
     let process = cfg.pipeline.process;
     let slow = Duration::from_millis(cfg.pipeline.slow_ms);
     let wring = ring.clone();
+    let wcfg = cfg.clone();
     let worker = std::thread::Builder::new()
         .name(format!("rpu-{index}"))
         .spawn(move || {
@@ -142,6 +143,7 @@ pub(crate) fn run(
                     frame: n,
                     lost_modules: lost,
                     missing_packets: if lost == 0 { Vec::new() } else { missing },
+                    image: crate::receiver::kept_image(&wcfg, &pipeline, &outcome),
                     outcome,
                 };
                 let secs = t.elapsed().as_secs_f64();

@@ -153,6 +153,8 @@ fn number<T: H5Type>(g: &Group, name: &str, value: T, units: Option<&str>) -> hd
 struct Growing<T: H5Type + Copy> {
     ds: Dataset,
     row: usize,
+    /// Shape of one entry when it is an image (rows, columns).
+    image: Option<(usize, usize)>,
     rows: usize,
     pending: Vec<T>,
     batch: usize,
@@ -179,9 +181,32 @@ impl<T: H5Type + Copy> Growing<T> {
         Ok(Growing {
             ds,
             row,
+            image: None,
             rows: 0,
             pending: Vec::new(),
             batch: chunk_rows.max(1),
+        })
+    }
+
+    /// A dataset of images (n × ny × nx), one image per chunk.
+    fn images(g: &Group, name: &str, ny: usize, nx: usize) -> hdf5::Result<Self> {
+        let ds = g
+            .new_dataset::<T>()
+            .chunk([1, ny, nx])
+            .add_filter(filter::BSLZ4, &filter::params(std::mem::size_of::<T>()))
+            .shape(SimpleExtents::new([
+                Extent::resizable(0),
+                Extent::from(ny),
+                Extent::from(nx),
+            ]))
+            .create(name)?;
+        Ok(Growing {
+            ds,
+            row: ny * nx,
+            image: Some((ny, nx)),
+            rows: 0,
+            pending: Vec::new(),
+            batch: 1,
         })
     }
 
@@ -200,7 +225,12 @@ impl<T: H5Type + Copy> Growing<T> {
             return Ok(());
         }
         let (from, to) = (self.rows, self.rows + add);
-        if self.row == 1 {
+        if let Some((ny, nx)) = self.image {
+            self.ds.resize([to, ny, nx])?;
+            let a = ndarray::ArrayView3::from_shape((add, ny, nx), &self.pending[..])
+                .expect("whole images");
+            self.ds.write_slice(a, (from..to, .., ..))?;
+        } else if self.row == 1 {
             self.ds.resize([to])?;
             self.ds.write_slice(&self.pending[..], from..to)?;
         } else {
@@ -373,7 +403,7 @@ impl Writer {
             Some((ny, nx)) => {
                 let g = group(&entry, "data", "NXdata")?;
                 attr(&g, "signal", "data")?;
-                Some(Growing::new(&g, "data", ny * nx, 1)?)
+                Some(Growing::images(&g, "data", ny, nx)?)
             }
             None => None,
         };
