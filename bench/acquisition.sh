@@ -31,9 +31,13 @@ for t in ("udp", "shm"):
     fab_uc = r[f"fabric_{t}_uc_1m"]["bw_avg_gbps"] / 8
     fab_rc = r[f"fabric_{t}_rc_1m"]["bw_avg_gbps"] / 8
     tr = r[f"transfer_{t}"]; e = r[f"e2e_{t}"]
+    if not tr["zero_loss"]:
+        print(f"{t}: transfer only: even {tr['rate_hz']:.1f} frames/s lost frames")
     print(f"{t}: transfer only {tr['transfer_gbps']:.2f} GB/s without loss = "
           f"{tr['transfer_gbps'] / fab_uc:.2f}x fabric UC write-bw ({fab_uc:.2f} GB/s sent), "
           f"{tr['transfer_gbps'] / fab_rc:.2f}x RC ({fab_rc:.2f} GB/s delivered); goal >= 0.8x")
+    if not e["zero_loss"]:
+        print(f"{t}: end to end: even {e['rate_hz']:.1f} frames/s lost frames ({e['frames_lost']})")
     print(f"{t}: end to end {e['e2e_fps']:.1f} frames/s without loss, pipeline alone {e['pipeline_fps']:.1f}: "
           f"{e['e2e_fps'] / e['pipeline_fps']:.2f}x; goal >= 0.9x (this process used {e['cpu_cores']:.2f} cores)")
 PY

@@ -257,15 +257,34 @@ impl<'a> Transmitter<'a> {
         let rate = cfg.acquisition.rate_hz;
         let (mut bytes, mut writes, mut wr) = (0u64, 0u64, 0u64);
         let fb = self.data.frame_bytes();
-        for n in 0..frames {
-            let g = cfg.global_frame(self.receiver, n);
+        // At a set rate a module streams each frame over its frame period, as a detector does,
+        // in pieces of whole MTUs (so the packet count is the same as unsplit) about a
+        // millisecond apart: bursts of whole frames from every module at once would overflow
+        // socket buffers that a steady stream fits, and much finer pacing costs more in sleeps
+        // than it smooths.
+        let mtu = self.qp.mtu();
+        let pieces_per_frame = if rate > 0.0 {
+            ((1000.0 / rate) as usize).clamp(1, 16)
+        } else {
+            1
+        };
+        let module_bytes = roi.width * roi.height * 2;
+        let piece = (module_bytes.div_ceil(pieces_per_frame))
+            .div_ceil(mtu)
+            .max(1)
+            * mtu;
+        let pace = |g: u64, part: f64| {
             if rate > 0.0 {
-                let due = t0 + Duration::from_secs_f64(g as f64 / rate);
+                let due = t0 + Duration::from_secs_f64((g as f64 + part) / rate);
                 let now = Instant::now();
                 if due > now {
                     std::thread::sleep(due - now);
                 }
             }
+        };
+        for n in 0..frames {
+            let g = cfg.global_frame(self.receiver, n);
+            pace(g, 0.0);
             let stack = self.ring.stack(n);
             if n % bunch == 0 {
                 self.post(wr, 0, 0, 0, Some(Marker::Start(stack).imm()))?;
@@ -274,13 +293,29 @@ impl<'a> Transmitter<'a> {
             }
             let last = n % bunch == bunch - 1 || n + 1 == frames;
             let src = self.data.index_of(g) * fb + self.module * MODULE_BYTES;
-            let mut ds = descriptors(&self.ring, self.module, n, src, &roi).peekable();
-            while let Some(d) = ds.next() {
-                let imm = (last && ds.peek().is_none()).then(|| Marker::End(stack).imm());
-                self.post(wr, d.src, d.len, d.dst, imm)?;
+            let mut pieces: Vec<(usize, usize, usize)> = Vec::new();
+            for d in descriptors(&self.ring, self.module, n, src, &roi) {
+                if rate > 0.0 {
+                    let mut off = 0;
+                    while off < d.len {
+                        let len = piece.min(d.len - off);
+                        pieces.push((d.src + off, len, d.dst + off));
+                        off += len;
+                    }
+                } else {
+                    pieces.push((d.src, d.len, d.dst));
+                }
+            }
+            let count = pieces.len();
+            for (i, &(src, len, dst)) in pieces.iter().enumerate() {
+                if i > 0 {
+                    pace(g, i as f64 / count as f64);
+                }
+                let imm = (last && i + 1 == count).then(|| Marker::End(stack).imm());
+                self.post(wr, src, len, dst, imm)?;
                 wr += 1;
                 writes += 1;
-                bytes += d.len as u64;
+                bytes += len as u64;
             }
             progress(1);
         }

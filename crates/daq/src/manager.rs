@@ -60,6 +60,9 @@ pub struct Summary {
     pub emulator: EmulatorReport,
     /// Every receiver's report.
     pub receiver_reports: Vec<ReceiverReport>,
+    /// With RoI slicing every receiver gets every frame: the frame counts above are summed over
+    /// receivers.
+    pub counts_per_receiver: bool,
     /// Output files.
     pub files: Vec<String>,
 }
@@ -80,6 +83,8 @@ impl Summary {
             frames_sent: emulator.frames_sent,
             seconds,
             wall_seconds,
+            counts_per_receiver: cfg.emulator.fanout == crate::config::Fanout::Roi
+                && receivers.len() > 1,
             ..Default::default()
         };
         let mut bytes = 0u64;
@@ -122,6 +127,9 @@ impl Summary {
             self.modules, self.transport, self.receivers, self.frames_sent, self.frames_complete,
             self.frames_partial, self.frames_lost, self.frames_overrun, self.overruns
         );
+        if self.counts_per_receiver {
+            t += "(RoI slicing: every receiver gets every frame, so frames are counted per receiver)\n";
+        }
         t += &format!(
             "pipeline: {} dark, {} kept, {} rejected; writer dropped {}\n",
             self.dark, self.kept, self.rejected, self.writer_dropped

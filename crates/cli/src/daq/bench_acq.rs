@@ -22,8 +22,8 @@ pub struct AcqBenchArgs {
     /// Frames to acquire.
     #[arg(long, default_value_t = 200)]
     frames: u64,
-    /// Frames per stack.
-    #[arg(long, default_value_t = 4)]
+    /// Frames per stack (the ring holds two stacks: more absorbs more jitter).
+    #[arg(long, default_value_t = 8)]
     bunch: usize,
     /// Path MTU (udp).
     #[arg(long, default_value_t = 4096)]
@@ -100,7 +100,7 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
         (None, None) => (0..24)
             .map(|k| top / frame_bytes * 0.9f64.powi(k))
             .collect(),
-        (None, Some(f)) => (0..8).map(|k| f * 0.95f64.powi(k)).collect(),
+        (None, Some(f)) => (0..16).map(|k| f * 0.95f64.powi(k)).collect(),
     };
     let mut tries = Vec::new();
     let mut chosen = None;
@@ -147,6 +147,7 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
         "pipeline_gbps": pipeline_fps.map(|f| f * frame_bytes / 1e9),
         "engine": r.engine,
         "rate_hz": cfg.acquisition.rate_hz,
+        "zero_loss": s.frames_lost + s.frames_overrun + s.frames_partial == 0,
         "cpu_cores": cores,
         "tries": tries,
     });
