@@ -357,19 +357,7 @@ impl Receiver {
         });
         rep.packets_out_of_sequence = b.qps.iter().map(|q| q.stats().engine.out_of_sequence).sum();
         drop(b);
-        progress(&Progress {
-            frames_expected: frames,
-            frames_done: rep.frames_complete + rep.frames_partial,
-            overruns: rep.overruns,
-            kept: rep.kept,
-        });
-        if let Some(w) = writer {
-            let summary = serde_json::to_string(&rep).unwrap_or_default();
-            let ws = w.finish(&summary)?;
-            rep.writer_frames = ws.frames;
-            rep.writer_dropped = ws.dropped;
-        }
-        Ok(rep)
+        finish(rep, writer, progress)
     }
 
     pub(crate) fn writer(&self) -> Result<Option<WriterThread>> {
@@ -463,6 +451,27 @@ fn accept_loop(
             Err(e) => tracing::warn!(%from, error = %e, "connection setup refused"),
         }
     }
+}
+
+/// The last progress report, then the writer's summary and close: how every receiver ends.
+pub(crate) fn finish(
+    mut rep: ReceiverReport,
+    writer: Option<WriterThread>,
+    progress: &dyn Fn(&Progress),
+) -> Result<ReceiverReport> {
+    progress(&Progress {
+        frames_expected: rep.frames_expected,
+        frames_done: rep.frames_complete + rep.frames_partial,
+        overruns: rep.overruns,
+        kept: rep.kept,
+    });
+    if let Some(w) = writer {
+        let summary = serde_json::to_string(&rep).unwrap_or_default();
+        let ws = w.finish(&summary)?;
+        rep.writer_frames = ws.frames;
+        rep.writer_dropped = ws.dropped;
+    }
+    Ok(rep)
 }
 
 /// The assembled image of a kept frame, if the output wants images.

@@ -281,19 +281,7 @@ pub(crate) fn run(
     rep.seconds = started.map_or(0.0, |t| {
         last_commit.saturating_duration_since(t).as_secs_f64()
     });
-    progress(&Progress {
-        frames_expected: frames,
-        frames_done: rep.frames_complete + rep.frames_partial,
-        overruns: rep.overruns,
-        kept: rep.kept,
-    });
-    if let Some(w) = writer {
-        let summary = serde_json::to_string(&rep).unwrap_or_default();
-        let ws = w.finish(&summary)?;
-        rep.writer_frames = ws.frames;
-        rep.writer_dropped = ws.dropped;
-    }
-    Ok(rep)
+    crate::receiver::finish(rep, writer, progress)
 }
 
 /// Masks the rows of the frame's missing packets and hands the frame to the processing thread.
