@@ -18,6 +18,7 @@ distinct = 4
 [acquisition]
 frames = 16
 bunch = 8
+deadline_ms = 10000
 [pipeline]
 bins = 300
 [output]

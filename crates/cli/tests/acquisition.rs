@@ -32,7 +32,8 @@ fn run(args: &[&str]) -> Output {
 }
 
 const SMALL: &str = "[detector]\nmodules = 2\n[source]\ndistinct = 4\n\
-                     [acquisition]\nframes = 16\nbunch = 8\n[pipeline]\nbins = 200\n";
+                     [acquisition]\nframes = 16\nbunch = 8\ndeadline_ms = 10000\n\
+                     [pipeline]\nbins = 200\n";
 
 /// What the pipeline run directly on the emulator's frames gives: (dark, kept, rejected,
 /// sum of spot counts, sum of CSR entries).

@@ -102,8 +102,15 @@ distinct = 4
 bins = 200
 "#;
 
+/// A debug build on a loaded machine can take longer than the default deadline (500 ms) to
+/// land a stack; a test that does not test the deadline gives it 10 s, so that a slow transport
+/// is never mistaken for a lost module.
 fn with(extra: &str) -> Config {
-    config(&format!("{BASE}{extra}"))
+    let mut cfg = config(&format!("{BASE}{extra}"));
+    if !extra.contains("deadline_ms") {
+        cfg.acquisition.deadline_ms = 10_000;
+    }
+    cfg
 }
 
 #[test]
@@ -156,7 +163,7 @@ fn lost_packets_mask_exactly_the_modules_they_hit() {
     // bit-identical. The ring holds the whole run (2 x 24 frames): no overrun, whatever the
     // speed of the (debug-built) pipeline on a loaded machine.
     let cfg = with(
-        "[acquisition]\nframes = 48\nbunch = 24\ndeadline_ms = 300\n\
+        "[acquisition]\nframes = 48\nbunch = 24\ndeadline_ms = 2000\n\
          [emulator]\nroi = { x = 0, y = 7, width = 1024, height = 1 }\n\
          [transport]\nloss = 0.01\nloss_seed = 3\n",
     );
@@ -277,7 +284,7 @@ fn native_udp_frames_reassemble_bit_for_bit() {
 fn native_udp_lost_packets_mask_their_rows_and_nothing_else() {
     // 16 frames fit the 16 slots: no overrun whatever the speed; 1% of 4096 packets lost.
     let cfg = with(
-        "[acquisition]\nframes = 16\nbunch = 8\nrate_hz = 50\ndeadline_ms = 300\n\
+        "[acquisition]\nframes = 16\nbunch = 8\nrate_hz = 50\ndeadline_ms = 2000\n\
          [transport]\nkind = \"native\"\nloss = 0.01\nloss_seed = 3\n",
     );
     let (s, frames) = acquire(&cfg);
@@ -341,7 +348,7 @@ fn raw_npy_and_hdf5_sources_and_calibration_files_feed_the_same_frames() {
         let mut cfg = config(&format!(
             "[detector]\nmodules = 2\ngain = \"gain.bin\"\npedestal = \"pedestal.bin\"\n\
              [source]\nkind = \"{kind}\"\npath = \"{file}\"\n{extra}\
-             [acquisition]\nframes = 4\nbunch = 2\n[pipeline]\nbins = 200\n"
+             [acquisition]\nframes = 4\nbunch = 2\ndeadline_ms = 10000\n[pipeline]\nbins = 200\n"
         ));
         cfg.rebase(&dir);
         let d = Dataset::load(&cfg).unwrap_or_else(|e| panic!("{kind}: {e}"));

@@ -104,7 +104,7 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
     };
     let mut tries = Vec::new();
     let mut chosen = None;
-    for &rate in &rates {
+    let try_rate = |rate: f64, tries: &mut Vec<serde_json::Value>| -> anyhow::Result<_> {
         let cfg = settings(&a, rate)?;
         let (cpu0, t0) = (cpu_seconds(), Instant::now());
         let s = run_in_process(&cfg, None, &|_, _| {})?;
@@ -112,10 +112,35 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
         let lost = s.frames_lost + s.frames_overrun + s.frames_partial;
         tries
             .push(json!({"rate_hz": rate, "lost": lost, "e2e_fps": s.e2e_fps, "cpu_cores": cores}));
+        Ok((lost, (cfg, s, cores)))
+    };
+    let mut failed: Option<f64> = None;
+    for &rate in &rates {
+        let (lost, run) = try_rate(rate, &mut tries)?;
         let last = rates.len() == 1 || rate == *rates.last().expect("rates");
         if lost == 0 || last {
-            chosen = Some((cfg, s, cores));
+            chosen = Some(run);
             break;
+        }
+        failed = Some(rate);
+    }
+    // Two bisection steps between the last rate that lost frames and the first that did not.
+    let loss_free =
+        |s: &remora_daq::manager::Summary| s.frames_lost + s.frames_overrun + s.frames_partial == 0;
+    let found = chosen
+        .as_ref()
+        .filter(|(_, s, _)| loss_free(s))
+        .map(|(cfg, _, _)| cfg.acquisition.rate_hz);
+    if let (Some(mut hi), Some(mut lo)) = (failed, found) {
+        for _ in 0..2 {
+            let mid = (lo + hi) / 2.0;
+            let (lost, run) = try_rate(mid, &mut tries)?;
+            if lost == 0 {
+                lo = mid;
+                chosen = Some(run);
+            } else {
+                hi = mid;
+            }
         }
     }
     let (cfg, s, cores) = chosen.expect("at least one run");
