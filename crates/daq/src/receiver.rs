@@ -110,7 +110,7 @@ pub struct ReceiverReport {
     /// Seconds spent in the pipeline.
     pub pipeline_seconds: f64,
     /// Native mode: reassembly counters.
-    pub native: Option<crate::native::reasm::ReasmStats>,
+    pub native: Option<crate::native::ReassemblyStats>,
     /// Native mode: datagrams that are not JUNGFRAU packets of this run.
     pub native_malformed: u64,
     /// Native mode: packets dropped because their slot was still being processed.

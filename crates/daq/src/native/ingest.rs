@@ -1,33 +1,31 @@
-//! The receiver's native mode: one UDP socket per module, packets reassembled into frame slots
-//! ([`super::reasm`]), each frame processed once done, with the rows of lost packets masked.
+//! The receiver's native mode: a [`NativeSocket`] per detector, packets reassembled
+//! ([`Reassembler`]) straight into frame slots, each frame processed once done, with the rows of
+//! lost packets masked.
 //!
-//! Unlike a one-sided WRITE, a packet is copied into the ring by this thread, so a slot still
-//! being processed is never written: a packet that would need it is dropped and counted (its
-//! rows end up masked in the newer frame). An overrun here costs the newer frame's packets, never
-//! the integrity of a frame being processed.
+//! A slot is owned by one thread at a time: this thread while its frame is assembled, the
+//! processing thread from the frame's hand-over until it sends the slot back. A packet whose
+//! slot is away is dropped and counted as an overrun (its rows end up masked in the newer
+//! frame): an overrun costs the newer frame's packets, never the integrity of a frame being
+//! processed.
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::packet::{rows_of_packet, Packet, Repr, PACKETS_PER_FRAME, PACKET_LEN};
-use super::reasm::{Done, Reassembler};
+use super::reassembler::{Done, Dropped, FrameStore, Reassembler};
+use super::recv::NativeSocket;
 use super::send::HELLO;
 use crate::config::Config;
-use crate::model::{ERROR_WORD, MODULE_COLS, MODULE_PIXELS};
+use crate::model::MODULE_PIXELS;
 use crate::pipeline::Pipeline;
 use crate::receiver::{commit, FrameResult, Progress, ReceiverReport};
 use crate::writer::WriterThread;
 use crate::{DaqError, Result};
 
-/// Receive buffer asked for each module socket: a few frames of one module.
-const SOCKET_BUFFER: usize = 16 << 20;
-
 /// The bound sockets of a native receiver.
 pub struct Sockets {
     control: TcpListener,
-    modules: Vec<UdpSocket>,
+    modules: NativeSocket,
 }
 
 impl Sockets {
@@ -39,23 +37,15 @@ impl Sockets {
             .local_addr()
             .map_err(|e| err("control address".into(), e))?
             .ip();
-        let modules = (0..modules)
-            .map(|m| {
-                let s = UdpSocket::bind(SocketAddr::new(ip, 0))
-                    .map_err(|e| err(format!("module {m} socket on {ip}"), e))?;
-                // The kernel may give less (net.core.rmem_max); the drops then show as lost
-                // packets, which is what the test of a real receiver must show too.
-                // As root, past net.core.rmem_max (what slsDetectorPackage's docs ask for).
-                if rustix::net::sockopt::set_socket_recv_buffer_size_force(&s, SOCKET_BUFFER)
-                    .is_err()
-                {
-                    let _ = rustix::net::sockopt::set_socket_recv_buffer_size(&s, SOCKET_BUFFER);
-                }
-                s.set_nonblocking(true)
-                    .map_err(|e| err(format!("module {m} socket"), e))?;
-                Ok(s)
-            })
-            .collect::<Result<_>>()?;
+        // The kernel may give a smaller buffer (net.core.rmem_max); the drops then show as
+        // lost packets, which is what the test of a real receiver must show too.
+        let modules = NativeSocket::bind(ip, 0, modules)
+            .map_err(|e| err(format!("module sockets on {ip}"), e))?;
+        tracing::debug!(
+            ports = ?modules.ports(),
+            recv_buffer = modules.recv_buffer(),
+            "native module sockets"
+        );
         Ok(Sockets { control, modules })
     }
 
@@ -67,9 +57,52 @@ impl Sockets {
     }
 }
 
+/// A frame for the processing thread: its number, slot, words and missing packets.
+struct Job {
+    frame: u64,
+    slot: usize,
+    words: Vec<u16>,
+    missing: Vec<u128>,
+}
+
 enum Msg {
-    Frame(Box<FrameResult>, usize, f64),
+    Frame(Box<FrameResult>, usize, Vec<u16>, f64),
     Failed(DaqError),
+}
+
+/// The ring as the reassembler sees it: slot `(f - 1) % slots`, `None` while it is away.
+struct Slots<'a> {
+    ring: &'a mut [Option<Vec<u16>>],
+    to_worker: &'a mpsc::Sender<Job>,
+    handed: &'a mut u64,
+}
+
+fn slot_of(frame: u64, slots: usize) -> usize {
+    (frame.wrapping_sub(1) % slots as u64) as usize
+}
+
+impl FrameStore for Slots<'_> {
+    fn module_mut(&mut self, frame: u64, module: usize) -> Option<&mut [u16]> {
+        let s = slot_of(frame, self.ring.len());
+        let words = self.ring[s].as_mut()?;
+        words.get_mut(module * MODULE_PIXELS..(module + 1) * MODULE_PIXELS)
+    }
+
+    fn done(&mut self, d: Done) {
+        let slot = slot_of(d.frame, self.ring.len());
+        // An open frame's slot is here until it is done (only it can hold the slot).
+        let Some(words) = self.ring[slot].take() else {
+            debug_assert!(false, "frame {} done without its slot", d.frame);
+            return;
+        };
+        *self.handed += 1;
+        let _ = self.to_worker.send(Job {
+            frame: d.frame,
+            slot,
+            words,
+            missing: d.missing,
+        });
+    }
 }
 
 /// Runs a native acquisition to its end.
@@ -77,7 +110,7 @@ enum Msg {
 pub(crate) fn run(
     cfg: &Config,
     index: usize,
-    sockets: Sockets,
+    mut sockets: Sockets,
     mut pipeline: Pipeline,
     writer: Option<WriterThread>,
     mut on_frame: Option<&mut dyn FnMut(&FrameResult)>,
@@ -88,11 +121,11 @@ pub(crate) fn run(
     let wait = Duration::from_millis(cfg.acquisition.connect_timeout_ms);
     let control = accept(&sockets, wait)?;
     let slots = 2 * cfg.acquisition.bunch;
-    let words = modules * MODULE_PIXELS;
-    let ring: Arc<Vec<Mutex<Vec<u16>>>> =
-        Arc::new((0..slots).map(|_| Mutex::new(vec![0u16; words])).collect());
+    let mut ring: Vec<Option<Vec<u16>>> = (0..slots)
+        .map(|_| Some(vec![0u16; modules * MODULE_PIXELS]))
+        .collect();
     let deadline = Duration::from_millis(cfg.acquisition.deadline_ms);
-    let mut reasm = Reassembler::new(modules, slots, deadline, 1);
+    let mut reasm = Reassembler::new(modules, slots, deadline).frames(1..=frames);
     let mut rep = ReceiverReport {
         receiver: index,
         transport: "native".into(),
@@ -106,26 +139,25 @@ pub(crate) fn run(
         file: cfg.output_of(index).map(|p| p.display().to_string()),
         ..Default::default()
     };
-    let (to_worker, jobs) = mpsc::channel::<(u64, usize, Vec<u128>)>();
+    let (to_worker, jobs) = mpsc::channel::<Job>();
     let (worker_tx, results) = mpsc::channel::<Msg>();
     let process = cfg.pipeline.process;
     let slow = Duration::from_millis(cfg.pipeline.slow_ms);
-    let wring = ring.clone();
     let wcfg = cfg.clone();
     let worker = std::thread::Builder::new()
         .name(format!("rpu-{index}"))
         .spawn(move || {
-            for (frame, slot, missing) in jobs {
-                let lost = missing
+            for job in jobs {
+                let lost = job
+                    .missing
                     .iter()
                     .enumerate()
                     .filter(|(_, &m)| m != 0)
                     .fold(0u64, |acc, (i, _)| acc | 1 << i);
                 let t = Instant::now();
-                let raw = wring[slot].lock().expect("slot");
-                let n = frame - 1;
+                let n = job.frame - 1;
                 let outcome = if process {
-                    match pipeline.process(n, &raw) {
+                    match pipeline.process(n, &job.words) {
                         Ok(o) => Some(o),
                         Err(e) => {
                             let _ = worker_tx.send(Msg::Failed(e));
@@ -135,129 +167,78 @@ pub(crate) fn run(
                 } else {
                     None
                 };
-                drop(raw);
                 if !slow.is_zero() {
                     std::thread::sleep(slow);
                 }
                 let fr = FrameResult {
                     frame: n,
                     lost_modules: lost,
-                    missing_packets: if lost == 0 { Vec::new() } else { missing },
+                    missing_packets: if lost == 0 { Vec::new() } else { job.missing },
                     image: crate::receiver::kept_image(&wcfg, &pipeline, &outcome),
                     outcome,
                 };
                 let secs = t.elapsed().as_secs_f64();
-                if worker_tx
-                    .send(Msg::Frame(Box::new(fr), slot, secs))
-                    .is_err()
-                {
+                let msg = Msg::Frame(Box::new(fr), job.slot, job.words, secs);
+                if worker_tx.send(msg).is_err() {
                     return;
                 }
             }
         })
         .map_err(|e| DaqError::Acquisition(format!("starting the processing thread: {e}")))?;
 
-    let mut busy = vec![false; slots];
-    let mut buf = vec![0u8; PACKET_LEN + 1];
     let mut started: Option<Instant> = None;
     let mut last_commit = Instant::now();
-    let mut in_worker = 0usize;
     let mut handed = 0u64;
+    let mut committed = 0u64;
     let mut closed_at: Option<Instant> = None;
     let mut last_progress = Instant::now();
     let mut control_buf = [0u8; 64];
     let mut last_overrun = None;
     control.set_nonblocking(true).ok();
     loop {
-        let mut idle = true;
         let now = Instant::now();
-        for sock in &sockets.modules {
-            // Up to a frame's packets per socket per turn, so that no module starves another.
-            for _ in 0..PACKETS_PER_FRAME {
-                let n = match sock.recv(&mut buf) {
-                    Ok(n) => n,
-                    Err(_) => break,
-                };
-                idle = false;
+        let mut store = Slots {
+            ring: &mut ring,
+            to_worker: &to_worker,
+            handed: &mut handed,
+        };
+        sockets
+            .modules
+            .recv_batch(Duration::from_millis(1), |d| {
                 started.get_or_insert(now);
-                let Ok(p) = Packet::new_checked(&buf[..n]) else {
-                    rep.native_malformed += 1;
-                    continue;
-                };
-                let h = Repr::parse(&p).expect("length checked");
-                if h.frame == 0 || h.frame > frames {
-                    rep.native_malformed += 1;
-                    continue;
-                }
-                // An older frame holding this frame's slot is done now, whatever it misses.
-                while reasm.must_evict_for(h.frame) {
-                    let d = reasm.poll(now, true).expect("an open frame");
-                    hand_over(&d, &ring, &mut busy, &to_worker, slots);
-                    in_worker += 1;
-                    handed += 1;
-                }
-                let slot = ((h.frame - 1) % slots as u64) as usize;
-                if busy[slot] {
+                if let Err(Dropped::NoSlot(f)) = reasm.push(now, d, &mut store) {
                     rep.overrun_packets += 1;
-                    if last_overrun != Some(h.frame) {
+                    if last_overrun != Some(f) {
                         rep.overruns += 1;
-                        last_overrun = Some(h.frame);
-                    }
-                    continue;
-                }
-                if reasm.accept(now, &h).is_ok() {
-                    let mut raw = ring[slot].lock().expect("slot");
-                    let m = usize::from(h.module) * MODULE_PIXELS;
-                    let rows = rows_of_packet(h.packet);
-                    let dst = &mut raw[m + rows.start * MODULE_COLS..m + rows.end * MODULE_COLS];
-                    for (w, b) in dst.iter_mut().zip(p.payload().chunks_exact(2)) {
-                        *w = u16::from_le_bytes([b[0], b[1]]);
+                        last_overrun = Some(f);
                     }
                 }
-            }
+            })
+            .map_err(|e| DaqError::Acquisition(format!("receiving module packets: {e}")))?;
+        reasm.poll(Instant::now(), &mut store);
+        let grace = closed_at.is_some_and(|t| t.elapsed() >= deadline.min(Duration::from_secs(2)));
+        if grace {
+            // Open frames hold their slots, so they can all be handed over now.
+            reasm.flush(&mut store);
         }
-        while let Some(d) = reasm.poll(Instant::now(), false) {
-            // Its packets were only accepted while its slot was free, and only this frame can
-            // take the slot before it is delivered (frames go in order).
-            debug_assert!(!busy[((d.frame - 1) % slots as u64) as usize]);
-            hand_over(&d, &ring, &mut busy, &to_worker, slots);
-            in_worker += 1;
-            handed += 1;
-        }
+        // recv_batch waited up to 1 ms when nothing came: the loop never spins.
         while let Ok(msg) = results.try_recv() {
-            idle = false;
             match msg {
-                Msg::Frame(fr, slot, secs) => {
+                Msg::Frame(fr, slot, words, secs) => {
                     rep.pipeline_seconds += secs;
-                    busy[slot] = false;
-                    in_worker -= 1;
+                    ring[slot] = Some(words);
+                    committed += 1;
                     commit(&mut rep, &fr, writer.as_ref(), &mut on_frame);
                     last_commit = Instant::now();
                 }
                 Msg::Failed(e) => return Err(e),
             }
         }
-        if closed_at.is_none() {
-            match (&control).read_probe(&mut control_buf) {
-                Probe::Closed => closed_at = Some(Instant::now()),
-                Probe::Open => {}
-            }
+        if closed_at.is_none() && peer_closed(&control, &mut control_buf) {
+            closed_at = Some(Instant::now());
         }
-        let grace = closed_at.is_some_and(|t| t.elapsed() >= deadline.min(Duration::from_secs(2)));
-        if grace {
-            while reasm.open() > 0 {
-                let d = reasm.poll(Instant::now(), true).expect("an open frame");
-                let slot = ((d.frame - 1) % slots as u64) as usize;
-                if busy[slot] {
-                    break;
-                }
-                hand_over(&d, &ring, &mut busy, &to_worker, slots);
-                in_worker += 1;
-                handed += 1;
-            }
-        }
-        let all_seen = handed >= frames || (grace && reasm.open() == 0);
-        if in_worker == 0 && all_seen {
+        let all_seen = handed >= frames || (grace && reasm.open_frames() == 0);
+        if committed == handed && all_seen {
             break;
         }
         if last_progress.elapsed() >= Duration::from_millis(200) {
@@ -269,43 +250,18 @@ pub(crate) fn run(
                 kept: rep.kept,
             });
         }
-        if idle {
-            std::thread::sleep(Duration::from_micros(100));
-        }
     }
     drop(to_worker);
     let _ = worker.join();
     let st = reasm.stats();
+    let rs = sockets.modules.stats();
     rep.native = Some(st);
+    rep.native_malformed = st.malformed() + rs.truncated;
     rep.frames_lost = frames.saturating_sub(rep.frames_complete + rep.frames_partial);
     rep.seconds = started.map_or(0.0, |t| {
         last_commit.saturating_duration_since(t).as_secs_f64()
     });
     crate::receiver::finish(rep, writer, progress)
-}
-
-/// Masks the rows of the frame's missing packets and hands the frame to the processing thread.
-fn hand_over(
-    d: &Done,
-    ring: &[Mutex<Vec<u16>>],
-    busy: &mut [bool],
-    to_worker: &mpsc::Sender<(u64, usize, Vec<u128>)>,
-    slots: usize,
-) {
-    let slot = ((d.frame - 1) % slots as u64) as usize;
-    {
-        let mut raw = ring[slot].lock().expect("slot");
-        for (m, &miss) in d.missing.iter().enumerate() {
-            for k in (0..PACKETS_PER_FRAME).filter(|k| miss >> k & 1 == 1) {
-                let rows = rows_of_packet(k);
-                let base = m * MODULE_PIXELS;
-                raw[base + rows.start * MODULE_COLS..base + rows.end * MODULE_COLS]
-                    .fill(ERROR_WORD);
-            }
-        }
-    }
-    busy[slot] = true;
-    let _ = to_worker.send((d.frame, slot, d.missing.clone()));
 }
 
 /// Waits for the emulator's control connection and tells it the module ports.
@@ -332,36 +288,20 @@ fn accept(s: &Sockets, wait: Duration) -> Result<TcpStream> {
         }
     };
     c.set_nonblocking(false).ok();
-    let ports: Vec<String> = s
-        .modules
-        .iter()
-        .map(|u| u.local_addr().map(|a| a.port().to_string()))
-        .collect::<std::io::Result<_>>()
-        .map_err(|e| DaqError::Acquisition(format!("module socket: {e}")))?;
+    let ports: Vec<String> = s.modules.ports().iter().map(|p| p.to_string()).collect();
     writeln!(c, "{HELLO}{}", ports.join(","))
         .map_err(|e| DaqError::Acquisition(format!("telling the detector its ports: {e}")))?;
     Ok(c)
 }
 
-enum Probe {
-    Open,
-    Closed,
-}
-
-trait ReadProbe {
-    fn read_probe(&self, buf: &mut [u8]) -> Probe;
-}
-
-impl ReadProbe for &TcpStream {
-    /// Whether the peer closed the connection (a read of 0 bytes), without blocking.
-    fn read_probe(&self, buf: &mut [u8]) -> Probe {
-        use std::io::Read;
-        let mut s = *self;
-        match s.read(buf) {
-            Ok(0) => Probe::Closed,
-            Ok(_) => Probe::Open,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Probe::Open,
-            Err(_) => Probe::Closed,
-        }
+/// Whether the peer closed the (non-blocking) control connection: a read of 0 bytes or an
+/// error other than "nothing yet".
+fn peer_closed(c: &TcpStream, buf: &mut [u8]) -> bool {
+    use std::io::Read;
+    let mut s = c;
+    match s.read(buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
     }
 }

@@ -1,28 +1,42 @@
-//! The JUNGFRAU UDP packet (slsDetectorPackage's `sls_detector_header` followed by 8192 bytes),
-//! as a zero-copy view in the style of `remora-wire`.
+//! The JUNGFRAU UDP packet: slsDetectorPackage's 48-byte `sls_detector_header` (v2.0, the same
+//! bytes since package 4.0; v7 only renamed fields) followed by 8192 bytes of pixels, as a
+//! zero-copy view in the style of `remora-wire`.
 //!
-//! Header, 48 bytes, little-endian: frame number u64, exposure length u32, packet number u32,
-//! bunch id u64, timestamp u64, module id u16, row u16, column u16, detSpec2 u16, detSpec3 u32,
-//! detSpec4 u16, detector type u8, header version u8. Then 4 rows × 1024 pixels of u16.
+//! ```text
+//!  0               8       12      16              24              32  34  36  38  40      44  46 47
+//! +---------------+-------+-------+---------------+---------------+---+---+---+---+-------+---+-+-+
+//! | frame number  | exp.  |packet | bunch id      | timestamp     |mod|row|col|ds2| ds3   |ds4|t|v|
+//! +---------------+-------+-------+---------------+---------------+---+---+---+---+-------+---+-+-+
+//!  then 8192 bytes: 4 rows × 1024 pixels of u16, all little-endian
+//! ```
+//! For JUNGFRAU (slsDetectorPackage `docs/src/udpheader.rst`, `udpdetspec.rst`): `detSpec1` is
+//! the bunch id, `detSpec3` the DAQ info word (gain settings, storage cell, …), `detSpec2` and
+//! `detSpec4` are 0; exposure length and timestamp count 0.1 µs; the detector type is 3
+//! ([`DETECTOR_JUNGFRAU`]) and the header version 2 ([`HEADER_VERSION`]).
 //!
-//! Panics: getters and setters index the buffer; [`Packet::new_checked`] makes sure they cannot
-//! go out of bounds, [`Packet::new_unchecked`] leaves that to the caller.
+//! Panics: getters and setters index the buffer. [`Packet::new_checked`] makes sure they cannot
+//! go out of bounds; with [`Packet::new_unchecked`] that is the caller's job.
+use std::ops::Range;
+
+use crate::model::MODULE_COLS;
 
 /// Header bytes.
 pub const HEADER_LEN: usize = 48;
-/// Payload bytes: 4 rows of 1024 pixels.
+/// Payload bytes: [`ROWS_PER_PACKET`] rows of 1024 pixels of 2 bytes.
 pub const PAYLOAD_LEN: usize = 8192;
 /// A whole packet.
 pub const PACKET_LEN: usize = HEADER_LEN + PAYLOAD_LEN;
-/// Packets per module frame.
+/// Packets per module frame (one 10 GbE interface per module).
 pub const PACKETS_PER_FRAME: u32 = 128;
 /// Module rows one packet carries.
 pub const ROWS_PER_PACKET: usize = 4;
-/// `detType` of JUNGFRAU in slsDetectorPackage's `detectorType` enum.
+/// JUNGFRAU in slsDetectorPackage's `detectorType` enum (GENERIC 0, EIGER 1, GOTTHARD 2,
+/// JUNGFRAU 3, …).
 pub const DETECTOR_JUNGFRAU: u8 = 3;
-/// The header version this code writes (slsDetectorPackage v2 header).
+/// The header version JUNGFRAU firmware writes (`0x2`).
 pub const HEADER_VERSION: u8 = 2;
 
+/// Byte ranges of the header fields.
 mod field {
     use std::ops::Range;
     pub const FRAME: Range<usize> = 0..8;
@@ -38,228 +52,300 @@ mod field {
     pub const SPEC4: Range<usize> = 44..46;
     pub const DET_TYPE: usize = 46;
     pub const VERSION: usize = 47;
+    pub const PAYLOAD: Range<usize> = super::HEADER_LEN..super::PACKET_LEN;
 }
 
-/// The module rows packet `k` carries: the one place that says how packets map to rows.
-pub fn rows_of_packet(k: u32) -> std::ops::Range<usize> {
+/// The rows of the raw module frame (512 × 1024, row-major, [`crate::model`]) that packet `k`
+/// carries: `4k..4k+4`. The one place that says how packets map to rows.
+///
+/// This is how slsDetectorPackage's receiver (`memcpy(buf + pnum * dsize, …)`, missing packets
+/// `memset` to 0xFF) and PSI's sf_daq_buffer (`offset = 8192 * packetnum`) lay a module frame
+/// out, so raw frames saved by them match. Which raw row is the sensor's top or bottom is a
+/// question for the geometry, not for this mapping.
+pub fn rows_of_packet(k: u32) -> Range<usize> {
     let first = k as usize * ROWS_PER_PACKET;
     first..first + ROWS_PER_PACKET
 }
 
-/// Why a datagram is not a JUNGFRAU packet.
+/// The words of a module frame that packet `k` carries (see [`rows_of_packet`]).
+pub fn words_of_packet(k: u32) -> Range<usize> {
+    let rows = rows_of_packet(k);
+    rows.start * MODULE_COLS..rows.end * MODULE_COLS
+}
+
+/// Why a buffer is not a JUNGFRAU packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PacketError {
-    /// Not 8240 bytes.
+    /// Not [`PACKET_LEN`] bytes.
     #[error("datagram of {0} bytes, a JUNGFRAU packet has {PACKET_LEN}")]
     Length(usize),
 }
 
-/// A view of a packet in a buffer.
-#[derive(Debug, Clone, Copy)]
+/// A read/write view of a JUNGFRAU packet in a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Packet<T: AsRef<[u8]>> {
-    buf: T,
+    buffer: T,
 }
 
-macro_rules! le {
-    ($get:ident, $set:ident, $t:ty, $f:expr) => {
-        #[doc = concat!("The `", stringify!($get), "` field.")]
-        pub fn $get(&self) -> $t {
-            <$t>::from_le_bytes(self.buf.as_ref()[$f].try_into().expect("field width"))
+/// A little-endian field's getter.
+macro_rules! get {
+    ($(#[$doc:meta])* $name:ident, $t:ty, $f:expr) => {
+        $(#[$doc])*
+        pub fn $name(&self) -> $t {
+            let b = &self.buffer.as_ref()[$f];
+            <$t>::from_le_bytes(b.try_into().expect("field width"))
         }
     };
 }
 
-macro_rules! le_set {
-    ($set:ident, $t:ty, $f:expr) => {
-        #[doc = concat!("Sets the `", stringify!($set), "` field.")]
-        pub fn $set(&mut self, v: $t) {
-            self.buf.as_mut()[$f].copy_from_slice(&v.to_le_bytes());
+/// A little-endian field's setter.
+macro_rules! set {
+    ($(#[$doc:meta])* $name:ident, $t:ty, $f:expr) => {
+        $(#[$doc])*
+        pub fn $name(&mut self, v: $t) {
+            self.buffer.as_mut()[$f].copy_from_slice(&v.to_le_bytes());
         }
     };
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// A view without checks.
-    pub fn new_unchecked(buf: T) -> Packet<T> {
-        Packet { buf }
+    /// A view without a length check.
+    pub fn new_unchecked(buffer: T) -> Packet<T> {
+        Packet { buffer }
     }
 
-    /// A view of exactly one packet.
-    pub fn new_checked(buf: T) -> Result<Packet<T>, PacketError> {
-        let p = Packet::new_unchecked(buf);
+    /// A view of exactly one packet ([`PACKET_LEN`] bytes).
+    pub fn new_checked(buffer: T) -> Result<Packet<T>, PacketError> {
+        let p = Packet::new_unchecked(buffer);
         p.check_len()?;
         Ok(p)
     }
 
-    /// Checks the length.
+    /// Whether the buffer is exactly one packet long, so that no accessor can panic.
     pub fn check_len(&self) -> Result<(), PacketError> {
-        match self.buf.as_ref().len() {
+        match self.buffer.as_ref().len() {
             PACKET_LEN => Ok(()),
             n => Err(PacketError::Length(n)),
         }
     }
 
-    le!(frame_number, set_frame_number, u64, field::FRAME);
-    le!(exposure_length, set_exposure_length, u32, field::EXPOSURE);
-    le!(packet_number, set_packet_number, u32, field::PACKET);
-    le!(bunch_id, set_bunch_id, u64, field::BUNCH);
-    le!(timestamp, set_timestamp, u64, field::TIMESTAMP);
-    le!(module_id, set_module_id, u16, field::MODULE);
-    le!(row, set_row, u16, field::ROW);
-    le!(column, set_column, u16, field::COLUMN);
-    le!(det_spec2, set_det_spec2, u16, field::SPEC2);
-    le!(det_spec3, set_det_spec3, u32, field::SPEC3);
-    le!(det_spec4, set_det_spec4, u16, field::SPEC4);
+    /// The buffer back.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
 
-    /// Detector type.
+    get!(
+        /// Frame number (the detector counts from 1 at the start of an acquisition).
+        frame_number, u64, field::FRAME
+    );
+    get!(
+        /// Measured exposure time in 0.1 µs (EIGER: the sub-frame number).
+        exposure_length, u32, field::EXPOSURE
+    );
+    get!(
+        /// Packet number within the module frame, 0..[`PACKETS_PER_FRAME`].
+        packet_number, u32, field::PACKET
+    );
+    get!(
+        /// Bunch id from the beamline (`detSpec1`).
+        bunch_id, u64, field::BUNCH
+    );
+    get!(
+        /// Start of the exposure in 0.1 µs since the start of the measurement.
+        timestamp, u64, field::TIMESTAMP
+    );
+    get!(
+        /// Module id (from the detector's `det_id` file).
+        module_id, u16, field::MODULE
+    );
+    get!(
+        /// Row position of the module in the detector.
+        row, u16, field::ROW
+    );
+    get!(
+        /// Column position of the module in the detector.
+        column, u16, field::COLUMN
+    );
+    get!(
+        /// `detSpec2` (0 for JUNGFRAU).
+        det_spec2, u16, field::SPEC2
+    );
+    get!(
+        /// `detSpec3`: for JUNGFRAU the DAQ info word (gain settings, storage cell, event code).
+        det_spec3, u32, field::SPEC3
+    );
+    get!(
+        /// `detSpec4` (0 for JUNGFRAU).
+        det_spec4, u16, field::SPEC4
+    );
+
+    /// Detector type (slsDetectorPackage's enum; [`DETECTOR_JUNGFRAU`]).
     pub fn det_type(&self) -> u8 {
-        self.buf.as_ref()[field::DET_TYPE]
+        self.buffer.as_ref()[field::DET_TYPE]
     }
 
-    /// Header version.
+    /// Header version ([`HEADER_VERSION`]).
     pub fn version(&self) -> u8 {
-        self.buf.as_ref()[field::VERSION]
+        self.buffer.as_ref()[field::VERSION]
     }
 
-    /// The 8192 payload bytes.
+    /// The [`PAYLOAD_LEN`] bytes of pixels.
     pub fn payload(&self) -> &[u8] {
-        &self.buf.as_ref()[HEADER_LEN..PACKET_LEN]
+        &self.buffer.as_ref()[field::PAYLOAD]
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    le_set!(set_frame_number, u64, field::FRAME);
-    le_set!(set_exposure_length, u32, field::EXPOSURE);
-    le_set!(set_packet_number, u32, field::PACKET);
-    le_set!(set_bunch_id, u64, field::BUNCH);
-    le_set!(set_timestamp, u64, field::TIMESTAMP);
-    le_set!(set_module_id, u16, field::MODULE);
-    le_set!(set_row, u16, field::ROW);
-    le_set!(set_column, u16, field::COLUMN);
-    le_set!(set_det_spec2, u16, field::SPEC2);
-    le_set!(set_det_spec3, u32, field::SPEC3);
-    le_set!(set_det_spec4, u16, field::SPEC4);
+    set!(
+        /// Sets the frame number.
+        set_frame_number, u64, field::FRAME
+    );
+    set!(
+        /// Sets the exposure length.
+        set_exposure_length, u32, field::EXPOSURE
+    );
+    set!(
+        /// Sets the packet number.
+        set_packet_number, u32, field::PACKET
+    );
+    set!(
+        /// Sets the bunch id.
+        set_bunch_id, u64, field::BUNCH
+    );
+    set!(
+        /// Sets the timestamp.
+        set_timestamp, u64, field::TIMESTAMP
+    );
+    set!(
+        /// Sets the module id.
+        set_module_id, u16, field::MODULE
+    );
+    set!(
+        /// Sets the module's row position.
+        set_row, u16, field::ROW
+    );
+    set!(
+        /// Sets the module's column position.
+        set_column, u16, field::COLUMN
+    );
+    set!(
+        /// Sets `detSpec2`.
+        set_det_spec2, u16, field::SPEC2
+    );
+    set!(
+        /// Sets `detSpec3`.
+        set_det_spec3, u32, field::SPEC3
+    );
+    set!(
+        /// Sets `detSpec4`.
+        set_det_spec4, u16, field::SPEC4
+    );
 
     /// Sets the detector type.
     pub fn set_det_type(&mut self, v: u8) {
-        self.buf.as_mut()[field::DET_TYPE] = v;
+        self.buffer.as_mut()[field::DET_TYPE] = v;
     }
 
     /// Sets the header version.
     pub fn set_version(&mut self, v: u8) {
-        self.buf.as_mut()[field::VERSION] = v;
+        self.buffer.as_mut()[field::VERSION] = v;
     }
 
     /// The payload, to fill.
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        &mut self.buf.as_mut()[HEADER_LEN..PACKET_LEN]
+        &mut self.buffer.as_mut()[field::PAYLOAD]
     }
 }
 
-/// The header fields remora reads and writes.
+/// The decoded header of a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Repr {
-    /// Frame number (real detectors count from 1).
-    pub frame: u64,
-    /// Packet number within the module frame, 0..128.
-    pub packet: u32,
-    /// Module id.
-    pub module: u16,
-    /// Timestamp (10 MHz ticks on the detector).
+    /// Frame number.
+    pub frame_number: u64,
+    /// Measured exposure time in 0.1 µs.
+    pub exposure_length: u32,
+    /// Packet number within the module frame.
+    pub packet_number: u32,
+    /// Bunch id (`detSpec1`).
+    pub bunch_id: u64,
+    /// Start of the exposure in 0.1 µs.
     pub timestamp: u64,
+    /// Module id.
+    pub module_id: u16,
+    /// Row position of the module.
+    pub row: u16,
+    /// Column position of the module.
+    pub column: u16,
+    /// `detSpec2`.
+    pub det_spec2: u16,
+    /// `detSpec3` (JUNGFRAU: DAQ info).
+    pub det_spec3: u32,
+    /// `detSpec4`.
+    pub det_spec4: u16,
+    /// Detector type.
+    pub det_type: u8,
+    /// Header version.
+    pub version: u8,
 }
 
 impl Repr {
-    /// Reads the header of a checked packet.
-    pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Repr, PacketError> {
-        p.check_len()?;
+    /// A JUNGFRAU header (type 3, version 2) for packet `packet_number` of `module_id`'s frame
+    /// `frame_number`, every other field 0.
+    pub fn jungfrau(frame_number: u64, packet_number: u32, module_id: u16) -> Repr {
+        Repr {
+            frame_number,
+            packet_number,
+            module_id,
+            det_type: DETECTOR_JUNGFRAU,
+            version: HEADER_VERSION,
+            ..Repr::default()
+        }
+    }
+
+    /// Reads the header; refuses a buffer that is not one packet. Every field value is
+    /// accepted: whether a packet number or module id fits the stream is the reassembler's call.
+    pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, PacketError> {
+        packet.check_len()?;
         Ok(Repr {
-            frame: p.frame_number(),
-            packet: p.packet_number(),
-            module: p.module_id(),
-            timestamp: p.timestamp(),
+            frame_number: packet.frame_number(),
+            exposure_length: packet.exposure_length(),
+            packet_number: packet.packet_number(),
+            bunch_id: packet.bunch_id(),
+            timestamp: packet.timestamp(),
+            module_id: packet.module_id(),
+            row: packet.row(),
+            column: packet.column(),
+            det_spec2: packet.det_spec2(),
+            det_spec3: packet.det_spec3(),
+            det_spec4: packet.det_spec4(),
+            det_type: packet.det_type(),
+            version: packet.version(),
         })
     }
 
-    /// Writes the whole header (fields remora does not use are zero, type and version set).
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) {
-        p.buf.as_mut()[..HEADER_LEN].fill(0);
-        p.set_frame_number(self.frame);
-        p.set_packet_number(self.packet);
-        p.set_module_id(self.module);
-        p.set_row(self.module);
-        p.set_timestamp(self.timestamp);
-        p.set_det_type(DETECTOR_JUNGFRAU);
-        p.set_version(HEADER_VERSION);
+    /// The header length, [`HEADER_LEN`].
+    pub fn buffer_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Writes every header byte; the payload is left alone. Panics if the buffer is shorter
+    /// than [`HEADER_LEN`].
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
+        packet.set_frame_number(self.frame_number);
+        packet.set_exposure_length(self.exposure_length);
+        packet.set_packet_number(self.packet_number);
+        packet.set_bunch_id(self.bunch_id);
+        packet.set_timestamp(self.timestamp);
+        packet.set_module_id(self.module_id);
+        packet.set_row(self.row);
+        packet.set_column(self.column);
+        packet.set_det_spec2(self.det_spec2);
+        packet.set_det_spec3(self.det_spec3);
+        packet.set_det_spec4(self.det_spec4);
+        packet.set_det_type(self.det_type);
+        packet.set_version(self.version);
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    #[test]
-    fn emit_writes_every_header_byte_in_place() {
-        let mut buf = vec![0xa5u8; PACKET_LEN];
-        let r = Repr {
-            frame: 0x0102_0304_0506_0708,
-            packet: 127,
-            module: 5,
-            timestamp: 42,
-        };
-        let mut p = Packet::new_checked(&mut buf[..]).unwrap();
-        r.emit(&mut p);
-        let want: [u8; HEADER_LEN] = [
-            8, 7, 6, 5, 4, 3, 2, 1, // frame number
-            0, 0, 0, 0, // exposure length
-            127, 0, 0, 0, // packet number
-            0, 0, 0, 0, 0, 0, 0, 0, // bunch id
-            42, 0, 0, 0, 0, 0, 0, 0, // timestamp
-            5, 0, 5, 0, 0, 0, // module id, row, column
-            0, 0, 0, 0, 0, 0, 0, 0, // detSpec2..4
-            3, 2, // detector type, version
-        ];
-        assert_eq!(&buf[..HEADER_LEN], &want);
-        assert!(
-            buf[HEADER_LEN..].iter().all(|&b| b == 0xa5),
-            "payload untouched"
-        );
-        assert_eq!(Repr::parse(&Packet::new_unchecked(&buf[..])).unwrap(), r);
-    }
-
-    #[test]
-    fn wrong_lengths_are_refused() {
-        assert_eq!(
-            Packet::new_checked(&[0u8; 100][..]).unwrap_err(),
-            PacketError::Length(100)
-        );
-        assert!(Packet::new_checked(&vec![0u8; PACKET_LEN + 1][..]).is_err());
-    }
-
-    #[test]
-    fn packets_cover_the_module_rows_once() {
-        let mut seen = [0u8; 512];
-        for k in 0..PACKETS_PER_FRAME {
-            for r in rows_of_packet(k) {
-                seen[r] += 1;
-            }
-        }
-        assert!(seen.iter().all(|&s| s == 1));
-    }
-
-    proptest! {
-        #[test]
-        fn parse_emit_round_trip(frame: u64, packet in 0u32..128, module: u16, ts: u64) {
-            let r = Repr { frame, packet, module, timestamp: ts };
-            let mut buf = vec![0u8; PACKET_LEN];
-            r.emit(&mut Packet::new_unchecked(&mut buf[..]));
-            prop_assert_eq!(Repr::parse(&Packet::new_unchecked(&buf[..])).unwrap(), r);
-        }
-
-        #[test]
-        fn parse_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..9000)) {
-            let _ = Packet::new_checked(&bytes[..]).and_then(|p| Repr::parse(&p));
-        }
-    }
-}
+mod tests;
