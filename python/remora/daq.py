@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from ._native import daq as _m
+from .control import Client, ControlError  # noqa: F401  (re-exported: remora.daq.Client)
 
 Calibration = _m.Calibration
 Converter = _m.Converter
@@ -28,7 +29,7 @@ decompress = _m.decompress
 __all__ = [
     "Calibration", "Converter", "Layout", "Integrator", "Synth", "Pipeline",
     "engines", "count_above", "compress", "decompress", "reference_convert",
-    "run", "MODULE_SHAPE", "ASSEMBLED_MODULE_SHAPE", "SATURATION", "ERROR_WORDS", "raw_shape", "decode",
+    "run", "Client", "ControlError", "MODULE_SHAPE", "ASSEMBLED_MODULE_SHAPE", "SATURATION", "ERROR_WORDS", "raw_shape", "decode",
 ]
 
 #: Raw module frame (rows, columns).

@@ -108,6 +108,11 @@ impl PedestalMaps {
         &self.data
     }
 
+    /// The detector.
+    pub fn detector(&self) -> Detector {
+        self.detector
+    }
+
     /// One map: `module`, `stage` 0..3.
     pub fn map(&self, module: usize, stage: usize) -> &[f32] {
         let at = (module * 3 + stage) * MODULE_PIXELS;

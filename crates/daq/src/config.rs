@@ -425,6 +425,25 @@ impl Config {
         Self::parse_text(text).map_err(DaqError::Config)
     }
 
+    /// Parses and validates the same schema as JSON; errors name the key
+    /// (`acquisition.frames: invalid type: string "x", expected u64`).
+    pub fn parse_json(text: &str) -> Result<Config> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        let cfg: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            let msg = inner.to_string();
+            // serde_json appends "at line L column C"; keep it, the key goes first.
+            if path == "." || path.is_empty() {
+                DaqError::Config(msg)
+            } else {
+                DaqError::Config(format!("{path}: {msg}"))
+            }
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
     /// Parse and validation errors as one line: `line 3, column 9: unknown field ...`.
     fn parse_text(text: &str) -> std::result::Result<Config, String> {
         let cfg: Config = toml::from_str(text).map_err(|e| {

@@ -18,6 +18,7 @@ use remora_fabric::{
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
 
 use crate::config::{Config, TransportKind};
+use crate::control::StopGate;
 use crate::dataset::Dataset;
 use crate::ring::{descriptors, Marker, RingLayout, MODULE_BYTES};
 use crate::{DaqError, Result};
@@ -76,6 +77,18 @@ pub fn run(
     to: &[SocketAddr],
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<EmulatorReport> {
+    run_until(cfg, data, to, progress, None)
+}
+
+/// [`run`], stopping early when `gate` asks: every transmitter then ends after the same stack
+/// (native mode: the same frame), so the frames sent are whole, and the report counts them.
+pub fn run_until(
+    cfg: &Config,
+    data: &Dataset,
+    to: &[SocketAddr],
+    progress: &(dyn Fn(u64) + Sync),
+    gate: Option<&StopGate>,
+) -> Result<EmulatorReport> {
     if to.len() != cfg.receivers.len() {
         return Err(DaqError::Config(format!(
             "{} receiver addresses for {} configured receivers",
@@ -90,7 +103,7 @@ pub fn run(
         )));
     }
     if cfg.transport.kind == TransportKind::Native {
-        return crate::native::send::run(cfg, data, to[0]);
+        return crate::native::send::run(cfg, data, to[0], gate);
     }
     let pd = Arc::new(Pd::new());
     // A sealed memfd: over shm the receiver's side copies straight out of it.
@@ -107,8 +120,13 @@ pub fn run(
     let threads = modules * to.len();
     let barrier = Barrier::new(threads);
     let sent = AtomicU64::new(0);
+    // With RoI slicing every receiver gets (a slice of) every frame.
+    let per_frame = match cfg.emulator.fanout {
+        crate::config::Fanout::Roi => to.len() as u64,
+        crate::config::Fanout::Time => 1,
+    };
     let start = std::sync::OnceLock::new();
-    let results: Vec<Result<(u64, u64, u64)>> = std::thread::scope(|sc| {
+    let results: Vec<Result<Streamed>> = std::thread::scope(|sc| {
         let mut hs = Vec::new();
         for (r, &addr) in to.iter().enumerate() {
             for m in 0..modules {
@@ -122,10 +140,11 @@ pub fn run(
                             barrier.wait();
                             let tx = tx?;
                             let t0 = *start.get_or_init(Instant::now);
-                            tx.stream(t0, |n| {
-                                if m == 0 && r == 0 {
+                            tx.stream(t0, gate, |n| {
+                                // Module 0 of each receiver counts detector frames.
+                                if m == 0 {
                                     let s = sent.fetch_add(n, Ordering::Relaxed) + n;
-                                    progress(s);
+                                    progress(s / per_frame);
                                 }
                             })
                         })
@@ -145,14 +164,30 @@ pub fn run(
         seconds,
         ..Default::default()
     };
-    for res in results {
-        let (bytes, writes, lost) = res?;
-        rep.bytes += bytes;
-        rep.writes += writes;
-        rep.packets += lost;
+    // Frames every module sent whole, per receiver.
+    let mut per_receiver = vec![u64::MAX; to.len()];
+    for (i, res) in results.into_iter().enumerate() {
+        let st = res?;
+        rep.bytes += st.bytes;
+        rep.writes += st.writes;
+        rep.packets += st.packets;
+        let r = i / modules;
+        per_receiver[r] = per_receiver[r].min(st.frames);
     }
-    rep.frames_sent = cfg.acquisition.frames;
+    rep.frames_sent = match cfg.emulator.fanout {
+        // Every receiver gets a slice of every frame.
+        crate::config::Fanout::Roi => per_receiver.iter().copied().min().unwrap_or(0),
+        crate::config::Fanout::Time => per_receiver.iter().sum(),
+    };
     Ok(rep)
+}
+
+/// What one transmitter did.
+struct Streamed {
+    bytes: u64,
+    writes: u64,
+    packets: u64,
+    frames: u64,
 }
 
 struct Transmitter<'a> {
@@ -248,14 +283,19 @@ impl<'a> Transmitter<'a> {
         Ok(())
     }
 
-    /// Streams every frame of this receiver; returns (bytes, writes, packets).
-    fn stream(&self, t0: Instant, mut progress: impl FnMut(u64)) -> Result<(u64, u64, u64)> {
+    /// Streams every frame of this receiver (up to where `gate` stops it).
+    fn stream(
+        &self,
+        t0: Instant,
+        gate: Option<&StopGate>,
+        mut progress: impl FnMut(u64),
+    ) -> Result<Streamed> {
         let cfg = self.cfg;
         let frames = cfg.frames_of(self.receiver);
         let roi = cfg.roi_of(self.receiver);
         let bunch = self.ring.bunch as u64;
         let rate = cfg.acquisition.rate_hz;
-        let (mut bytes, mut writes, mut wr) = (0u64, 0u64, 0u64);
+        let (mut bytes, mut writes, mut wr, mut sent) = (0u64, 0u64, 0u64, 0u64);
         let fb = self.data.frame_bytes();
         // At a set rate a module streams each frame over its frame period, as a detector does,
         // in pieces of whole MTUs (so the packet count is the same as unsplit) about a
@@ -286,6 +326,9 @@ impl<'a> Transmitter<'a> {
             let g = cfg.global_frame(self.receiver, n);
             pace(g, 0.0);
             let stack = self.ring.stack(n);
+            if n % bunch == 0 && gate.is_some_and(|g| !g.may_send(n / bunch)) {
+                break;
+            }
             if n % bunch == 0 {
                 self.post(wr, 0, 0, 0, Some(Marker::Start(stack).imm()))?;
                 wr += 1;
@@ -317,10 +360,15 @@ impl<'a> Transmitter<'a> {
                 writes += 1;
                 bytes += len as u64;
             }
+            sent += 1;
             progress(1);
         }
-        let packets = self.qp.stats().engine.tx_packets;
-        Ok((bytes, writes, packets))
+        Ok(Streamed {
+            bytes,
+            writes,
+            packets: self.qp.stats().engine.tx_packets,
+            frames: sent,
+        })
     }
 }
 

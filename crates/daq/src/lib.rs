@@ -17,14 +17,18 @@
 //! processing unit; [`writer`] stores the results as NeXus/HDF5 (bitshuffle/LZ4); [`manager`]
 //! runs it all and sums up.
 //!
-//! What it does not: no GPU engine yet (the trait is shaped so one can slot in), no live view or
-//! control service (a later issue).
+//! Control: [`control`] drives acquisitions as a long-running service (state machine, start,
+//! stop, dark runs, status, previews); with the `http` feature it serves them as a REST API
+//! with its OpenAPI document and a live view page.
+//!
+//! What it does not: no GPU engine yet (the trait is shaped so one can slot in).
 #![warn(missing_docs)]
 
 pub mod azint;
 pub mod bench;
 pub mod calib;
 pub mod config;
+pub mod control;
 pub mod dataset;
 pub mod emulator;
 pub mod engine;

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::dataset::Dataset;
 use crate::emulator::{self, EmulatorReport};
-use crate::receiver::{FrameResult, Progress, Receiver, ReceiverReport};
+use crate::receiver::{FrameResult, Hooks, Progress, Receiver, ReceiverReport};
 use crate::{DaqError, Result};
 
 /// What an acquisition did, over all receivers.
@@ -31,8 +31,12 @@ pub struct Summary {
     pub frames_complete: u64,
     /// Frames processed with modules masked.
     pub frames_partial: u64,
-    /// Frames that never arrived.
+    /// Frames that were sent and never arrived.
     pub frames_lost: u64,
+    /// Frames not sent because the run was stopped early (per receiver with RoI slicing).
+    pub frames_not_sent: u64,
+    /// Whether the run was stopped before its last frame.
+    pub stopped: bool,
     /// Frames lost to overruns.
     pub frames_overrun: u64,
     /// Overrun events.
@@ -115,6 +119,18 @@ impl Summary {
             s.e2e_fps = frames as f64 / seconds;
             s.e2e_gbps = bytes as f64 / seconds / 1e9;
         }
+        // Receivers count every frame they expected and never saw as lost; those the emulator
+        // never sent (a stopped run) are not.
+        let configured = cfg.acquisition.frames;
+        if emulator.frames_sent < configured {
+            s.stopped = true;
+            let per = match cfg.emulator.fanout {
+                crate::config::Fanout::Time => 1,
+                crate::config::Fanout::Roi => receivers.len() as u64,
+            };
+            s.frames_not_sent = (configured - emulator.frames_sent) * per;
+            s.frames_lost = s.frames_lost.saturating_sub(s.frames_not_sent);
+        }
         s.emulator = emulator;
         s.receiver_reports = receivers;
         s
@@ -127,6 +143,12 @@ impl Summary {
             self.modules, self.transport, self.receivers, self.frames_sent, self.frames_complete,
             self.frames_partial, self.frames_lost, self.frames_overrun, self.overruns
         );
+        if self.stopped {
+            t += &format!(
+                "stopped early: {} frame(s) not sent\n",
+                self.frames_not_sent
+            );
+        }
         if self.counts_per_receiver {
             t += "(RoI slicing: every receiver gets every frame, so frames are counted per receiver)\n";
         }
@@ -156,9 +178,32 @@ pub fn run_in_process(
     on_frame: Option<OnFrame<'_>>,
     progress: &(dyn Fn(usize, &Progress) + Sync),
 ) -> Result<Summary> {
+    let hooks = vec![Hooks::default(); cfg.receivers.len()];
+    run_controlled(cfg, hooks, on_frame, progress, &|_| {})
+}
+
+/// [`run_in_process`] under a controller: receiver `i` is bound with `hooks[i]`, the emulator
+/// stops at the gate of the first receiver's tap, and `sent` sees the frames sent so far.
+pub fn run_controlled(
+    cfg: &Config,
+    hooks: Vec<Hooks>,
+    on_frame: Option<OnFrame<'_>>,
+    progress: &(dyn Fn(usize, &Progress) + Sync),
+    sent: &(dyn Fn(u64) + Sync),
+) -> Result<Summary> {
+    if hooks.len() != cfg.receivers.len() {
+        return Err(DaqError::Config(format!(
+            "{} receiver hooks for {} receivers",
+            hooks.len(),
+            cfg.receivers.len()
+        )));
+    }
+    let tap = hooks.first().and_then(|h| h.tap.clone());
     let data = Dataset::load(cfg)?;
-    let receivers: Vec<Receiver> = (0..cfg.receivers.len())
-        .map(|i| Receiver::bind(cfg, i))
+    let receivers: Vec<Receiver> = hooks
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| Receiver::bind_with(cfg, i, h))
         .collect::<Result<_>>()?;
     let addrs: Vec<SocketAddr> = receivers.iter().map(|r| r.local_addr()).collect();
     let t0 = Instant::now();
@@ -177,7 +222,7 @@ pub fn run_in_process(
             });
         }
         drop(tx);
-        emulator::run(cfg, &data, &addrs, &|_| {})
+        emulator::run_until(cfg, &data, &addrs, sent, tap.as_deref().map(|t| &t.gate))
     });
     let mut reps: Vec<Option<ReceiverReport>> = (0..addrs.len()).map(|_| None).collect();
     let mut first_err = None;

@@ -179,4 +179,29 @@ impl Pipeline {
     pub fn matrix(&self) -> Option<&AzMatrix> {
         self.matrix.as_ref()
     }
+
+    /// Forgets the pedestal average: the next dark frame replaces the G0 pedestal and later
+    /// ones average with it (a dark run measures the pedestal afresh).
+    pub fn restart_pedestal(&mut self) -> Result<()> {
+        self.tracker = PedestalTracker::fresh(self.tables.pixels(), self.cfg.pedestal_window)?;
+        Ok(())
+    }
+
+    /// A copy of the last kept frame for a preview: the assembled image with its gaps as NaN
+    /// when integration is on, else the converted frame in raw layout (modules stacked).
+    /// Returns (width, height, pixels, assembled).
+    pub fn preview(&self) -> (usize, usize, Vec<f32>, bool) {
+        match &self.assembly {
+            Some(map) if !self.image.is_empty() => {
+                let px = self
+                    .image
+                    .iter()
+                    .zip(&map.mask)
+                    .map(|(&v, &m)| if m != 0 { f32::NAN } else { v })
+                    .collect();
+                (map.cols, map.rows, px, true)
+            }
+            _ => (self.cols, self.rows, self.energy.to_vec(), false),
+        }
+    }
 }

@@ -21,7 +21,9 @@ use remora_fabric::{Completion, Listener, Qp, QpOptions, RegionInfo, WcOpcode};
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
 use serde::Serialize;
 
+use crate::calib::PedestalMaps;
 use crate::config::Config;
+use crate::control::{Preview, Tap};
 use crate::emulator::HELLO_MAGIC;
 use crate::model::{ERROR_WORD, MODULE_PIXELS};
 use crate::pipeline::{Outcome, Pipeline};
@@ -117,6 +119,18 @@ pub struct ReceiverReport {
     pub overrun_packets: u64,
 }
 
+/// What a controller hands a receiver beyond its configuration.
+#[derive(Debug, Clone, Default)]
+pub struct Hooks {
+    /// Shared with the controller: stop, preview, pedestal.
+    pub tap: Option<Arc<Tap>>,
+    /// A pedestal measured by an earlier dark run, in place of the calibration's, with where it
+    /// came from (written into the file's calibration source).
+    pub pedestal: Option<(PedestalMaps, String)>,
+    /// Average the pedestal from nothing (a dark run) instead of refining the calibration's.
+    pub fresh_pedestal: bool,
+}
+
 /// A bound receiver, ready for its modules.
 pub struct Receiver {
     cfg: Config,
@@ -125,6 +139,7 @@ pub struct Receiver {
     ring: RingLayout,
     setup: Setup,
     pipeline: Pipeline,
+    tap: Option<Arc<Tap>>,
 }
 
 /// Where frames come in.
@@ -141,11 +156,32 @@ enum Ingest {
 impl Receiver {
     /// Registers the ring, loads the calibration and binds the control address.
     pub fn bind(cfg: &Config, index: usize) -> Result<Receiver> {
+        Self::bind_with(cfg, index, Hooks::default())
+    }
+
+    /// [`Receiver::bind`] with a controller's [`Hooks`].
+    pub fn bind_with(cfg: &Config, index: usize, hooks: Hooks) -> Result<Receiver> {
         let ring = RingLayout::new(cfg.detector.modules, cfg.acquisition.bunch)?;
-        let setup = Setup::new(cfg, index)?;
+        let mut setup = Setup::new(cfg, index)?;
+        if let Some((maps, source)) = hooks.pedestal {
+            if maps.detector() != setup.calibration.detector() {
+                return Err(DaqError::Config(format!(
+                    "the pedestal from {source} is for {} modules, detector.modules is {}",
+                    maps.detector().modules(),
+                    cfg.detector.modules
+                )));
+            }
+            setup.calibration.pedestal = maps;
+            setup.calibration_source =
+                format!("{}; pedestal from {source}", setup.calibration_source);
+        }
         // Built before the control address opens: the integration matrix takes a while, and
         // the modules start sending as soon as they are connected.
-        let pipeline = setup.pipeline(cfg)?;
+        let mut pipeline = setup.pipeline(cfg)?;
+        if hooks.fresh_pedestal {
+            pipeline.restart_pedestal()?;
+        }
+        let tap = hooks.tap;
         let listen: SocketAddr = cfg.receivers[index]
             .listen
             .parse()
@@ -159,6 +195,7 @@ impl Receiver {
                 ring,
                 setup,
                 pipeline,
+                tap,
             });
         }
         let pd = Arc::new(Pd::new());
@@ -185,6 +222,7 @@ impl Receiver {
             ring,
             setup,
             pipeline,
+            tap,
         })
     }
 
@@ -214,6 +252,7 @@ impl Receiver {
                     self.index,
                     sockets,
                     self.pipeline,
+                    self.tap,
                     writer,
                     on_frame,
                     progress,
@@ -244,6 +283,8 @@ impl Receiver {
             let i = pipeline.engine().info();
             format!("{} ({} threads, {})", i.name, i.threads, i.simd)
         };
+        let tap = self.tap.clone();
+        let stopping = || tap.as_ref().is_some_and(|t| t.gate.requested());
         let worker = Worker {
             cfg: cfg.clone(),
             index: self.index,
@@ -251,6 +292,7 @@ impl Receiver {
             region,
             pipeline,
             books: books.clone(),
+            tap: self.tap.clone(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("rpu-{}", self.index))
@@ -273,12 +315,16 @@ impl Receiver {
         let mut closed_at: Option<Instant> = None;
         let mut flushed = false;
         let mut last_progress = Instant::now();
+        let mut last_arrival = Instant::now();
         let mut pipeline_seconds = 0.0;
         loop {
             let mut busy = false;
             {
                 let mut b = books.lock().expect("books");
-                busy |= b.drain(Instant::now());
+                if b.drain(Instant::now()) {
+                    busy = true;
+                    last_arrival = Instant::now();
+                }
                 while in_worker < 2 {
                     let Some(issue) = b.sched.poll(Instant::now()) else {
                         break;
@@ -297,8 +343,12 @@ impl Receiver {
                 if closed_at.is_none() && b.qps.iter().all(|q| q.is_closed()) {
                     closed_at = Some(Instant::now());
                 }
-                let grace =
-                    closed_at.is_some_and(|t| t.elapsed() >= deadline.min(Duration::from_secs(2)));
+                // A stopped emulator ends on whole stacks: once what it sent has landed (the
+                // closed connection can overtake the last datagrams), nothing more is coming.
+                let grace = closed_at.is_some_and(|t| {
+                    (stopping() && last_arrival.elapsed() >= Duration::from_millis(200))
+                        || t.elapsed() >= deadline.min(Duration::from_secs(2))
+                });
                 if grace && !flushed {
                     b.sched.flush(Instant::now());
                     flushed = true;
@@ -474,6 +524,41 @@ pub(crate) fn finish(
     Ok(rep)
 }
 
+/// Hands a kept frame to the controller's preview when one is due (a few times a second).
+pub(crate) fn offer_preview(
+    tap: Option<&Tap>,
+    receiver: usize,
+    frame: u64,
+    p: &Pipeline,
+    o: &Option<Outcome>,
+) {
+    let Some(tap) = tap else { return };
+    if matches!(o, Some(Outcome::Kept { .. })) && tap.preview_due() {
+        let (width, height, pixels, assembled) = p.preview();
+        tap.offer_preview(Preview {
+            frame,
+            receiver,
+            width,
+            height,
+            pixels,
+            assembled,
+        });
+    }
+}
+
+/// Leaves the pipeline's pedestal with the controller when it asks (after a dark run).
+pub(crate) fn leave_pedestal(tap: Option<&Tap>, cfg: &Config, receiver: usize, p: &Pipeline) {
+    let Some(tap) = tap.filter(|t| t.keeps_pedestal()) else {
+        return;
+    };
+    let maps =
+        crate::model::Detector::new(cfg.detector.modules).and_then(|d| p.tables().pedestal_maps(d));
+    match maps {
+        Ok(m) => tap.put_pedestal(receiver, m),
+        Err(e) => tracing::warn!("receiver {receiver}: keeping the pedestal: {e}"),
+    }
+}
+
 /// The assembled image of a kept frame, if the output wants images.
 pub(crate) fn kept_image(cfg: &Config, p: &Pipeline, o: &Option<Outcome>) -> Option<Vec<f32>> {
     (cfg.output.images && matches!(o, Some(Outcome::Kept { .. })) && !p.image().is_empty())
@@ -605,6 +690,7 @@ struct Worker {
     region: Arc<Region>,
     pipeline: Pipeline,
     books: Arc<Mutex<Books>>,
+    tap: Option<Arc<Tap>>,
 }
 
 impl Worker {
@@ -681,7 +767,11 @@ impl Worker {
                     std::thread::sleep(slow);
                 }
                 let secs = t.elapsed().as_secs_f64();
-                let msg = if self.books.lock().expect("books").intact(issue.stack) {
+                let intact = self.books.lock().expect("books").intact(issue.stack);
+                if intact {
+                    offer_preview(self.tap.as_deref(), self.index, g, &self.pipeline, &outcome);
+                }
+                let msg = if intact {
                     Msg::Frame(
                         Box::new(FrameResult {
                             frame: g,
@@ -703,5 +793,6 @@ impl Worker {
                 return;
             }
         }
+        leave_pedestal(self.tap.as_deref(), &self.cfg, self.index, &self.pipeline);
     }
 }

@@ -28,6 +28,18 @@ pub struct RunArgs {
     /// Print the summary as one JSON object.
     #[arg(long)]
     json: bool,
+    /// Serve the live view and API at this address while the run goes on (the receivers and
+    /// the emulator then run as threads of this process, so the page can show their frames).
+    #[arg(long, value_name = "ADDR")]
+    serve: Option<SocketAddr>,
+    /// With --serve: token for the API's mutating calls (also REMORA_DAQ_TOKEN).
+    #[arg(
+        long,
+        env = "REMORA_DAQ_TOKEN",
+        hide_env_values = true,
+        requires = "serve"
+    )]
+    token: Option<String>,
 }
 
 /// Arguments of `remora daq receive`.
@@ -157,7 +169,10 @@ impl Drop for Node {
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let cfg = load(&a.config)?;
-    let s = manage(&cfg, &a.config)?;
+    let s = match a.serve {
+        Some(addr) => super::serve::run_served(cfg, addr, a.token)?,
+        None => manage(&cfg, &a.config)?,
+    };
     if a.json {
         println!("{}", serde_json::to_string(&s)?);
     } else {
@@ -189,7 +204,13 @@ pub fn demo(out: &std::path::Path) -> anyhow::Result<()> {
         cfg.acquisition.rate_hz,
         cfg_path.display()
     );
-    let s = manage(&cfg, &cfg_path)?;
+    // A fixed address is easier to open; another service there just moves the demo's elsewhere.
+    let listen = ["127.0.0.1:8750", "127.0.0.1:0"]
+        .into_iter()
+        .map(|a| a.parse::<SocketAddr>().expect("literal address"))
+        .find(|a| std::net::TcpListener::bind(a).is_ok())
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+    let s = super::serve::run_served(cfg, listen, None)?;
     print!("{}", s.text());
     println!(
         "\nread it back:\n  .venv/bin/python -c \"import hdf5plugin, h5py; f = h5py.File('{}'); \

@@ -9,6 +9,7 @@ use remora_daq::synth::{Synth, SynthConfig};
 
 mod acq;
 mod bench_acq;
+mod serve;
 
 pub use acq::demo;
 pub use bench_acq::{bench_acquisition, AcqBenchArgs};
@@ -43,6 +44,9 @@ pub enum Cmd {
     /// Runs an acquisition described by a TOML file: starts the receivers and the emulator as
     /// processes on this host, shows progress, prints a summary (see examples/*.toml).
     Run(acq::RunArgs),
+    /// The control service: REST API (OpenAPI at /openapi.json), status stream and live view
+    /// page for configuring, starting, stopping and watching acquisitions and dark runs.
+    Serve(serve::ServeArgs),
     /// The receiver (ROMULU): registers its ring, waits for the modules, processes and writes.
     Receive(acq::ReceiveArgs),
     /// The detector emulator (REMU): streams the configured frames to running receivers.
@@ -67,6 +71,7 @@ pub enum Cmd {
 pub fn run(c: Cmd) -> anyhow::Result<()> {
     match c {
         Cmd::Run(a) => acq::run(a),
+        Cmd::Serve(a) => serve::serve(a),
         Cmd::Receive(a) => acq::receive(a),
         Cmd::Emulate(a) => acq::emulate(a),
         Cmd::Synth {

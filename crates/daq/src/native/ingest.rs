@@ -9,13 +9,14 @@
 //! processed.
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use super::reassembler::{Done, Dropped, FrameStore, Reassembler};
 use super::recv::NativeSocket;
 use super::send::HELLO;
 use crate::config::Config;
+use crate::control::Tap;
 use crate::model::MODULE_PIXELS;
 use crate::pipeline::Pipeline;
 use crate::receiver::{commit, FrameResult, Progress, ReceiverReport};
@@ -112,6 +113,7 @@ pub(crate) fn run(
     index: usize,
     mut sockets: Sockets,
     mut pipeline: Pipeline,
+    tap: Option<Arc<Tap>>,
     writer: Option<WriterThread>,
     mut on_frame: Option<&mut dyn FnMut(&FrameResult)>,
     progress: &dyn Fn(&Progress),
@@ -144,6 +146,7 @@ pub(crate) fn run(
     let process = cfg.pipeline.process;
     let slow = Duration::from_millis(cfg.pipeline.slow_ms);
     let wcfg = cfg.clone();
+    let wtap = tap.clone();
     let worker = std::thread::Builder::new()
         .name(format!("rpu-{index}"))
         .spawn(move || {
@@ -170,6 +173,7 @@ pub(crate) fn run(
                 if !slow.is_zero() {
                     std::thread::sleep(slow);
                 }
+                crate::receiver::offer_preview(wtap.as_deref(), index, n, &pipeline, &outcome);
                 let fr = FrameResult {
                     frame: n,
                     lost_modules: lost,
@@ -183,6 +187,7 @@ pub(crate) fn run(
                     return;
                 }
             }
+            crate::receiver::leave_pedestal(wtap.as_deref(), &wcfg, index, &pipeline);
         })
         .map_err(|e| DaqError::Acquisition(format!("starting the processing thread: {e}")))?;
 
@@ -192,6 +197,7 @@ pub(crate) fn run(
     let mut committed = 0u64;
     let mut closed_at: Option<Instant> = None;
     let mut last_progress = Instant::now();
+    let mut last_arrival = Instant::now();
     let mut control_buf = [0u8; 64];
     let mut last_overrun = None;
     control.set_nonblocking(true).ok();
@@ -206,6 +212,7 @@ pub(crate) fn run(
             .modules
             .recv_batch(Duration::from_millis(1), |d| {
                 started.get_or_insert(now);
+                last_arrival = now;
                 if let Err(Dropped::NoSlot(f)) = reasm.push(now, d, &mut store) {
                     rep.overrun_packets += 1;
                     if last_overrun != Some(f) {
@@ -216,7 +223,12 @@ pub(crate) fn run(
             })
             .map_err(|e| DaqError::Acquisition(format!("receiving module packets: {e}")))?;
         reasm.poll(Instant::now(), &mut store);
-        let grace = closed_at.is_some_and(|t| t.elapsed() >= deadline.min(Duration::from_secs(2)));
+        // A stopped emulator ends on whole frames: once its last packets landed (the closed
+        // control connection can overtake them), nothing more is coming.
+        let stopping = tap.as_ref().is_some_and(|t| t.gate.requested())
+            && last_arrival.elapsed() >= Duration::from_millis(200);
+        let grace = closed_at
+            .is_some_and(|t| stopping || t.elapsed() >= deadline.min(Duration::from_secs(2)));
         if grace {
             // Open frames hold their slots, so they can all be handed over now.
             reasm.flush(&mut store);

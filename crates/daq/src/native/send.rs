@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::packet::{words_of_packet, Packet, Repr, PACKETS_PER_FRAME, PACKET_LEN};
 use crate::config::Config;
+use crate::control::StopGate;
 use crate::dataset::Dataset;
 use crate::emulator::EmulatorReport;
 use crate::model::MODULE_PIXELS;
@@ -176,18 +177,23 @@ pub(crate) fn ports(control: &TcpStream, modules: usize) -> Result<Vec<u16>> {
 }
 
 /// Streams the dataset as native packets to the receiver at `to` (the emulator's native mode).
-pub fn run(cfg: &Config, data: &Dataset, to: SocketAddr) -> Result<EmulatorReport> {
+pub fn run(
+    cfg: &Config,
+    data: &Dataset,
+    to: SocketAddr,
+    gate: Option<&StopGate>,
+) -> Result<EmulatorReport> {
     let control = TcpStream::connect_timeout(&to, Duration::from_secs(10))
         .map_err(|e| DaqError::Acquisition(format!("connecting to receiver 0 at {to}: {e}")))?;
     let ports = ports(&control, cfg.detector.modules)?;
     let t0 = Instant::now();
-    let results: Vec<Result<(u64, u64)>> = std::thread::scope(|sc| {
+    let results: Vec<Result<(u64, u64, u64)>> = std::thread::scope(|sc| {
         let hs: Vec<_> = ports
             .iter()
             .enumerate()
             .map(|(m, &port)| {
                 let dest = SocketAddr::new(to.ip(), port);
-                sc.spawn(move || stream_module(cfg, data, m, dest, t0))
+                sc.spawn(move || stream_module(cfg, data, m, dest, t0, gate))
             })
             .collect();
         hs.into_iter()
@@ -198,28 +204,33 @@ pub fn run(cfg: &Config, data: &Dataset, to: SocketAddr) -> Result<EmulatorRepor
             .collect()
     });
     let mut rep = EmulatorReport {
-        frames_sent: cfg.acquisition.frames,
+        frames_sent: u64::MAX,
         seconds: t0.elapsed().as_secs_f64(),
         ..Default::default()
     };
     for r in results {
-        let (bytes, packets) = r?;
+        let (bytes, packets, frames) = r?;
         rep.bytes += bytes;
         rep.packets += packets;
+        rep.frames_sent = rep.frames_sent.min(frames);
+    }
+    if rep.frames_sent == u64::MAX {
+        rep.frames_sent = 0;
     }
     // Closing the control connection ends the stream for the receiver.
     drop(control);
     Ok(rep)
 }
 
-/// One module's sender thread; returns (payload bytes, packets sent).
+/// One module's sender thread; returns (payload bytes, packets sent, frames sent).
 fn stream_module(
     cfg: &Config,
     data: &Dataset,
     module: usize,
     dest: SocketAddr,
     t0: Instant,
-) -> Result<(u64, u64)> {
+    gate: Option<&StopGate>,
+) -> Result<(u64, u64, u64)> {
     let err = |what: &str, e: io::Error| {
         DaqError::Acquisition(format!("module {module} sending to {dest}: {what}: {e}"))
     };
@@ -239,7 +250,11 @@ fn stream_module(
         loss > 0.0 && ((rng >> 11) as f64 / (1u64 << 53) as f64) < loss
     };
     let fb = data.frame_bytes();
+    let mut frames = 0;
     for i in 0..cfg.acquisition.frames {
+        if gate.is_some_and(|g| !g.may_send(i)) {
+            break;
+        }
         if cfg.acquisition.rate_hz > 0.0 {
             let due = t0 + Duration::from_secs_f64(i as f64 / cfg.acquisition.rate_hz);
             let now = Instant::now();
@@ -252,10 +267,12 @@ fn stream_module(
         sender
             .send_frame_bytes(i + 1, src, &mut lose)
             .map_err(|e| err("send", e))?;
+        frames += 1;
     }
     let sent = sender.packets_sent();
     Ok((
         sent * (MODULE_BYTES as u64 / u64::from(PACKETS_PER_FRAME)),
         sent,
+        frames,
     ))
 }

@@ -1,0 +1,26 @@
+//! The acquisition control service: what `remora daq serve` runs behind its HTTP API and live
+//! view, and what `remora daq run --serve` shows during a one-shot run.
+//!
+//! - [`state`]: the sans-IO state machine (idle, configured, running, pedestal, error) that
+//!   decides which request fits, and says why not (HTTP 409).
+//! - [`service`]: configuration, start, stop, dark runs, status, waiting; runs on a thread of
+//!   their own with the receivers and emulator as threads of this process.
+//! - [`tap`]: what the service shares with a running acquisition (stop gate, preview slot,
+//!   pedestal), touched by the data path only a few times a second.
+//! - [`live`] and [`status`]: counters and rates while a run goes on, and the reported types.
+//! - [`image`]: preview frames as PNG.
+//! - `http` (feature `http`): the axum router, its OpenAPI document and the embedded page.
+pub mod image;
+pub mod live;
+pub mod service;
+pub mod state;
+pub mod status;
+pub mod tap;
+
+#[cfg(feature = "http")]
+pub mod http;
+
+pub use service::{ConfigFormat, ControlError, Service, ServiceOptions};
+pub use state::{Conflict, RunKind, State};
+pub use status::Status;
+pub use tap::{Preview, StopGate, Tap};

@@ -1,0 +1,135 @@
+"""A client for the acquisition control service (``remora daq serve``), standard library only.
+
+Exposed as ``remora.daq.Client``::
+
+    from remora.daq import Client
+    c = Client("http://127.0.0.1:8750")
+    c.configure(open("examples/demo.toml").read())   # TOML text, a dict, or a path
+    c.start()
+    status = c.wait(timeout=120)
+    print(status["state"], status["counters"]["kept"], status["summary"]["files"])
+
+Every refused request raises :class:`ControlError` with the HTTP status and the service's reason
+(409 for a request that does not fit the state, 400 for a bad configuration naming the key).
+"""
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+
+__all__ = ["Client", "ControlError"]
+
+
+class ControlError(Exception):
+    """The service refused a request: ``status`` is the HTTP status, ``reason`` its message."""
+
+    def __init__(self, status, reason):
+        super().__init__(f"{status}: {reason}")
+        self.status = status
+        self.reason = reason
+
+
+class Client:
+    """The REST API of ``remora daq serve`` at ``url``; ``token`` for the mutating calls."""
+
+    def __init__(self, url="http://127.0.0.1:8750", token=None, timeout=30.0):
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def _request(self, method, path, body=None, content_type=None, timeout=None, raw=False):
+        headers = {}
+        if content_type:
+            headers["Content-Type"] = content_type
+        if self.token and method != "GET":
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = body.encode("utf-8") if isinstance(body, str) else body
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as r:
+                payload = r.read()
+        except urllib.error.HTTPError as e:
+            text = e.read().decode("utf-8", "replace")
+            try:
+                reason = json.loads(text)["error"]
+            except (ValueError, KeyError, TypeError):
+                reason = text or e.reason
+            raise ControlError(e.code, reason) from None
+        return payload if raw else json.loads(payload)
+
+    def status(self):
+        """State, counters, rates, per receiver and per module (a dict)."""
+        return self._request("GET", "/status")
+
+    def config(self):
+        """The loaded configuration as a dict."""
+        return self._request("GET", "/config")
+
+    def configure(self, config):
+        """Loads a configuration: TOML text, a dict (sent as JSON), or the path of a TOML file.
+
+        Relative paths inside it are the service's (its working directory), not this client's.
+        """
+        if isinstance(config, dict):
+            return self._request("PUT", "/config", json.dumps(config), "application/json")
+        if isinstance(config, os.PathLike) or (
+            isinstance(config, str) and "\n" not in config and config.strip().endswith(".toml")
+        ):
+            with open(os.fspath(config), encoding="utf-8") as f:
+                config = f.read()
+        return self._request("PUT", "/config", config, "application/toml")
+
+    def start(self):
+        """Starts an acquisition; returns ``{"run": N, "state": "running"}``."""
+        return self._request("POST", "/start", b"")
+
+    def stop(self):
+        """Stops the current run after the stack in flight."""
+        return self._request("POST", "/stop", b"")
+
+    def pedestal(self, frames=None):
+        """Starts a dark run whose pedestal the following acquisitions use."""
+        body = json.dumps({} if frames is None else {"frames": frames})
+        return self._request("POST", "/pedestal", body, "application/json")
+
+    def wait(self, timeout=600.0):
+        """Waits until no run is going on, then returns the status; raises TimeoutError if a run
+        still goes on after ``timeout`` seconds."""
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            step = max(0.0, min(left, 60.0))
+            st = self._request("GET", f"/wait?timeout={step:.3f}", timeout=step + self.timeout)
+            if st["state"] not in ("running", "pedestal"):
+                return st
+            if time.monotonic() >= end:
+                raise TimeoutError(f"run {st['run']} still {st['state']} after {timeout} s")
+
+    def profile(self):
+        """The latest 1D profile: ``{"frame", "unit_x", "x", "y"}``."""
+        return self._request("GET", "/preview/profile")
+
+    def image_png(self, scale="log", max=None, bin=1):
+        """The latest converted frame as PNG bytes."""
+        q = f"/preview/image?scale={scale}&bin={bin}"
+        if max is not None:
+            q += f"&max={max}"
+        return self._request("GET", q, raw=True)
+
+    def openapi(self):
+        """The service's OpenAPI 3 document."""
+        return self._request("GET", "/openapi.json")
+
+    def events(self):
+        """Yields status dicts from the server-sent event stream as they come (endless)."""
+        req = urllib.request.Request(self.url + "/events")
+        with urllib.request.urlopen(req, timeout=self.timeout) as r:
+            data = []
+            for line in r:
+                line = line.decode("utf-8").rstrip("\r\n")
+                if line.startswith("data:"):
+                    data.append(line[5:].lstrip())
+                elif not line and data:
+                    yield json.loads("\n".join(data))
+                    data = []
