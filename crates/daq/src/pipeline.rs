@@ -187,21 +187,25 @@ impl Pipeline {
         Ok(())
     }
 
-    /// A copy of the last kept frame for a preview: the assembled image with its gaps as NaN
-    /// when integration is on, else the converted frame in raw layout (modules stacked).
-    /// Returns (width, height, pixels, assembled).
-    pub fn preview(&self) -> (usize, usize, Vec<f32>, bool) {
+    /// A copy of the last kept frame for a preview, into `buf` (reused): the assembled image
+    /// with its gaps as NaN when integration is on, else the converted frame in raw layout
+    /// (modules stacked). Returns (width, height, assembled).
+    pub fn preview_into(&self, buf: &mut Vec<f32>) -> (usize, usize, bool) {
+        buf.clear();
         match &self.assembly {
             Some(map) if !self.image.is_empty() => {
-                let px = self
-                    .image
-                    .iter()
-                    .zip(&map.mask)
-                    .map(|(&v, &m)| if m != 0 { f32::NAN } else { v })
-                    .collect();
-                (map.cols, map.rows, px, true)
+                buf.extend(
+                    self.image
+                        .iter()
+                        .zip(&map.mask)
+                        .map(|(&v, &m)| if m != 0 { f32::NAN } else { v }),
+                );
+                (map.cols, map.rows, true)
             }
-            _ => (self.cols, self.rows, self.energy.to_vec(), false),
+            _ => {
+                buf.extend_from_slice(&self.energy);
+                (self.cols, self.rows, false)
+            }
         }
     }
 }

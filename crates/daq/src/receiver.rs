@@ -534,7 +534,8 @@ pub(crate) fn offer_preview(
 ) {
     let Some(tap) = tap else { return };
     if matches!(o, Some(Outcome::Kept { .. })) && tap.preview_due() {
-        let (width, height, pixels, assembled) = p.preview();
+        let mut pixels = tap.take_buffer();
+        let (width, height, assembled) = p.preview_into(&mut pixels);
         tap.offer_preview(Preview {
             frame,
             receiver,
