@@ -5,8 +5,13 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use remora_daq::config::{Config, TransportKind};
+use remora_daq::control::http::Server;
+use remora_daq::control::{Service, ServiceOptions, State};
 use remora_daq::dataset::Dataset;
-use remora_daq::manager::run_in_process;
+use remora_daq::manager::{run_in_process, Summary};
+use std::sync::atomic::Ordering;
+
+use super::page_sim::PageSim;
 use remora_daq::setup::Setup;
 use serde_json::json;
 
@@ -35,6 +40,14 @@ pub struct AcqBenchArgs {
     /// without loss, searched down from the pipeline's own rate measured first.
     #[arg(long)]
     rate: Option<f64>,
+    /// Also run every try under the control service with one live view page open (its status
+    /// stream followed, each new preview image and profile fetched), interleaved with the
+    /// plain runs, and report the ratio of the two loss-free rates.
+    #[arg(long)]
+    with_service: bool,
+    /// With --with-service: no page open (the service alone).
+    #[arg(long, requires = "with_service")]
+    no_page: bool,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -102,48 +115,51 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
             .collect(),
         (None, Some(f)) => (0..16).map(|k| f * 0.95f64.powi(k)).collect(),
     };
+    let plain =
+        |cfg: &Config| -> anyhow::Result<Summary> { Ok(run_in_process(cfg, None, &|_, _| {})?) };
     let mut tries = Vec::new();
-    let mut chosen = None;
-    let try_rate = |rate: f64, tries: &mut Vec<serde_json::Value>| -> anyhow::Result<_> {
-        let cfg = settings(&a, rate)?;
-        let (cpu0, t0) = (cpu_seconds(), Instant::now());
-        let s = run_in_process(&cfg, None, &|_, _| {})?;
-        let cores = (cpu_seconds() - cpu0) / t0.elapsed().as_secs_f64();
-        let lost = s.frames_lost + s.frames_overrun + s.frames_partial;
-        tries
-            .push(json!({"rate_hz": rate, "lost": lost, "e2e_fps": s.e2e_fps, "cpu_cores": cores}));
-        Ok((lost, (cfg, s, cores)))
+    let served = if a.with_service {
+        let svc = Service::new(ServiceOptions::default());
+        let server = Server::spawn(svc.clone(), None, "127.0.0.1:0".parse()?)?;
+        let page = if a.no_page {
+            None
+        } else {
+            Some(PageSim::open(server.local_addr())?)
+        };
+        Some((svc, server, page))
+    } else {
+        None
     };
-    let mut failed: Option<f64> = None;
-    for &rate in &rates {
-        let (lost, run) = try_rate(rate, &mut tries)?;
-        let last = rates.len() == 1 || rate == *rates.last().expect("rates");
-        if lost == 0 || last {
-            chosen = Some(run);
-            break;
+    let through_service = |cfg: &Config| -> anyhow::Result<Summary> {
+        let (svc, _, _) = served.as_ref().expect("with service");
+        svc.configure(cfg.clone())?;
+        svc.start()?;
+        let st = svc.wait(std::time::Duration::from_secs(3600));
+        if st.state == State::Error {
+            anyhow::bail!("{}", st.message.unwrap_or_default());
         }
-        failed = Some(rate);
+        svc.summary().context("the service's summary")
+    };
+    let mut runners: Vec<(&str, &dyn Fn(&Config) -> anyhow::Result<Summary>)> =
+        vec![("plain", &plain)];
+    if a.with_service {
+        runners.push(("service", &through_service));
     }
-    // Two bisection steps between the last rate that lost frames and the first that did not.
-    let loss_free =
-        |s: &remora_daq::manager::Summary| s.frames_lost + s.frames_overrun + s.frames_partial == 0;
-    let found = chosen
-        .as_ref()
-        .filter(|(_, s, _)| loss_free(s))
-        .map(|(cfg, _, _)| cfg.acquisition.rate_hz);
-    if let (Some(mut hi), Some(mut lo)) = (failed, found) {
-        for _ in 0..2 {
-            let mid = (lo + hi) / 2.0;
-            let (lost, run) = try_rate(mid, &mut tries)?;
-            if lost == 0 {
-                lo = mid;
-                chosen = Some(run);
-            } else {
-                hi = mid;
-            }
-        }
-    }
-    let (cfg, s, cores) = chosen.expect("at least one run");
+    let found = search(&a, &rates, &runners, &mut tries)?;
+    let page_counts = served.as_ref().and_then(|(_, _, p)| p.as_ref()).map(|p| {
+        let c = &p.counts;
+        json!({
+            "events": c.events.load(Ordering::Relaxed),
+            "images": c.images.load(Ordering::Relaxed),
+            "image_bytes": c.image_bytes.load(Ordering::Relaxed),
+            "profiles": c.profiles.load(Ordering::Relaxed),
+        })
+    });
+    drop(served);
+    let mut found = found.into_iter();
+    let chosen = found.next().expect("plain runner");
+    let service = found.next();
+    let (cfg, s, cores) = chosen;
     let r = &s.receiver_reports[0];
     let landed =
         r.bytes_expected * (r.frames_complete + r.frames_partial) / r.frames_expected.max(1);
@@ -176,6 +192,22 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
         "cpu_cores": cores,
         "tries": tries,
     });
+    let mut out = out;
+    if let Some((scfg, ss, scores)) = &service {
+        let ratio = if s.e2e_fps > 0.0 {
+            ss.e2e_fps / s.e2e_fps
+        } else {
+            0.0
+        };
+        out["service"] = json!({
+            "e2e_fps": ss.e2e_fps,
+            "rate_hz": scfg.acquisition.rate_hz,
+            "zero_loss": ss.frames_lost + ss.frames_overrun + ss.frames_partial == 0,
+            "cpu_cores": scores,
+            "ratio": ratio,
+            "page": page_counts,
+        });
+    }
     if a.json {
         println!("{out}");
         return Ok(());
@@ -204,8 +236,92 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
             s.e2e_fps / f
         );
     }
+    if let Some(sv) = out.get("service") {
+        println!(
+            "  under the control service with one page open: {:.1} frames/s without loss ({:.2}x the plain run; {})",
+            sv["e2e_fps"].as_f64().unwrap_or(0.0),
+            sv["ratio"].as_f64().unwrap_or(0.0),
+            sv["page"]
+        );
+    }
     if cfg.transport.kind == TransportKind::Native {
         println!("  (native: the detector's UDP packets, reassembled by the receiver)");
     }
     Ok(())
+}
+
+type Found = (Config, Summary, f64);
+type Runner<'a> = (&'a str, &'a dyn Fn(&Config) -> anyhow::Result<Summary>);
+
+fn loss_free(s: &Summary) -> bool {
+    s.frames_lost + s.frames_overrun + s.frames_partial == 0
+}
+
+/// For each runner, the highest rate of `rates` (descending) without loss, then two bisection
+/// steps towards the last rate that lost frames. Runners take turns at each rate, so that each
+/// comparison is made over the same minutes on a machine whose speed drifts.
+fn search(
+    a: &AcqBenchArgs,
+    rates: &[f64],
+    runners: &[Runner<'_>],
+    tries: &mut Vec<serde_json::Value>,
+) -> anyhow::Result<Vec<Found>> {
+    let mut try_rate = |name: &str,
+                        run: &dyn Fn(&Config) -> anyhow::Result<Summary>,
+                        rate: f64|
+     -> anyhow::Result<Found> {
+        let cfg = settings(a, rate)?;
+        let (cpu0, t0) = (cpu_seconds(), Instant::now());
+        let s = run(&cfg)?;
+        let cores = (cpu_seconds() - cpu0) / t0.elapsed().as_secs_f64();
+        let lost = s.frames_lost + s.frames_overrun + s.frames_partial;
+        tries.push(json!({"runner": name, "rate_hz": rate, "lost": lost, "e2e_fps": s.e2e_fps, "cpu_cores": cores}));
+        Ok((cfg, s, cores))
+    };
+    let n = runners.len();
+    let mut chosen: Vec<Option<Found>> = (0..n).map(|_| None).collect();
+    let mut failed: Vec<Option<f64>> = vec![None; n];
+    for (k, &rate) in rates.iter().enumerate() {
+        let last = k + 1 == rates.len();
+        for (i, (name, run)) in runners.iter().enumerate() {
+            if chosen[i].is_some() {
+                continue;
+            }
+            let f = try_rate(name, *run, rate)?;
+            if loss_free(&f.1) || last {
+                chosen[i] = Some(f);
+            } else {
+                failed[i] = Some(rate);
+            }
+        }
+        if chosen.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    let mut bounds: Vec<Option<(f64, f64)>> = (0..n)
+        .map(|i| {
+            let lo = chosen[i]
+                .as_ref()
+                .filter(|f| loss_free(&f.1))
+                .map(|f| f.0.acquisition.rate_hz);
+            failed[i].zip(lo)
+        })
+        .collect();
+    for _ in 0..2 {
+        for (i, (name, run)) in runners.iter().enumerate() {
+            let Some((hi, lo)) = bounds[i] else { continue };
+            let mid = (lo + hi) / 2.0;
+            let f = try_rate(name, *run, mid)?;
+            if loss_free(&f.1) {
+                bounds[i] = Some((hi, mid));
+                chosen[i] = Some(f);
+            } else {
+                bounds[i] = Some((mid, lo));
+            }
+        }
+    }
+    Ok(chosen
+        .into_iter()
+        .map(|c| c.expect("every runner ran"))
+        .collect())
 }

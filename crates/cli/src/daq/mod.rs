@@ -9,6 +9,7 @@ use remora_daq::synth::{Synth, SynthConfig};
 
 mod acq;
 mod bench_acq;
+mod page_sim;
 mod serve;
 
 pub use acq::demo;

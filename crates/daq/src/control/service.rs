@@ -49,7 +49,7 @@ pub struct ServiceOptions {
 impl Default for ServiceOptions {
     fn default() -> Self {
         ServiceOptions {
-            preview_every: Duration::from_millis(250),
+            preview_every: Duration::from_millis(500),
             tick: Duration::from_millis(250),
         }
     }
