@@ -4,8 +4,10 @@
 #     fabric carries between two processes;
 #   - `remora bench acquisition --no-process`: the emulator's 8 modules pushing 4M frames into
 #     a receiver's ring, highest rate without loss (transfer only);
-#   - `remora bench acquisition`: the whole chain with the pipeline, highest rate without loss,
-#     and the pipeline alone on the same frames in the same run.
+#   - `remora bench acquisition --with-service`: the whole chain with the pipeline, highest rate
+#     without loss, and the pipeline alone on the same frames in the same run; every try also
+#     runs under the control service with one live view page open (status stream, previews),
+#     interleaved with the plain tries.
 # Writes bench/out/acquisition.jsonl and prints the ratios the issue asks for.
 # Usage: bash bench/acquisition.sh [MODULES] [FRAMES]   (after `make build`)
 set -euo pipefail
@@ -20,7 +22,7 @@ for t in udp shm; do
     emit "fabric_${t}_${q}_1m" "$("$R" fabric bench write-bw --transport "$t" --qp "$q" --size 1M --iters 2000 --json)"
   done
   emit "transfer_$t" "$("$R" bench acquisition --transport "$t" --modules "$M" --frames "$F" --no-process --json)"
-  emit "e2e_$t" "$("$R" bench acquisition --transport "$t" --modules "$M" --frames "$F" --json)"
+  emit "e2e_$t" "$("$R" bench acquisition --transport "$t" --modules "$M" --frames "$F" --with-service --json)"
 done
 python3 - "$res" <<'PY'
 import json, sys
@@ -40,4 +42,8 @@ for t in ("udp", "shm"):
         print(f"{t}: end to end: even {e['rate_hz']:.1f} frames/s lost frames ({e['frames_lost']})")
     print(f"{t}: end to end {e['e2e_fps']:.1f} frames/s without loss, pipeline alone {e['pipeline_fps']:.1f}: "
           f"{e['e2e_fps'] / e['pipeline_fps']:.2f}x; goal >= 0.9x (this process used {e['cpu_cores']:.2f} cores)")
+    sv = e.get("service")
+    if sv:
+        print(f"{t}: under the control service with one page open {sv['e2e_fps']:.1f} frames/s without loss = "
+              f"{sv['ratio']:.2f}x the plain run; goal >= 0.95x (page: {sv['page']})")
 PY

@@ -252,3 +252,70 @@ fn udp_between_two_network_namespaces_over_a_veth_pair() {
     assert_counts_of_direct(&r, &Config::load(&p).unwrap());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// One HTTP GET over a plain socket: (status line, body).
+fn http_get(addr: &str, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut all = String::new();
+    s.read_to_string(&mut all).unwrap();
+    let (head, body) = all.split_once("\r\n\r\n").unwrap_or((&all, ""));
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+#[test]
+fn daq_run_serve_shows_the_run_on_its_page_and_prints_the_summary() {
+    let dir = tmpdir("serve");
+    // Transfer only: a debug build's pipeline could not keep up with the rate.
+    let text = SMALL.replace("frames = 16", "frames = 400\nrate_hz = 100") + "process = false\n";
+    let cfg_path = write_config(&dir, &text);
+    let mut child = Command::new(EXE)
+        .args([
+            "daq",
+            "run",
+            cfg_path.to_str().unwrap(),
+            "--serve",
+            "127.0.0.1:0",
+            "--json",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("live view: http://")
+        .and_then(|a| a.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("no page address: {line:?}"))
+        .to_string();
+    let (code, page) = http_get(&addr, "/");
+    assert!(code.contains("200"), "{code}");
+    assert!(
+        page.contains("<html") || page.contains("<!doctype"),
+        "{page}"
+    );
+    let (code, body) = http_get(&addr, "/status");
+    assert!(code.contains("200"), "{code}");
+    let st: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        ["running", "configured"].contains(&st["state"].as_str().unwrap()),
+        "{st}"
+    );
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["frames_complete"], 400, "{s}");
+    assert_eq!(s["frames_lost"], 0, "{s}");
+}

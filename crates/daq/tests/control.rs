@@ -220,3 +220,29 @@ fn a_dark_run_measures_the_pedestal_that_the_next_acquisition_uses() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_stop_ends_a_native_udp_run_on_whole_frames() {
+    let svc = service();
+    let mut cfg = config(
+        "[acquisition]\nframes = 4000\nbunch = 4\nrate_hz = 100\n[transport]\nkind = \"native\"\n",
+    );
+    cfg.pipeline.process = false;
+    svc.configure(cfg).unwrap();
+    svc.start().unwrap();
+    let t = Instant::now();
+    while svc.status().counters.frames_complete < 20 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the run never got going"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    svc.stop().unwrap();
+    let st = svc.wait(Duration::from_secs(60));
+    assert_eq!(st.state, State::Configured, "{:?}", st.message);
+    let s = svc.summary().unwrap();
+    assert!(s.stopped && s.frames_sent < 4000, "{s:?}");
+    assert_eq!(s.frames_complete, s.frames_sent, "{s:?}");
+    assert_eq!((s.frames_partial, s.frames_lost), (0, 0), "{s:?}");
+}
