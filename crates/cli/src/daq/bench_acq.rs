@@ -140,8 +140,7 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
         }
         svc.summary().context("the service's summary")
     };
-    let mut runners: Vec<(&str, &dyn Fn(&Config) -> anyhow::Result<Summary>)> =
-        vec![("plain", &plain)];
+    let mut runners: Vec<Runner<'_>> = vec![("plain", &plain)];
     if a.with_service {
         runners.push(("service", &through_service));
     }
