@@ -6,13 +6,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages: peers the tests talk to (memcached, memccapable), tshark for decoding captures,
-# iproute2 for network namespaces. Installed only when missing, and only as root.
+# iproute2 for network namespaces, Chromium and its driver for the live view page's test.
+# Installed only when missing, and only as root.
 need=()
 command -v memcached >/dev/null || need+=(memcached)
 command -v memccapable >/dev/null || need+=(libmemcached-tools)
 command -v tshark >/dev/null || need+=(tshark)
 command -v ip >/dev/null || need+=(iproute2)
 command -v tc >/dev/null || need+=(iproute2)
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "test-deps: installing ${need[*]}"
