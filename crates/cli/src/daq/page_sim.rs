@@ -46,8 +46,9 @@ fn get(addr: SocketAddr, path: &str) -> std::io::Result<Vec<u8>> {
     Ok(all.split_off(at))
 }
 
-/// The image size beyond which the page asks for 2 × 2 binning (as `page.html` does).
-pub const BIN_ABOVE_PIXELS: u64 = 1_500_000;
+/// The width the page shows the image at: `page.html` asks for the binning that brings the
+/// image down to its displayed width (a third of a 1800-pixel window here).
+pub const SHOWN_WIDTH: u64 = 600;
 
 impl PageSim {
     /// Opens the page against the service at `addr`.
@@ -101,9 +102,8 @@ fn follow(s: TcpStream, addr: SocketAddr, stop: &AtomicBool, c: &PageCounts) {
         let preview = st["preview"]["frame"].as_u64();
         if preview.is_some() && preview != last_image {
             last_image = preview;
-            let px = st["preview"]["width"].as_u64().unwrap_or(0)
-                * st["preview"]["height"].as_u64().unwrap_or(0);
-            let bin = if px > BIN_ABOVE_PIXELS { 2 } else { 1 };
+            let width = st["preview"]["width"].as_u64().unwrap_or(0);
+            let bin = (width / SHOWN_WIDTH).clamp(1, 16);
             if let Ok(b) = get(addr, &format!("/preview/image?scale=log&bin={bin}")) {
                 c.images.fetch_add(1, Ordering::Relaxed);
                 c.image_bytes.fetch_add(b.len() as u64, Ordering::Relaxed);
