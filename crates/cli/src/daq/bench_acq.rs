@@ -101,16 +101,17 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
     // The end-to-end rate: as asked, or the highest without loss, from the pipeline's own rate
     // down in 5% steps (the source cannot be slowed down, so a faster source loses frames).
     // Transfer only: down in 10% steps from a rate beyond what the transport carries here
-    // (4 GB/s for udp on loopback, 32 GB/s for shm).
+    // (12 GB/s for udp on loopback, 32 GB/s for shm; `fabric bench` measured up to 7 GB/s over
+    // udp on one of these machines, so a lower start would cap the result at the start).
     let frame_bytes = (a.modules * remora_daq::ring::MODULE_BYTES) as f64;
     let top = if probe.transport.kind == TransportKind::Shm {
         32e9
     } else {
-        4e9
+        12e9
     };
     let rates: Vec<f64> = match (a.rate, pipeline_fps) {
         (Some(r), _) => vec![r],
-        (None, None) => (0..24)
+        (None, None) => (0..34)
             .map(|k| top / frame_bytes * 0.9f64.powi(k))
             .collect(),
         (None, Some(f)) => (0..16).map(|k| f * 0.95f64.powi(k)).collect(),
