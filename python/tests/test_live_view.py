@@ -1,18 +1,29 @@
-"""The live view page in headless Chromium (Debian's chromium + chromedriver, driven by
+"""The live view page in headless Chromium (Debian's chromium + chromium-driver, driven by
 Selenium; nothing is downloaded): it loads from the real ``remora daq serve``, its counters move
 while a run goes on, the image and the profile render, and start and stop work from its
-buttons. A screenshot is saved to python/tests/artifacts/live_view.png."""
+buttons. A screenshot is saved to python/tests/artifacts/live_view.png.
+
+``REMORA_LIVE_VIEW_MOCK=1`` runs it against mock_daq_server.py instead (for work on the page
+without a Rust build); by default it needs the real binary and skips without it."""
+import contextlib
 import os
 import pathlib
+import queue
 import shutil
 import subprocess
+import sys
+import threading
 import time
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-EXE = pathlib.Path(os.environ.get("REMORA_EXE", ROOT / "target" / "release" / "remora"))
+TARGET = pathlib.Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
+EXE = pathlib.Path(os.environ.get("REMORA_EXE") or TARGET / "release" / "remora")
+MOCK = os.environ.get("REMORA_LIVE_VIEW_MOCK", "") not in ("", "0")
 ARTIFACTS = pathlib.Path(__file__).resolve().parent / "artifacts"
+STARTUP_S = 120
+TOKEN = "s3cret-token"
 
 CONFIG = """
 [detector]
@@ -46,41 +57,81 @@ return false;
 """
 
 
-def chromium():
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        p = shutil.which(name)
-        if p:
-            return p
-    return None
+def browser_parts():
+    """Selenium's webdriver module, Chromium and its driver, or a skip saying what is missing."""
+    webdriver = pytest.importorskip("selenium.webdriver", reason="no selenium (pip install selenium)")
+    exe = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
+    driver = shutil.which("chromedriver")
+    if not exe or not driver:
+        pytest.skip("no chromium and chromedriver (Debian: chromium chromium-driver)")
+    return webdriver, exe, driver
+
+
+def stop(p):
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+@contextlib.contextmanager
+def launch(tmp_path, *extra):
+    """Runs the service (or the mock) on a free port; yields its base URL."""
+    browser_parts()  # skip before starting anything
+    cfg = tmp_path / "live.toml"
+    cfg.write_text(CONFIG)
+    if MOCK:
+        cmd = [sys.executable, str(pathlib.Path(__file__).with_name("mock_daq_server.py"))]
+    else:
+        if not EXE.exists():
+            pytest.skip(f"{EXE} is not built (make build)")
+        cmd = [str(EXE), "daq", "serve"]
+    cmd += ["--listen", "127.0.0.1:0", *extra, str(cfg)]
+    log = tmp_path / "server.stderr"
+    with open(log, "w") as err:
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=tmp_path)
+    try:
+        # The first stdout line says where it listens; the rest is read (and dropped) so a chatty
+        # server never blocks on a full pipe.
+        lines = queue.Queue()
+
+        def drain():
+            for line in p.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=drain, daemon=True).start()
+        try:
+            line = lines.get(timeout=STARTUP_S)
+        except queue.Empty:
+            line = None
+        assert line and line.startswith("serving on "), (
+            f"no 'serving on' line within {STARTUP_S} s: {line!r}; stderr: {log.read_text()[-4000:]}")
+        yield line.split()[-1]
+    finally:
+        stop(p)
 
 
 @pytest.fixture
 def server(tmp_path):
-    if not EXE.exists():
-        pytest.skip(f"{EXE} is not built (make build)")
-    cfg = tmp_path / "live.toml"
-    cfg.write_text(CONFIG)
-    p = subprocess.Popen([str(EXE), "daq", "serve", "--listen", "127.0.0.1:0", str(cfg)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    line = p.stdout.readline()
-    assert line.startswith("serving on "), (line, p.stderr.read())
-    yield line.split()[-1]
-    p.terminate()
-    try:
-        p.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+    with launch(tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def server_with_token(tmp_path):
+    with launch(tmp_path, "--token", TOKEN) as url:
+        yield url
 
 
 @pytest.fixture
 def browser():
-    webdriver = pytest.importorskip("selenium.webdriver")
+    webdriver, exe, driver = browser_parts()
     from selenium.webdriver.chrome.service import Service
 
-    exe, driver = chromium(), shutil.which("chromedriver")
-    if not exe or not driver:
-        pytest.skip("no chromium and chromedriver (Debian: chromium chromium-driver)")
     opts = webdriver.ChromeOptions()
     opts.binary_location = exe
     for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
@@ -133,7 +184,27 @@ def test_the_page_follows_a_run_and_drives_it(server, browser):
     ARTIFACTS.mkdir(exist_ok=True)
     d.save_screenshot(str(ARTIFACTS / "live_view.png"))
 
+    assert text("state").lower() == "running", "the run ended before the test could stop it"
     d.find_element(By.ID, "stop").click()
     wait_for("state configured again", lambda: text("state").lower() == "configured", timeout=30)
     assert "stopped" in text("message"), text("message")
     assert d.find_element(By.ID, "start").is_enabled()
+
+
+def test_the_page_sends_the_token_from_its_address(server_with_token, browser):
+    from selenium.webdriver.common.by import By
+
+    d = browser
+    text = lambda i: d.find_element(By.ID, i).text  # noqa: E731
+    d.get(server_with_token + "/")
+    wait_for("state configured", lambda: text("state").lower() == "configured")
+    d.find_element(By.ID, "start").click()
+    wait_for("the refusal shown", lambda: text("message").startswith("401"), timeout=10)
+    assert text("state").lower() == "configured"
+
+    d.get(server_with_token + "/#token=" + TOKEN)
+    wait_for("state configured", lambda: text("state").lower() == "configured")
+    d.find_element(By.ID, "start").click()
+    wait_for("state running", lambda: text("state").lower() == "running", timeout=30)
+    d.find_element(By.ID, "stop").click()
+    wait_for("state configured again", lambda: text("state").lower() == "configured", timeout=30)
