@@ -66,12 +66,8 @@ fn a_run_reports_what_its_summary_says_and_leaves_previews() {
     assert_eq!(st.preview.unwrap().frame, p.frame);
 }
 
-#[test]
-fn a_stop_ends_the_run_on_whole_stacks_and_nothing_sent_is_lost() {
-    let svc = service();
-    // Without processing, so that no overrun muddles the counts whatever the build's speed.
-    let mut cfg = config("[acquisition]\nframes = 4000\nbunch = 4\nrate_hz = 100\n");
-    cfg.pipeline.process = false;
+/// Starts `cfg`, lets 20 frames through, then asks for a stop.
+fn start_then_stop(svc: &Service, cfg: Config) {
     svc.configure(cfg).unwrap();
     svc.start().unwrap();
     let t = Instant::now();
@@ -83,6 +79,15 @@ fn a_stop_ends_the_run_on_whole_stacks_and_nothing_sent_is_lost() {
         std::thread::sleep(Duration::from_millis(20));
     }
     svc.stop().unwrap();
+}
+
+#[test]
+fn a_stop_ends_the_run_on_whole_stacks_and_nothing_sent_is_lost() {
+    let svc = service();
+    // Without processing, so that no overrun muddles the counts whatever the build's speed.
+    let mut cfg = config("[acquisition]\nframes = 4000\nbunch = 4\nrate_hz = 100\n");
+    cfg.pipeline.process = false;
+    start_then_stop(&svc, cfg);
     assert!(svc.status().stopping);
     let st = svc.wait(Duration::from_secs(60));
     assert_eq!(st.state, State::Configured, "{:?}", st.message);
@@ -228,17 +233,7 @@ fn a_stop_ends_a_native_udp_run_on_whole_frames() {
         "[acquisition]\nframes = 4000\nbunch = 4\nrate_hz = 100\n[transport]\nkind = \"native\"\n",
     );
     cfg.pipeline.process = false;
-    svc.configure(cfg).unwrap();
-    svc.start().unwrap();
-    let t = Instant::now();
-    while svc.status().counters.frames_complete < 20 {
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "the run never got going"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    svc.stop().unwrap();
+    start_then_stop(&svc, cfg);
     let st = svc.wait(Duration::from_secs(60));
     assert_eq!(st.state, State::Configured, "{:?}", st.message);
     let s = svc.summary().unwrap();
