@@ -1,0 +1,138 @@
+//! From neighbours to accepted matches: ratio test, maximum distance, cross-check.
+//!
+//! Order: the ratio test and the maximum distance look at each query's own neighbours; the
+//! cross-check then asks, for the train point of each surviving match, which query is nearest
+//! to it among all queries (ties to the lower query index) and keeps the match when that is
+//! the match's query. Only the train points that survived the first two tests are searched
+//! back, so the cross-check costs at most one more search of that size.
+
+use crate::ratio::{passes_ratio, within, Dist2};
+use crate::search::{knn2_f32_run, knn2_u8_run, with_threads};
+use crate::{knn2_f32, knn2_u8, Error, Match, Neighbours, Options};
+
+fn check(opts: &Options) -> Result<(), Error> {
+    if let Some(r) = opts.ratio {
+        if !(r > 0.0 && r <= 1.0) {
+            return Err(Error::Ratio(r));
+        }
+    }
+    if let Some(m) = opts.max_distance {
+        if !(m.is_finite() && m >= 0.0) {
+            return Err(Error::MaxDistance(m));
+        }
+    }
+    Ok(())
+}
+
+/// The matches of `nb` that pass the ratio test and the maximum distance.
+fn accept<D: Copy>(nb: &[Neighbours<D>], opts: &Options, dist: impl Fn(D) -> Dist2) -> Vec<Match> {
+    let mut out = Vec::new();
+    for (q, n) in nb.iter().enumerate() {
+        let Some(best) = n.best else { continue };
+        let d1 = dist(best.dist2);
+        let d2 = n.second.map(|s| dist(s.dist2));
+        let ratio_ok = match (opts.ratio, d2) {
+            (None, _) => true,
+            (Some(r), Some(d2)) => passes_ratio(d1, d2, r),
+            // One train point: no second neighbour, no evidence of distinctiveness.
+            (Some(_), None) => false,
+        };
+        if ratio_ok && opts.max_distance.is_none_or(|m| within(d1, m)) {
+            out.push(Match {
+                query: q as u32,
+                train: best.index,
+                distance: d1.plain(),
+                second: d2.map(Dist2::plain),
+            });
+        }
+    }
+    out
+}
+
+/// Keeps the matches whose train point's nearest query (from `back`, indexed like `trains`) is
+/// the match's query.
+fn keep_mutual<D: Copy>(matches: &mut Vec<Match>, trains: &[u32], back: &[Neighbours<D>]) {
+    matches.retain(|m| {
+        let best = trains
+            .binary_search(&m.train)
+            .ok()
+            .and_then(|i| back[i].best);
+        best.is_some_and(|b| b.index == m.query)
+    });
+}
+
+fn distinct_trains(matches: &[Match]) -> Vec<u32> {
+    let mut t: Vec<u32> = matches.iter().map(|m| m.train).collect();
+    t.sort_unstable();
+    t.dedup();
+    t
+}
+
+/// Matches u8 descriptors: each query's nearest train point, kept when it passes the tests of
+/// `opts` (see [`Options`]). Sorted by query index; at most one match per query.
+///
+/// ```
+/// use remora_match::{match_u8, Options};
+/// let train = [0u8, 0, 100, 100];
+/// let opts = Options { ratio: Some(0.5), ..Options::default() };
+/// // d1 = 1, d2 = √19601 ≈ 140: accepted.
+/// assert_eq!(match_u8(&[1, 0], &train, 2, &opts).unwrap().len(), 1);
+/// // Half-way between both: rejected.
+/// assert!(match_u8(&[50, 50], &train, 2, &opts).unwrap().is_empty());
+/// ```
+pub fn match_u8(
+    query: &[u8],
+    train: &[u8],
+    dim: usize,
+    opts: &Options,
+) -> Result<Vec<Match>, Error> {
+    check(opts)?;
+    let nb = knn2_u8(query, train, dim, opts)?;
+    let mut out = accept(&nb, opts, Dist2::Int);
+    if opts.cross_check && !out.is_empty() {
+        let trains = distinct_trains(&out);
+        let back_q: Vec<u8> = trains
+            .iter()
+            .flat_map(|&t| &train[t as usize * dim..][..dim])
+            .copied()
+            .collect();
+        let kernel = opts.kernel.resolve()?;
+        let back = with_threads(opts.threads, || {
+            knn2_u8_run(kernel, &back_q, query, dim, trains.len())
+        })?;
+        keep_mutual(&mut out, &trains, &back);
+    }
+    Ok(out)
+}
+
+/// [`match_u8`] for f32 descriptors (e.g. MicMac Digeo v1 files).
+///
+/// ```
+/// use remora_match::{match_f32, Options};
+/// let m = match_f32(&[0.1, 0.0], &[0.0, 0.0, 1.0, 1.0], 2, &Options::default()).unwrap();
+/// assert_eq!((m[0].query, m[0].train), (0, 0));
+/// ```
+pub fn match_f32(
+    query: &[f32],
+    train: &[f32],
+    dim: usize,
+    opts: &Options,
+) -> Result<Vec<Match>, Error> {
+    check(opts)?;
+    let nb = knn2_f32(query, train, dim, opts)?;
+    let mut out = accept(&nb, opts, Dist2::Float);
+    if opts.cross_check && !out.is_empty() {
+        let trains = distinct_trains(&out);
+        let back_q: Vec<f32> = trains
+            .iter()
+            .flat_map(|&t| &train[t as usize * dim..][..dim])
+            .copied()
+            .collect();
+        let kernel = opts.kernel.resolve()?;
+        let back = with_threads(opts.threads, || {
+            knn2_f32_run(kernel, &back_q, query, dim, trains.len())
+        })?;
+        keep_mutual(&mut out, &trains, &back);
+    }
+    Ok(out)
+}
