@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages: peers the tests talk to (memcached, memccapable), tshark for decoding captures,
-# iproute2 for network namespaces, Chromium and its driver for the live view page's test.
+# iproute2 for network namespaces, Chromium and its driver for the live view page's test,
+# opencv-doc for the real photographs (with ground truth) the matcher's tests compute SIFT on.
 # Installed only when missing, and only as root.
 need=()
 command -v memcached >/dev/null || need+=(memcached)
@@ -16,6 +17,7 @@ command -v ip >/dev/null || need+=(iproute2)
 command -v tc >/dev/null || need+=(iproute2)
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
+[ -f /usr/share/doc/opencv-doc/examples/data/graf1.png ] || need+=(opencv-doc)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "test-deps: installing ${need[*]}"

@@ -8,6 +8,7 @@ mod acq;
 mod daq;
 mod fabric;
 mod lazy;
+mod matching;
 
 /// Adds one named submodule to the native module.
 pub(crate) fn submodule<'py>(
@@ -29,5 +30,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         daq::register(d)?;
         acq::register(d)
     })?;
+    submodule(m, "match", matching::register)?;
     Ok(())
 }
