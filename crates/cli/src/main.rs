@@ -6,6 +6,7 @@ mod daq;
 mod fabric;
 mod kv;
 mod lazy;
+mod matching;
 
 /// remora: one-sided RDMA-style transfers, remote page faults and detector data processing.
 #[derive(Parser)]
@@ -32,6 +33,8 @@ enum Cmd {
     /// JUNGFRAU detector processing (synthetic data, conversion, integration).
     #[command(subcommand)]
     Daq(daq::Cmd),
+    /// Exact SIFT descriptor matching of keypoint files (MicMac `mm3d Ann`), one pair or a batch.
+    Match(matching::MatchArgs),
     /// Whole-system benchmarks by area.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -53,6 +56,8 @@ enum BenchCmd {
     Lazy(lazy::BenchArgs),
     /// The whole acquisition (emulator → fabric → receiver → pipeline) and the pipeline alone.
     Acquisition(daq::AcqBenchArgs),
+    /// Descriptor matching: remora vs OpenCV BFMatcher and FLANN and FAISS, same data and threads.
+    Match(matching::BenchArgs),
 }
 
 /// Logs go to stderr, coloured only when stderr is a terminal and `NO_COLOR` is unset or empty
@@ -122,6 +127,8 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Bench(BenchCmd::Jungfrau(a)) => daq::bench(a),
         Cmd::Bench(BenchCmd::Lazy(a)) => lazy::run(lazy::Cmd::Bench(a)),
         Cmd::Bench(BenchCmd::Acquisition(a)) => daq::bench_acquisition(a),
+        Cmd::Bench(BenchCmd::Match(a)) => matching::bench(a),
+        Cmd::Match(a) => matching::run(a),
         Cmd::Daq(c) => daq::run(c),
         Cmd::Demo { out } => daq::demo(&out),
     }
