@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 # Debian packages: peers the tests talk to (memcached, memccapable), tshark for decoding captures,
 # iproute2 for network namespaces, Chromium and its driver for the live view page's test,
-# opencv-doc for the real photographs (with ground truth) the matcher's tests compute SIFT on.
+# opencv-doc for the real photographs (with ground truth) the matcher's tests compute SIFT on,
+# imagemagick (/usr/bin/convert) for the resize tests' reference geometry.
 # Installed only when missing, and only as root.
 need=()
 command -v memcached >/dev/null || need+=(memcached)
@@ -18,6 +19,7 @@ command -v tc >/dev/null || need+=(iproute2)
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 [ -f /usr/share/doc/opencv-doc/examples/data/graf1.png ] || need+=(opencv-doc)
+[ -x /usr/bin/convert ] || need+=(imagemagick)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "test-deps: installing ${need[*]}"

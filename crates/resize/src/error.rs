@@ -1,0 +1,48 @@
+//! The engine's error type.
+
+use crate::geometry::GeometryError;
+
+/// Why an image could not be resized. Bad input is always one of these, never a panic.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The input is neither a JPEG nor a PNG.
+    #[error("not a JPEG or PNG image")]
+    UnknownFormat,
+    /// The input ends before its headers do.
+    #[error("truncated image: {0}")]
+    Truncated(&'static str),
+    /// The headers break the format's rules.
+    #[error("malformed image: {0}")]
+    Malformed(String),
+    /// A valid image this engine does not handle (CMYK JPEG, 12-bit, …).
+    #[error("unsupported image: {0}")]
+    Unsupported(String),
+    /// The input is over one of the [`Limits`](crate::Limits); checked before decoding.
+    #[error("{what} {value} over the limit of {limit}")]
+    TooLarge {
+        /// What is over: `input bytes`, `input pixels` or `output pixels`.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The codec refused the data while decoding (corrupt or truncated entropy-coded data).
+    #[error("decode failed: {0}")]
+    Decode(String),
+    /// The codec failed while encoding.
+    #[error("encode failed: {0}")]
+    Encode(String),
+    /// The resampler failed.
+    #[error("resample failed: {0}")]
+    Resample(String),
+    /// A bad option (filter name, sampling factor, quality).
+    #[error("bad option: {0}")]
+    BadOption(String),
+    /// A bad geometry string.
+    #[error(transparent)]
+    Geometry(#[from] GeometryError),
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T> = std::result::Result<T, Error>;
