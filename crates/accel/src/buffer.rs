@@ -40,6 +40,15 @@ impl<T: Pod> AlignedBuf<T> {
     }
 }
 
+impl<T: Pod> From<&[T]> for AlignedBuf<T> {
+    /// An aligned copy of `v`.
+    fn from(v: &[T]) -> Self {
+        let mut b = Self::zeroed(v.len());
+        b.copy_from_slice(v);
+        b
+    }
+}
+
 impl<T: Pod> std::ops::Deref for AlignedBuf<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {

@@ -187,25 +187,26 @@ impl Pipeline {
         Ok(())
     }
 
-    /// A copy of the last kept frame for a preview, into `buf` (reused): the assembled image
-    /// with its gaps as NaN when integration is on, else the converted frame in raw layout
-    /// (modules stacked). Returns (width, height, assembled).
-    pub fn preview_into(&self, buf: &mut Vec<f32>) -> (usize, usize, bool) {
-        buf.clear();
-        match &self.assembly {
-            Some(map) if !self.image.is_empty() => {
-                buf.extend(
-                    self.image
-                        .iter()
-                        .zip(&map.mask)
-                        .map(|(&v, &m)| if m != 0 { f32::NAN } else { v }),
-                );
-                (map.cols, map.rows, true)
-            }
-            _ => {
-                buf.extend_from_slice(&self.energy);
-                (self.cols, self.rows, false)
-            }
-        }
+    /// Hands the last kept frame over for a preview without copying it: the buffer that holds
+    /// it (the assembled image when integration is on, else the converted frame in raw layout,
+    /// modules stacked) is swapped with `spare` when that has the same length, else with a
+    /// fresh one; the next frame is written into whichever the pipeline now holds. Gaps,
+    /// masked and invalid pixels are NaN in both layouts. Returns (pixels, width, height,
+    /// assembled).
+    ///
+    /// Call it only after the frame's image and energy have been used (the writer's copy).
+    pub fn take_preview(
+        &mut self,
+        spare: Option<AlignedBuf<f32>>,
+    ) -> (AlignedBuf<f32>, usize, usize, bool) {
+        let (buf, w, h, assembled) = match &self.assembly {
+            Some(map) if !self.image.is_empty() => (&mut self.image, map.cols, map.rows, true),
+            _ => (&mut self.energy, self.cols, self.rows, false),
+        };
+        let len = buf.len();
+        let fresh = spare
+            .filter(|s| s.len() == len)
+            .unwrap_or_else(|| AlignedBuf::zeroed(len));
+        (std::mem::replace(buf, fresh), w, h, assembled)
     }
 }

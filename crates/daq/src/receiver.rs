@@ -524,18 +524,19 @@ pub(crate) fn finish(
     Ok(rep)
 }
 
-/// Hands a kept frame to the controller's preview when one is due (a few times a second).
+/// Hands a kept frame to the controller's preview when one is due (a few times a second): the
+/// pipeline's buffer itself, swapped for a spare, so the data path copies nothing. Call it
+/// after [`kept_image`].
 pub(crate) fn offer_preview(
     tap: Option<&Tap>,
     receiver: usize,
     frame: u64,
-    p: &Pipeline,
+    p: &mut Pipeline,
     o: &Option<Outcome>,
 ) {
     let Some(tap) = tap else { return };
     if matches!(o, Some(Outcome::Kept { .. })) && tap.preview_due() {
-        let mut pixels = tap.take_buffer();
-        let (width, height, assembled) = p.preview_into(&mut pixels);
+        let (pixels, width, height, assembled) = p.take_preview(tap.take_buffer());
         tap.offer_preview(Preview {
             frame,
             receiver,
@@ -769,16 +770,17 @@ impl Worker {
                 }
                 let secs = t.elapsed().as_secs_f64();
                 let intact = self.books.lock().expect("books").intact(issue.stack);
-                if intact {
-                    offer_preview(self.tap.as_deref(), self.index, g, &self.pipeline, &outcome);
-                }
                 let msg = if intact {
+                    // The writer's copy first: the preview takes the buffer away.
+                    let image = kept_image(&self.cfg, &self.pipeline, &outcome);
+                    let tap = self.tap.as_deref();
+                    offer_preview(tap, self.index, g, &mut self.pipeline, &outcome);
                     Msg::Frame(
                         Box::new(FrameResult {
                             frame: g,
                             lost_modules: issue.lost_modules,
                             missing_packets: Vec::new(),
-                            image: kept_image(&self.cfg, &self.pipeline, &outcome),
+                            image,
                             outcome,
                         }),
                         secs,

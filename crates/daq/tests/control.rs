@@ -1,5 +1,6 @@
 //! The control service without HTTP: whole runs, a stop that ends on whole stacks, a dark run
 //! whose pedestal the next acquisition uses, previews, and refusals that leave it serving.
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use remora_daq::calib::PedestalMaps;
@@ -27,6 +28,13 @@ fn config(extra: &str) -> Config {
     cfg
 }
 
+/// One acquisition at a time: runs in parallel on two cores in a debug build starve each
+/// other's receivers, and UDP drops what a late receiver cannot take.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static RUNS: Mutex<()> = Mutex::new(());
+    RUNS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn service() -> Service {
     Service::new(ServiceOptions {
         preview_every: Duration::from_millis(1),
@@ -36,6 +44,7 @@ fn service() -> Service {
 
 #[test]
 fn a_run_reports_what_its_summary_says_and_leaves_previews() {
+    let _one = one_at_a_time();
     let svc = service();
     // The ring holds the whole run: no overrun however slow this build is.
     svc.configure(config("[acquisition]\nframes = 24\nbunch = 12\n"))
@@ -83,6 +92,7 @@ fn start_then_stop(svc: &Service, cfg: Config) {
 
 #[test]
 fn a_stop_ends_the_run_on_whole_stacks_and_nothing_sent_is_lost() {
+    let _one = one_at_a_time();
     let svc = service();
     // Without processing, so that no overrun muddles the counts whatever the build's speed.
     let mut cfg = config("[acquisition]\nframes = 4000\nbunch = 4\nrate_hz = 100\n");
@@ -110,6 +120,7 @@ fn a_stop_ends_the_run_on_whole_stacks_and_nothing_sent_is_lost() {
 
 #[test]
 fn requests_that_do_not_fit_are_refused_and_the_service_keeps_serving() {
+    let _one = one_at_a_time();
     let svc = service();
     assert!(matches!(svc.start(), Err(ControlError::Conflict(_))));
     assert!(matches!(svc.stop(), Err(ControlError::Conflict(_))));
@@ -161,6 +172,7 @@ fn mean(y: &[f64]) -> f64 {
 
 #[test]
 fn a_dark_run_measures_the_pedestal_that_the_next_acquisition_uses() {
+    let _one = one_at_a_time();
     // Calibration files whose G0 pedestal is 60 ADU off the truth the frames were made with.
     let dir = std::env::temp_dir().join(format!("remora-control-ped-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -228,9 +240,12 @@ fn a_dark_run_measures_the_pedestal_that_the_next_acquisition_uses() {
 
 #[test]
 fn a_stop_ends_a_native_udp_run_on_whole_frames() {
+    let _one = one_at_a_time();
     let svc = service();
+    // UDP drops what a slow receiver cannot take: 25 Hz keeps a debug build's receiver ahead of
+    // the source even on a busy machine, so that any loss here is the stop's fault.
     let mut cfg = config(
-        "[acquisition]\nframes = 4000\nbunch = 4\nrate_hz = 100\n[transport]\nkind = \"native\"\n",
+        "[acquisition]\nframes = 4000\nbunch = 4\nrate_hz = 25\n[transport]\nkind = \"native\"\n",
     );
     cfg.pipeline.process = false;
     start_then_stop(&svc, cfg);

@@ -176,7 +176,7 @@ mod tests {
             receiver: 0,
             width: w,
             height: px.len() / w,
-            pixels: px,
+            pixels: px.as_slice().into(),
             assembled: true,
         }
     }

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use remora_accel::AlignedBuf;
+
 use crate::calib::PedestalMaps;
 
 /// A converted frame kept for the preview.
@@ -22,8 +24,9 @@ pub struct Preview {
     pub width: usize,
     /// Image height (pixels).
     pub height: usize,
-    /// Energies (keV), row-major; NaN where nothing was measured (gaps, masked pixels).
-    pub pixels: Vec<f32>,
+    /// Energies (keV), row-major; NaN where nothing was measured (gaps, masked pixels). The
+    /// pipeline's own frame buffer, handed over rather than copied.
+    pub pixels: AlignedBuf<f32>,
     /// Whether the image is assembled (modules placed with their gaps) or raw (modules stacked).
     pub assembled: bool,
 }
@@ -77,9 +80,9 @@ pub struct Tap {
     pub gate: StopGate,
     preview_every: Duration,
     preview: Mutex<(Option<Instant>, Option<Arc<Preview>>)>,
-    /// The pixels of a preview nobody reads any more, reused: a fresh 18 MB allocation per
-    /// 4M preview would cost the processing thread its page faults every time.
-    spare: Mutex<Vec<f32>>,
+    /// The buffer of a preview nobody reads any more, handed back to the pipeline: a fresh
+    /// 18 MB buffer per 4M preview would cost the processing thread its page faults.
+    spare: Mutex<Option<AlignedBuf<f32>>>,
     keep_pedestal: bool,
     pedestals: Mutex<Vec<(usize, PedestalMaps)>>,
 }
@@ -92,7 +95,7 @@ impl Tap {
             gate: StopGate::default(),
             preview_every,
             preview: Mutex::new((None, None)),
-            spare: Mutex::new(Vec::new()),
+            spare: Mutex::new(None),
             keep_pedestal,
             pedestals: Mutex::new(Vec::new()),
         }
@@ -114,17 +117,15 @@ impl Tap {
         };
         if let Some(Ok(old)) = old.map(Arc::try_unwrap) {
             if let Ok(mut s) = self.spare.lock() {
-                *s = old.pixels;
+                *s = Some(old.pixels);
             }
         }
     }
 
-    /// A buffer for the next preview's pixels (the last unread one's, when there is one).
-    pub fn take_buffer(&self) -> Vec<f32> {
-        self.spare
-            .lock()
-            .map(|mut s| std::mem::take(&mut *s))
-            .unwrap_or_default()
+    /// A buffer to give the pipeline in exchange for the next preview (the last unread
+    /// preview's, when there is one).
+    pub fn take_buffer(&self) -> Option<AlignedBuf<f32>> {
+        self.spare.lock().ok().and_then(|mut s| s.take())
     }
 
     /// The latest preview.
@@ -189,7 +190,7 @@ mod tests {
             receiver: 0,
             width: 1,
             height: 1,
-            pixels: vec![1.0],
+            pixels: AlignedBuf::from(&[1.0f32][..]),
             assembled: false,
         });
         assert!(!t.preview_due());

@@ -173,12 +173,15 @@ pub(crate) fn run(
                 if !slow.is_zero() {
                     std::thread::sleep(slow);
                 }
-                crate::receiver::offer_preview(wtap.as_deref(), index, n, &pipeline, &outcome);
+                // The writer's copy first: the preview takes the buffer away.
+                let image = crate::receiver::kept_image(&wcfg, &pipeline, &outcome);
+                let tap = wtap.as_deref();
+                crate::receiver::offer_preview(tap, index, n, &mut pipeline, &outcome);
                 let fr = FrameResult {
                     frame: n,
                     lost_modules: lost,
                     missing_packets: if lost == 0 { Vec::new() } else { job.missing },
-                    image: crate::receiver::kept_image(&wcfg, &pipeline, &outcome),
+                    image,
                     outcome,
                 };
                 let secs = t.elapsed().as_secs_f64();
