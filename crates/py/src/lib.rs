@@ -9,6 +9,7 @@ mod daq;
 mod fabric;
 mod lazy;
 mod matching;
+mod resize;
 
 /// Adds one named submodule to the native module.
 pub(crate) fn submodule<'py>(
@@ -31,5 +32,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         acq::register(d)
     })?;
     submodule(m, "match", matching::register)?;
+    submodule(m, "resize", resize::register)?;
     Ok(())
 }

@@ -16,6 +16,7 @@
 //!   ([`estimate_quality`], its `coders/jpeg.c` algorithm) else 92; the input's chroma sampling,
 //!   else 4:4:4 at quality ≥ 90 and 4:2:0 below; EXIF, XMP, IPTC, comments and ICC copied unless
 //!   `strip` (thumbnails keep only ICC).
+//! - With the `http` feature (default): [`service`], the HTTP resize server, and its [`client`].
 //!
 //! Colour layouts: gray JPEGs stay gray; YCbCr/RGB JPEGs are resampled as RGB; CMYK/YCCK, 12-bit
 //! and hierarchical JPEGs are refused with [`Error::Unsupported`]. PNG in (8/16-bit, palette,
@@ -26,8 +27,8 @@
 //! accepts). It gives the DCT-domain scaling (`tj3SetScalingFactor`) that pure-Rust decoders
 //! lack, and SIMD encode/decode.
 //!
-//! What it does not: the HTTP service, the command line, batching (callers run jobs on their
-//! own threads; one job uses one core), WebP, colour management (ICC profiles are copied, not
+//! What it does not: the command line and batching (callers run jobs on their own threads; one
+//! job uses one core), WebP, colour management (ICC profiles are copied, not
 //! applied), gamma-correct (linear light) resampling — ImageMagick 6 resamples sRGB values too.
 //!
 //! Panics: none on any input; malformed, truncated or hostile images give an [`Error`].
@@ -43,6 +44,8 @@
 //! ```
 #![warn(missing_docs)]
 
+#[cfg(feature = "http")]
+pub mod client;
 mod engine;
 mod error;
 mod exif;
@@ -50,9 +53,12 @@ pub mod geometry;
 mod markers;
 mod options;
 mod orient;
+pub mod pixels;
 mod png_io;
 mod quality;
 mod resample;
+#[cfg(feature = "http")]
+pub mod service;
 #[doc(hidden)]
 pub mod testing;
 
