@@ -7,6 +7,7 @@ mod fabric;
 mod kv;
 mod lazy;
 mod matching;
+mod resize;
 
 /// remora: one-sided RDMA-style transfers, remote page faults and detector data processing.
 #[derive(Parser)]
@@ -35,6 +36,9 @@ enum Cmd {
     Daq(daq::Cmd),
     /// Exact SIFT descriptor matching of keypoint files (MicMac `mm3d Ann`), one pair or a batch.
     Match(matching::MatchArgs),
+    /// JPEG/PNG resizing with ImageMagick's options and geometry (`remora resize IN -resize
+    /// 500x500 -o OUT`), batches on all cores, and the HTTP resize service (`remora resize serve`).
+    Resize(Box<resize::ResizeArgs>),
     /// Whole-system benchmarks by area.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -58,6 +62,8 @@ enum BenchCmd {
     Acquisition(daq::AcqBenchArgs),
     /// Descriptor matching: remora vs OpenCV BFMatcher and FLANN and FAISS, same data and threads.
     Match(matching::BenchArgs),
+    /// JPEG resizing: remora vs vipsthumbnail and ImageMagick, same files and cores, with SSIM.
+    Resize(resize::BenchArgs),
 }
 
 /// Logs go to stderr, coloured only when stderr is a terminal and `NO_COLOR` is unset or empty
@@ -88,7 +94,8 @@ fn use_colour(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) ->
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    // `remora resize` takes ImageMagick's single-dash options (`-resize 50%`): see resize::im_args.
+    let cli = Cli::parse_from(resize::im_args(std::env::args_os()));
     init_logging(cli.verbose);
     match run(cli.cmd) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -128,7 +135,9 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Bench(BenchCmd::Lazy(a)) => lazy::run(lazy::Cmd::Bench(a)),
         Cmd::Bench(BenchCmd::Acquisition(a)) => daq::bench_acquisition(a),
         Cmd::Bench(BenchCmd::Match(a)) => matching::bench(a),
+        Cmd::Bench(BenchCmd::Resize(a)) => resize::bench(a),
         Cmd::Match(a) => matching::run(a),
+        Cmd::Resize(a) => resize::run(*a),
         Cmd::Daq(c) => daq::run(c),
         Cmd::Demo { out } => daq::demo(&out),
     }

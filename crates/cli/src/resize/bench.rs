@@ -1,0 +1,479 @@
+//! `remora bench resize`: the `remora resize` batch (in process, the command's own code path:
+//! files read, resized, written) against `vipsthumbnail` (one process over all files) and
+//! ImageMagick's `/usr/bin/convert` (one process per image, as a web application spawns it,
+//! with and without `-define jpeg:size`), on the same files and cores, and the SSIM of every
+//! output against a slow reference resize.
+//!
+//! Cores: remora runs `--threads` workers, one file each; `vipsthumbnail` gets
+//! `VIPS_CONCURRENCY=threads` (it resizes one file after another, each on its own thread pool);
+//! ImageMagick runs `threads` `convert` processes at a time, each with `MAGICK_THREAD_LIMIT=1`.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use rayon::prelude::*;
+use remora_resize::{Format, Job};
+use serde_json::{json, Value};
+
+use super::batch::{resize_all, Item};
+use super::ssim::{self, Rgb};
+
+const CONVERT: &str = "/usr/bin/convert";
+
+/// Arguments of `remora bench resize`.
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Folder of JPEG photographs (every .jpg/.jpeg in it).
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "/usr/share/doc/opencv-doc/examples/data"
+    )]
+    dir: PathBuf,
+    /// Geometry for everyone (ImageMagick's; vipsthumbnail's -s reads WxH the same way).
+    #[arg(long, value_name = "GEOMETRY", default_value = "500x500")]
+    geometry: String,
+    /// JPEG quality for everyone.
+    #[arg(long, value_name = "Q", default_value_t = 85,
+          value_parser = clap::value_parser!(u8).range(1..=100))]
+    quality: u8,
+    /// Threads (cores) for everyone [default: all cores].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    threads: Option<u32>,
+    /// Timed runs of each tool over the whole set; the best counts (no further runs of a tool
+    /// once its runs took 20 s).
+    #[arg(long, value_name = "N", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
+    /// Time remora only.
+    #[arg(long)]
+    no_peers: bool,
+    /// Skip the SSIM check (the f64 reference takes about a second per 10 Mpx per core).
+    #[arg(long)]
+    no_ssim: bool,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A folder removed when dropped.
+struct TempDir(PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Best seconds of up to `repeat` runs (fewer once 20 s were spent).
+fn best_of(repeat: u32, mut run: impl FnMut() -> anyhow::Result<f64>) -> anyhow::Result<f64> {
+    let (mut best, mut spent) = (f64::INFINITY, 0.0);
+    for _ in 0..repeat {
+        let s = run()?;
+        best = best.min(s);
+        spent += s;
+        if spent > 20.0 {
+            break;
+        }
+    }
+    Ok(best)
+}
+
+/// A program on PATH.
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn fresh_dir(p: &Path) -> anyhow::Result<()> {
+    let _ = std::fs::remove_dir_all(p);
+    std::fs::create_dir_all(p).with_context(|| format!("creating {}", p.display()))
+}
+
+/// The set's JPEGs, sorted, that remora can read.
+fn photos(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading folder {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| super::args::format_of(p) == Some(Format::Jpeg))
+        .filter(|p| {
+            std::fs::read(p)
+                .ok()
+                .is_some_and(|d| remora_resize::jpeg_quality(&d).is_ok())
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        bail!("{}: no readable .jpg/.jpeg files", dir.display());
+    }
+    Ok(files)
+}
+
+/// One vipsthumbnail process over all files.
+fn run_vips(
+    vips: &Path,
+    files: &[PathBuf],
+    out: &Path,
+    a: &BenchArgs,
+    threads: usize,
+) -> anyhow::Result<f64> {
+    fresh_dir(out)?;
+    let t0 = Instant::now();
+    let status = Command::new(vips)
+        .env("VIPS_CONCURRENCY", threads.to_string())
+        .args(["-s", &a.geometry, "-o"])
+        .arg(format!("{}/%s.jpg[Q={}]", out.display(), a.quality))
+        .args(files)
+        .stdin(Stdio::null())
+        .status()
+        .with_context(|| format!("running {}", vips.display()))?;
+    let s = t0.elapsed().as_secs_f64();
+    if !status.success() {
+        bail!("{} exited with {status}", vips.display());
+    }
+    Ok(s)
+}
+
+/// `threads` `convert` processes at a time, one per image.
+fn run_convert(
+    files: &[PathBuf],
+    out: &Path,
+    a: &BenchArgs,
+    threads: usize,
+    size: Option<&str>,
+) -> anyhow::Result<f64> {
+    fresh_dir(out)?;
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(f) = files.get(i) else { break };
+                let mut c = Command::new(CONVERT);
+                c.env("MAGICK_THREAD_LIMIT", "1");
+                if let Some(sz) = size {
+                    c.args(["-define", &format!("jpeg:size={sz}")]);
+                }
+                let ok = c
+                    .arg(f)
+                    .args(["-resize", &a.geometry, "-quality", &a.quality.to_string()])
+                    .arg(out.join(f.file_name().unwrap_or_default()))
+                    .stdin(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !ok {
+                    failed.store(true, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let s = t0.elapsed().as_secs_f64();
+    if failed.into_inner() {
+        bail!("{CONVERT} failed on some files");
+    }
+    Ok(s)
+}
+
+/// `-define jpeg:size=` for a `WxH` geometry: twice the box, as for 500x500 → 1000x1000.
+fn jpeg_size(geometry: &str) -> Option<String> {
+    let g = remora_resize::Geometry::parse(geometry).ok()?;
+    if g.percent || g.area || g.aspect_ratio {
+        return None;
+    }
+    let (w, h) = (g.width?, g.height.or(g.width)?);
+    Some(format!("{}x{}", (2.0 * w).round(), (2.0 * h).round()))
+}
+
+/// SSIM (luma) of each output against the f64 Lanczos3 reference of the full-size decode
+/// (shrinks only).
+#[derive(Default, Clone)]
+struct Quality {
+    /// The input's file name.
+    name: String,
+    /// remora's output.
+    ours: f64,
+    /// The reference itself encoded at the same quality and remora's chroma sampling.
+    reference: f64,
+    /// vipsthumbnail's and ImageMagick's outputs (NaN when missing or of another size).
+    vips: f64,
+    imagemagick: f64,
+}
+
+fn ssim_of(path: Option<PathBuf>, truth: &[f64], w: usize, h: usize) -> f64 {
+    let Some(img) = path
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|d| ssim::decode(&d).ok())
+    else {
+        return f64::NAN;
+    };
+    if (img.w, img.h) != (w, h) {
+        return f64::NAN;
+    }
+    ssim::ssim(&ssim::luma(&img), truth, w, h)
+}
+
+fn quality_of(
+    input: &Path,
+    job: &Job,
+    vips_out: Option<PathBuf>,
+    im_out: Option<PathBuf>,
+) -> anyhow::Result<Option<Quality>> {
+    let data = std::fs::read(input)?;
+    let out = remora_resize::resize_jpeg(&data, job)?;
+    let full: Rgb = ssim::decode(&data)?;
+    let (tw, th) = (out.width as usize, out.height as usize);
+    if tw >= full.w || th >= full.h {
+        // Not a shrink: remora (as ImageMagick) enlarges with Mitchell, not the Lanczos3 of the
+        // reference, so the comparison would say nothing.
+        return Ok(None);
+    }
+    let truth = ssim::reference(&full, tw, th);
+    let truth_y = ssim::luma(&truth);
+    let ours = ssim::decode(&out.data)?;
+    let ref_jpeg = ssim::encode(&truth, out.quality.unwrap_or(85), out.sampling)?;
+    let reference = ssim::decode(&ref_jpeg)?;
+    Ok(Some(Quality {
+        name: input
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned(),
+        ours: ssim::ssim(&ssim::luma(&ours), &truth_y, tw, th),
+        reference: ssim::ssim(&ssim::luma(&reference), &truth_y, tw, th),
+        vips: ssim_of(vips_out, &truth_y, tw, th),
+        imagemagick: ssim_of(im_out, &truth_y, tw, th),
+    }))
+}
+
+/// The file whose value is lowest, with that value.
+fn worst(qs: &[Quality], value: impl Fn(&Quality) -> f64) -> Value {
+    qs.iter()
+        .filter(|q| value(q).is_finite())
+        .min_by(|a, b| value(a).total_cmp(&value(b)))
+        .map_or(Value::Null, |q| json!([q.name, value(q)]))
+}
+
+/// The minimum of the finite values, `None` when there is none.
+fn min_of(v: impl Iterator<Item = f64>) -> Option<f64> {
+    v.filter(|x| x.is_finite()).reduce(f64::min)
+}
+
+/// Runs `remora bench resize`.
+pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
+    let load = load_average();
+    let threads = a.threads.map(|n| n as usize).unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let files = photos(&a.dir)?;
+    let mut job = Job::parse(&a.geometry).with_context(|| format!("--geometry {}", a.geometry))?;
+    job.quality = Some(a.quality);
+    let tmp =
+        TempDir(std::env::temp_dir().join(format!("remora-bench-resize-{}", std::process::id())));
+    let dir = |name: &str| tmp.0.join(name);
+    fresh_dir(&dir("remora"))?;
+    let items: Vec<Item> = files
+        .iter()
+        .map(|f| Item {
+            input: f.clone(),
+            output: dir("remora").join(f.file_name().unwrap_or_default()),
+            format: Some(Format::Jpeg),
+        })
+        .collect();
+    // An untimed run: files in the page cache for every tool, and the pixel count.
+    let warm = resize_all(&items, &job, Some(threads), &None)?;
+    if warm.failed > 0 {
+        bail!("remora failed on {} of {} files", warm.failed, warm.files);
+    }
+    let mpx = warm.input_pixels as f64 / 1e6;
+    let n = files.len() as f64;
+    let remora_s = best_of(a.repeat, || {
+        Ok(resize_all(&items, &job, Some(threads), &None)?.seconds)
+    })?;
+
+    let peer = |name: &str, run: &mut dyn FnMut() -> anyhow::Result<f64>| -> Option<f64> {
+        if a.no_peers {
+            return None;
+        }
+        match best_of(a.repeat, &mut *run) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!("{name}: {}; its keys are null", crate::report(&e));
+                eprintln!("warning: {name}: {}; its keys are null", crate::report(&e));
+                None
+            }
+        }
+    };
+    let vips = on_path("vipsthumbnail");
+    let vips_s = match &vips {
+        Some(v) => peer("vipsthumbnail", &mut || {
+            run_vips(v, &files, &dir("vips"), &a, threads)
+        }),
+        None => peer("vipsthumbnail", &mut || {
+            bail!("not found on PATH (Debian libvips-tools)")
+        }),
+    };
+    let has_convert = Path::new(CONVERT).is_file();
+    let im_s = peer("imagemagick", &mut || {
+        if !has_convert {
+            bail!("{CONVERT} missing (Debian imagemagick)");
+        }
+        run_convert(&files, &dir("im"), &a, threads, None)
+    });
+    let size = jpeg_size(&a.geometry);
+    let im_size_s = peer("imagemagick jpeg:size", &mut || match &size {
+        _ if !has_convert => bail!("{CONVERT} missing (Debian imagemagick)"),
+        Some(sz) => run_convert(&files, &dir("im-size"), &a, threads, Some(sz)),
+        None => bail!("no jpeg:size for geometry {}", a.geometry),
+    });
+
+    let qualities: Vec<Quality> = if a.no_ssim {
+        Vec::new()
+    } else {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()?;
+        let out_of = |tool: &str, ok: bool, f: &Path| -> Option<PathBuf> {
+            ok.then(|| dir(tool).join(f.file_name().unwrap_or_default()))
+        };
+        pool.install(|| {
+            files
+                .par_iter()
+                .map(|f| {
+                    quality_of(
+                        f,
+                        &job,
+                        out_of("vips", vips_s.is_some(), f).map(|p| p.with_extension("jpg")),
+                        out_of("im", im_s.is_some(), f),
+                    )
+                    .with_context(|| format!("SSIM of {}", f.display()))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()
+        })?
+        .into_iter()
+        .flatten()
+        .collect()
+    };
+    // The largest shortfall of remora's SSIM below the reference's own (the tests' bound: 0.005).
+    let gap = qualities
+        .iter()
+        .map(|q| q.reference - q.ours)
+        .filter(|g| g.is_finite())
+        .reduce(f64::max);
+    let ips = |s: Option<f64>| s.map(|s| n / s);
+    let mpxs = |s: Option<f64>| s.map(|s| mpx / s);
+    let ratio = |s: Option<f64>| s.map(|s| s / remora_s);
+    let r = json!({
+        "images": files.len(),
+        "dir": a.dir.display().to_string(),
+        "geometry": a.geometry, "quality": a.quality, "threads": threads, "load": load,
+        "input_mpx": mpx,
+        "remora_ips": n / remora_s, "vips_ips": ips(vips_s), "imagemagick_ips": ips(im_s),
+        "imagemagick_jpeg_size_ips": ips(im_size_s), "imagemagick_jpeg_size": size,
+        "mpx_per_s": {
+            "remora": mpx / remora_s, "vips": mpxs(vips_s), "imagemagick": mpxs(im_s),
+            "imagemagick_jpeg_size": mpxs(im_size_s),
+        },
+        "seconds": {
+            "remora": remora_s, "vips": vips_s, "imagemagick": im_s,
+            "imagemagick_jpeg_size": im_size_s,
+        },
+        "ratios": {
+            "vips": ratio(vips_s), "imagemagick": ratio(im_s),
+            "imagemagick_jpeg_size": ratio(im_size_s),
+        },
+        "ssim_images": qualities.len(),
+        "ssim_min": min_of(qualities.iter().map(|q| q.ours)),
+        "ssim_ref_min": min_of(qualities.iter().map(|q| q.reference)),
+        "ssim_gap_max": gap,
+        "vips_ssim_min": min_of(qualities.iter().map(|q| q.vips)),
+        "imagemagick_ssim_min": min_of(qualities.iter().map(|q| q.imagemagick)),
+        "worst": {
+            "remora": worst(&qualities, |q| q.ours),
+            "remora_vs_reference": worst(&qualities, |q| q.ours - q.reference),
+            "vips": worst(&qualities, |q| q.vips),
+            "imagemagick": worst(&qualities, |q| q.imagemagick),
+        },
+    });
+    if a.json {
+        println!("{r}");
+    } else {
+        print_table(&r);
+    }
+    Ok(())
+}
+
+fn print_table(r: &Value) {
+    let f = |v: &Value| v.as_f64().map_or("–".to_string(), |x| format!("{x:.1}"));
+    let x = |v: &Value| v.as_f64().map_or("–".to_string(), |x| format!("{x:.1}x"));
+    let s4 = |v: &Value| v.as_f64().map_or("–".to_string(), |x| format!("{x:.4}"));
+    println!(
+        "{} images ({:.1} Mpx) from {}, {} at quality {}, {} threads, load {}",
+        r["images"],
+        r["input_mpx"].as_f64().unwrap_or(0.0),
+        r["dir"].as_str().unwrap_or("?"),
+        r["geometry"].as_str().unwrap_or("?"),
+        r["quality"],
+        r["threads"],
+        r["load"]
+    );
+    println!(
+        "  {:<34} {:>9} {:>9} {:>12}",
+        "tool", "images/s", "Mpx/s", "remora is"
+    );
+    println!(
+        "  {:<34} {:>9} {:>9} {:>12}",
+        "remora resize",
+        f(&r["remora_ips"]),
+        f(&r["mpx_per_s"]["remora"]),
+        ""
+    );
+    for (label, ips, key) in [
+        ("vipsthumbnail", "vips_ips", "vips"),
+        ("convert", "imagemagick_ips", "imagemagick"),
+        (
+            "convert -define jpeg:size",
+            "imagemagick_jpeg_size_ips",
+            "imagemagick_jpeg_size",
+        ),
+    ] {
+        println!(
+            "  {label:<34} {:>9} {:>9} {:>12}",
+            f(&r[ips]),
+            f(&r["mpx_per_s"][key]),
+            x(&r["ratios"][key])
+        );
+    }
+    println!(
+        "  SSIM (luma, vs f64 Lanczos3 of the full decode; {} shrunk images): remora min {}, reference at the same \
+         quality min {}, largest shortfall {}; vipsthumbnail min {}, convert min {}",
+        r["ssim_images"],
+        s4(&r["ssim_min"]),
+        s4(&r["ssim_ref_min"]),
+        s4(&r["ssim_gap_max"]),
+        s4(&r["vips_ssim_min"]),
+        s4(&r["imagemagick_ssim_min"])
+    );
+    println!(
+        "  lowest per tool (file, SSIM; remora_vs_reference: remora − reference): {}",
+        r["worst"]
+    );
+}
