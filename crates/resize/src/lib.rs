@@ -6,9 +6,9 @@
 //!   `WxH<`, `S%`, `SX%xSY%`, `A@`, `W:H`) and exactly ImageMagick 6's output sizes.
 //! - [`resize_jpeg`] (and [`resize`] for JPEG or PNG input): header checks against [`Limits`]
 //!   before any pixel is decoded (a 50,000 × 50,000 header is refused without allocating);
-//!   decode with libjpeg-turbo shrinking by 1/2, 1/4 or 1/8 in the DCT domain, chosen so that at
-//!   least a 2× final resample remains on both axes (8× after 1/4 and 1/8, whose reduced inverse
-//!   DCTs alias measurably more); a separable SIMD resample
+//!   decode with libjpeg-turbo shrinking by 1/2, 1/4 or 1/8 in the DCT domain, chosen so that
+//!   at least a 3× final resample remains on both axes after 1/2 (8× after 1/4 and 1/8, whose
+//!   reduced inverse DCTs alias measurably more); a separable SIMD resample
 //!   (fast_image_resize; Lanczos3 when shrinking, Mitchell when enlarging, other [`Filter`]s by
 //!   name); EXIF orientation applied with `auto_orient`; libjpeg-turbo encode with quality,
 //!   chroma [`Sampling`], progressive and optimised Huffman tables.

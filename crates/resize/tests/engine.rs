@@ -264,7 +264,7 @@ fn defaults_follow_imagemagick() {
     );
     let same = resize_jpeg(&jpeg, &Job::parse("400x300").unwrap()).unwrap();
     assert_eq!(same.filter, None);
-    // The DCT shrink leaves at least 2x after 1/2, 8x after 1/4 or 1/8: 800x600 → 20x15
+    // The DCT shrink leaves at least 3x after 1/2, 8x after 1/4 or 1/8: 800x600 → 20x15
     // decodes at 1/4 (200x150; 1/8 would leave 100x75 < 8x); 400x300 → 50x38 at 1/2 (200x150).
     let big = gradient_jpeg(800, 600, 85);
     let small = resize_jpeg(&big, &Job::parse("20x20").unwrap()).unwrap();
