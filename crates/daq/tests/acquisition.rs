@@ -11,6 +11,13 @@ use remora_daq::pipeline::Outcome;
 use remora_daq::receiver::FrameResult;
 use remora_daq::setup::Setup;
 
+/// One acquisition at a time: two in parallel on two cores starve a debug build's receivers,
+/// and UDP (UC, no retransmission) drops what a late receiver cannot take.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static RUNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    RUNS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn config(text: &str) -> Config {
     Config::parse(text).unwrap_or_else(|e| panic!("test config: {e}"))
 }
@@ -104,17 +111,23 @@ bins = 200
 
 /// A debug build on a loaded machine can take longer than the default deadline (500 ms) to
 /// land a stack; a test that does not test the deadline gives it 10 s, so that a slow transport
-/// is never mistaken for a lost module.
+/// is never mistaken for a lost module. Unpaced runs get 50 frames/s: a source that sends as fast
+/// as it can overflows a debug receiver's UDP socket when the machine is busy, and UC over UDP
+/// does not retransmit (the rate tests set their own).
 fn with(extra: &str) -> Config {
     let mut cfg = config(&format!("{BASE}{extra}"));
     if !extra.contains("deadline_ms") {
         cfg.acquisition.deadline_ms = 10_000;
+    }
+    if !extra.contains("rate_hz") {
+        cfg.acquisition.rate_hz = 50.0;
     }
     cfg
 }
 
 #[test]
 fn udp_every_frame_arrives_whole_and_equals_the_direct_pipeline() {
+    let _one = one_at_a_time();
     // 16 frames in a ring of 2 x 8: the whole run fits, so no overrun whatever the speed.
     let cfg = with("[acquisition]\nframes = 16\nbunch = 8\n[transport]\nkind = \"udp\"\n");
     let (s, frames) = acquire(&cfg);
@@ -136,6 +149,7 @@ fn udp_every_frame_arrives_whole_and_equals_the_direct_pipeline() {
 
 #[test]
 fn shm_every_frame_arrives_whole_and_equals_the_direct_pipeline() {
+    let _one = one_at_a_time();
     let cfg = with("[acquisition]\nframes = 12\nbunch = 6\n[transport]\nkind = \"shm\"\n");
     let (s, frames) = acquire(&cfg);
     assert_eq!(
@@ -148,6 +162,7 @@ fn shm_every_frame_arrives_whole_and_equals_the_direct_pipeline() {
 
 #[test]
 fn a_roi_sent_line_by_line_lands_at_its_place_and_the_rest_is_masked() {
+    let _one = one_at_a_time();
     let cfg = with(
         "[acquisition]\nframes = 8\nbunch = 4\n[emulator]\nroi = { x = 100, y = 50, width = 300, height = 200 }\n",
     );
@@ -158,6 +173,7 @@ fn a_roi_sent_line_by_line_lands_at_its_place_and_the_rest_is_masked() {
 
 #[test]
 fn lost_packets_mask_exactly_the_modules_they_hit() {
+    let _one = one_at_a_time();
     // A one-row RoI keeps a module's stack short (1 + 24 packets), so 1% loss leaves some
     // stacks whole and hits others: hit modules are masked and counted, the rest is
     // bit-identical. The ring holds the whole run (2 x 24 frames): no overrun, whatever the
@@ -184,6 +200,7 @@ fn lost_packets_mask_exactly_the_modules_they_hit() {
 
 #[test]
 fn a_slow_pipeline_overruns_and_no_kept_frame_is_corrupted() {
+    let _one = one_at_a_time();
     let cfg = config(
         "[detector]\nmodules = 2\n[source]\ndistinct = 4\n[acquisition]\nframes = 40\nbunch = 2\n\
          [pipeline]\nbins = 200\nslow_ms = 40\n",
@@ -204,6 +221,7 @@ fn a_slow_pipeline_overruns_and_no_kept_frame_is_corrupted() {
 
 #[test]
 fn time_fanout_deals_frames_to_two_receivers() {
+    let _one = one_at_a_time();
     let cfg = with(
         "[acquisition]\nframes = 16\nbunch = 4\ndark_every = 4\ndark_phase = 0\n[[receivers]]\n[[receivers]]\n",
     );
@@ -228,6 +246,7 @@ fn time_fanout_deals_frames_to_two_receivers() {
 
 #[test]
 fn roi_fanout_gives_each_receiver_its_slice() {
+    let _one = one_at_a_time();
     let cfg = with(
         "[acquisition]\nframes = 8\nbunch = 4\n[emulator]\nfanout = \"roi\"\n\
          [[receivers]]\nroi = { x = 0, y = 0, width = 1024, height = 256 }\n\
@@ -244,6 +263,7 @@ fn roi_fanout_gives_each_receiver_its_slice() {
 
 #[test]
 fn a_receiver_nobody_connects_to_says_which_modules_are_missing() {
+    let _one = one_at_a_time();
     let cfg = with("[acquisition]\nframes = 4\nconnect_timeout_ms = 300\n");
     let r = remora_daq::receiver::Receiver::bind(&cfg, 0).unwrap();
     let e = r.run(None, &|_| {}).unwrap_err().to_string();
@@ -252,6 +272,7 @@ fn a_receiver_nobody_connects_to_says_which_modules_are_missing() {
 
 #[test]
 fn an_emulator_with_no_receiver_is_a_clear_error() {
+    let _one = one_at_a_time();
     let cfg = with("[acquisition]\nframes = 4\n");
     let data = Dataset::load(&cfg).unwrap();
     // A port nobody listens on: bind one and let it go.
@@ -267,6 +288,7 @@ fn an_emulator_with_no_receiver_is_a_clear_error() {
 
 #[test]
 fn native_udp_frames_reassemble_bit_for_bit() {
+    let _one = one_at_a_time();
     // A detector sends at its frame rate; 50 Hz lets the debug-built receiver keep up.
     let cfg = with(
         "[acquisition]\nframes = 16\nbunch = 8\nrate_hz = 50\n[transport]\nkind = \"native\"\n",
@@ -282,6 +304,7 @@ fn native_udp_frames_reassemble_bit_for_bit() {
 
 #[test]
 fn native_udp_lost_packets_mask_their_rows_and_nothing_else() {
+    let _one = one_at_a_time();
     // 16 frames fit the 16 slots: no overrun whatever the speed; 1% of 4096 packets lost.
     let cfg = with(
         "[acquisition]\nframes = 16\nbunch = 8\nrate_hz = 50\ndeadline_ms = 2000\n\
@@ -303,6 +326,7 @@ fn native_udp_lost_packets_mask_their_rows_and_nothing_else() {
 
 #[test]
 fn raw_npy_and_hdf5_sources_and_calibration_files_feed_the_same_frames() {
+    let _one = one_at_a_time();
     use remora_daq::synth::Synth;
     let dir = std::env::temp_dir().join(format!("remora-acq-src-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -348,7 +372,8 @@ fn raw_npy_and_hdf5_sources_and_calibration_files_feed_the_same_frames() {
         let mut cfg = config(&format!(
             "[detector]\nmodules = 2\ngain = \"gain.bin\"\npedestal = \"pedestal.bin\"\n\
              [source]\nkind = \"{kind}\"\npath = \"{file}\"\n{extra}\
-             [acquisition]\nframes = 4\nbunch = 2\ndeadline_ms = 10000\n[pipeline]\nbins = 200\n"
+             [acquisition]\nframes = 4\nbunch = 2\ndeadline_ms = 10000\nrate_hz = 50\n\
+             [pipeline]\nbins = 200\n"
         ));
         cfg.rebase(&dir);
         let d = Dataset::load(&cfg).unwrap_or_else(|e| panic!("{kind}: {e}"));

@@ -25,6 +25,11 @@ fn config(extra: &str) -> Config {
     let mut cfg = Config::parse(&format!("{BASE}{extra}")).unwrap();
     // A slow debug build must not be mistaken for a lost module.
     cfg.acquisition.deadline_ms = 10_000;
+    // Nor a busy machine for a lossy link: an unpaced source overflows a debug receiver's UDP
+    // socket, and UC does not retransmit.
+    if cfg.acquisition.rate_hz == 0.0 {
+        cfg.acquisition.rate_hz = 50.0;
+    }
     cfg
 }
 
