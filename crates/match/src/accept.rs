@@ -8,7 +8,7 @@
 
 use crate::ratio::{passes_ratio, within, Dist2};
 use crate::search::{knn2_f32_run, knn2_u8_run, with_threads};
-use crate::{knn2_f32, knn2_u8, Error, Match, Neighbours, Options};
+use crate::{knn2_f32, knn2_u8, Error, Kernel, Match, Neighbours, Options};
 
 fn check(opts: &Options) -> Result<(), Error> {
     if let Some(r) = opts.ratio {
@@ -68,6 +68,35 @@ fn distinct_trains(matches: &[Match]) -> Vec<u32> {
     t
 }
 
+/// A search of every query among a train set: `(kernel, query, train, dim, n_query)`.
+type Search<T, D> = fn(Kernel, &[T], &[T], usize, usize) -> Vec<Neighbours<D>>;
+
+/// With `opts.cross_check`, keeps the matches whose train point has the match's query as its
+/// nearest query: the surviving train points are searched back among the queries with `run`.
+fn cross_check<T: Copy + Send + Sync, D: Copy + Send>(
+    mut out: Vec<Match>,
+    query: &[T],
+    train: &[T],
+    dim: usize,
+    opts: &Options,
+    run: Search<T, D>,
+) -> Result<Vec<Match>, Error> {
+    if opts.cross_check && !out.is_empty() {
+        let trains = distinct_trains(&out);
+        let back_q: Vec<T> = trains
+            .iter()
+            .flat_map(|&t| &train[t as usize * dim..][..dim])
+            .copied()
+            .collect();
+        let kernel = opts.kernel.resolve()?;
+        let back = with_threads(opts.threads, || {
+            run(kernel, &back_q, query, dim, trains.len())
+        })?;
+        keep_mutual(&mut out, &trains, &back);
+    }
+    Ok(out)
+}
+
 /// Matches u8 descriptors: each query's nearest train point, kept when it passes the tests of
 /// `opts` (see [`Options`]). Sorted by query index; at most one match per query.
 ///
@@ -88,21 +117,8 @@ pub fn match_u8(
 ) -> Result<Vec<Match>, Error> {
     check(opts)?;
     let nb = knn2_u8(query, train, dim, opts)?;
-    let mut out = accept(&nb, opts, Dist2::Int);
-    if opts.cross_check && !out.is_empty() {
-        let trains = distinct_trains(&out);
-        let back_q: Vec<u8> = trains
-            .iter()
-            .flat_map(|&t| &train[t as usize * dim..][..dim])
-            .copied()
-            .collect();
-        let kernel = opts.kernel.resolve()?;
-        let back = with_threads(opts.threads, || {
-            knn2_u8_run(kernel, &back_q, query, dim, trains.len())
-        })?;
-        keep_mutual(&mut out, &trains, &back);
-    }
-    Ok(out)
+    let out = accept(&nb, opts, Dist2::Int);
+    cross_check(out, query, train, dim, opts, knn2_u8_run)
 }
 
 /// [`match_u8`] for f32 descriptors (e.g. MicMac Digeo v1 files).
@@ -120,19 +136,6 @@ pub fn match_f32(
 ) -> Result<Vec<Match>, Error> {
     check(opts)?;
     let nb = knn2_f32(query, train, dim, opts)?;
-    let mut out = accept(&nb, opts, Dist2::Float);
-    if opts.cross_check && !out.is_empty() {
-        let trains = distinct_trains(&out);
-        let back_q: Vec<f32> = trains
-            .iter()
-            .flat_map(|&t| &train[t as usize * dim..][..dim])
-            .copied()
-            .collect();
-        let kernel = opts.kernel.resolve()?;
-        let back = with_threads(opts.threads, || {
-            knn2_f32_run(kernel, &back_q, query, dim, trains.len())
-        })?;
-        keep_mutual(&mut out, &trains, &back);
-    }
-    Ok(out)
+    let out = accept(&nb, opts, Dist2::Float);
+    cross_check(out, query, train, dim, opts, knn2_f32_run)
 }

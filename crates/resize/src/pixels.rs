@@ -94,7 +94,7 @@ pub fn resize_pixels(
     let src_image = fir::images::ImageRef::new(width, height, src, pixel_type)
         .map_err(|e| err(e.to_string()))?;
     let mut dst = fir::images::Image::new(tw, th, pixel_type);
-    let options = fir::ResizeOptions::new().resize_alg(algorithm(filter)?);
+    let options = fir::ResizeOptions::new().resize_alg(crate::resample::algorithm(filter)?);
     fir::Resizer::new()
         .resize(&src_image, &mut dst, &options)
         .map_err(|e| err(e.to_string()))?;
@@ -121,46 +121,6 @@ fn choose_filter(job: &Job, (w, h): (u32, u32), (tw, th): (u32, u32)) -> Filter 
     } else {
         Filter::Lanczos3
     }
-}
-
-/// ImageMagick's LanczosSharp blur, as in `resample.rs`.
-const LANCZOS_SHARP_BLUR: f64 = 0.981_250_564_426_935_6;
-
-fn lanczos_sharp(x: f64) -> f64 {
-    let sinc = |x: f64| {
-        if x == 0.0 {
-            1.0
-        } else {
-            let a = x * std::f64::consts::PI;
-            a.sin() / a
-        }
-    };
-    let x = x / LANCZOS_SHARP_BLUR;
-    if x.abs() < 3.0 {
-        sinc(x) * sinc(x / 3.0)
-    } else {
-        0.0
-    }
-}
-
-/// The same mapping as `resample::algorithm` (which works on owned buffers only); the tests
-/// below check that both give identical pixels for every filter.
-fn algorithm(filter: Filter) -> Result<fir::ResizeAlg> {
-    use fir::{FilterType as F, ResizeAlg as A};
-    Ok(match filter {
-        Filter::Point => A::Nearest,
-        Filter::Box => A::Convolution(F::Box),
-        Filter::Triangle => A::Convolution(F::Bilinear),
-        Filter::CatmullRom => A::Convolution(F::CatmullRom),
-        Filter::Mitchell => A::Convolution(F::Mitchell),
-        Filter::Gaussian => A::Convolution(F::Gaussian),
-        Filter::Lanczos3 => A::Convolution(F::Lanczos3),
-        Filter::LanczosSharp => {
-            let f = fir::Filter::new("lanczossharp", lanczos_sharp, 3.0 * LANCZOS_SHARP_BLUR)
-                .map_err(|e| Error::Resample(e.to_string()))?;
-            A::Convolution(F::Custom(f))
-        }
-    })
 }
 
 /// What an image's headers say, read without decoding any pixel.

@@ -26,7 +26,8 @@ fn lanczos_sharp(x: f64) -> f64 {
     }
 }
 
-fn algorithm(filter: Filter) -> Result<fir::ResizeAlg> {
+/// fast_image_resize's algorithm for one of ImageMagick's filters.
+pub(crate) fn algorithm(filter: Filter) -> Result<fir::ResizeAlg> {
     use fir::{FilterType as F, ResizeAlg as A};
     Ok(match filter {
         Filter::Point => A::Nearest,
