@@ -11,27 +11,34 @@
 //! they landed, with the modules that did not arrive whole overwritten by the
 //! JUNGFRAU error word (flagged, never converted: masked, never stale). Results go to the writer
 //! behind a bounded queue; a slow disk shows as writer drops, never as a stalled receiver.
+//!
+//! `processing` holds the processing thread and the scheduler books it checks; this file the
+//! setup, the receive loop and the report.
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver as Rx, RecvTimeoutError};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use remora_fabric::{Completion, Listener, Qp, QpOptions, RegionInfo, WcOpcode};
+use remora_fabric::{Listener, Qp, QpOptions, RegionInfo};
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
 use serde::Serialize;
 
 use crate::calib::PedestalMaps;
 use crate::config::Config;
-use crate::control::{Preview, Tap};
+use crate::control::Tap;
 use crate::emulator::HELLO_MAGIC;
-use crate::model::{ERROR_WORD, MODULE_PIXELS};
 use crate::pipeline::{Outcome, Pipeline};
-use crate::ring::{packets_per_stack, Marker, RingLayout};
+use crate::ring::{packets_per_stack, RingLayout};
 use crate::scheduler::{Issue, SchedStats, Scheduler};
 use crate::setup::Setup;
 use crate::writer::{FrameKind, FrameRecord, WriterThread};
 use crate::{DaqError, Result};
+
+mod processing;
+
+pub(crate) use processing::{kept_image, leave_pedestal, offer_preview};
+use processing::{Books, Msg, Worker};
 
 /// One processed frame, as the receiver commits it.
 #[derive(Debug, Clone)]
@@ -524,49 +531,6 @@ pub(crate) fn finish(
     Ok(rep)
 }
 
-/// Hands a kept frame to the controller's preview when one is due (a few times a second): the
-/// pipeline's buffer itself, swapped for a spare, so the data path copies nothing. Call it
-/// after [`kept_image`].
-pub(crate) fn offer_preview(
-    tap: Option<&Tap>,
-    receiver: usize,
-    frame: u64,
-    p: &mut Pipeline,
-    o: &Option<Outcome>,
-) {
-    let Some(tap) = tap else { return };
-    if matches!(o, Some(Outcome::Kept { .. })) && tap.preview_due() {
-        let (pixels, width, height, assembled) = p.take_preview(tap.take_buffer());
-        tap.offer_preview(Preview {
-            frame,
-            receiver,
-            width,
-            height,
-            pixels,
-            assembled,
-        });
-    }
-}
-
-/// Leaves the pipeline's pedestal with the controller when it asks (after a dark run).
-pub(crate) fn leave_pedestal(tap: Option<&Tap>, cfg: &Config, receiver: usize, p: &Pipeline) {
-    let Some(tap) = tap.filter(|t| t.keeps_pedestal()) else {
-        return;
-    };
-    let maps =
-        crate::model::Detector::new(cfg.detector.modules).and_then(|d| p.tables().pedestal_maps(d));
-    match maps {
-        Ok(m) => tap.put_pedestal(receiver, m),
-        Err(e) => tracing::warn!("receiver {receiver}: keeping the pedestal: {e}"),
-    }
-}
-
-/// The assembled image of a kept frame, if the output wants images.
-pub(crate) fn kept_image(cfg: &Config, p: &Pipeline, o: &Option<Outcome>) -> Option<Vec<f32>> {
-    (cfg.output.images && matches!(o, Some(Outcome::Kept { .. })) && !p.image().is_empty())
-        .then(|| p.image().to_vec())
-}
-
 pub(crate) fn commit(
     rep: &mut ReceiverReport,
     fr: &FrameResult,
@@ -618,184 +582,5 @@ pub(crate) fn commit(
     }
     if let Some(f) = on_frame.as_mut() {
         f(fr);
-    }
-}
-
-/// The scheduler and the queue pairs it listens to, shared by the receive thread (which drains
-/// and issues) and the processing thread (which drains before deciding a frame is intact).
-struct Books {
-    sched: Scheduler,
-    qps: Vec<Qp>,
-    comps: Vec<Completion>,
-    /// Packets one frame of one module takes.
-    per_frame: u64,
-    frames: u64,
-    bunch: u64,
-    started: Option<Instant>,
-}
-
-impl Books {
-    /// Packets a whole module part of stack `s` takes (the last stack may be short).
-    fn expected_packets(&self, s: u64) -> u64 {
-        let n = self.bunch.min(self.frames.saturating_sub(s * self.bunch));
-        1 + self.per_frame * n
-    }
-
-    /// Feeds every completion waiting to the scheduler; true if there was any.
-    fn drain(&mut self, now: Instant) -> bool {
-        let mut any = false;
-        for m in 0..self.qps.len() {
-            loop {
-                self.comps.clear();
-                if self.qps[m].poll(&mut self.comps, 256) == 0 {
-                    break;
-                }
-                any = true;
-                for i in 0..self.comps.len() {
-                    let c = self.comps[i];
-                    let (WcOpcode::RecvRdmaWithImm, Some(imm)) = (c.opcode, c.imm) else {
-                        continue;
-                    };
-                    let mk = Marker::from_imm(imm, self.sched.latest());
-                    let whole = match mk {
-                        Marker::End(s) => u64::from(c.in_sequence) >= self.expected_packets(s),
-                        Marker::Start(_) => true,
-                    };
-                    self.sched.on_marker(now, m, mk, whole);
-                }
-            }
-        }
-        if any && self.started.is_none() {
-            self.started = Some(now);
-        }
-        any
-    }
-
-    /// Whether an issued stack is still intact, with every marker that has arrived counted.
-    fn intact(&mut self, stack: u64) -> bool {
-        self.drain(Instant::now());
-        self.sched.intact(stack)
-    }
-}
-
-enum Msg {
-    Frame(Box<FrameResult>, f64),
-    Overrun(f64),
-    StackDone(u64),
-    Failed(DaqError),
-}
-
-struct Worker {
-    cfg: Config,
-    index: usize,
-    ring: RingLayout,
-    region: Arc<Region>,
-    pipeline: Pipeline,
-    books: Arc<Mutex<Books>>,
-    tap: Option<Arc<Tap>>,
-}
-
-impl Worker {
-    fn run(mut self, rx: Rx<Issue>, tx: mpsc::Sender<Msg>) {
-        let frames = self.cfg.frames_of(self.index);
-        let bunch = self.ring.bunch as u64;
-        let words = self.ring.slot_bytes() / 2;
-        let slow = Duration::from_millis(self.cfg.pipeline.slow_ms);
-        let dark = crate::pedestal::DarkPattern::new(
-            self.cfg.acquisition.dark_every,
-            self.cfg.acquisition.dark_phase,
-        )
-        .unwrap_or(crate::pedestal::DarkPattern::NONE);
-        let mut scratch: Vec<u16> = Vec::new();
-        while let Ok(issue) = rx.recv() {
-            let first = issue.stack * bunch;
-            let last = (first + bunch).min(frames);
-            for n in first..last {
-                let t = Instant::now();
-                // A stack already overrun is abandoned: processing frames whose results will be
-                // thrown away would only make the pipeline fall further behind.
-                if !self.books.lock().expect("books").intact(issue.stack) {
-                    for _ in n..last {
-                        let _ = tx.send(Msg::Overrun(0.0));
-                    }
-                    break;
-                }
-                let off = self.ring.slot(n) * self.ring.slot_bytes();
-                // SAFETY: the ring is a live mapping of `ring.bytes()` bytes owned by `region`
-                // (kept alive by the Arc), page-aligned, so any u16 view inside it is aligned.
-                // The transport writes into it concurrently only during an overrun, which is
-                // checked below before anything computed from this view is kept.
-                let raw = unsafe {
-                    std::slice::from_raw_parts_mut(
-                        self.region.as_ptr().add(off).cast::<u16>(),
-                        words,
-                    )
-                };
-                for m in 0..self.ring.modules {
-                    if issue.lost_modules >> m & 1 == 1 {
-                        raw[m * MODULE_PIXELS..(m + 1) * MODULE_PIXELS].fill(ERROR_WORD);
-                    }
-                }
-                let g = self.cfg.global_frame(self.index, n);
-                let process = self.cfg.pipeline.process;
-                // A dark frame changes the pipeline's state (the pedestal): it is copied out and
-                // checked intact *before* it is used, so an overrun cannot leak into later frames.
-                let input: &[u16] = if process && dark.is_dark(g) {
-                    scratch.clear();
-                    scratch.extend_from_slice(raw);
-                    &scratch
-                } else {
-                    raw
-                };
-                if process
-                    && dark.is_dark(g)
-                    && !self.books.lock().expect("books").intact(issue.stack)
-                {
-                    let _ = tx.send(Msg::Overrun(t.elapsed().as_secs_f64()));
-                    continue;
-                }
-                let outcome = if process {
-                    match self.pipeline.process(g, input) {
-                        Ok(o) => Some(o),
-                        Err(e) => {
-                            let _ = tx.send(Msg::Failed(e));
-                            return;
-                        }
-                    }
-                } else {
-                    None
-                };
-                if !slow.is_zero() {
-                    std::thread::sleep(slow);
-                }
-                let secs = t.elapsed().as_secs_f64();
-                let intact = self.books.lock().expect("books").intact(issue.stack);
-                let msg = if intact {
-                    // The writer's copy first: the preview takes the buffer away.
-                    let image = kept_image(&self.cfg, &self.pipeline, &outcome);
-                    let tap = self.tap.as_deref();
-                    offer_preview(tap, self.index, g, &mut self.pipeline, &outcome);
-                    Msg::Frame(
-                        Box::new(FrameResult {
-                            frame: g,
-                            lost_modules: issue.lost_modules,
-                            missing_packets: Vec::new(),
-                            image,
-                            outcome,
-                        }),
-                        secs,
-                    )
-                } else {
-                    Msg::Overrun(secs)
-                };
-                if tx.send(msg).is_err() {
-                    return;
-                }
-            }
-            if tx.send(Msg::StackDone(issue.stack)).is_err() {
-                return;
-            }
-        }
-        leave_pedestal(self.tap.as_deref(), &self.cfg, self.index, &self.pipeline);
     }
 }
