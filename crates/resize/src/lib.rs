@@ -49,6 +49,7 @@ pub mod client;
 mod engine;
 mod error;
 mod exif;
+pub mod fidelity;
 pub mod geometry;
 mod markers;
 mod options;

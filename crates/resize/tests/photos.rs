@@ -8,6 +8,7 @@
 //! constants (K1 = 0.01, K2 = 0.03, L = 255), averaged. remora's output must be within 0.005 of
 //! the reference-encoded image's SSIM to the unencoded reference.
 
+use remora_resize::fidelity::{luma, reference, ssim};
 use remora_resize::testing::{decode_rgb, encode_rgb};
 use remora_resize::{resize_jpeg, Job};
 use std::path::{Path, PathBuf};
@@ -65,111 +66,6 @@ fn photo_sizes_match_imagemagick() {
             assert_eq!(decode_rgb(&r.data).0, r.width as usize);
         }
     }
-}
-
-/// One axis of a separable Lanczos3 resample in f64 (`n` channels interleaved).
-fn lanczos_axis(
-    src: &[f64],
-    len: usize,
-    count: usize,
-    stride_item: usize,
-    stride_line: usize,
-    out_len: usize,
-    n: usize,
-) -> Vec<f64> {
-    // src: `count` lines of `len` items; item i of line l at l*stride_line + i*stride_item.
-    let scale = len as f64 / out_len as f64;
-    let support = 3.0 * scale.max(1.0);
-    let fscale = scale.max(1.0);
-    let lanczos = |x: f64| {
-        if x.abs() >= 3.0 {
-            0.0
-        } else if x == 0.0 {
-            1.0
-        } else {
-            let a = std::f64::consts::PI * x;
-            3.0 * a.sin() * (a / 3.0).sin() / (a * a)
-        }
-    };
-    let mut out = vec![0.0; count * out_len * n];
-    for o in 0..out_len {
-        let centre = (o as f64 + 0.5) * scale - 0.5;
-        let lo = ((centre - support).ceil().max(0.0)) as usize;
-        let hi = ((centre + support).floor() as usize).min(len - 1);
-        let weights: Vec<f64> = (lo..=hi)
-            .map(|i| lanczos((i as f64 - centre) / fscale))
-            .collect();
-        let total: f64 = weights.iter().sum();
-        for l in 0..count {
-            for c in 0..n {
-                let mut acc = 0.0;
-                for (k, i) in (lo..=hi).enumerate() {
-                    acc += weights[k] * src[l * stride_line + i * stride_item + c];
-                }
-                out[(l * out_len + o) * n + c] = acc / total;
-            }
-        }
-    }
-    out
-}
-
-/// Reference resize of packed RGB to `tw`×`th`.
-fn reference(px: &[u8], w: usize, h: usize, tw: usize, th: usize) -> Vec<u8> {
-    let src: Vec<f64> = px.iter().map(|&v| f64::from(v)).collect();
-    // Horizontal: h lines of w pixels → h×tw (row-major).
-    let horiz = lanczos_axis(&src, w, h, 3, w * 3, tw, 3);
-    // Vertical: tw columns of h pixels → stored column-major as tw lines of th.
-    let vert = lanczos_axis(&horiz, h, tw, tw * 3, 3, th, 3);
-    let mut out = vec![0u8; tw * th * 3];
-    for x in 0..tw {
-        for y in 0..th {
-            for c in 0..3 {
-                out[(y * tw + x) * 3 + c] =
-                    vert[(x * th + y) * 3 + c].round().clamp(0.0, 255.0) as u8;
-            }
-        }
-    }
-    out
-}
-
-fn luma(px: &[u8]) -> Vec<f64> {
-    px.chunks_exact(3)
-        .map(|p| 0.299 * f64::from(p[0]) + 0.587 * f64::from(p[1]) + 0.114 * f64::from(p[2]))
-        .collect()
-}
-
-/// Mean SSIM of two luma planes over 8×8 windows at a stride of 4.
-fn ssim(a: &[f64], b: &[f64], w: usize, h: usize) -> f64 {
-    let (c1, c2) = ((0.01f64 * 255.0).powi(2), (0.03f64 * 255.0).powi(2));
-    let (mut total, mut count) = (0.0, 0);
-    let mut y = 0;
-    while y + 8 <= h {
-        let mut x = 0;
-        while x + 8 <= w {
-            let (mut sa, mut sb, mut saa, mut sbb, mut sab) = (0.0, 0.0, 0.0, 0.0, 0.0);
-            for j in y..y + 8 {
-                for i in x..x + 8 {
-                    let (p, q) = (a[j * w + i], b[j * w + i]);
-                    sa += p;
-                    sb += q;
-                    saa += p * p;
-                    sbb += q * q;
-                    sab += p * q;
-                }
-            }
-            let n = 64.0;
-            let (ma, mb) = (sa / n, sb / n);
-            let va = saa / n - ma * ma;
-            let vb = sbb / n - mb * mb;
-            let cov = sab / n - ma * mb;
-            total += ((2.0 * ma * mb + c1) * (2.0 * cov + c2))
-                / ((ma * ma + mb * mb + c1) * (va + vb + c2));
-            count += 1;
-            x += 4;
-        }
-        y += 4;
-    }
-    total / count as f64
 }
 
 #[test]
