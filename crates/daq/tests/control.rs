@@ -4,7 +4,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use remora_daq::calib::PedestalMaps;
-use remora_daq::config::Config;
+use remora_daq::config::{Config, TransportKind};
 use remora_daq::control::{ConfigFormat, ControlError, Service, ServiceOptions, State};
 use remora_daq::dataset::Dataset;
 use remora_daq::model::{Detector, MODULE_PIXELS};
@@ -25,8 +25,13 @@ fn config(extra: &str) -> Config {
     let mut cfg = Config::parse(&format!("{BASE}{extra}")).unwrap();
     // A slow debug build must not be mistaken for a lost module.
     cfg.acquisition.deadline_ms = 10_000;
-    // Nor a busy machine for a lossy link: an unpaced source overflows a debug receiver's UDP
-    // socket, and UC does not retransmit.
+    // Nor a busy machine for a lossy link: a debug receiver that falls behind overflows its UDP
+    // socket and UC does not retransmit (CI once lost a whole stack that way at 50 Hz). These
+    // tests are about the service, so they run over shared memory, which does not drop; the UDP
+    // paths are tested in tests/acquisition.rs, and the native test below asks for UDP itself.
+    if !extra.contains("[transport]") {
+        cfg.transport.kind = TransportKind::Shm;
+    }
     if cfg.acquisition.rate_hz == 0.0 {
         cfg.acquisition.rate_hz = 50.0;
     }
