@@ -48,7 +48,7 @@ mod wr;
 
 pub use conn::{connect, Incoming, Listener, QpOptions, QpType, RegionInfo, Transport};
 pub use cq::Cq;
-pub use engine::Stats;
+pub use engine::{FaultMode, PageInPolicy, PageInRequest, PartConfig, Stats};
 pub use error::{Error, Result};
 pub use fault::Faults;
 pub use qp::{Qp, QpStats};

@@ -7,6 +7,11 @@
 //! and completions through [`Engine::poll_completion`]. Transports (`udp`) are thin drivers
 //! around it, and the loss, reordering and timeout tests run it on virtual time.
 //!
+//! Pages that are not resident in `on-demand` regions are handled without blocking the receive
+//! path (PART, [`fault`]): the engine asks its driver for page-ins through
+//! [`Engine::poll_page_in`] and resumes the sender with an explicit retransmission request when
+//! the driver reports them done ([`Engine::page_in_done`]).
+//!
 //! Packets are RoCEv2 UDP payloads (BTH .. ICRC). The engine leaves the 4 ICRC bytes zero; the
 //! transport seals them because the ICRC covers the IP and UDP headers the engine never sees.
 use std::collections::VecDeque;
@@ -19,11 +24,13 @@ use remora_wire::{BthRepr, Op, Opcode, Psn, Repr, Service};
 use crate::error::Result;
 use crate::wr::{Completion, RecvWr, SendWr};
 
+pub mod fault;
 mod requester;
 mod responder;
 #[cfg(test)]
 mod tests;
 
+pub use fault::{FaultMode, PageInPolicy, PageInRequest, PartConfig, FAULT_RNR_TIMER};
 use requester::Requester;
 use responder::Responder;
 
@@ -59,6 +66,8 @@ pub struct EngineConfig {
     pub max_send_wr: usize,
     /// Partition key sent in every BTH and required of received packets ([`pkey_matches`]).
     pub pkey: u16,
+    /// Page faults: PART or inline, the page-in policy, the requester's fault timeout.
+    pub part: PartConfig,
 }
 
 impl EngineConfig {
@@ -79,6 +88,7 @@ impl EngineConfig {
             ack_req_every: 64,
             max_send_wr: 4096,
             pkey: DEFAULT_PKEY,
+            part: PartConfig::default(),
         }
     }
 }
@@ -151,6 +161,27 @@ pub struct Stats {
     /// Packets whose P_Key does not admit them to this queue pair's partition (dropped, as a
     /// NIC drops them and counts a P_Key violation).
     pub bad_pkey: u64,
+    /// PART, responder: packets that hit a non-resident page and were not placed (a resend
+    /// that hits the same pending fault again is not counted twice).
+    pub faults: u64,
+    /// PART: page-in requests handed to the driver.
+    pub page_ins: u64,
+    /// PART: pages made resident by those requests (as the driver reported them).
+    pub pages_in: u64,
+    /// PART, responder: fault NAKs sent (the "hold" RNR NAKs, resends of them included).
+    pub fault_naks: u64,
+    /// PART, responder: explicit retransmission requests sent after a page-in.
+    pub errs_sent: u64,
+    /// PART, requester: explicit retransmission requests received while holding.
+    pub errs_received: u64,
+    /// PART, requester: holds ended by the fault timeout (TO) rather than by an ERR.
+    pub fault_timeouts: u64,
+    /// PART, responder: packets dropped behind a pending fault (later PSNs of the same queue
+    /// pair, resent after the ERR).
+    pub held_drops: u64,
+    /// PART, both sides: sources (a WRITE's or SEND's local buffer, a READ response's region)
+    /// populated before reading, and READ response destinations populated before placing.
+    pub source_faults: u64,
 }
 
 /// Sums the counters of several queue pairs (a server's totals).
@@ -172,6 +203,15 @@ impl std::ops::AddAssign for Stats {
         self.uc_packets_dropped += o.uc_packets_dropped;
         self.acks_sent += o.acks_sent;
         self.bad_pkey += o.bad_pkey;
+        self.faults += o.faults;
+        self.page_ins += o.page_ins;
+        self.pages_in += o.pages_in;
+        self.fault_naks += o.fault_naks;
+        self.errs_sent += o.errs_sent;
+        self.errs_received += o.errs_received;
+        self.fault_timeouts += o.fault_timeouts;
+        self.held_drops += o.held_drops;
+        self.source_faults += o.source_faults;
     }
 }
 
@@ -277,6 +317,31 @@ impl Engine {
                 &mut self.stats,
             );
         }
+    }
+
+    /// The next page-in the responder needs, for the driver's page-in worker (PART). Run it
+    /// off the receive path ([`PageInRequest::run`]) and report with [`Engine::page_in_done`].
+    pub fn poll_page_in(&mut self) -> Option<PageInRequest> {
+        self.resp.faults.requests.pop_front()
+    }
+
+    /// The page-in `id` finished: `Ok(pages)` made resident, or `Err(reason)`. When the
+    /// packet that faulted can now be placed, the responder queues the explicit retransmission
+    /// request; a failed page-in fails the sender's request (remote operational error).
+    pub fn page_in_done(
+        &mut self,
+        now: Instant,
+        id: u64,
+        result: std::result::Result<usize, String>,
+    ) {
+        let _ = now;
+        self.resp
+            .page_in_done(&self.cfg, id, result, &mut self.stats);
+    }
+
+    /// Page-ins handed out and not yet reported done.
+    pub fn page_ins_in_flight(&self) -> usize {
+        self.resp.faults.inflight.len()
     }
 
     /// Writes the next packet to send into `buf` (at least `mtu + 64` bytes) and returns its

@@ -1,10 +1,15 @@
 //! The requester half of a queue pair: send queue, PSN assignment, segmentation at the path MTU,
 //! acknowledgement processing, READ responses, go-back-N retransmission and the retry limits.
+//!
+//! PART: a fault NAK (RNR NAK with [`FAULT_RNR_TIMER`]) makes the requester hold at the faulting
+//! PSN until the responder's ERR, or until its own fault timeout (TO) when one is set; local
+//! sources that are not resident are populated with the page-in policy before they are read.
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use remora_wire::{AethRepr, BthRepr, NakCode, Op, Psn, Repr, RethRepr, Service, Syndrome};
 
+use super::fault::{self, FAULT_RNR_TIMER};
 use super::{packets_for, EngineConfig, Stats};
 use crate::error::{Error, Result};
 use crate::wr::{Completion, SendWr, Status, WrOp};
@@ -12,6 +17,9 @@ use crate::wr::{Completion, SendWr, Status, WrOp};
 /// Bounds of the adaptive retransmission timeout.
 const MIN_RTO: Duration = Duration::from_micros(500);
 const MAX_RTO: Duration = Duration::from_secs(1);
+/// Without a fault timeout (NTO) a hold still ends after this long, in case the ERR was lost;
+/// if the page-in is still going on, the responder simply NAKs again.
+const NTO_HOLD_LIMIT: Duration = Duration::from_millis(200);
 
 struct Pending {
     wr: SendWr,
@@ -69,6 +77,9 @@ pub(super) struct Requester {
     rttvar: Duration,
     /// Current retransmission timeout.
     rto: Duration,
+    /// PART: holding after a fault NAK, until this instant (the fault timeout or the NTO limit)
+    /// or an ERR.
+    hold_until: Option<Instant>,
     pub(super) error: bool,
 }
 
@@ -91,6 +102,7 @@ impl Requester {
             srtt: None,
             rttvar: Duration::ZERO,
             rto: cfg.retry_timeout,
+            hold_until: None,
             error: false,
         }
     }
@@ -121,10 +133,10 @@ impl Requester {
     }
 
     pub(super) fn poll_timeout(&self) -> Option<Instant> {
-        match (self.deadline, self.rnr_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.deadline, self.rnr_until, self.hold_until]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     pub(super) fn poll_transmit(
@@ -135,7 +147,7 @@ impl Requester {
         completions: &mut VecDeque<Completion>,
         stats: &mut Stats,
     ) -> Option<usize> {
-        if self.error || self.rnr_until.is_some_and(|t| t > now) {
+        if self.error || self.rnr_until.is_some_and(|t| t > now) || self.hold_until.is_some() {
             return None;
         }
         let rc = cfg.service == Service::Rc;
@@ -231,6 +243,16 @@ impl Requester {
         let hl = repr.header_len();
         let total = repr.emit_headers(buf);
         if payload_len > 0 {
+            if fault::populate_source(
+                &cfg.part,
+                &p.wr.local,
+                p.wr.offset + off,
+                payload_len,
+                p.wr.len - off,
+            ) > 0
+            {
+                stats.source_faults += 1;
+            }
             let dst = &mut buf[hl..hl + payload_len];
             if p.wr.local.read_at(p.wr.offset + off, dst).is_err() {
                 // Bounds were checked at post time; a failure here is a bug, not bad input.
@@ -306,7 +328,14 @@ impl Requester {
                 stats.naks_received += 1;
                 self.ack_through(now, cfg, psn.add(Psn::MASK));
                 match code {
-                    NakCode::PsnSequenceError => self.go_back(psn),
+                    NakCode::PsnSequenceError => {
+                        if self.hold_until.take().is_some() {
+                            // The ERR: the responder has the pages now.
+                            stats.errs_received += 1;
+                            self.rearm(now, true);
+                        }
+                        self.go_back(psn)
+                    }
                     NakCode::RemoteAccessError => {
                         self.fail(psn, Status::RemoteAccessError, completions)
                     }
@@ -317,6 +346,18 @@ impl Requester {
                         self.fail(psn, Status::RemoteOperationalError, completions)
                     }
                 }
+            }
+            Syndrome::RnrNak {
+                timer: FAULT_RNR_TIMER,
+            } => {
+                // A page fault at the responder: hold at `psn` until the ERR or our timeout.
+                // Not an RNR retry: faults are expected and never fail the request.
+                stats.naks_received += 1;
+                self.ack_through(now, cfg, psn.add(Psn::MASK));
+                self.go_back(psn);
+                self.hold_until = Some(now + cfg.part.fault_timeout.unwrap_or(NTO_HOLD_LIMIT));
+                self.deadline = None;
+                self.rtt_probe = None;
             }
             Syndrome::RnrNak { .. } => {
                 stats.naks_received += 1;
@@ -375,6 +416,16 @@ impl Requester {
         if !op_ok || payload.len() != want {
             stats.invalid_requests += 1;
             return;
+        }
+        if fault::populate_source(
+            &cfg.part,
+            &p.wr.local,
+            p.wr.offset + off,
+            payload.len(),
+            p.wr.len - off,
+        ) > 0
+        {
+            stats.source_faults += 1;
         }
         if p.wr.local.write_at(p.wr.offset + off, payload).is_err() {
             debug_assert!(false, "local write out of bounds after post-time check");
@@ -485,6 +536,16 @@ impl Requester {
         if self.rnr_until.is_some_and(|t| t <= now) {
             self.rnr_until = None;
         }
+        if self.hold_until.is_some_and(|t| t <= now) {
+            // The fault timeout (or the NTO safety limit): resend from the faulting PSN now;
+            // if the pages are not in yet the responder holds us again.
+            self.hold_until = None;
+            if cfg.part.fault_timeout.is_some() {
+                stats.fault_timeouts += 1;
+            }
+            self.deadline = Some(now + self.rto);
+            return;
+        }
         let Some(deadline) = self.deadline else {
             return;
         };
@@ -529,6 +590,7 @@ impl Requester {
         self.error = true;
         self.deadline = None;
         self.rnr_until = None;
+        self.hold_until = None;
         self.tx_idx = 0;
     }
 

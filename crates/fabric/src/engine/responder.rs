@@ -2,6 +2,10 @@
 //! through, placing WRITE and SEND payloads, READ responses, coalesced ACKs and NAKs (RC), and
 //! the drop-until-next-first rule after a gap (UC).
 //!
+//! PART (RC): a packet whose target pages are not resident is not placed; the responder records
+//! the fault, asks for a page-in, NAKs the sender to hold and drops what follows on this queue
+//! pair until the page-in is done, then sends the ERR ([`super::fault`]).
+//!
 //! WRITE-with-immediate does not consume a posted receive buffer here (unlike verbs, where it
 //! does): its completion carries `wr_id` 0, so a receiver needs no receive ring for events.
 use std::collections::VecDeque;
@@ -10,6 +14,7 @@ use std::sync::Arc;
 use remora_mem::{Access, Pd, Region};
 use remora_wire::{AethRepr, NakCode, Op, Psn, Repr, Service, Syndrome};
 
+use super::fault::{self, FaultBook, Pending, FAULT_RNR_TIMER};
 use super::{packets_for, EngineConfig, Stats};
 use crate::wr::{Completion, RecvWr, Status, WcOpcode};
 
@@ -37,7 +42,7 @@ struct InMsg {
 
 enum Out {
     Nak { psn: Psn, code: NakCode },
-    Rnr { psn: Psn },
+    Rnr { psn: Psn, timer: u8 },
     Read(ReadResponse),
 }
 
@@ -54,6 +59,14 @@ struct ReadResponse {
 enum Refuse {
     Nak(NakCode),
     Rnr,
+    /// PART: `[offset, offset+len)` of `region` is not resident; `rest` bytes of the message
+    /// start at `offset`.
+    Fault {
+        region: Arc<Region>,
+        offset: usize,
+        len: usize,
+        rest: usize,
+    },
 }
 
 pub(super) struct Responder {
@@ -67,6 +80,7 @@ pub(super) struct Responder {
     uc_wait_first: bool,
     /// Packets accepted in sequence since the last gap (UC) or `u32::MAX` (RC cannot lose).
     run: u32,
+    pub(super) faults: FaultBook,
 }
 
 impl Responder {
@@ -84,6 +98,7 @@ impl Responder {
                 Service::Rc => u32::MAX,
                 Service::Uc => 0,
             },
+            faults: FaultBook::default(),
         }
     }
 
@@ -126,6 +141,11 @@ impl Responder {
             return;
         }
         if d > 0 {
+            if self.faults.pending.is_some() {
+                // Behind a fault: the sender resends from it after the ERR.
+                stats.held_drops += 1;
+                return;
+            }
             stats.out_of_sequence += 1;
             if !self.nak_sent {
                 self.nak_sent = true;
@@ -140,6 +160,9 @@ impl Responder {
             Ok(advance) => {
                 self.epsn = psn.add(advance);
                 self.nak_sent = false;
+                // A resend (the sender's fault timeout) got in before our ERR: nothing to wait
+                // for any more.
+                self.faults.pending = None;
                 if repr.bth.ack_req && repr.bth.opcode.op != Op::ReadRequest {
                     self.ack_pending = true;
                 }
@@ -148,7 +171,106 @@ impl Responder {
                 self.cur = None;
                 self.out.push_back(Out::Nak { psn, code });
             }
-            Err(Refuse::Rnr) => self.out.push_back(Out::Rnr { psn }),
+            Err(Refuse::Rnr) => self.out.push_back(Out::Rnr {
+                psn,
+                timer: RNR_TIMER,
+            }),
+            Err(Refuse::Fault {
+                region,
+                offset,
+                len,
+                rest,
+            }) => self.fault(cfg, psn, region, offset, len, rest, stats),
+        }
+    }
+
+    /// PART: the packet at `psn` was not placed. Ask for the pages unless a page-in on its way
+    /// covers them, and tell the sender to hold.
+    #[allow(clippy::too_many_arguments)]
+    fn fault(
+        &mut self,
+        cfg: &EngineConfig,
+        psn: Psn,
+        region: Arc<Region>,
+        offset: usize,
+        len: usize,
+        rest: usize,
+        stats: &mut Stats,
+    ) {
+        let again =
+            self.faults.pending.as_ref().is_some_and(|p| {
+                p.psn == psn && Arc::ptr_eq(&p.region, &region) && p.offset == offset
+            });
+        if !again {
+            stats.faults += 1;
+        }
+        if !self.faults.covered(&region, offset, len) {
+            let (o, n) = fault::policy_range(&cfg.part, &region, offset, len, rest);
+            self.faults.request(psn, &region, o, n);
+            stats.page_ins += 1;
+        }
+        self.faults.pending = Some(Pending {
+            psn,
+            region,
+            offset,
+            len,
+        });
+        stats.fault_naks += 1;
+        self.out.push_back(Out::Rnr {
+            psn,
+            timer: FAULT_RNR_TIMER,
+        });
+    }
+
+    /// A page-in finished: send the ERR if the pending fault's pages are all in now, or fail
+    /// the request if the pages could not be brought in.
+    pub(super) fn page_in_done(
+        &mut self,
+        cfg: &EngineConfig,
+        id: u64,
+        result: std::result::Result<usize, String>,
+        stats: &mut Stats,
+    ) {
+        if !self.faults.finish(id) {
+            return;
+        }
+        let Some(p) = &self.faults.pending else {
+            if let Ok(n) = result {
+                stats.pages_in += n as u64;
+            }
+            return;
+        };
+        match result {
+            Ok(n) => {
+                stats.pages_in += n as u64;
+                if p.psn == self.epsn && p.region.is_resident(p.offset, p.len) {
+                    stats.errs_sent += 1;
+                    // The ERR is a PSN sequence error NAK at the PSN to resume from; a later
+                    // out-of-sequence packet must not send a second one.
+                    self.nak_sent = true;
+                    self.out.push_back(Out::Nak {
+                        psn: self.epsn,
+                        code: NakCode::PsnSequenceError,
+                    });
+                    self.faults.pending = None;
+                } else if p.psn == self.epsn && !self.faults.covered(&p.region, p.offset, p.len) {
+                    // Another request covered part of the packet; ask for what is still out.
+                    let (o, n) = fault::policy_range(&cfg.part, &p.region, p.offset, p.len, p.len);
+                    let (psn, region) = (p.psn, p.region.clone());
+                    self.faults.request(psn, &region, o, n);
+                    stats.page_ins += 1;
+                }
+            }
+            Err(why) => {
+                tracing::warn!(psn = p.psn.value(), reason = %why, "page-in failed; the request fails");
+                let psn = p.psn;
+                self.faults.pending = None;
+                self.cur = None;
+                self.out.push_back(Out::Nak {
+                    psn,
+                    code: NakCode::RemoteOperationalError,
+                });
+            }
         }
     }
 
@@ -236,6 +358,7 @@ impl Responder {
                         tracing::debug!(error = %e, "remote WRITE refused");
                         Refuse::Nak(NakCode::RemoteAccessError)
                     })?;
+                check_place(cfg, &ra.region, ra.offset, payload.len(), total)?;
                 place(&ra.region, ra.offset, payload)?;
                 if only {
                     self.finish_write(total, repr.immdt, completions);
@@ -271,6 +394,7 @@ impl Responder {
                     return Err(invalid(stats));
                 }
                 let m = self.cur.as_mut().expect("checked above");
+                check_place(cfg, &m.region, m.offset, payload.len(), m.remaining)?;
                 place(&m.region, m.offset, payload)?;
                 m.offset += payload.len();
                 m.remaining -= payload.len();
@@ -296,6 +420,7 @@ impl Responder {
                 if payload.len() > recv.len {
                     return Err(self.length_error(completions, stats));
                 }
+                check_place(cfg, &recv.local, recv.offset, payload.len(), recv.len)?;
                 let recv = self.recv_queue.pop_front().expect("checked above");
                 place(&recv.local, recv.offset, payload)?;
                 if only {
@@ -339,6 +464,7 @@ impl Responder {
                     stats.invalid_requests += 1;
                     return Err(Refuse::Nak(NakCode::InvalidRequest));
                 }
+                check_place(cfg, &m.region, m.offset, payload.len(), m.remaining)?;
                 place(&m.region, m.offset, payload)?;
                 m.offset += payload.len();
                 m.remaining -= payload.len();
@@ -487,9 +613,9 @@ impl Responder {
                 stats.naks_sent += 1;
                 ack(*psn, Syndrome::Nak(*code), self.msn).emit(buf, &[])
             }
-            Out::Rnr { psn } => {
+            Out::Rnr { psn, timer } => {
                 stats.naks_sent += 1;
-                ack(*psn, Syndrome::RnrNak { timer: RNR_TIMER }, self.msn).emit(buf, &[])
+                ack(*psn, Syndrome::RnrNak { timer: *timer }, self.msn).emit(buf, &[])
             }
             Out::Read(r) => {
                 let k = r.next;
@@ -516,6 +642,16 @@ impl Responder {
                 };
                 let hl = repr.header_len();
                 let total = repr.emit_headers(buf);
+                let got = fault::populate_source(
+                    &cfg.part,
+                    &r.region,
+                    r.offset + off,
+                    n,
+                    r.len - off.min(r.len),
+                );
+                if got > 0 {
+                    stats.source_faults += 1;
+                }
                 if r.region
                     .read_at(r.offset + off, &mut buf[hl..hl + n])
                     .is_err()
@@ -532,6 +668,26 @@ impl Responder {
         self.out.pop_front();
         Some(n)
     }
+}
+
+/// PART (RC only; UC cannot ask for a resend and places inline): refuses to place into pages
+/// that are not resident.
+fn check_place(
+    cfg: &EngineConfig,
+    region: &Arc<Region>,
+    offset: usize,
+    len: usize,
+    rest: usize,
+) -> Result<(), Refuse> {
+    if cfg.service == Service::Rc && fault::must_fault(&cfg.part, region, offset, len) {
+        return Err(Refuse::Fault {
+            region: region.clone(),
+            offset,
+            len,
+            rest,
+        });
+    }
+    Ok(())
 }
 
 /// Copies a payload into a region at an offset the access check already approved.

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
-use remora_wire::{Psn, Service};
+use remora_wire::{NakCode, Op, Psn, Repr, Service, Syndrome};
 
 use super::*;
 use crate::error::Error;
@@ -51,6 +51,13 @@ struct Pair {
     /// Drop everything going from a to b.
     cut_a_to_b: bool,
     rng: Rng,
+    /// The page-in worker: requests done at an instant, for b (true) or a.
+    pager: Vec<(Instant, bool, PageInRequest)>,
+    /// Virtual time a page-in takes: fixed cost and cost per 4 KiB page (the paper's ~6 + 3 µs).
+    page_in_fixed: Duration,
+    page_in_per_page: Duration,
+    /// Every packet sent, as (time, from a?, opcode, PSN, syndrome of an ACK/NAK).
+    trace: Vec<(Instant, bool, Op, u32, Option<Syndrome>)>,
 }
 
 const REGION: usize = 1 << 20;
@@ -93,6 +100,10 @@ impl Pair {
             faults: Faults::default(),
             cut_a_to_b: false,
             rng: Rng(0x9E37_79B9_7F4A_7C15),
+            pager: Vec::new(),
+            page_in_fixed: Duration::from_micros(6),
+            page_in_per_page: Duration::from_micros(3),
+            trace: Vec::new(),
         }
     }
 
@@ -143,6 +154,14 @@ impl Pair {
                 let Some(n) = s.engine.poll_transmit(self.now, &mut buf) else {
                     break;
                 };
+                let (repr, _) = Repr::parse(&buf[..n]).expect("the engine emits valid packets");
+                self.trace.push((
+                    self.now,
+                    to_b,
+                    repr.bth.opcode.op,
+                    repr.bth.psn.value(),
+                    repr.aeth.map(|a| a.syndrome),
+                ));
                 if to_b && self.cut_a_to_b {
                     continue;
                 }
@@ -166,17 +185,27 @@ impl Pair {
         let end = self.now + limit;
         loop {
             self.transmit();
-            for s in [&mut self.a, &mut self.b] {
+            for (is_b, s) in [(false, &mut self.a), (true, &mut self.b)] {
                 while let Some(c) = s.engine.poll_completion() {
                     s.completions.push(c);
                 }
+                while let Some(r) = s.engine.poll_page_in() {
+                    let pages = r.len.div_ceil(4096) as u32;
+                    let at = self.now + self.page_in_fixed + self.page_in_per_page * pages;
+                    self.pager.push((at, is_b, r));
+                }
             }
             let next_packet = self.flight.iter().map(|f| f.0).min();
+            let next_page_in = self.pager.iter().map(|f| f.0).min();
             let next_timer = [self.a.engine.poll_timeout(), self.b.engine.poll_timeout()]
                 .into_iter()
                 .flatten()
                 .min();
-            let Some(t) = [next_packet, next_timer].into_iter().flatten().min() else {
+            let Some(t) = [next_packet, next_page_in, next_timer]
+                .into_iter()
+                .flatten()
+                .min()
+            else {
                 return;
             };
             if t > end {
@@ -191,6 +220,14 @@ impl Pair {
             for (_, to_b, pkt) in due {
                 let s = if to_b { &mut self.b } else { &mut self.a };
                 s.engine.handle(self.now, &pkt);
+            }
+            let (done, rest): (Vec<_>, Vec<_>) =
+                self.pager.drain(..).partition(|f| f.0 <= self.now);
+            self.pager = rest;
+            for (_, is_b, r) in done {
+                let s = if is_b { &mut self.b } else { &mut self.a };
+                let result = r.run(64 << 10).map_err(|e| e.to_string());
+                s.engine.page_in_done(self.now, r.id, result);
             }
             for s in [&mut self.a, &mut self.b] {
                 if s.engine.poll_timeout().is_some_and(|t| t <= self.now) {
@@ -738,4 +775,272 @@ fn uc_access_violation_is_a_counted_drop_and_the_next_message_arrives() {
         "the refused First and its Middle and Last"
     );
     assert_eq!(s.naks_sent, 0, "UC never NAKs");
+}
+
+// ---- PART: faults at the responder, ERR, timeouts, sources ----
+
+/// A pair whose both sides use `part` (the responder's policy, the requester's timeout).
+fn part_pair(part: PartConfig) -> Pair {
+    let (mut ca, mut cb) = configs(Service::Rc, 4096, 0, 0x100);
+    ca.part = part;
+    cb.part = part;
+    Pair::with((ca, cb), Access::ALL)
+}
+
+fn part(policy: PageInPolicy, fault_timeout: Option<Duration>) -> PartConfig {
+    PartConfig {
+        policy,
+        fault_timeout,
+        ..PartConfig::default()
+    }
+}
+
+/// An offset in b's region whose address is 16 KiB-aligned, so PI4 blocks fall predictably.
+fn aligned_offset(p: &Pair) -> usize {
+    let a = p.b.region.addr() as usize;
+    (16384 - a % 16384) % 16384
+}
+
+/// The NAKs b sent, in order: ("fault" | "err" | other, PSN relative to a's first).
+fn naks_from_b(p: &Pair) -> Vec<(&'static str, u32)> {
+    p.trace
+        .iter()
+        .filter(|t| !t.1)
+        .filter_map(|t| match t.4 {
+            Some(Syndrome::RnrNak {
+                timer: FAULT_RNR_TIMER,
+            }) => Some(("fault", t.3)),
+            Some(Syndrome::Nak(NakCode::PsnSequenceError)) => Some(("err", t.3)),
+            Some(Syndrome::Nak(_)) => Some(("nak", t.3)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Writes `len` bytes of a's filled region into b's fresh region and checks every byte.
+fn write_fresh(p: &mut Pair, len: usize) -> usize {
+    fill(&p.a.region, 3);
+    let off = aligned_offset(p);
+    p.write(1, 0, len, off, None);
+    p.drive();
+    assert_eq!(bytes(&p.b.region, off, len), bytes(&p.a.region, 0, len));
+    assert_eq!(p.a.completions.len(), 1);
+    assert_eq!(p.a.completions[0].status, Status::Success);
+    off
+}
+
+#[test]
+fn pio_faults_on_every_page_and_resumes_after_each_err() {
+    let mut p = part_pair(part(PageInPolicy::Pio, None));
+    write_fresh(&mut p, 4 * 4096);
+    assert_eq!(
+        naks_from_b(&p),
+        [
+            ("fault", 0),
+            ("err", 0),
+            ("fault", 1),
+            ("err", 1),
+            ("fault", 2),
+            ("err", 2),
+            ("fault", 3),
+            ("err", 3)
+        ]
+    );
+    let (a, b) = (p.a.engine.stats(), p.b.engine.stats());
+    assert_eq!(
+        (b.faults, b.page_ins, b.pages_in, b.errs_sent),
+        (4, 4, 4, 4)
+    );
+    assert_eq!((a.errs_received, a.fault_timeouts), (4, 0));
+    // The first burst's packets behind the fault were dropped, not NAKed out of sequence.
+    assert_eq!(b.held_drops, 3 + 2 + 1);
+    assert_eq!(b.out_of_sequence, 0);
+}
+
+#[test]
+fn pi4_brings_in_a_16k_block_per_fault() {
+    let mut p = part_pair(part(PageInPolicy::Pi4, None));
+    write_fresh(&mut p, 8 * 4096);
+    assert_eq!(
+        naks_from_b(&p),
+        [("fault", 0), ("err", 0), ("fault", 4), ("err", 4)]
+    );
+    let b = p.b.engine.stats();
+    assert_eq!(
+        (b.faults, b.page_ins, b.pages_in, b.errs_sent),
+        (2, 2, 8, 2)
+    );
+}
+
+#[test]
+fn pia_brings_in_the_rest_of_the_message_at_the_first_fault() {
+    let mut p = part_pair(part(PageInPolicy::Pia, None));
+    let off = write_fresh(&mut p, 64 * 4096);
+    assert_eq!(naks_from_b(&p), [("fault", 0), ("err", 0)]);
+    let b = p.b.engine.stats();
+    assert_eq!(
+        (b.faults, b.page_ins, b.pages_in, b.errs_sent),
+        (1, 1, 64, 1)
+    );
+    // PIA stops at the message's end: the page after it is still out.
+    assert!(!p.b.region.is_resident(off + 64 * 4096, 1));
+}
+
+#[test]
+fn a_timeout_shorter_than_the_page_in_resends_and_is_held_again() {
+    // 64 pages take 6 + 192 µs to come in; the sender tries again every 50 µs.
+    let mut p = part_pair(part(PageInPolicy::Pia, Some(Duration::from_micros(50))));
+    write_fresh(&mut p, 64 * 4096);
+    let (a, b) = (p.a.engine.stats(), p.b.engine.stats());
+    assert_eq!((b.faults, b.page_ins), (1, 1), "one fault, asked for once");
+    assert!(a.fault_timeouts >= 3, "{a:?}");
+    assert_eq!(
+        b.fault_naks,
+        1 + a.fault_timeouts,
+        "every early resend is held again"
+    );
+    let naks = naks_from_b(&p);
+    assert_eq!(naks.first(), Some(&("fault", 0)));
+    assert!(naks.iter().all(|n| n.1 == 0), "{naks:?}");
+    assert_eq!(naks.iter().filter(|n| n.0 == "err").count(), 1);
+}
+
+#[test]
+fn a_timeout_racing_the_err_makes_only_harmless_duplicates() {
+    // Fault at 5 µs; pages in at 5 + 6 + 12 = 23 µs (ERR at b); ERR reaches a at 28 µs. The
+    // hold started at 10 µs ends at 25 µs: a resends before the ERR arrives, then goes back
+    // again on the ERR.
+    let mut p = part_pair(part(PageInPolicy::Pia, Some(Duration::from_micros(15))));
+    write_fresh(&mut p, 4 * 4096);
+    let (a, b) = (p.a.engine.stats(), p.b.engine.stats());
+    assert_eq!(a.fault_timeouts, 1);
+    assert_eq!(b.errs_sent, 1);
+    assert_eq!(a.errs_received, 0, "the ERR came after the hold had ended");
+    assert!(b.duplicates > 0, "{b:?}");
+    assert!(a.retransmits > 4, "the burst once, then again: {a:?}");
+}
+
+#[test]
+fn a_long_timeout_loses_to_the_err() {
+    let mut p = part_pair(part(PageInPolicy::Pia, Some(Duration::from_millis(1))));
+    write_fresh(&mut p, 4 * 4096);
+    let a = p.a.engine.stats();
+    assert_eq!((a.fault_timeouts, a.errs_received), (0, 1));
+}
+
+#[test]
+fn faults_recur_when_pages_are_dropped_between_transfers() {
+    let mut p = part_pair(part(PageInPolicy::Pia, None));
+    let off = write_fresh(&mut p, 8 * 4096);
+    p.b.region.evict(off, 8 * 4096).unwrap();
+    fill(&p.a.region, 9);
+    p.write(2, 0, 8 * 4096, off, Some(77));
+    p.drive();
+    assert_eq!(
+        bytes(&p.b.region, off, 8 * 4096),
+        bytes(&p.a.region, 0, 8 * 4096)
+    );
+    assert_eq!(p.b.engine.stats().faults, 2);
+    // The immediate completes once, after the whole message is in.
+    let imms: Vec<_> =
+        p.b.completions
+            .iter()
+            .filter(|c| c.imm == Some(77))
+            .collect();
+    assert_eq!(imms.len(), 1);
+    assert_eq!(imms[0].byte_len, 8 * 4096);
+}
+
+#[test]
+fn sends_fault_like_writes() {
+    let mut p = part_pair(part(PageInPolicy::Pio, None));
+    fill(&p.a.region, 5);
+    let off = aligned_offset(&p);
+    p.b.engine
+        .post_recv(RecvWr {
+            wr_id: 9,
+            local: p.b.region.clone(),
+            offset: off,
+            len: 3 * 4096,
+        })
+        .unwrap();
+    p.send(1, 0, 3 * 4096, None);
+    p.drive();
+    assert_eq!(
+        bytes(&p.b.region, off, 3 * 4096),
+        bytes(&p.a.region, 0, 3 * 4096)
+    );
+    assert_eq!(p.b.engine.stats().faults, 3);
+    assert_eq!(p.b.completions.len(), 1);
+    assert_eq!(p.b.completions[0].wr_id, 9);
+}
+
+#[test]
+fn a_page_in_that_fails_fails_the_request_and_the_responder_keeps_serving() {
+    let mut p = part_pair(part(PageInPolicy::Pia, None));
+    fill(&p.a.region, 1);
+    p.write(1, 0, 4096, 0, None);
+    // Take the request before the pager does and report it failed.
+    p.transmit();
+    let now = p.now + p.latency;
+    for (_, _, pkt) in p.flight.drain(..).collect::<Vec<_>>() {
+        p.b.engine.handle(now, &pkt);
+    }
+    let req = p.b.engine.poll_page_in().expect("a page-in request");
+    p.b.engine
+        .page_in_done(now, req.id, Err("the page server is gone".into()));
+    assert_eq!(p.b.engine.page_ins_in_flight(), 0);
+    p.now = now;
+    p.drive();
+    assert_eq!(p.a.completions.len(), 1);
+    assert_eq!(p.a.completions[0].status, Status::RemoteOperationalError);
+    // A stale report changes nothing.
+    p.b.engine.page_in_done(p.now, req.id, Ok(1));
+}
+
+#[test]
+fn never_touched_sources_are_populated_before_they_are_read() {
+    let mut p = part_pair(part(PageInPolicy::Pia, None));
+    // Nothing filled: a's region was never touched, nor b's.
+    p.write(1, 0, 16 * 4096, 0, None);
+    p.drive();
+    assert_eq!(p.a.completions[0].status, Status::Success);
+    assert!(p.a.engine.stats().source_faults >= 1);
+    assert!(p.a.region.is_resident(0, 16 * 4096));
+    // A READ from b's untouched tail into a's untouched tail: b populates its source, a its
+    // destination.
+    let off = 1 << 19;
+    p.read(2, off, 8 * 4096, off);
+    p.drive();
+    assert_eq!(p.a.completions[1].status, Status::Success);
+    assert!(p.b.engine.stats().source_faults >= 1);
+    assert!(p.b.region.is_resident(off, 8 * 4096));
+    assert!(p.a.region.is_resident(off, 8 * 4096));
+}
+
+#[test]
+fn inline_mode_places_without_faults() {
+    let mut p = part_pair(PartConfig {
+        mode: FaultMode::Inline,
+        ..PartConfig::default()
+    });
+    write_fresh(&mut p, 8 * 4096);
+    let b = p.b.engine.stats();
+    assert_eq!((b.faults, b.fault_naks, b.page_ins), (0, 0, 0));
+}
+
+#[test]
+fn uc_never_faults() {
+    let (mut ca, mut cb) = configs(Service::Uc, 4096, 0, 0x100);
+    ca.part = PartConfig::default();
+    cb.part = PartConfig::default();
+    let mut p = Pair::with((ca, cb), Access::ALL);
+    fill(&p.a.region, 2);
+    p.write(1, 0, 4 * 4096, 0, Some(1));
+    p.drive();
+    assert_eq!(
+        bytes(&p.b.region, 0, 4 * 4096),
+        bytes(&p.a.region, 0, 4 * 4096)
+    );
+    assert_eq!(p.b.engine.stats().faults, 0);
 }
