@@ -152,6 +152,9 @@ pub struct QpOptions {
     /// Partition key (udp): sent in every BTH; packets whose P_Key does not match are dropped
     /// and counted (`bad_pkey`). Configured on both sides, not negotiated, as on a fabric.
     pub pkey: u16,
+    /// Page faults in on-demand regions (udp RC): PART or inline, the page-in policy and block,
+    /// and the requester's fault timeout. Each side's responder uses its own policy.
+    pub part: crate::PartConfig,
 }
 
 impl Default for QpOptions {
@@ -167,6 +170,7 @@ impl Default for QpOptions {
             window: 1024,
             faults: None,
             pkey: crate::engine::DEFAULT_PKEY,
+            part: crate::PartConfig::default(),
         }
     }
 }
@@ -556,6 +560,7 @@ fn establish(
             cfg.retry_timeout = opts.retry_timeout;
             cfg.retry_count = opts.retry_count;
             cfg.window = opts.window.max(1);
+            cfg.part = opts.part;
             cfg.pkey = opts.pkey;
             let engine = Engine::new(cfg, pd);
             let local_ip = dev.dev.local_addr().ip();

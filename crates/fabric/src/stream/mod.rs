@@ -406,6 +406,19 @@ unsafe fn region_slice(r: &Region, off: usize, len: usize) -> &mut [u8] {
     std::slice::from_raw_parts_mut(r.as_ptr().add(off), len)
 }
 
+/// [`region_slice`] after making the range resident in one call when the region is on-demand
+/// and some of it is not. A stream queue pair has its own receive thread and a byte stream that
+/// cannot skip ahead, so a fault here stalls only this queue pair: PART's NAK and ERR would buy
+/// nothing, and one populate per message replaces a fault per page.
+///
+/// # Safety
+/// As [`region_slice`].
+#[allow(clippy::mut_from_ref)]
+unsafe fn resident_slice(r: &Region, off: usize, len: usize) -> &mut [u8] {
+    crate::engine::fault::populate_range(r, off, len);
+    region_slice(r, off, len)
+}
+
 /// Writes one frame (and its inline payload).
 fn put(w: &mut BufWriter<Sock>, o: Out) -> io::Result<()> {
     match o {
@@ -414,7 +427,7 @@ fn put(w: &mut BufWriter<Sock>, o: Out) -> io::Result<()> {
         Out::Payload(f, region, off) => {
             w.write_all(&f.encode())?;
             // SAFETY: bounds were checked when the request was posted or the access checked.
-            let bytes = unsafe { region_slice(&region, off, f.len as usize) };
+            let bytes = unsafe { resident_slice(&region, off, f.len as usize) };
             w.write_all(bytes)
         }
     }

@@ -10,7 +10,7 @@ use remora_mem::{Access, Region};
 use remora_wire::NakCode;
 
 use super::frame::*;
-use super::{region_slice, DataPath, Out, Shared, Sock, MAX_PEER_MAPS, STREAM_BUFFER};
+use super::{resident_slice, DataPath, Out, Shared, Sock, MAX_PEER_MAPS, STREAM_BUFFER};
 use crate::wr::{Completion, RecvWr, Status, WcOpcode, WrOp};
 
 pub(super) fn receiver(sock: Sock, tx: mpsc::Sender<Out>, sh: Arc<Shared>) {
@@ -227,7 +227,7 @@ fn serve(
                 drop(pending);
                 if !p.byref {
                     // SAFETY: bounds checked when the READ was posted.
-                    let dst = unsafe { region_slice(&p.local, p.offset, len) };
+                    let dst = unsafe { resident_slice(&p.local, p.offset, len) };
                     r.read_exact(dst).map_err(io)?;
                 }
                 sh.cq
@@ -311,7 +311,7 @@ fn place(
     f: &Frame,
 ) -> std::result::Result<(), Placement> {
     // SAFETY: callers checked off+len against the region (access check or receive buffer).
-    let dst = unsafe { region_slice(region, off, len) };
+    let dst = unsafe { resident_slice(region, off, len) };
     if f.code != BYREF {
         return r.read_exact(dst).map_err(Placement::Io);
     }

@@ -11,19 +11,21 @@
 //!
 //! Threads: the application thread that posts transmits directly under the queue pair's lock;
 //! the device's receive thread handles arrivals, sends ACKs, READ responses and packets the
-//! window held back, and runs the retransmission timers.
+//! window held back, and runs the retransmission timers; the device's page-in worker makes the
+//! pages PART asks for resident (batching what is queued per wake-up) and sends the ERR, so that
+//! a page fault on one queue pair never stalls the receive thread the others share.
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use remora_wire::{icrc, Endpoints, ROCE_PORT};
 
 use crate::cq::Cq;
-use crate::engine::{Engine, Stats};
+use crate::engine::{Engine, PageInRequest, Stats};
 use crate::error::{io_err, Error, Result};
 use crate::wr::{RecvWr, SendWr};
 
@@ -40,6 +42,12 @@ const RX_BUFFERS: usize = 32;
 const RX_BUFFER_LEN: usize = 65_536;
 /// Longest sleep of the receive thread, so it notices shutdown.
 const IDLE_WAIT: Duration = Duration::from_millis(50);
+/// The page-in worker populates in pieces of this size, so that a resend racing it (PIA with a
+/// short fault timeout) finds the first pages in while later ones are still coming.
+const PAGE_IN_CHUNK: usize = 256 << 10;
+
+/// A page-in for the worker: the queue pair that asked and what it needs.
+type PageInJob = (u32, PageInRequest);
 
 /// Device-level counters (per receive socket).
 #[derive(Debug, Default)]
@@ -61,6 +69,7 @@ pub(crate) struct Device {
     qps: RwLock<HashMap<u32, Arc<UdpQp>>>,
     stop: AtomicBool,
     pub(crate) stats: DeviceStats,
+    pager: mpsc::Sender<PageInJob>,
 }
 
 /// Owner of a device and its receive thread: stops and joins the thread when dropped.
@@ -92,13 +101,20 @@ impl Device {
         let gro = sys::enable_gro(fd);
         let local = sock.local_addr().map_err(io_err("local address"))?;
         tracing::debug!(%local, gro, "udp device up");
+        let (pager, jobs) = mpsc::channel();
         let dev = Arc::new(Device {
             sock,
             local,
             qps: RwLock::new(HashMap::new()),
             stop: AtomicBool::new(false),
             stats: DeviceStats::default(),
+            pager,
         });
+        let weak = Arc::downgrade(&dev);
+        std::thread::Builder::new()
+            .name(format!("remora-pagein-{}", local.port()))
+            .spawn(move || page_in_worker(weak, jobs))
+            .map_err(io_err("spawning the page-in worker"))?;
         let d = dev.clone();
         let thread = std::thread::Builder::new()
             .name(format!("remora-udp-{}", local.port()))
@@ -116,6 +132,7 @@ impl Device {
 
     pub(crate) fn attach(&self, qp: Arc<UdpQp>) {
         let qpn = qp.lock().engine.config().local_qpn;
+        let _ = qp.pager.set(self.pager.clone());
         self.qps
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -246,6 +263,46 @@ impl Device {
     }
 }
 
+/// The device's page-in worker: takes every job queued, makes the pages resident off the
+/// receive path, then reports to each queue pair, which sends its ERR. Ends with the device.
+fn page_in_worker(dev: Weak<Device>, jobs: mpsc::Receiver<PageInJob>) {
+    let mut batch = Vec::new();
+    loop {
+        match jobs.recv_timeout(IDLE_WAIT) {
+            Ok(j) => batch.push(j),
+            Err(mpsc::RecvTimeoutError::Timeout) => match dev.upgrade() {
+                Some(d) if !d.stop.load(Ordering::Acquire) => continue,
+                _ => return,
+            },
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+        batch.extend(jobs.try_iter());
+        let done: Vec<_> = batch
+            .drain(..)
+            .map(|(qpn, req)| {
+                let result = req.run(PAGE_IN_CHUNK).map_err(|e| e.to_string());
+                (qpn, req.id, result)
+            })
+            .collect();
+        let Some(d) = dev.upgrade() else { return };
+        let now = Instant::now();
+        for (qpn, id, result) in done {
+            let qp = d
+                .qps
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&qpn)
+                .cloned();
+            let Some(qp) = qp else { continue };
+            let mut st = qp.lock();
+            st.engine.page_in_done(now, id, result);
+            if let Err(e) = qp.flush(&mut st, now) {
+                tracing::warn!(error = %e, "udp transmit failed");
+            }
+        }
+    }
+}
+
 /// Mutable state of one UDP queue pair: the engine and its transmit batch buffer.
 pub(crate) struct TxState {
     pub(crate) engine: Engine,
@@ -263,6 +320,8 @@ pub(crate) struct UdpQp {
     icrc_check: bool,
     faults: Option<Mutex<crate::fault::Injector>>,
     pub(crate) cq: Arc<Cq>,
+    /// The device's page-in worker, once attached.
+    pager: OnceLock<mpsc::Sender<PageInJob>>,
 }
 
 impl UdpQp {
@@ -296,6 +355,7 @@ impl UdpQp {
             icrc_check,
             faults: faults.map(|f| Mutex::new(crate::fault::Injector::new(f))),
             cq,
+            pager: OnceLock::new(),
         }))
     }
 
@@ -327,6 +387,7 @@ impl UdpQp {
     /// react while we are still in `sendmmsg`.
     fn flush(&self, st: &mut TxState, now: Instant) -> Result<()> {
         self.deliver(st);
+        self.hand_over_page_ins(st, now);
         let mtu = st.engine.config().mtu;
         let slot = mtu + SLOT_EXTRA;
         loop {
@@ -375,6 +436,23 @@ impl UdpQp {
         }
         self.deliver(st);
         Ok(())
+    }
+
+    /// Gives the engine's page-in requests to the device's worker (or, not yet attached, runs
+    /// them here).
+    fn hand_over_page_ins(&self, st: &mut TxState, now: Instant) {
+        while let Some(req) = st.engine.poll_page_in() {
+            let qpn = st.engine.config().local_qpn;
+            let req = match self.pager.get() {
+                Some(p) => match p.send((qpn, req)) {
+                    Ok(()) => continue,
+                    Err(mpsc::SendError((_, req))) => req,
+                },
+                None => req,
+            };
+            let result = req.run(PAGE_IN_CHUNK).map_err(|e| e.to_string());
+            st.engine.page_in_done(now, req.id, result);
+        }
     }
 
     fn deliver(&self, st: &mut TxState) {
