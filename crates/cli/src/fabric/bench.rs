@@ -28,6 +28,7 @@ impl Responder {
         mtu: usize,
         connections: usize,
         icrc: bool,
+        part: &super::PartArgs,
     ) -> anyhow::Result<Responder> {
         let exe = std::env::current_exe().context("locating the remora executable")?;
         let mut cmd = Command::new(exe);
@@ -35,6 +36,7 @@ impl Responder {
             .args(["--region-size", &region_size.to_string()])
             .args(["--mtu", &mtu.to_string()])
             .args(["--connections", &connections.to_string()])
+            .args(part.to_args())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -137,7 +139,13 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let region_size = (a.size.max(1) * 2).max(1 << 20);
     let responder = match a.connect {
         Some(_) => None,
-        None => Some(Responder::start(region_size, a.mtu, 1, !a.no_icrc_check)?),
+        None => Some(Responder::start(
+            region_size,
+            a.mtu,
+            1,
+            !a.no_icrc_check,
+            &a.part,
+        )?),
     };
     let addr = a
         .connect
@@ -153,6 +161,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         qp_type: a.qp,
         mtu: a.mtu,
         icrc_check: !a.no_icrc_check,
+        part: a.part.config(),
         ..QpOptions::default()
     };
     let c = connect_client(addr, opts, role, a.size.max(1), a.size)?;
@@ -350,6 +359,8 @@ fn report(a: &BenchArgs, mtu: usize, depth: usize, m: &Measured, s: &remora_fabr
     let counters = json!({
         "tx_packets": e.tx_packets, "rx_packets": e.rx_packets, "retransmits": e.retransmits,
         "timeouts": e.timeouts, "naks_received": e.naks_received, "icrc_errors": s.icrc_errors,
+        "errs_received": e.errs_received, "fault_timeouts": e.fault_timeouts,
+        "source_faults": e.source_faults,
     });
     if a.json {
         let mut o = json!({
@@ -408,4 +419,10 @@ fn report(a: &BenchArgs, mtu: usize, depth: usize, m: &Measured, s: &remora_fabr
         " packets tx {} rx {}, retransmits {}, timeouts {}, NAKs received {}, ICRC errors {}",
         e.tx_packets, e.rx_packets, e.retransmits, e.timeouts, e.naks_received, s.icrc_errors
     );
+    if e.errs_received + e.fault_timeouts + e.source_faults > 0 {
+        println!(
+            " page faults (PART): ERRs received {}, fault timeouts {}, sources populated {}",
+            e.errs_received, e.fault_timeouts, e.source_faults
+        );
+    }
 }

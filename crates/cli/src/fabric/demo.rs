@@ -19,7 +19,13 @@ pub fn demo() -> anyhow::Result<()> {
          {CHUNKS} WRITE-with-immediate messages,\n  then READs it back and checks every byte\n",
         (CHUNK * CHUNKS) >> 20
     );
-    let responder = Responder::start(CHUNK * CHUNKS, 4096, transports.len(), true)?;
+    let responder = Responder::start(
+        CHUNK * CHUNKS,
+        4096,
+        transports.len(),
+        true,
+        &super::PartArgs::default(),
+    )?;
     for t in transports {
         let opts = QpOptions {
             transport: t,

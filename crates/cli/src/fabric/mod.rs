@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand, ValueEnum};
-use remora_fabric::{QpType, Transport};
+use remora_fabric::{FaultMode, PageInPolicy, PartConfig, QpType, Transport};
 
 mod bench;
 mod demo;
@@ -52,6 +52,98 @@ pub struct ServeArgs {
     /// counted (as are those beyond 64 setups in progress).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub max_connections: u64,
+    #[command(flatten)]
+    pub part: PartArgs,
+}
+
+/// Page-fault handling of a queue pair (PART), shared by `serve` and `bench`.
+#[derive(Args, Clone, Debug)]
+pub struct PartArgs {
+    /// Where faults on non-resident pages of on-demand regions are taken (udp RC): `part` (the
+    /// receive path never blocks: hold NAK, page-in worker, ERR) or `inline` (the receive thread
+    /// takes the fault itself).
+    #[arg(long, default_value = "part", value_parser = PossibleValuesParser::new(["part", "inline"]).try_map(|s| s.parse::<FaultMode>()))]
+    pub faults: FaultMode,
+    /// Pages brought in per fault: pio (the packet's), pi4 (its --page-in-block), pia (the rest
+    /// of the message).
+    #[arg(long, default_value = "pia", value_parser = PossibleValuesParser::new(["pio", "pi4", "pia"]).try_map(|s| s.parse::<PageInPolicy>()))]
+    pub page_in: PageInPolicy,
+    /// Block size of `--page-in pi4` (suffixes K, M).
+    #[arg(long, default_value = "16K", value_parser = parse_size)]
+    pub page_in_block: usize,
+    /// Requester: resend this long after a fault NAK without waiting for the ERR (`100us`,
+    /// `500us`, `1ms`, ...), or `off` to wait for the ERR.
+    #[arg(long, default_value = "off", value_parser = parse_timeout)]
+    pub fault_timeout: Option<std::time::Duration>,
+}
+
+/// The clap defaults: PART with PIA, 16 KiB blocks, no fault timeout.
+impl Default for PartArgs {
+    fn default() -> PartArgs {
+        let d = PartConfig::default();
+        PartArgs {
+            faults: d.mode,
+            page_in: d.policy,
+            page_in_block: d.block,
+            fault_timeout: d.fault_timeout,
+        }
+    }
+}
+
+impl PartArgs {
+    /// The queue-pair setting.
+    pub fn config(&self) -> PartConfig {
+        PartConfig {
+            mode: self.faults,
+            policy: self.page_in,
+            block: self.page_in_block.max(1),
+            fault_timeout: self.fault_timeout,
+        }
+    }
+
+    /// The same flags, for a child `remora fabric serve`.
+    pub fn to_args(&self) -> Vec<String> {
+        vec![
+            "--faults".into(),
+            match self.faults {
+                FaultMode::Part => "part".into(),
+                FaultMode::Inline => "inline".into(),
+            },
+            "--page-in".into(),
+            self.page_in.to_string(),
+            "--page-in-block".into(),
+            self.page_in_block.to_string(),
+            "--fault-timeout".into(),
+            match self.fault_timeout {
+                None => "off".into(),
+                Some(d) => format!("{}ns", d.as_nanos()),
+            },
+        ]
+    }
+}
+
+/// Parses `off`, `100us`, `500us`, `1ms`, `2s` or `250ns`.
+pub fn parse_timeout(s: &str) -> Result<Option<std::time::Duration>, String> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("off") || s.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid timeout {s:?} (e.g. 100us, 1ms, off)"))?;
+    let d = match unit {
+        "ns" => std::time::Duration::from_nanos(n),
+        "us" | "µs" => std::time::Duration::from_micros(n),
+        "ms" => std::time::Duration::from_millis(n),
+        "s" => std::time::Duration::from_secs(n),
+        _ => return Err(format!("invalid timeout unit in {s:?} (ns, us, ms, s or off)")),
+    };
+    if d.is_zero() {
+        return Err("a fault timeout of 0 would resend at once; use off or a duration".into());
+    }
+    Ok(Some(d))
 }
 
 /// The benchmarks, named after perftest's.
@@ -103,6 +195,8 @@ pub struct BenchArgs {
     /// One JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub part: PartArgs,
 }
 
 /// `--transport`: the spellings `Transport::from_str` accepts, listed in `--help`.
@@ -167,7 +261,19 @@ impl Role {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{parse_size, parse_timeout};
+    use std::time::Duration;
+
+    #[test]
+    fn fault_timeouts_parse_with_units_and_off() {
+        assert_eq!(parse_timeout("off"), Ok(None));
+        assert_eq!(parse_timeout("100us"), Ok(Some(Duration::from_micros(100))));
+        assert_eq!(parse_timeout("1ms"), Ok(Some(Duration::from_millis(1))));
+        assert_eq!(parse_timeout("250ns"), Ok(Some(Duration::from_nanos(250))));
+        assert!(parse_timeout("0us").is_err());
+        assert!(parse_timeout("10 parsecs").is_err());
+        assert!(parse_timeout("us").is_err());
+    }
 
     #[test]
     fn sizes_parse_with_binary_suffixes_and_reject_garbage() {

@@ -56,7 +56,8 @@ impl Counters {
             "[responder] connections: accepted {}, established {}, setup failed {}, refused \
              (over limits) {}, live {}; packets rx {} tx {}, ACKs sent {}, NAKs sent {}, access \
              errors {}, invalid requests {}, malformed {}, bad P_Key {}, ICRC errors {}, \
-             unknown QP {}",
+             unknown QP {}; page faults {}, page-ins {} ({} pages), fault NAKs {}, ERRs sent {}, \
+             dropped behind a fault {}",
             n(&self.accepted),
             n(&self.established),
             n(&self.setup_failed),
@@ -71,7 +72,13 @@ impl Counters {
             e.rx_malformed,
             e.bad_pkey,
             t.icrc_errors,
-            t.unknown_qp
+            t.unknown_qp,
+            e.faults,
+            e.page_ins,
+            e.pages_in,
+            e.fault_naks,
+            e.errs_sent,
+            e.held_drops
         )
     }
 
@@ -123,6 +130,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         mtu: a.mtu,
         udp_port: a.udp_port,
         icrc_check: !a.no_icrc_check,
+        part: a.part.config(),
         ..QpOptions::default()
     };
     let listener = Listener::bind(a.listen, pd.clone(), opts)?;
