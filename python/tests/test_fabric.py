@@ -1,4 +1,5 @@
 """remora.fabric: numpy arrays as regions, every transport, every byte checked."""
+import mmap
 import threading
 
 import numpy as np
@@ -99,3 +100,47 @@ def test_shm_peers_are_named_by_the_kernel_and_numpy_arrays_travel_inline():
     assert sqp.stats()["invalid_requests"] == 0
     (uqp, *_), _ = pair("udp")
     assert uqp.peer_credentials() is None
+
+
+@pytest.mark.parametrize("page_in", ["pio", "pi4", "pia"])
+def test_writes_into_memory_never_touched_fault_and_arrive_whole(page_in):
+    """PART: the server's array is a fresh anonymous mapping (mmap, never touched; np.zeros
+    may reuse heap memory that was), nothing is pinned or pre-touched; every byte arrives,
+    and the counters show the faults and ERRs."""
+    n = 8 << 20
+    spd = fabric.ProtectionDomain()
+    sbuf = np.frombuffer(mmap.mmap(-1, n), np.uint8)
+    smr = spd.register(sbuf)
+    assert not smr.is_resident()
+    lst = fabric.Listener("127.0.0.1:0", spd, page_in=page_in)
+    out = {}
+    t = threading.Thread(target=lambda: out.update(qp=lst.accept(smr.info())[0]))
+    t.start()
+    cpd = fabric.ProtectionDomain()
+    cbuf = np.random.default_rng(2).integers(0, 255, n, dtype=np.uint8)
+    cmr = cpd.register(cbuf)
+    qp, peer = fabric.connect(lst.address, cpd, fault_timeout=None)
+    t.join(10)
+    addr, _, rkey = fabric.decode_region(peer)
+    for round_ in range(2):
+        qp.post_write(round_, cmr, 0, n, addr, rkey)
+        c = qp.wait(30)
+        assert c is not None and c.ok, c
+        assert np.array_equal(sbuf, cbuf)
+        # Drop the server's pages between rounds: the next WRITE faults again.
+        smr.evict()
+        assert not smr.is_resident(0, 4096)
+        cbuf[:] = np.random.default_rng(3 + round_).integers(0, 255, n, dtype=np.uint8)
+    s = out["qp"].stats()
+    assert s["faults"] >= 2 and s["errs_sent"] >= 2 and s["pages_in"] >= n // 4096
+    assert qp.stats()["errs_received"] >= 2
+
+
+def test_fault_settings_are_checked():
+    pd = fabric.ProtectionDomain()
+    with pytest.raises(ValueError, match="page-in policy"):
+        fabric.Listener("127.0.0.1:0", pd, page_in="all")
+    with pytest.raises(ValueError, match="fault mode"):
+        fabric.Listener("127.0.0.1:0", pd, faults="maybe")
+    with pytest.raises(ValueError, match="fault_timeout"):
+        fabric.connect("127.0.0.1:1", pd, fault_timeout=-1.0)

@@ -136,6 +136,19 @@ impl PyRegion {
     fn lkey(&self) -> u32 {
         self.region.lkey()
     }
+    /// True if every page of `[offset, offset+length)` is resident per the region's map.
+    #[pyo3(signature = (offset = 0, length = None))]
+    fn is_resident(&self, offset: usize, length: Option<usize>) -> bool {
+        let len = length.unwrap_or(self.region.len().saturating_sub(offset));
+        self.region.is_resident(offset, len)
+    }
+    /// Gives the pages of `[offset, offset+length)` back to the kernel (their contents are
+    /// lost) and marks them missing, so that the next remote WRITE into them faults (PART).
+    #[pyo3(signature = (offset = 0, length = None))]
+    fn evict(&self, offset: usize, length: Option<usize>) -> PyResult<()> {
+        let len = length.unwrap_or(self.region.len().saturating_sub(offset));
+        self.region.evict(offset, len).map_err(mem_err)
+    }
     /// The 20-byte description (addr, length, rkey) to send a peer as private data.
     fn info<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, &fab::RegionInfo::of(&self.region).encode())
@@ -341,6 +354,15 @@ impl PyQp {
             ("invalid_requests", e.invalid_requests),
             ("bad_pkey", e.bad_pkey),
             ("icrc_errors", s.icrc_errors),
+            ("faults", e.faults),
+            ("page_ins", e.page_ins),
+            ("pages_in", e.pages_in),
+            ("fault_naks", e.fault_naks),
+            ("errs_sent", e.errs_sent),
+            ("errs_received", e.errs_received),
+            ("fault_timeouts", e.fault_timeouts),
+            ("held_drops", e.held_drops),
+            ("source_faults", e.source_faults),
         ]
         .into_iter()
         .collect()
@@ -352,11 +374,48 @@ impl PyQp {
     }
 }
 
-fn options(transport: &str, qp: &str, mtu: usize) -> PyResult<fab::QpOptions> {
+/// Page-fault settings as Python passes them: `faults` "part" or "inline", `page_in` "pio",
+/// "pi4" or "pia", `page_in_block` bytes, `fault_timeout` seconds or None (wait for the ERR).
+struct PartArgs<'a> {
+    faults: &'a str,
+    page_in: &'a str,
+    page_in_block: usize,
+    fault_timeout: Option<f64>,
+}
+
+impl PartArgs<'_> {
+    fn config(&self) -> PyResult<fab::PartConfig> {
+        let fault_timeout = match self.fault_timeout {
+            None => None,
+            Some(t) if t.is_finite() && t > 0.0 && t < 3600.0 => {
+                Some(std::time::Duration::from_secs_f64(t))
+            }
+            Some(t) => {
+                return Err(PyValueError::new_err(format!(
+                    "fault_timeout {t} (seconds, > 0, or None to wait for the ERR)"
+                )))
+            }
+        };
+        if self.page_in_block == 0 {
+            return Err(PyValueError::new_err(
+                "page_in_block must be at least 1 byte",
+            ));
+        }
+        Ok(fab::PartConfig {
+            mode: self.faults.parse().map_err(PyValueError::new_err)?,
+            policy: self.page_in.parse().map_err(PyValueError::new_err)?,
+            block: self.page_in_block,
+            fault_timeout,
+        })
+    }
+}
+
+fn options(transport: &str, qp: &str, mtu: usize, part: &PartArgs) -> PyResult<fab::QpOptions> {
     Ok(fab::QpOptions {
         transport: transport.parse().map_err(PyValueError::new_err)?,
         qp_type: qp.parse().map_err(PyValueError::new_err)?,
         mtu,
+        part: part.config()?,
         ..fab::QpOptions::default()
     })
 }
@@ -374,10 +433,27 @@ struct PyListener {
 
 #[pymethods]
 impl PyListener {
+    /// `faults`, `page_in`, `page_in_block` and `fault_timeout` set how this side handles page
+    /// faults in its on-demand regions (PART, udp RC): see `connect`.
     #[new]
-    #[pyo3(signature = (address, pd, mtu = 4096))]
-    fn new(address: &str, pd: &PyPd, mtu: usize) -> PyResult<PyListener> {
-        let opts = options("udp", "rc", mtu)?;
+    #[pyo3(signature = (address, pd, mtu = 4096, faults = "part", page_in = "pia", page_in_block = 16384, fault_timeout = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        address: &str,
+        pd: &PyPd,
+        mtu: usize,
+        faults: &str,
+        page_in: &str,
+        page_in_block: usize,
+        fault_timeout: Option<f64>,
+    ) -> PyResult<PyListener> {
+        let part = PartArgs {
+            faults,
+            page_in,
+            page_in_block,
+            fault_timeout,
+        };
+        let opts = options("udp", "rc", mtu, &part)?;
         let l = fab::Listener::bind(addr(address)?, pd.pd.clone(), opts).map_err(fab_err)?;
         Ok(PyListener { l: Arc::new(l) })
     }
@@ -403,8 +479,16 @@ impl PyListener {
 }
 
 /// Connects to a Listener; returns (QueuePair, the peer's private data).
+///
+/// Page faults (PART, udp RC): a WRITE into pages of an on-demand region that are not resident
+/// is not placed; the responder brings the pages in off its receive path (`page_in`: "pio" the
+/// packet's pages, "pi4" its `page_in_block`-byte block, "pia" the rest of the message) and asks
+/// for a resend. `fault_timeout` (seconds) makes this requester resend on its own after a fault
+/// NAK instead of waiting for that request; `faults="inline"` takes faults on the receive
+/// thread instead.
 #[pyfunction]
-#[pyo3(signature = (address, pd, transport = "udp", qp = "rc", mtu = 4096, private = b"".as_slice()))]
+#[pyo3(signature = (address, pd, transport = "udp", qp = "rc", mtu = 4096, private = b"".as_slice(), faults = "part", page_in = "pia", page_in_block = 16384, fault_timeout = None))]
+#[allow(clippy::too_many_arguments)]
 fn connect<'py>(
     py: Python<'py>,
     address: &str,
@@ -413,8 +497,18 @@ fn connect<'py>(
     qp: &str,
     mtu: usize,
     private: &[u8],
+    faults: &str,
+    page_in: &str,
+    page_in_block: usize,
+    fault_timeout: Option<f64>,
 ) -> PyResult<(PyQp, Bound<'py, PyBytes>)> {
-    let opts = options(transport, qp, mtu)?;
+    let part = PartArgs {
+        faults,
+        page_in,
+        page_in_block,
+        fault_timeout,
+    };
+    let opts = options(transport, qp, mtu, &part)?;
     let a = addr(address)?;
     let pd = pd.pd.clone();
     let p = private.to_vec();
