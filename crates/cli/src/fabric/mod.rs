@@ -138,7 +138,11 @@ pub fn parse_timeout(s: &str) -> Result<Option<std::time::Duration>, String> {
         "us" | "µs" => std::time::Duration::from_micros(n),
         "ms" => std::time::Duration::from_millis(n),
         "s" => std::time::Duration::from_secs(n),
-        _ => return Err(format!("invalid timeout unit in {s:?} (ns, us, ms, s or off)")),
+        _ => {
+            return Err(format!(
+                "invalid timeout unit in {s:?} (ns, us, ms, s or off)"
+            ))
+        }
     };
     if d.is_zero() {
         return Err("a fault timeout of 0 would resend at once; use off or a duration".into());
