@@ -301,7 +301,9 @@ impl Region {
     /// how many pages were newly made resident. Pages the map already holds are skipped.
     ///
     /// Uses `MADV_POPULATE_WRITE` (or `_READ` on regions without write rights) where the
-    /// kernel has it (5.14+), else touches each page with a value-preserving atomic write.
+    /// kernel has it (5.14+), else touches each page with a value-preserving atomic write; also
+    /// touches where the kernel refuses the mapping, or faults on external memory (a
+    /// userfaultfd in SIGBUS mode fills pages only on a user-space access).
     pub fn page_in(&self, offset: usize, policy: PageIn) -> Result<usize> {
         if offset >= self.len() {
             return Err(Error::OutOfBounds {
@@ -352,6 +354,16 @@ impl Region {
                 // device memory): touch instead.
                 Err(Errno::INVAL) => {
                     tracing::debug!(len, "MADV_POPULATE_* refused here; touching pages instead");
+                }
+                // External memory under a userfaultfd in SIGBUS mode (a remora-lazy region's
+                // default): the kernel answers its own faults there with EFAULT, and only a
+                // touch from user space, whose SIGBUS the owner's handler resolves, brings the
+                // pages in. Memory this crate mapped itself is never registered like that.
+                Err(Errno::FAULT) if self.backing() == Backing::External => {
+                    tracing::debug!(
+                        len,
+                        "MADV_POPULATE_* faulted (EFAULT); touching pages instead"
+                    );
                 }
                 Err(e) => {
                     return Err(Error::sys(
