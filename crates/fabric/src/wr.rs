@@ -120,6 +120,8 @@ pub enum Status {
     Flushed,
     /// An incoming SEND did not fit the posted receive buffer.
     LocalLengthError,
+    /// The pages of a READ's local destination could not be brought in (PART page-in failed).
+    LocalPageInError,
 }
 
 impl Status {

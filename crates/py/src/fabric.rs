@@ -208,6 +208,7 @@ fn completion(c: fab::Completion) -> PyCompletion {
             S::RnrRetryExceeded => "rnr_retry_exceeded",
             S::Flushed => "flushed",
             S::LocalLengthError => "local_length_error",
+            S::LocalPageInError => "local_page_in_error",
         },
         opcode: match c.opcode {
             O::Write => "write",

@@ -161,8 +161,9 @@ pub struct Stats {
     /// Packets whose P_Key does not admit them to this queue pair's partition (dropped, as a
     /// NIC drops them and counts a P_Key violation).
     pub bad_pkey: u64,
-    /// PART, responder: packets that hit a non-resident page and were not placed (a resend
-    /// that hits the same pending fault again is not counted twice).
+    /// PART: packets that hit a non-resident page and were not placed: WRITEs and SENDs at the
+    /// responder (a resend that hits the same pending fault again is not counted twice), READ
+    /// responses at the requester.
     pub faults: u64,
     /// PART: page-in requests handed to the driver.
     pub page_ins: u64,
@@ -176,11 +177,11 @@ pub struct Stats {
     pub errs_received: u64,
     /// PART, requester: holds ended by the fault timeout (TO) rather than by an ERR.
     pub fault_timeouts: u64,
-    /// PART, responder: packets dropped behind a pending fault (later PSNs of the same queue
-    /// pair, resent after the ERR).
+    /// PART: packets dropped behind a pending fault (later PSNs of the same queue pair, resent
+    /// after the ERR; READ responses, asked again after our page-in).
     pub held_drops: u64,
     /// PART, both sides: sources (a WRITE's or SEND's local buffer, a READ response's region)
-    /// populated before reading, and READ response destinations populated before placing.
+    /// populated before reading.
     pub source_faults: u64,
 }
 
@@ -322,7 +323,11 @@ impl Engine {
     /// The next page-in the responder needs, for the driver's page-in worker (PART). Run it
     /// off the receive path ([`PageInRequest::run`]) and report with [`Engine::page_in_done`].
     pub fn poll_page_in(&mut self) -> Option<PageInRequest> {
-        self.resp.faults.requests.pop_front()
+        self.resp
+            .faults
+            .requests
+            .pop_front()
+            .or_else(|| self.req.page_ins.pop_front())
     }
 
     /// The page-in `id` finished: `Ok(pages)` made resident, or `Err(reason)`. When the
@@ -334,14 +339,18 @@ impl Engine {
         id: u64,
         result: std::result::Result<usize, String>,
     ) {
-        let _ = now;
-        self.resp
-            .page_in_done(&self.cfg, id, result, &mut self.stats);
+        if id & requester::REQUESTER_IDS != 0 {
+            self.req
+                .page_in_done(now, id, result, &mut self.completions, &mut self.stats);
+        } else {
+            self.resp
+                .page_in_done(&self.cfg, id, result, &mut self.stats);
+        }
     }
 
     /// Page-ins handed out and not yet reported done.
     pub fn page_ins_in_flight(&self) -> usize {
-        self.resp.faults.inflight.len()
+        self.resp.faults.inflight.len() + usize::from(self.req.read_fault_pending())
     }
 
     /// Writes the next packet to send into `buf` (at least `mtu + 64` bytes) and returns its

@@ -3,13 +3,16 @@
 //!
 //! PART: a fault NAK (RNR NAK with [`FAULT_RNR_TIMER`]) makes the requester hold at the faulting
 //! PSN until the responder's ERR, or until its own fault timeout (TO) when one is set; local
-//! sources that are not resident are populated with the page-in policy before they are read.
+//! sources that are not resident are populated with the page-in policy before they are read. A
+//! READ response for a local destination that is not resident is dropped like a responder's
+//! faulting WRITE: a page-in request goes to the driver, and when it is done the READ is asked
+//! again from the first byte missing, so the receive thread never blocks on our own memory.
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use remora_wire::{AethRepr, BthRepr, NakCode, Op, Psn, Repr, RethRepr, Service, Syndrome};
 
-use super::fault::{self, FAULT_RNR_TIMER};
+use super::fault::{self, PageInRequest, FAULT_RNR_TIMER};
 use super::{packets_for, EngineConfig, Stats};
 use crate::error::{Error, Result};
 use crate::wr::{Completion, SendWr, Status, WrOp};
@@ -80,8 +83,17 @@ pub(super) struct Requester {
     /// PART: holding after a fault NAK, until this instant (the fault timeout or the NTO limit)
     /// or an ERR.
     hold_until: Option<Instant>,
+    /// PART: the page-in (id) a READ response waits for; responses are dropped meanwhile.
+    read_fault: Option<u64>,
+    /// Page-in requests for the driver (ids with [`REQUESTER_IDS`] set).
+    pub(super) page_ins: VecDeque<PageInRequest>,
+    next_page_in: u64,
     pub(super) error: bool,
 }
+
+/// Page-in ids of the requester have the top bit set, the responder's not, so one
+/// [`super::Engine::page_in_done`] routes both.
+pub(super) const REQUESTER_IDS: u64 = 1 << 63;
 
 impl Requester {
     pub(super) fn new(cfg: &EngineConfig) -> Requester {
@@ -103,8 +115,15 @@ impl Requester {
             rttvar: Duration::ZERO,
             rto: cfg.retry_timeout,
             hold_until: None,
+            read_fault: None,
+            page_ins: VecDeque::new(),
+            next_page_in: 0,
             error: false,
         }
+    }
+
+    pub(super) fn read_fault_pending(&self) -> bool {
+        self.read_fault.is_some()
     }
 
     pub(super) fn outstanding(&self) -> usize {
@@ -388,6 +407,11 @@ impl Requester {
         };
         let p = &self.wrs[i];
         let expected = p.first_psn.add(p.read_next);
+        if self.read_fault.is_some() {
+            // Our destination is being paged in; the READ is asked again afterwards.
+            stats.held_drops += 1;
+            return;
+        }
         if psn != expected {
             if psn.after(expected) && p.contains(psn) {
                 // A response went missing: ask again from the first byte we lack, once per gap
@@ -417,15 +441,27 @@ impl Requester {
             stats.invalid_requests += 1;
             return;
         }
-        if fault::populate_source(
-            &cfg.part,
-            &p.wr.local,
-            p.wr.offset + off,
-            payload.len(),
-            p.wr.len - off,
-        ) > 0
-        {
-            stats.source_faults += 1;
+        if fault::must_fault(&cfg.part, &p.wr.local, p.wr.offset + off, payload.len()) {
+            let (o, n) = fault::policy_range(
+                &cfg.part,
+                &p.wr.local,
+                p.wr.offset + off,
+                payload.len(),
+                p.wr.len - off,
+            );
+            self.next_page_in += 1;
+            let id = REQUESTER_IDS | self.next_page_in;
+            self.page_ins.push_back(PageInRequest {
+                id,
+                psn,
+                region: p.wr.local.clone(),
+                offset: o,
+                len: n,
+            });
+            self.read_fault = Some(id);
+            stats.faults += 1;
+            stats.page_ins += 1;
+            return;
         }
         if p.wr.local.write_at(p.wr.offset + off, payload).is_err() {
             debug_assert!(false, "local write out of bounds after post-time check");
@@ -536,6 +572,11 @@ impl Requester {
         if self.rnr_until.is_some_and(|t| t <= now) {
             self.rnr_until = None;
         }
+        if self.read_fault.is_some() {
+            // Waiting for our own page-in, not for the peer: no retransmission meanwhile.
+            self.deadline = Some(now + self.rto);
+            return;
+        }
         if self.hold_until.is_some_and(|t| t <= now) {
             // The fault timeout (or the NTO safety limit): resend from the faulting PSN now;
             // if the pages are not in yet the responder holds us again.
@@ -571,6 +612,40 @@ impl Requester {
         self.deadline = Some(now + (self.rto * (1u32 << self.retries.min(10))).min(MAX_RTO * 8));
     }
 
+    /// Our page-in `id` for a READ destination finished: ask the READ again from the first
+    /// byte that did not arrive, or fail it if the pages could not be brought in.
+    pub(super) fn page_in_done(
+        &mut self,
+        now: Instant,
+        id: u64,
+        result: std::result::Result<usize, String>,
+        completions: &mut VecDeque<Completion>,
+        stats: &mut Stats,
+    ) {
+        self.page_ins.retain(|r| r.id != id);
+        if self.read_fault != Some(id) {
+            return;
+        }
+        self.read_fault = None;
+        let Some(p) = self.wrs.iter().find(|p| p.is_read() && !p.done()) else {
+            return;
+        };
+        let resume = p.first_psn.add(p.read_next);
+        match result {
+            Ok(n) => {
+                stats.pages_in += n as u64;
+                self.reread_at = Some(resume);
+                self.tx_psn = resume;
+                self.tx_idx = 0;
+                self.rearm(now, true);
+            }
+            Err(why) => {
+                tracing::warn!(reason = %why, "page-in of a READ destination failed");
+                self.fail(resume, Status::LocalPageInError, completions);
+            }
+        }
+    }
+
     /// The request holding `psn` failed with `status`: complete it so, flush what follows, and
     /// put the queue pair in the error state.
     fn fail(&mut self, psn: Psn, status: Status, completions: &mut VecDeque<Completion>) {
@@ -591,6 +666,7 @@ impl Requester {
         self.deadline = None;
         self.rnr_until = None;
         self.hold_until = None;
+        self.read_fault = None;
         self.tx_idx = 0;
     }
 

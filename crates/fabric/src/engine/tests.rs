@@ -1044,3 +1044,60 @@ fn uc_never_faults() {
     );
     assert_eq!(p.b.engine.stats().faults, 0);
 }
+
+#[test]
+fn a_read_into_a_fresh_destination_pages_it_in_and_asks_again() {
+    let mut p = part_pair(part(PageInPolicy::Pia, None));
+    fill(&p.b.region, 4);
+    // b's source is resident; a's destination was never touched.
+    p.b.region.page_in_range(0, 64 * 4096).unwrap();
+    p.read(1, 0, 64 * 4096, 0);
+    p.drive();
+    assert_eq!(p.a.completions.len(), 1);
+    assert_eq!(p.a.completions[0].status, Status::Success);
+    assert_eq!(
+        bytes(&p.a.region, 0, 64 * 4096),
+        bytes(&p.b.region, 0, 64 * 4096)
+    );
+    let a = p.a.engine.stats();
+    assert_eq!((a.faults, a.page_ins, a.pages_in), (1, 1, 64), "{a:?}");
+    assert!(
+        a.held_drops > 0,
+        "the responses after the first were dropped: {a:?}"
+    );
+    // One READ request sent again, after the page-in; nothing resent by the timer meanwhile.
+    assert_eq!(a.retransmits, 1, "{a:?}");
+}
+
+#[test]
+fn a_read_whose_destination_cannot_be_paged_in_fails_locally() {
+    let mut p = part_pair(part(PageInPolicy::Pia, None));
+    p.b.region.page_in_range(0, 4 * 4096).unwrap();
+    p.read(1, 0, 4 * 4096, 0);
+    // Run until a's page-in request appears, and report it failed instead of running it.
+    let mut req = None;
+    for _ in 0..1000 {
+        p.transmit();
+        let due = p.flight.iter().map(|f| f.0).min();
+        if let Some(t) = due {
+            p.now = p.now.max(t);
+            let (d, rest): (Vec<_>, Vec<_>) = p.flight.drain(..).partition(|f| f.0 <= p.now);
+            p.flight = rest;
+            for (_, to_b, pkt) in d {
+                let s = if to_b { &mut p.b } else { &mut p.a };
+                s.engine.handle(p.now, &pkt);
+            }
+        }
+        if let Some(r) = p.a.engine.poll_page_in() {
+            req = Some(r);
+            break;
+        }
+    }
+    let req = req.expect("a page-in request for the READ destination");
+    p.a.engine
+        .page_in_done(p.now, req.id, Err("no memory".into()));
+    p.drive();
+    assert_eq!(p.a.completions.len(), 1);
+    assert_eq!(p.a.completions[0].status, Status::LocalPageInError);
+    assert!(p.a.engine.is_error());
+}
