@@ -160,10 +160,9 @@ impl StreamQp {
         let out = Arc::new(Mutex::new(BufWriter::with_capacity(STREAM_BUFFER, wsock)));
         let wout = out.clone();
         let rsock = sock.try_clone().map_err(io_err("cloning the stream"))?;
-        let s1 = shared.clone();
         let writer = std::thread::Builder::new()
             .name("remora-stream-tx".into())
-            .spawn(move || writer(wout, rx, s1))
+            .spawn(move || writer(wout, rx))
             .map_err(io_err("spawning the writer thread"))?;
         let s2 = shared.clone();
         let tx2 = tx.clone();
@@ -378,19 +377,30 @@ impl StreamQp {
         Ok(())
     }
 
+    /// Ends the queue pair in order: the receive thread sees the end of the stream (our read
+    /// side shut) after handling what it had buffered and queueing its last ACKs, and only then
+    /// is the writer told to stop, so it sends those ACKs first. Shutting both sides at once
+    /// lost the ACK of a SEND whose completion the application had already seen and reacted to
+    /// by closing, and the peer saw that SEND flushed.
     pub(crate) fn stop(&self) {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.recv_cv.notify_all();
+        let _ = self.sock.shutdown(Shutdown::Read);
+        let mut threads =
+            std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        // [writer, reader]
+        if let Some(reader) = threads.pop() {
+            let _ = reader.join();
+        }
         let _ = self
             .tx
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .send(Out::Stop);
-        let _ = self.sock.shutdown(Shutdown::Both);
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in threads {
             let _ = t.join();
         }
+        let _ = self.sock.shutdown(Shutdown::Both);
     }
 }
 
@@ -435,7 +445,7 @@ fn put(w: &mut BufWriter<Sock>, o: Out) -> io::Result<()> {
 
 /// Sends what the receive thread queues (ACKs, NAKs, READ responses), batching what is
 /// queued together into one flush.
-fn writer(out: Arc<Mutex<BufWriter<Sock>>>, rx: mpsc::Receiver<Out>, sh: Arc<Shared>) {
+fn writer(out: Arc<Mutex<BufWriter<Sock>>>, rx: mpsc::Receiver<Out>) {
     while let Ok(first) = rx.recv() {
         let mut w = out.lock().unwrap_or_else(|e| e.into_inner());
         let mut r = put(&mut w, first);
@@ -446,10 +456,6 @@ fn writer(out: Arc<Mutex<BufWriter<Sock>>>, rx: mpsc::Receiver<Out>, sh: Arc<Sha
             }
         }
         if r.and_then(|_| w.flush()).is_err() {
-            break;
-        }
-        drop(w);
-        if sh.stop.load(Ordering::Acquire) {
             break;
         }
     }
