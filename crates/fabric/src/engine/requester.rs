@@ -23,6 +23,10 @@ const MAX_RTO: Duration = Duration::from_secs(1);
 /// Without a fault timeout (NTO) a hold still ends after this long, in case the ERR was lost;
 /// if the page-in is still going on, the responder simply NAKs again.
 const NTO_HOLD_LIMIT: Duration = Duration::from_millis(200);
+/// Packets in flight after a hold that our fault timeout ended (not an ERR): the pages may still
+/// be coming in, so the resend probes with this window and doubles it with each acknowledgement,
+/// instead of sending a whole window that the responder drops behind the next fault.
+const PROBE_WINDOW: u32 = 16;
 
 struct Pending {
     wr: SendWr,
@@ -83,6 +87,8 @@ pub(super) struct Requester {
     /// PART: holding after a fault NAK, until this instant (the fault timeout or the NTO limit)
     /// or an ERR.
     hold_until: Option<Instant>,
+    /// PART: the window while probing after a fault timeout; `None`: the configured window.
+    probe_window: Option<u32>,
     /// PART: the page-in (id) a READ response waits for; responses are dropped meanwhile.
     read_fault: Option<u64>,
     /// Page-in requests for the driver (ids with [`REQUESTER_IDS`] set).
@@ -115,6 +121,7 @@ impl Requester {
             rttvar: Duration::ZERO,
             rto: cfg.retry_timeout,
             hold_until: None,
+            probe_window: None,
             read_fault: None,
             page_ins: VecDeque::new(),
             next_page_in: 0,
@@ -170,7 +177,8 @@ impl Requester {
             return None;
         }
         let rc = cfg.service == Service::Rc;
-        if rc && self.tx_psn.diff(self.una) >= cfg.window as i32 {
+        let window = self.probe_window.map_or(cfg.window, |w| w.min(cfg.window));
+        if rc && self.tx_psn.diff(self.una) >= window as i32 {
             return None;
         }
         if self.tx_psn == self.next_psn {
@@ -241,9 +249,14 @@ impl Requester {
             }
         };
         self.since_ack_req += 1;
+        // While probing, the packet that fills the window asks for the ACK that opens it.
+        let fills_probe = self
+            .probe_window
+            .is_some_and(|w| psn.next().diff(self.una) >= w as i32);
         let ack_req = rc
             && (p.wr.op == WrOp::Read
                 || (last && !p.is_read())
+                || fills_probe
                 || self.since_ack_req >= cfg.ack_req_every);
         if ack_req {
             self.since_ack_req = 0;
@@ -351,6 +364,7 @@ impl Requester {
                         if self.hold_until.take().is_some() {
                             // The ERR: the responder has the pages now.
                             stats.errs_received += 1;
+                            self.probe_window = None;
                             self.rearm(now, true);
                         }
                         self.go_back(psn)
@@ -487,6 +501,9 @@ impl Requester {
         if progress {
             self.una = next;
             self.retries = 0;
+            if let Some(w) = self.probe_window {
+                self.probe_window = w.checked_mul(2).filter(|&w| w < cfg.window);
+            }
         }
         for p in self.wrs.iter_mut() {
             if p.last_psn().after(a) {
@@ -583,6 +600,7 @@ impl Requester {
             self.hold_until = None;
             if cfg.part.fault_timeout.is_some() {
                 stats.fault_timeouts += 1;
+                self.probe_window = Some(PROBE_WINDOW);
             }
             self.deadline = Some(now + self.rto);
             return;

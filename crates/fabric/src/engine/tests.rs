@@ -1101,3 +1101,41 @@ fn a_read_whose_destination_cannot_be_paged_in_fails_locally() {
     assert_eq!(p.a.completions[0].status, Status::LocalPageInError);
     assert!(p.a.engine.is_error());
 }
+
+#[test]
+fn a_resend_after_a_fault_timeout_probes_with_a_small_window_and_an_err_resumes_in_full() {
+    // 64 pages take 6 + 192 µs; the sender's 50 µs timeout ends holds before the ERR.
+    let mut p = part_pair(part(PageInPolicy::Pia, Some(Duration::from_micros(50))));
+    write_fresh(&mut p, 64 * 4096);
+    // Bursts of data packets a sent at one instant.
+    let mut bursts: Vec<(Instant, usize)> = Vec::new();
+    for t in p.trace.iter().filter(|t| t.1) {
+        match bursts.last_mut() {
+            Some((at, n)) if *at == t.0 => *n += 1,
+            _ => bursts.push((t.0, 1)),
+        }
+    }
+    assert_eq!(
+        bursts[0].1, 64,
+        "the first send is the whole message: {bursts:?}"
+    );
+    let a = p.a.engine.stats();
+    assert!(a.fault_timeouts >= 1);
+    // Every timed-out resend before the ERR was a probe of at most 16 packets.
+    let err_at = p
+        .trace
+        .iter()
+        .find(|t| !t.1 && t.4 == Some(Syndrome::Nak(NakCode::PsnSequenceError)))
+        .map(|t| t.0)
+        .expect("an ERR");
+    for (at, n) in bursts.iter().skip(1).filter(|b| b.0 < err_at) {
+        assert!(
+            *n <= 16,
+            "a probe of {n} packets at {:?}",
+            *at - bursts[0].0
+        );
+    }
+    // After the ERR the rest goes in one burst (the window is whole again).
+    let after: Vec<_> = bursts.iter().filter(|b| b.0 > err_at).collect();
+    assert!(after.iter().any(|b| b.1 > 16), "{after:?}");
+}
