@@ -54,6 +54,9 @@ enum Cmd {
 enum BenchCmd {
     /// Same as `remora fabric bench`.
     Fabric(fabric::BenchArgs),
+    /// Page-fault-tolerant transfers (PART): pin/touch vs PIO/PI4/PIA, fault timeouts, fault
+    /// frequency, one fault taken apart, head-of-line blocking (udp RC, both ends in-process).
+    Part(fabric::PartBenchArgs),
     /// JUNGFRAU processing: each stage and the chained pipeline, GB/s of raw input.
     Jungfrau(daq::BenchArgs),
     /// Same as `remora lazy bench` (remote page-fault latency, OPERA's micro-benchmark).
@@ -131,6 +134,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Kv(c) => kv::run(c),
         Cmd::Lazy(c) => lazy::run(c),
         Cmd::Bench(BenchCmd::Fabric(a)) => fabric::bench(a),
+        Cmd::Bench(BenchCmd::Part(a)) => fabric::part_bench(a),
         Cmd::Bench(BenchCmd::Jungfrau(a)) => daq::bench(a),
         Cmd::Bench(BenchCmd::Lazy(a)) => lazy::run(lazy::Cmd::Bench(a)),
         Cmd::Bench(BenchCmd::Acquisition(a)) => daq::bench_acquisition(a),

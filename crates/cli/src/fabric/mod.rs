@@ -8,9 +8,11 @@ use remora_fabric::{FaultMode, PageInPolicy, PartConfig, QpType, Transport};
 
 mod bench;
 mod demo;
+mod part_bench;
 mod serve;
 
 pub use bench::bench;
+pub use part_bench::{part_bench, PartBenchArgs};
 
 /// Fabric subcommands.
 #[derive(Subcommand)]
