@@ -89,6 +89,12 @@ pub(super) struct Requester {
     hold_until: Option<Instant>,
     /// PART: the window while probing after a fault timeout; `None`: the configured window.
     probe_window: Option<u32>,
+    /// PART: where the last ERR had us resume, and the window an ERR gives when the responder
+    /// brings in only a few pages per fault (PIO, PI4): twice what went in between that resume
+    /// and the next fault. Without it each ERR would resend the whole window, to be dropped
+    /// behind the next page, and a message of n pages would cost n²/2 packets.
+    resumed_at: Option<Psn>,
+    err_window: Option<u32>,
     /// PART: the page-in (id) a READ response waits for; responses are dropped meanwhile.
     read_fault: Option<u64>,
     /// Page-in requests for the driver (ids with [`REQUESTER_IDS`] set).
@@ -122,6 +128,8 @@ impl Requester {
             rto: cfg.retry_timeout,
             hold_until: None,
             probe_window: None,
+            resumed_at: None,
+            err_window: None,
             read_fault: None,
             page_ins: VecDeque::new(),
             next_page_in: 0,
@@ -249,14 +257,13 @@ impl Requester {
             }
         };
         self.since_ack_req += 1;
-        // While probing, the packet that fills the window asks for the ACK that opens it.
-        let fills_probe = self
-            .probe_window
-            .is_some_and(|w| psn.next().diff(self.una) >= w as i32);
+        // The packet that fills the window asks for the ACK that opens it (a window smaller than
+        // `ack_req_every` would otherwise wait for the retransmission timer).
+        let fills_window = psn.next().diff(self.una) >= window as i32;
         let ack_req = rc
             && (p.wr.op == WrOp::Read
                 || (last && !p.is_read())
-                || fills_probe
+                || fills_window
                 || self.since_ack_req >= cfg.ack_req_every);
         if ack_req {
             self.since_ack_req = 0;
@@ -364,7 +371,8 @@ impl Requester {
                         if self.hold_until.take().is_some() {
                             // The ERR: the responder has the pages now.
                             stats.errs_received += 1;
-                            self.probe_window = None;
+                            self.probe_window = self.err_window;
+                            self.resumed_at = Some(psn);
                             self.rearm(now, true);
                         }
                         self.go_back(psn)
@@ -386,6 +394,10 @@ impl Requester {
                 // A page fault at the responder: hold at `psn` until the ERR or our timeout.
                 // Not an RNR retry: faults are expected and never fail the request.
                 stats.naks_received += 1;
+                if let Some(r) = self.resumed_at {
+                    let placed = psn.diff(r).max(0) as u32;
+                    self.err_window = Some(placed.saturating_mul(2).max(PROBE_WINDOW));
+                }
                 self.ack_through(now, cfg, psn.add(Psn::MASK));
                 self.go_back(psn);
                 self.hold_until = Some(now + cfg.part.fault_timeout.unwrap_or(NTO_HOLD_LIMIT));
@@ -691,6 +703,9 @@ impl Requester {
     fn complete_front(&mut self, completions: &mut VecDeque<Completion>) {
         while self.wrs.front().is_some_and(Pending::done) {
             let p = self.wrs.pop_front().expect("front exists");
+            // The next message starts with no guess about the responder's page-ins.
+            self.resumed_at = None;
+            self.err_window = None;
             self.tx_idx = self.tx_idx.saturating_sub(1);
             completions.push_back(Completion::send_side(
                 p.wr.wr_id,

@@ -1139,3 +1139,31 @@ fn a_resend_after_a_fault_timeout_probes_with_a_small_window_and_an_err_resumes_
     let after: Vec<_> = bursts.iter().filter(|b| b.0 > err_at).collect();
     assert!(after.iter().any(|b| b.1 > 16), "{after:?}");
 }
+
+#[test]
+fn pio_resends_a_small_window_after_each_err_not_the_whole_rest() {
+    let mut p = part_pair(part(PageInPolicy::Pio, None));
+    write_fresh(&mut p, 64 * 4096);
+    let (a, b) = (p.a.engine.stats(), p.b.engine.stats());
+    assert_eq!(b.faults, 64);
+    // Resending the rest of the message after each of the 64 ERRs would be 64·65/2 = 2080
+    // packets; a window of 16 after each keeps it under 64 · 16.
+    assert!(a.retransmits <= 64 * 16, "{a:?}");
+}
+
+#[test]
+fn a_window_smaller_than_the_ack_interval_asks_for_acks_and_never_waits_for_the_timer() {
+    let (mut ca, cb) = configs(Service::Rc, 4096, 0, 0x100);
+    ca.window = 8;
+    let mut p = Pair::with((ca, cb), Access::ALL);
+    p.b.region.page_in_range(0, 64 * 4096).unwrap();
+    fill(&p.a.region, 6);
+    p.write(1, 0, 64 * 4096, 0, None);
+    p.drive_for(Duration::from_millis(5));
+    assert_eq!(p.a.completions.len(), 1, "{:?}", p.a.engine.stats());
+    assert_eq!(p.a.engine.stats().retransmits, 0);
+    assert_eq!(
+        bytes(&p.b.region, 0, 64 * 4096),
+        bytes(&p.a.region, 0, 64 * 4096)
+    );
+}

@@ -371,7 +371,19 @@ impl UdpQp {
         let now = Instant::now();
         let mut st = self.lock();
         st.engine.post_send(now, wr)?;
-        self.flush(&mut st, now)
+        self.deliver(&mut st);
+        self.hand_over_page_ins(&mut st, now);
+        // One batch at a time, letting go of the lock in between: the receive thread can act
+        // on what comes back (an ACK, or a fault NAK that holds us) while a large message is
+        // still leaving, instead of after the whole window has gone out.
+        while self.send_batch(&mut st, now)? {
+            self.deliver(&mut st);
+            drop(st);
+            std::thread::yield_now();
+            st = self.lock();
+        }
+        self.deliver(&mut st);
+        Ok(())
     }
 
     pub(crate) fn post_recv(&self, wr: RecvWr) -> Result<()> {
@@ -388,54 +400,56 @@ impl UdpQp {
     fn flush(&self, st: &mut TxState, now: Instant) -> Result<()> {
         self.deliver(st);
         self.hand_over_page_ins(st, now);
-        let mtu = st.engine.config().mtu;
-        let slot = mtu + SLOT_EXTRA;
-        loop {
-            let TxState { engine, buf, lens } = &mut *st;
-            lens.clear();
-            let mut pos = 0;
-            while lens.len() < BATCH {
-                let Some(n) = engine.poll_transmit(now, &mut buf[pos..pos + slot]) else {
-                    break;
-                };
-                icrc::seal(&self.tx_ep, &mut buf[pos..pos + n]);
-                lens.push(n);
-                pos += n;
-            }
-            if lens.is_empty() {
-                break;
-            }
-            let sends = match &self.faults {
-                None => gso_runs(buf, lens, self.gso),
-                Some(inj) => {
-                    let order = inj
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .schedule(lens.len());
-                    let starts: Vec<usize> = lens
-                        .iter()
-                        .scan(0, |p, &n| {
-                            let s = *p;
-                            *p += n;
-                            Some(s)
-                        })
-                        .collect();
-                    order
-                        .into_iter()
-                        .map(|i| sys::Send {
-                            data: &buf[starts[i]..starts[i] + lens[i]],
-                            segment: 0,
-                        })
-                        .collect()
-                }
-            };
-            if sends.is_empty() {
-                continue;
-            }
-            sys::send_batch(self.tx.as_raw_fd(), &self.peer, &sends).map_err(io_err("sendmmsg"))?;
-        }
+        while self.send_batch(st, now)? {}
         self.deliver(st);
         Ok(())
+    }
+
+    /// Builds one batch of packets and sends it; false when the engine had nothing to send.
+    fn send_batch(&self, st: &mut TxState, now: Instant) -> Result<bool> {
+        let slot = st.engine.config().mtu + SLOT_EXTRA;
+        let TxState { engine, buf, lens } = &mut *st;
+        lens.clear();
+        let mut pos = 0;
+        while lens.len() < BATCH {
+            let Some(n) = engine.poll_transmit(now, &mut buf[pos..pos + slot]) else {
+                break;
+            };
+            icrc::seal(&self.tx_ep, &mut buf[pos..pos + n]);
+            lens.push(n);
+            pos += n;
+        }
+        if lens.is_empty() {
+            return Ok(false);
+        }
+        let sends = match &self.faults {
+            None => gso_runs(buf, lens, self.gso),
+            Some(inj) => {
+                let order = inj
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .schedule(lens.len());
+                let starts: Vec<usize> = lens
+                    .iter()
+                    .scan(0, |p, &n| {
+                        let s = *p;
+                        *p += n;
+                        Some(s)
+                    })
+                    .collect();
+                order
+                    .into_iter()
+                    .map(|i| sys::Send {
+                        data: &buf[starts[i]..starts[i] + lens[i]],
+                        segment: 0,
+                    })
+                    .collect()
+            }
+        };
+        if !sends.is_empty() {
+            sys::send_batch(self.tx.as_raw_fd(), &self.peer, &sends).map_err(io_err("sendmmsg"))?;
+        }
+        Ok(true)
     }
 
     /// Gives the engine's page-in requests to the device's worker (or, not yet attached, runs
