@@ -455,8 +455,18 @@ fn writer(out: Arc<Mutex<BufWriter<Sock>>>, rx: mpsc::Receiver<Out>) {
                 Err(_) => break,
             }
         }
-        if r.and_then(|_| w.flush()).is_err() {
-            break;
+        match r {
+            // Stop: what was queued before it still goes out (the last ACKs).
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                let _ = w.flush();
+                break;
+            }
+            Err(_) => break,
+            Ok(()) => {
+                if w.flush().is_err() {
+                    break;
+                }
+            }
         }
     }
 }
