@@ -528,3 +528,53 @@ fn serve_refuses_bad_flags_clearly() {
         .unwrap();
     assert!(!out.status.success());
 }
+
+/// The page-fault flags reach both ends: a PIO responder (the bench starts it with the same
+/// flags) faults on every page of its fresh region, the requester resumes on ERRs or its own
+/// 100 µs timeout, and every WRITE still completes; bad values are refused by name.
+#[test]
+fn bench_with_page_fault_flags_faults_and_completes() {
+    let out = Command::new(EXE)
+        .args([
+            "fabric", "bench", "write-bw", "--size", "256K", "--iters", "50",
+        ])
+        .args([
+            "--warmup",
+            "5",
+            "--page-in",
+            "pio",
+            "--fault-timeout",
+            "100us",
+        ])
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &v["counters"];
+    let resumes = c["errs_received"].as_u64().unwrap() + c["fault_timeouts"].as_u64().unwrap();
+    assert!(resumes > 0, "{c}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("page faults "),
+        "the responder's stats: {stderr}"
+    );
+    for (flag, value, says) in [
+        ("--fault-timeout", "0us", "fault timeout of 0"),
+        ("--fault-timeout", "soon", "invalid timeout"),
+        ("--page-in", "all", "invalid value 'all'"),
+        ("--faults", "maybe", "invalid value 'maybe'"),
+    ] {
+        let bad = Command::new(EXE)
+            .args(["fabric", "bench", "write-bw", flag, value])
+            .output()
+            .unwrap();
+        assert!(!bad.status.success());
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert!(err.contains(says), "{flag} {value}: {err}");
+    }
+}

@@ -76,8 +76,12 @@ pub struct PartArgs {
     /// Requester: resend this long after a fault NAK without waiting for the ERR (`100us`,
     /// `500us`, `1ms`, ...), or `off` to wait for the ERR.
     #[arg(long, default_value = "off", value_parser = parse_timeout)]
-    pub fault_timeout: Option<std::time::Duration>,
+    pub fault_timeout: FaultTimeout,
 }
+
+/// `--fault-timeout`'s value: `None` is `off`. An alias, because clap would take a field
+/// spelled `Option<..>` for an optional flag and expect the parser to return the inner type.
+pub type FaultTimeout = Option<std::time::Duration>;
 
 /// The clap defaults: PART with PIA, 16 KiB blocks, no fault timeout.
 impl Default for PartArgs {
