@@ -1167,3 +1167,50 @@ fn a_window_smaller_than_the_ack_interval_asks_for_acks_and_never_waits_for_the_
         bytes(&p.a.region, 0, 64 * 4096)
     );
 }
+
+#[test]
+fn a_fault_on_one_queue_pair_holds_only_that_queue_pair() {
+    // Two queue pairs on one clock: the first faults on remote-backed memory whose page-in takes
+    // 50 ms; the second streams 50 WRITE-with-immediate messages into resident memory meanwhile.
+    let mut slow = part_pair(part(PageInPolicy::Pia, None));
+    slow.page_in_fixed = Duration::from_millis(50);
+    let mut fast = part_pair(part(PageInPolicy::Pia, None));
+    fast.now = slow.now;
+    fast.b.region.page_in_range(0, REGION).unwrap();
+    fill(&slow.a.region, 1);
+    fill(&fast.a.region, 2);
+    slow.write(1, 0, 64 * 4096, 0, None);
+    for i in 0..50u64 {
+        fast.write(
+            i,
+            0,
+            16 * 4096,
+            (i as usize % 8) * 16 * 4096,
+            Some(i as u32),
+        );
+    }
+    let step = Duration::from_micros(100);
+    let mut t = Duration::ZERO;
+    while t < Duration::from_millis(10) {
+        slow.drive_for(step);
+        fast.drive_for(step);
+        let now = slow.now.max(fast.now);
+        slow.now = now;
+        fast.now = now;
+        t += step;
+    }
+    assert_eq!(
+        fast.a.completions.len(),
+        50,
+        "the other queue pair kept completing"
+    );
+    assert_eq!(fast.b.completions.len(), 50);
+    assert!(
+        slow.a.completions.is_empty(),
+        "the faulting one is still held"
+    );
+    assert!(slow.b.engine.stats().faults >= 1 && !slow.pager.is_empty());
+    slow.drive();
+    assert_eq!(slow.a.completions.len(), 1);
+    assert_eq!(slow.a.completions[0].status, Status::Success);
+}
