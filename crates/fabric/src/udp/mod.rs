@@ -139,6 +139,15 @@ impl Device {
             .insert(qpn, qp);
     }
 
+    /// The attached queue pair `qpn`, if any.
+    fn qp(&self, qpn: u32) -> Option<Arc<UdpQp>> {
+        self.qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&qpn)
+            .cloned()
+    }
+
     pub(crate) fn detach(&self, qpn: u32) {
         self.qps
             .write()
@@ -238,13 +247,7 @@ impl Device {
             return;
         }
         let qpn = u32::from_be_bytes([0, dgram[5], dgram[6], dgram[7]]);
-        let qp = self
-            .qps
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&qpn)
-            .cloned();
-        let Some(qp) = qp else {
+        let Some(qp) = self.qp(qpn) else {
             self.stats.unknown_qp.fetch_add(1, Ordering::Relaxed);
             return;
         };
@@ -287,13 +290,7 @@ fn page_in_worker(dev: Weak<Device>, jobs: mpsc::Receiver<PageInJob>) {
         let Some(d) = dev.upgrade() else { return };
         let now = Instant::now();
         for (qpn, id, result) in done {
-            let qp = d
-                .qps
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&qpn)
-                .cloned();
-            let Some(qp) = qp else { continue };
+            let Some(qp) = d.qp(qpn) else { continue };
             let mut st = qp.lock();
             st.engine.page_in_done(now, id, result);
             if let Err(e) = qp.flush(&mut st, now) {
