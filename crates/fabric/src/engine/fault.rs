@@ -273,18 +273,6 @@ pub(super) fn populate_source(
     }
 }
 
-/// Makes `[offset, offset+len)` of an on-demand region resident in one call if some of it is
-/// not (the stream transports' placement); returns the pages brought in.
-pub(crate) fn populate_range(region: &Region, offset: usize, len: usize) -> usize {
-    if len == 0 || region.mode() != Mode::OnDemand || region.is_resident(offset, len) {
-        return 0;
-    }
-    region.page_in_range(offset, len).unwrap_or_else(|e| {
-        tracing::debug!(error = %e, "populating a range failed; the copy takes the faults");
-        0
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -425,7 +425,11 @@ unsafe fn region_slice(r: &Region, off: usize, len: usize) -> &mut [u8] {
 /// As [`region_slice`].
 #[allow(clippy::mut_from_ref)]
 unsafe fn resident_slice(r: &Region, off: usize, len: usize) -> &mut [u8] {
-    crate::engine::fault::populate_range(r, off, len);
+    // Pages the map holds are skipped, so a resident range costs a bitmap scan. On an error the
+    // copy below takes the faults itself.
+    if let Err(e) = r.page_in_range(off, len) {
+        tracing::debug!(error = %e, "populating a range failed; the copy takes the faults");
+    }
     region_slice(r, off, len)
 }
 
