@@ -164,6 +164,7 @@ pub(super) struct FaultBook {
     /// Requests not yet taken by the driver.
     pub(super) requests: std::collections::VecDeque<PageInRequest>,
     next_id: u64,
+    tag: u64,
 }
 
 impl FaultBook {
@@ -186,10 +187,25 @@ impl FaultBook {
         })
     }
 
-    /// Queues a page-in of `[offset, offset+len)` for the driver.
-    pub(super) fn request(&mut self, psn: Psn, region: &Arc<Region>, offset: usize, len: usize) {
+    /// A book whose request ids carry `tag` (the requester's have the top bit set, so one
+    /// [`super::Engine::page_in_done`] routes both sides' reports).
+    pub(super) fn tagged(tag: u64) -> FaultBook {
+        FaultBook {
+            tag,
+            ..FaultBook::default()
+        }
+    }
+
+    /// Queues a page-in of `[offset, offset+len)` for the driver; returns its id.
+    pub(super) fn request(
+        &mut self,
+        psn: Psn,
+        region: &Arc<Region>,
+        offset: usize,
+        len: usize,
+    ) -> u64 {
         self.next_id += 1;
-        let id = self.next_id;
+        let id = self.tag | self.next_id;
         self.inflight.push((id, region.clone(), offset, len));
         self.requests.push_back(PageInRequest {
             id,
@@ -198,6 +214,7 @@ impl FaultBook {
             offset,
             len,
         });
+        id
     }
 
     /// Forgets request `id`; false if it was not in flight (a stale or foreign report).

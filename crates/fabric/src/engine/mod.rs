@@ -327,7 +327,7 @@ impl Engine {
             .faults
             .requests
             .pop_front()
-            .or_else(|| self.req.page_ins.pop_front())
+            .or_else(|| self.req.faults.requests.pop_front())
     }
 
     /// The page-in `id` finished: `Ok(pages)` made resident, or `Err(reason)`. When the

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use remora_wire::{AethRepr, BthRepr, NakCode, Op, Psn, Repr, RethRepr, Service, Syndrome};
 
-use super::fault::{self, PageInRequest, FAULT_RNR_TIMER};
+use super::fault::{self, FaultBook, FAULT_RNR_TIMER};
 use super::{packets_for, EngineConfig, Stats};
 use crate::error::{Error, Result};
 use crate::wr::{Completion, SendWr, Status, WrOp};
@@ -97,9 +97,8 @@ pub(super) struct Requester {
     err_window: Option<u32>,
     /// PART: the page-in (id) a READ response waits for; responses are dropped meanwhile.
     read_fault: Option<u64>,
-    /// Page-in requests for the driver (ids with [`REQUESTER_IDS`] set).
-    pub(super) page_ins: VecDeque<PageInRequest>,
-    next_page_in: u64,
+    /// Page-ins of READ destinations (ids tagged with [`REQUESTER_IDS`]).
+    pub(super) faults: FaultBook,
     pub(super) error: bool,
 }
 
@@ -131,8 +130,7 @@ impl Requester {
             resumed_at: None,
             err_window: None,
             read_fault: None,
-            page_ins: VecDeque::new(),
-            next_page_in: 0,
+            faults: FaultBook::tagged(REQUESTER_IDS),
             error: false,
         }
     }
@@ -475,16 +473,8 @@ impl Requester {
                 payload.len(),
                 p.wr.len - off,
             );
-            self.next_page_in += 1;
-            let id = REQUESTER_IDS | self.next_page_in;
-            self.page_ins.push_back(PageInRequest {
-                id,
-                psn,
-                region: p.wr.local.clone(),
-                offset: o,
-                len: n,
-            });
-            self.read_fault = Some(id);
+            let region = p.wr.local.clone();
+            self.read_fault = Some(self.faults.request(psn, &region, o, n));
             stats.faults += 1;
             stats.page_ins += 1;
             return;
@@ -652,7 +642,7 @@ impl Requester {
         completions: &mut VecDeque<Completion>,
         stats: &mut Stats,
     ) {
-        self.page_ins.retain(|r| r.id != id);
+        self.faults.finish(id);
         if self.read_fault != Some(id) {
             return;
         }
