@@ -336,3 +336,39 @@ fn daq_run_serve_shows_the_run_on_its_page_and_prints_the_summary() {
     assert_eq!(s["frames_complete"], 400, "{s}");
     assert_eq!(s["frames_lost"], 0, "{s}");
 }
+
+#[test]
+fn bench_acquisition_with_the_service_repeats_the_paired_search_and_reports_each_ratio() {
+    let _one = one_at_a_time();
+    let out = run(&[
+        "bench",
+        "acquisition",
+        "--transport",
+        "shm",
+        "--modules",
+        "1",
+        "--frames",
+        "8",
+        "--rate",
+        "20",
+        "--with-service",
+        "--repeat",
+        "2",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let sv = &v["service"];
+    let ratios = sv["ratios"].as_array().expect("ratios");
+    assert_eq!(ratios.len(), 2, "{v}");
+    let r = sv["ratio"].as_f64().unwrap();
+    assert!(ratios.iter().any(|x| x.as_f64() == Some(r)), "{v}");
+    // Each round tried the one rate once per runner.
+    assert_eq!(v["tries"].as_array().unwrap().len(), 4, "{v}");
+    assert_eq!(v["frames_sent"], 8);
+    assert!(sv["page"]["events"].as_u64().unwrap() > 0, "{v}");
+
+    let bad = run(&["bench", "acquisition", "--repeat", "2"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--with-service"));
+}
