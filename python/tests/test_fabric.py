@@ -144,3 +144,49 @@ def test_fault_settings_are_checked():
         fabric.Listener("127.0.0.1:0", pd, faults="maybe")
     with pytest.raises(ValueError, match="fault_timeout"):
         fabric.connect("127.0.0.1:1", pd, fault_timeout=-1.0)
+
+
+def test_progress_in_the_callers_thread():
+    """progress="poll" on both sides: the client's wait/spin drives it, a pump thread drives
+    the server, and the listener holds a RoCEv2 receive address from the start."""
+    spd = fabric.ProtectionDomain()
+    sbuf = np.zeros(N, np.uint8)
+    smr = spd.register(sbuf)
+    lst = fabric.Listener("127.0.0.1:0", spd, progress="poll")
+    assert lst.udp_address is not None and lst.udp_address.startswith("127.0.0.1:")
+    out = {}
+    stop = threading.Event()
+
+    def serve():
+        out["qp"], out["peer"] = lst.accept(smr.info())
+        while not stop.is_set():
+            out["qp"].progress(0.005)
+
+    t = threading.Thread(target=serve)
+    t.start()
+    cpd = fabric.ProtectionDomain()
+    cbuf = np.random.default_rng(2).integers(0, 255, N, dtype=np.uint8)
+    cmr = cpd.register(cbuf)
+    qp, peer = fabric.connect(lst.address, cpd, progress="poll", private=cmr.info())
+    addr, _, rkey = fabric.decode_region(peer)
+    assert qp.udp_peer == lst.udp_address
+    try:
+        for i in range(20):
+            qp.post_write(i, cmr, i * 1000, 1000, addr + i * 1000, rkey, imm=i)
+            c = qp.spin(10) if i % 2 else qp.wait(10)
+            assert c is not None and c.ok and c.wr_id == i
+        for i in range(20):
+            s = out["qp"].wait(10)
+            assert s.opcode == "recv_rdma_with_imm" and s.imm == i
+        assert np.array_equal(sbuf[:20000], cbuf[:20000])
+        qp.post_read(99, cmr, N // 2, 20000, addr, rkey)
+        c = qp.wait(10)
+        assert c.ok and c.opcode == "read"
+        assert np.array_equal(cbuf[N // 2 : N // 2 + 20000], sbuf[:20000])
+    finally:
+        stop.set()
+        t.join(10)
+    with pytest.raises(ValueError, match="progress"):
+        fabric.connect(lst.address, cpd, progress="sometimes")
+    with pytest.raises(Exception, match="progress poll is available on udp"):
+        fabric.connect(lst.address, cpd, transport="tcp", progress="poll")

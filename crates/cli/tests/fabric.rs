@@ -514,6 +514,182 @@ fn captured_datagrams_decode_in_tshark_and_pass_the_icrc_check() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Starts a tshark capture on lo with `filter`; `None` (and the reason printed) when tshark is
+/// missing or cannot capture here.
+fn capture(pcap: &Path, filter: &str) -> Option<std::process::Child> {
+    if Command::new("tshark").arg("-v").output().is_err() {
+        eprintln!("skipped: tshark is not installed");
+        return None;
+    }
+    let mut cap = Command::new("tshark")
+        .args(["-i", "lo", "-f", filter, "-F", "pcap", "-w"])
+        .arg(pcap)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(cap.stderr.take().unwrap());
+    let t0 = Instant::now();
+    let mut line = String::new();
+    let started = loop {
+        line.clear();
+        if err.read_line(&mut line).unwrap_or(0) == 0 || t0.elapsed() > Duration::from_secs(20) {
+            break false;
+        }
+        if line.contains("Capturing on") {
+            break true;
+        }
+    };
+    if started {
+        // Keep reading: tshark writes its packet count to stderr when it stops, and a closed
+        // pipe would kill it (SIGPIPE) before the capture file is complete.
+        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+        return Some(cap);
+    }
+    let _ = cap.kill();
+    let _ = cap.wait();
+    eprintln!("skipped: tshark cannot capture on lo here");
+    None
+}
+
+/// `remora fabric serve` holds UDP 4791 from its start, and a bench's requester sends every
+/// datagram there, so tshark decodes the traffic as RRoCE without being told a port. The
+/// server listens on a loopback address of its own, where no other test's listener competes
+/// for 4791.
+#[test]
+fn a_capture_of_serve_and_a_bench_shows_rroce_on_port_4791() {
+    let ip = "127.0.0.97";
+    let dir = std::env::temp_dir().join(format!("remora-cap4791-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("roce.pcap");
+    let Some(mut cap) = capture(&pcap, &format!("udp and host {ip}")) else {
+        return;
+    };
+    let listen = format!("{ip}:0");
+    let s = serve_common::serve(&[
+        "fabric",
+        "serve",
+        "--listen",
+        &listen,
+        "--region-size",
+        "1M",
+    ]);
+    // dumpcap reports "Capturing" a little before its filter sees packets.
+    std::thread::sleep(Duration::from_millis(500));
+    let out = Command::new(EXE)
+        .args([
+            "fabric",
+            "bench",
+            "write-lat",
+            "--transport",
+            "udp",
+            "--size",
+            "64",
+        ])
+        .args(["--iters", "500", "--warmup", "2", "--json", "--connect"])
+        .arg(s.addr.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["udp_dst_port"], 4791, "{v}");
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = Command::new("kill")
+        .args(["-INT", &cap.id().to_string()])
+        .status();
+    let _ = cap.wait();
+    drop(s);
+    // No `-d` option: tshark's own dissector table maps UDP 4791 to RRoCE.
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(&pcap)
+        .args([
+            "-Y",
+            &format!("ip.dst=={ip} && udp.dstport==4791"),
+            "-T",
+            "fields",
+        ])
+        .args([
+            "-e",
+            "udp.dstport",
+            "-e",
+            "_ws.col.Protocol",
+            "-e",
+            "infiniband.bth.opcode",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split('\t').collect()).collect();
+    // 502 WRITEs (2 warm-up) and the ACKs of the responder's pongs: most of them, whatever
+    // the capture missed while it started.
+    assert!(
+        rows.len() >= 400,
+        "the WRITEs reached the responder on 4791:\n{text}"
+    );
+    for r in &rows {
+        assert_eq!(r[0], "4791", "destination port:\n{text}");
+        assert_eq!(r[1], "RRoCE", "decoded as RRoCE:\n{text}");
+    }
+    // RC WRITE Only with Immediate (11) carries the pings.
+    assert!(rows.iter().any(|r| r[2] == "11"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_progress_poll_runs_on_udp_and_is_refused_on_streams() {
+    for extra in [
+        &["--progress", "poll"][..],
+        &["--progress", "poll", "--spin"][..],
+    ] {
+        let out = Command::new(EXE)
+            .args([
+                "fabric",
+                "bench",
+                "write-lat",
+                "--size",
+                "8",
+                "--iters",
+                "50",
+            ])
+            .args(["--warmup", "5", "--json"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["progress"], "poll");
+        assert_eq!(v["spin"], extra.len() == 3);
+        assert!(v["t_typical_us"].as_f64().unwrap() > 0.0);
+    }
+    let out = Command::new(EXE)
+        .args([
+            "fabric",
+            "bench",
+            "write-bw",
+            "--transport",
+            "tcp",
+            "--progress",
+            "poll",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("progress poll is available on udp"));
+}
+
 #[test]
 fn serve_refuses_bad_flags_clearly() {
     let out = Command::new(EXE)

@@ -10,25 +10,24 @@
 //! ([`crate::shm`]). Nothing in a hello enables access to memory: the TCP exchange only agrees on
 //! parameters.
 use std::collections::HashMap;
-use std::fmt;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use remora_mem::{Pd, Region};
-use remora_wire::{Psn, Service};
+use remora_wire::Psn;
 
 use crate::cq::Cq;
 use crate::engine::{Engine, EngineConfig};
 use crate::error::{io_err, Error, Result};
+use crate::options::{Progress, QpOptions, QpType, Transport};
 use crate::qp::{Inner, Qp};
 use crate::shm::TOKEN_LEN;
 use crate::stream::{DataPath, Sock, StreamQp};
-use crate::udp::{Device, DeviceHandle, UdpQp};
+use crate::udp::{Device, DeviceHandle, Role, UdpQp};
 
 const MAGIC: &[u8; 4] = b"RMRA";
 const VERSION: u8 = 2;
@@ -36,144 +35,6 @@ const HELLO_LEN: usize = 48;
 /// Largest private data either side may send.
 pub const MAX_PRIVATE: usize = 64 << 10;
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Which transport carries a queue pair's traffic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Transport {
-    /// RoCEv2 datagrams over UDP.
-    Udp,
-    /// Same host: frames over a unix socket; payloads copied once through memfds the owner
-    /// handed over (`SCM_RIGHTS`), inline otherwise.
-    Shm,
-    /// A framed TCP stream.
-    Tcp,
-}
-
-impl Transport {
-    fn code(self) -> u8 {
-        match self {
-            Transport::Udp => 1,
-            Transport::Shm => 2,
-            Transport::Tcp => 3,
-        }
-    }
-    fn from_code(c: u8) -> Option<Transport> {
-        Some(match c {
-            1 => Transport::Udp,
-            2 => Transport::Shm,
-            3 => Transport::Tcp,
-            _ => return None,
-        })
-    }
-}
-
-impl fmt::Display for Transport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Transport::Udp => "udp",
-            Transport::Shm => "shm",
-            Transport::Tcp => "tcp",
-        })
-    }
-}
-
-impl FromStr for Transport {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Transport, String> {
-        match s {
-            "udp" => Ok(Transport::Udp),
-            "shm" => Ok(Transport::Shm),
-            "tcp" => Ok(Transport::Tcp),
-            _ => Err(format!("unknown transport {s:?} (udp, shm or tcp)")),
-        }
-    }
-}
-
-/// Queue pair service type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum QpType {
-    /// Reliable connected: acknowledged, retransmitted, READ available.
-    Rc,
-    /// Unreliable connected: no acknowledgements; a message with a loss is dropped.
-    Uc,
-}
-
-impl QpType {
-    pub(crate) fn service(self) -> Service {
-        match self {
-            QpType::Rc => Service::Rc,
-            QpType::Uc => Service::Uc,
-        }
-    }
-}
-
-impl fmt::Display for QpType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            QpType::Rc => "rc",
-            QpType::Uc => "uc",
-        })
-    }
-}
-
-impl FromStr for QpType {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<QpType, String> {
-        match s {
-            "rc" => Ok(QpType::Rc),
-            "uc" => Ok(QpType::Uc),
-            _ => Err(format!("unknown queue pair type {s:?} (rc or uc)")),
-        }
-    }
-}
-
-/// Options of a queue pair. The connecting side's transport and type are what the pair uses;
-/// the MTU is the smaller of the two sides'.
-#[derive(Clone, Debug)]
-pub struct QpOptions {
-    /// Transport.
-    pub transport: Transport,
-    /// Service type.
-    pub qp_type: QpType,
-    /// Path MTU (payload bytes per packet, 256..=4096; udp only).
-    pub mtu: usize,
-    /// udp receive port (0: 4791 if free, else any).
-    pub udp_port: u16,
-    /// Verify the ICRC of every received datagram (udp).
-    pub icrc_check: bool,
-    /// RC local ACK timeout (udp), doubled after each expiry without progress.
-    pub retry_timeout: Duration,
-    /// RC retries before a request fails (udp).
-    pub retry_count: u32,
-    /// RC packets in flight at most (udp).
-    pub window: u32,
-    /// Faults injected into this side's outgoing datagrams (udp; testing).
-    pub faults: Option<crate::Faults>,
-    /// Partition key (udp): sent in every BTH; packets whose P_Key does not match are dropped
-    /// and counted (`bad_pkey`). Configured on both sides, not negotiated, as on a fabric.
-    pub pkey: u16,
-    /// Page faults in on-demand regions (udp RC): PART or inline, the page-in policy and block,
-    /// and the requester's fault timeout. Each side's responder uses its own policy.
-    pub part: crate::PartConfig,
-}
-
-impl Default for QpOptions {
-    fn default() -> QpOptions {
-        QpOptions {
-            transport: Transport::Udp,
-            qp_type: QpType::Rc,
-            mtu: 4096,
-            udp_port: 0,
-            icrc_check: true,
-            retry_timeout: Duration::from_millis(10),
-            retry_count: 7,
-            window: 1024,
-            faults: None,
-            pkey: crate::engine::DEFAULT_PKEY,
-            part: crate::PartConfig::default(),
-        }
-    }
-}
 
 /// Address, length and remote key of a region, as peers exchange them in private data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -357,7 +218,7 @@ impl Listener {
     pub fn bind(control: SocketAddr, pd: Arc<Pd>, opts: QpOptions) -> Result<Listener> {
         let tcp = TcpListener::bind(control)
             .map_err(io_err(format!("listening for connections on {control}")))?;
-        Ok(Listener {
+        let l = Listener {
             tcp,
             shared: Arc::new(ListenerShared {
                 pd,
@@ -365,7 +226,25 @@ impl Listener {
                 devices: Mutex::new(HashMap::new()),
                 handover: Mutex::new(Vec::new()),
             }),
-        })
+        };
+        // The RoCEv2 receive socket exists from the start, as on a NIC, so that 4791 is ours
+        // before any requester on this host could take it. A wildcard control address learns
+        // its local address only per connection, so its devices are bound then.
+        if !control.ip().is_unspecified() {
+            l.shared.device(control.ip())?;
+        }
+        Ok(l)
+    }
+
+    /// The udp receive address (RoCEv2 destination) of the device on `ip`, once bound: UDP 4791
+    /// unless another process held it when the listener started.
+    pub fn udp_device(&self, ip: IpAddr) -> Option<SocketAddr> {
+        self.shared
+            .devices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&ip)
+            .map(|d| d.dev.local_addr())
     }
 
     /// Descriptors (at most [`crate::MAX_HANDOVER`]) that every `shm` peer receives with
@@ -468,7 +347,12 @@ impl ListenerShared {
         if let Some(d) = devs.get(&ip) {
             return Ok(d.clone());
         }
-        let d = Arc::new(Device::bind(ip, self.opts.udp_port)?);
+        let d = Arc::new(Device::bind(
+            ip,
+            self.opts.udp_port,
+            Role::Responder,
+            self.opts.progress,
+        )?);
         devs.insert(ip, d.clone());
         Ok(d)
     }
@@ -488,13 +372,25 @@ pub fn connect(
             opts.mtu
         )));
     }
+    if opts.progress == Progress::Poll && opts.transport != Transport::Udp {
+        return Err(Error::Setup(format!(
+            "progress poll is available on udp; {} queue pairs keep their receive thread \
+             (use progress thread)",
+            opts.transport
+        )));
+    }
     let s = TcpStream::connect_timeout(&control, SETUP_TIMEOUT)
         .map_err(io_err(format!("connecting to {control}")))?;
     s.set_read_timeout(Some(SETUP_TIMEOUT)).ok();
     s.set_nodelay(true).ok();
     let dev = if opts.transport == Transport::Udp {
         let ip = s.local_addr().map_err(io_err("local address"))?.ip();
-        Some(Arc::new(Device::bind(ip, opts.udp_port)?))
+        Some(Arc::new(Device::bind(
+            ip,
+            opts.udp_port,
+            Role::Requester,
+            opts.progress,
+        )?))
     } else {
         None
     };

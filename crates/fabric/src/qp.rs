@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use remora_mem::Region;
 
-use crate::conn::{QpType, Transport};
 use crate::cq::Cq;
 use crate::error::{Error, Result};
+use crate::options::{QpType, Transport};
 use crate::stream::StreamQp;
 use crate::udp::{DeviceHandle, UdpQp};
 use crate::wr::{Completion, RecvWr, SendWr, WrOp};
@@ -175,28 +175,100 @@ impl Qp {
         }
     }
 
-    /// Moves up to `max` completions into `out` without blocking; returns how many.
+    /// The udp device this queue pair must drive itself ([`crate::Progress::Poll`]), if any.
+    fn polled_device(&self) -> Option<&crate::udp::Device> {
+        match &self.inner {
+            Inner::Udp { dev, .. } if dev.dev.polled() => Some(&dev.dev),
+            _ => None,
+        }
+    }
+
+    /// One round of progress without waiting, when the caller drives this queue pair.
+    fn progress_now(&self) -> Result<()> {
+        if let Some(dev) = self.polled_device() {
+            dev.progress(Duration::ZERO, None)?;
+        }
+        Ok(())
+    }
+
+    /// Moves up to `max` completions into `out` without blocking; returns how many. With
+    /// [`crate::Progress::Poll`] it first receives and answers what has arrived and runs due
+    /// timers (an error there is logged; [`Qp::wait`] returns it).
     pub fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        if let Err(e) = self.progress_now() {
+            tracing::warn!(error = %e, "queue pair progress failed");
+        }
         self.cq.poll(out, max)
     }
 
-    /// The next completion, waiting up to `timeout`; `Ok(None)` on timeout.
+    /// The next completion, waiting up to `timeout`; `Ok(None)` on timeout. With
+    /// [`crate::Progress::Poll`] the waiting thread sleeps on the receive socket (and on the
+    /// completion queue's eventfd) and does the receive work itself when something arrives.
     pub fn wait(&self, timeout: Duration) -> Result<Option<Completion>> {
-        Ok(self.cq.wait(timeout))
+        let Some(dev) = self.polled_device() else {
+            return Ok(self.cq.wait(timeout));
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(c) = self.cq.pop() {
+                return Ok(Some(c));
+            }
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return Ok(None);
+            };
+            let sleeping = self.cq.sleep_fd();
+            if let Some(c) = self.cq.pop() {
+                return Ok(Some(c));
+            }
+            if !dev.progress(left, sleeping.fd())? {
+                // Another thread is driving the device; its work reaches our queue.
+                drop(sleeping);
+                if let Some(c) = self.cq.wait(left.min(Duration::from_millis(1))) {
+                    return Ok(Some(c));
+                }
+            }
+        }
     }
 
-    /// Busy-polls for the next completion up to `timeout` (lowest latency, burns a core).
+    /// Busy-polls for the next completion up to `timeout` (lowest latency, burns a core);
+    /// with [`crate::Progress::Poll`] each turn also receives and answers.
     pub fn spin(&self, timeout: Duration) -> Option<Completion> {
         let end = Instant::now() + timeout;
-        let mut out = Vec::with_capacity(1);
         loop {
-            if self.cq.poll(&mut out, 1) == 1 {
-                return out.pop();
+            if let Err(e) = self.progress_now() {
+                tracing::warn!(error = %e, "queue pair progress failed");
+            }
+            if let Some(c) = self.cq.pop() {
+                return Some(c);
             }
             if Instant::now() >= end {
                 return None;
             }
             std::hint::spin_loop();
+        }
+    }
+
+    /// Drives this queue pair once when its progress is [`crate::Progress::Poll`] (receive,
+    /// answer, run due timers), sleeping up to `wait` on its socket until something arrives;
+    /// completions stay in the queue. Returns at once otherwise. For threads that serve a peer
+    /// without consuming completions, and for applications that watch memory rather than the
+    /// completion queue (a plain WRITE makes no completion at its target).
+    pub fn progress(&self, wait: Duration) -> Result<()> {
+        if let Some(dev) = self.polled_device() {
+            if !dev.progress(wait, None)? && !wait.is_zero() {
+                // Another thread drives the device: do not spin against it.
+                std::thread::sleep(wait.min(Duration::from_micros(200)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Where this queue pair sends its datagrams (udp): the peer device's address, UDP 4791
+    /// unless the peer found it taken.
+    pub fn udp_peer(&self) -> Option<std::net::SocketAddr> {
+        match &self.inner {
+            Inner::Udp { qp, .. } => Some(qp.peer_addr()),
+            Inner::Stream(_) => None,
         }
     }
 

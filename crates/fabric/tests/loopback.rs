@@ -1,24 +1,94 @@
 //! Both ends in one process over real sockets on loopback: every transport, every operation,
 //! every byte checked.
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use remora_fabric::{
-    connect, Listener, Qp, QpOptions, QpType, RegionInfo, Status, Transport, WcOpcode,
+    connect, Listener, Progress, Qp, QpOptions, QpType, RegionInfo, Status, Transport, WcOpcode,
 };
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
 
 const LEN: usize = 4 << 20;
 
 struct End {
-    qp: Qp,
+    qp: Arc<Qp>,
     region: Arc<Region>,
     peer: RegionInfo,
+    _pump: Option<Pump>,
 }
 
-fn region(pd: &Pd, seed: u8) -> Arc<Region> {
-    region_on(pd, seed, false)
+/// Drives a polled queue pair from a thread of its own, as the application of a responder
+/// does; completions stay for the test to take.
+struct Pump {
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Pump {
+    fn start(qp: Arc<Qp>) -> Pump {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = thread::spawn(move || {
+            while !s.load(Ordering::Acquire) {
+                qp.progress(Duration::from_millis(5)).unwrap();
+            }
+        });
+        Pump {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl End {
+    /// The same end with a pump: for a polled end that must keep answering its peer while the
+    /// test waits on the other end.
+    fn pumped(mut self) -> End {
+        self._pump = Some(Pump::start(self.qp.clone()));
+        self
+    }
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Both ends: the server accepts with `sopts` on a thread, the client connects with `copts`.
+/// A server in poll mode gets a pump; the client is driven by the test's own waits.
+fn join(sopts: QpOptions, seed: u8, copts: QpOptions, memfd: bool) -> (End, End) {
+    let polled = sopts.progress == Progress::Poll;
+    let spd = Arc::new(Pd::new());
+    let sregion = region_on(&spd, seed, memfd);
+    let listener = Listener::bind("127.0.0.1:0".parse().unwrap(), spd, sopts).unwrap();
+    let addr = listener.local_addr();
+    let info = RegionInfo::of(&sregion).encode();
+    let server = thread::spawn(move || {
+        let (qp, p) = listener.accept(&info).unwrap();
+        let qp = Arc::new(qp);
+        End {
+            qp: qp.clone(),
+            region: sregion,
+            peer: RegionInfo::decode(&p).unwrap(),
+            _pump: polled.then(|| Pump::start(qp)),
+        }
+    });
+    let cpd = Arc::new(Pd::new());
+    let cregion = region_on(&cpd, seed + 1, memfd);
+    let (qp, p) = connect(addr, cpd, copts, &RegionInfo::of(&cregion).encode()).unwrap();
+    let client = End {
+        qp: Arc::new(qp),
+        region: cregion,
+        peer: RegionInfo::decode(&p).unwrap(),
+        _pump: None,
+    };
+    (client, server.join().unwrap())
 }
 
 /// A region over anonymous memory or a memfd (the shm transport maps memfds of its peer and
@@ -42,34 +112,25 @@ fn pair(transport: Transport, qp_type: QpType, mtu: usize) -> (End, End) {
 }
 
 fn pair_on(transport: Transport, qp_type: QpType, mtu: usize, memfd: bool) -> (End, End) {
-    let spd = Arc::new(Pd::new());
-    let sregion = region_on(&spd, 1, memfd);
+    pair_with(transport, qp_type, mtu, memfd, Progress::Thread)
+}
+
+/// A pair whose two sides both use `progress`.
+fn pair_with(
+    transport: Transport,
+    qp_type: QpType,
+    mtu: usize,
+    memfd: bool,
+    progress: Progress,
+) -> (End, End) {
     let opts = QpOptions {
         transport,
         qp_type,
         mtu,
+        progress,
         ..QpOptions::default()
     };
-    let listener = Listener::bind("127.0.0.1:0".parse().unwrap(), spd, opts.clone()).unwrap();
-    let addr = listener.local_addr();
-    let info = RegionInfo::of(&sregion).encode();
-    let server = thread::spawn(move || {
-        let (qp, p) = listener.accept(&info).unwrap();
-        End {
-            qp,
-            region: sregion,
-            peer: RegionInfo::decode(&p).unwrap(),
-        }
-    });
-    let cpd = Arc::new(Pd::new());
-    let cregion = region_on(&cpd, 2, memfd);
-    let (qp, p) = connect(addr, cpd, opts, &RegionInfo::of(&cregion).encode()).unwrap();
-    let client = End {
-        qp,
-        region: cregion,
-        peer: RegionInfo::decode(&p).unwrap(),
-    };
-    (client, server.join().unwrap())
+    join(opts.clone(), 1, opts, memfd)
 }
 
 fn bytes(r: &Region, off: usize, len: usize) -> Vec<u8> {
@@ -90,6 +151,10 @@ fn exercise(transport: Transport, mtu: usize) {
 
 fn exercise_on(transport: Transport, mtu: usize, memfd: bool) {
     let (c, s) = pair_on(transport, QpType::Rc, mtu, memfd);
+    exercise_pair(c, s, mtu, transport);
+}
+
+fn exercise_pair(c: End, s: End, mtu: usize, transport: Transport) {
     // WRITE with immediate, several sizes, to distinct places.
     let sizes = [1usize, 100, mtu, mtu + 1, 65_536, 1 << 20];
     let mut off = 0;
@@ -212,85 +277,158 @@ fn shm_rc_with_memfd_regions_moves_every_byte() {
 }
 
 #[test]
-fn uc_write_with_immediate_arrives_on_every_transport() {
-    for t in [Transport::Udp, Transport::Tcp, Transport::Shm] {
-        let (c, s) = pair(t, QpType::Uc, 4096);
-        for i in 0..10u32 {
-            c.qp.post_write(
-                i as u64,
-                &c.region,
-                0,
-                50_000,
-                c.peer.addr + i as u64 * 50_000,
-                c.peer.rkey,
-                Some(i),
-            )
-            .unwrap();
-        }
-        for i in 0..10u32 {
-            assert_eq!(wait(&c.qp).status, Status::Success);
-            assert_eq!(wait(&s.qp).imm, Some(i), "{t}");
-        }
-        assert_eq!(bytes(&s.region, 0, 500_000), {
-            let mut v = Vec::new();
-            for _ in 0..10 {
-                v.extend(bytes(&c.region, 0, 50_000));
-            }
-            v
-        });
-        assert!(c
-            .qp
-            .post_read(1, &c.region, 0, 1, c.peer.addr, c.peer.rkey)
-            .is_err());
+fn udp_rc_moves_every_byte_with_progress_in_the_callers_thread() {
+    for mtu in [4096, 1024] {
+        // The server writes to the client too: the client needs a thread that polls while
+        // the test waits on the server.
+        let (c, s) = pair_with(Transport::Udp, QpType::Rc, mtu, false, Progress::Poll);
+        exercise_pair(c.pumped(), s, mtu, Transport::Udp);
     }
 }
 
-fn lossy_pair(qp_type: QpType, loss: f64) -> (End, End) {
+#[test]
+fn a_polled_requester_talks_to_a_threaded_responder_and_back() {
+    let opts = |progress| QpOptions {
+        progress,
+        ..QpOptions::default()
+    };
+    let (c, s) = join(opts(Progress::Thread), 1, opts(Progress::Poll), false);
+    exercise_pair(c.pumped(), s, 4096, Transport::Udp);
+    let (c, s) = join(opts(Progress::Poll), 1, opts(Progress::Thread), false);
+    exercise_pair(c, s, 4096, Transport::Udp);
+}
+
+#[test]
+fn uc_with_progress_in_the_callers_thread_delivers_every_immediate() {
+    let (c, s) = pair_with(Transport::Udp, QpType::Uc, 4096, false, Progress::Poll);
+    for i in 0..50u32 {
+        c.qp.post_write(
+            i as u64,
+            &c.region,
+            0,
+            20_000,
+            c.peer.addr + i as u64 * 20_000,
+            c.peer.rkey,
+            Some(i),
+        )
+        .unwrap();
+        assert_eq!(wait(&c.qp).status, Status::Success);
+    }
+    for i in 0..50u32 {
+        assert_eq!(wait(&s.qp).imm, Some(i));
+    }
+}
+
+#[test]
+fn busy_polling_spins_progress_and_finds_the_completion() {
+    let (c, s) = pair_with(Transport::Udp, QpType::Rc, 4096, false, Progress::Poll);
+    for i in 0..200u64 {
+        c.qp.post_write(i, &c.region, 0, 8, c.peer.addr, c.peer.rkey, Some(i as u32))
+            .unwrap();
+        // The client's spin alone drives the client (the first WRITE into a page the server
+        // has not mapped yet is held and resumed by an ERR that only this spin receives).
+        let done = c.qp.spin(Duration::from_secs(10)).expect("completion");
+        assert_eq!((done.wr_id, done.status), (i, Status::Success));
+        let got = s.qp.spin(Duration::from_secs(10)).expect("arrival");
+        assert_eq!(got.imm, Some(i as u32));
+    }
+}
+
+#[test]
+fn progress_poll_on_a_stream_transport_is_refused_with_the_reason() {
+    for t in [Transport::Tcp, Transport::Shm] {
+        let pd = Arc::new(Pd::new());
+        let opts = QpOptions {
+            transport: t,
+            progress: Progress::Poll,
+            ..QpOptions::default()
+        };
+        let e = connect("127.0.0.1:9".parse().unwrap(), pd, opts, &[])
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("progress poll"), "{e}");
+    }
+}
+
+#[test]
+fn a_listener_owns_the_roce_port_from_the_start_and_requesters_do_not_take_it() {
+    // A loopback address of this test's own: no other test's listener competes for its 4791.
+    let ip: std::net::IpAddr = "127.0.0.98".parse().unwrap();
+    let spd = Arc::new(Pd::new());
+    let mr = region_on(&spd, 3, false);
+    let l = Listener::bind((ip, 0).into(), spd.clone(), QpOptions::default()).unwrap();
+    let dev = l.udp_device(ip).expect("bound when the listener started");
+    assert_eq!(dev.port(), 4791);
+    // A second listener on the address finds 4791 taken, falls back and says where it went.
+    let other = Listener::bind((ip, 0).into(), spd, QpOptions::default()).unwrap();
+    let fallback = other.udp_device(ip).unwrap();
+    assert_ne!(fallback.port(), 4791);
+    drop(other);
+    let addr = l.local_addr();
+    let info = RegionInfo::of(&mr).encode();
+    let server = thread::spawn(move || l.accept(&info).unwrap());
+    let cpd = Arc::new(Pd::new());
+    let cmr = region_on(&cpd, 4, false);
+    let (qp, p) = connect(addr, cpd, QpOptions::default(), &[]).unwrap();
+    let (_sqp, _) = server.join().unwrap();
+    assert_eq!(
+        qp.udp_peer(),
+        Some(dev),
+        "requests go to the responder's 4791"
+    );
+    assert_ne!(
+        qp.udp_device().unwrap().port(),
+        4791,
+        "a requester leaves 4791 alone"
+    );
+    let peer = RegionInfo::decode(&p).unwrap();
+    qp.post_write(1, &cmr, 0, 4096, peer.addr, peer.rkey, None)
+        .unwrap();
+    assert_eq!(wait(&qp).status, Status::Success);
+    assert_eq!(bytes(&mr, 0, 4096), bytes(&cmr, 0, 4096));
+}
+
+fn lossy_pair(qp_type: QpType, loss: f64, progress: Progress) -> (End, End) {
     let faults = |seed| remora_fabric::Faults {
         loss,
         duplicate: 0.02,
         reorder: 0.02,
         seed,
     };
-    let spd = Arc::new(Pd::new());
-    let sregion = region(&spd, 1);
-    let mut opts = QpOptions {
+    let opts = QpOptions {
         transport: Transport::Udp,
         qp_type,
         mtu: 1024,
         retry_timeout: Duration::from_millis(5),
         retry_count: 12,
+        progress,
         ..QpOptions::default()
     };
-    opts.faults = Some(faults(7));
-    let listener = Listener::bind("127.0.0.1:0".parse().unwrap(), spd, opts.clone()).unwrap();
-    let addr = listener.local_addr();
-    let info = RegionInfo::of(&sregion).encode();
-    let server = thread::spawn(move || {
-        let (qp, p) = listener.accept(&info).unwrap();
-        End {
-            qp,
-            region: sregion,
-            peer: RegionInfo::decode(&p).unwrap(),
-        }
-    });
-    let cpd = Arc::new(Pd::new());
-    let cregion = region(&cpd, 2);
-    opts.faults = Some(faults(11));
-    let (qp, p) = connect(addr, cpd, opts, &RegionInfo::of(&cregion).encode()).unwrap();
-    (
-        End {
-            qp,
-            region: cregion,
-            peer: RegionInfo::decode(&p).unwrap(),
+    join(
+        QpOptions {
+            faults: Some(faults(7)),
+            ..opts.clone()
         },
-        server.join().unwrap(),
+        1,
+        QpOptions {
+            faults: Some(faults(11)),
+            ..opts
+        },
+        false,
     )
 }
 
 #[test]
 fn udp_rc_delivers_exactly_once_in_order_through_loss_duplication_and_reordering() {
-    let (c, s) = lossy_pair(QpType::Rc, 0.05);
+    for progress in [Progress::Thread, Progress::Poll] {
+        lossy_rc(progress);
+    }
+}
+
+/// With `Progress::Poll` the retransmission timers run in the threads that wait: the test's
+/// own for the client, the pump for the server.
+fn lossy_rc(progress: Progress) {
+    let (c, s) = lossy_pair(QpType::Rc, 0.05, progress);
     let n = 40;
     let size = 50_000;
     for i in 0..n {
@@ -341,7 +479,7 @@ fn udp_rc_delivers_exactly_once_in_order_through_loss_duplication_and_reordering
 
 #[test]
 fn udp_uc_drops_damaged_messages_and_counts_them() {
-    let (c, s) = lossy_pair(QpType::Uc, 0.05);
+    let (c, s) = lossy_pair(QpType::Uc, 0.05, Progress::Thread);
     for i in 0..100u64 {
         c.qp.post_write(
             i,

@@ -310,18 +310,39 @@ impl PyQp {
     }
 
     /// The next completion, waiting up to `timeout` seconds (GIL released); None on timeout.
+    /// With `progress="poll"` the waiting thread receives and answers for the queue pair.
     #[pyo3(signature = (timeout = 1.0))]
     fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<PyCompletion>> {
-        if !(timeout.is_finite() && timeout >= 0.0) {
-            return Err(PyValueError::new_err(
-                "timeout must be a non-negative number of seconds",
-            ));
-        }
+        let t = seconds(timeout)?;
         let qp = self.qp.clone();
-        let c = py
-            .detach(move || qp.wait(Duration::from_secs_f64(timeout)))
-            .map_err(fab_err)?;
+        let c = py.detach(move || qp.wait(t)).map_err(fab_err)?;
         Ok(c.map(completion))
+    }
+
+    /// The next completion by busy polling up to `timeout` seconds (GIL released; burns a
+    /// core, lowest latency); None on timeout.
+    #[pyo3(signature = (timeout = 1.0))]
+    fn spin(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<PyCompletion>> {
+        let t = seconds(timeout)?;
+        let qp = self.qp.clone();
+        Ok(py.detach(move || qp.spin(t)).map(completion))
+    }
+
+    /// With `progress="poll"`: receives and answers for this queue pair once, waiting up to
+    /// `timeout` seconds for something to arrive (GIL released); completions stay queued.
+    /// Does nothing with `progress="thread"`.
+    #[pyo3(signature = (timeout = 0.0))]
+    fn progress(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        let t = seconds(timeout)?;
+        let qp = self.qp.clone();
+        py.detach(move || qp.progress(t)).map_err(fab_err)
+    }
+
+    /// Where this queue pair's datagrams go ("host:port", udp only; port 4791 unless the
+    /// peer found it taken).
+    #[getter]
+    fn udp_peer(&self) -> Option<String> {
+        self.qp.udp_peer().map(|a| a.to_string())
     }
 
     /// Transport name.
@@ -411,14 +432,30 @@ impl PartArgs<'_> {
     }
 }
 
-fn options(transport: &str, qp: &str, mtu: usize, part: &PartArgs) -> PyResult<fab::QpOptions> {
+fn options(
+    transport: &str,
+    qp: &str,
+    mtu: usize,
+    part: &PartArgs,
+    progress: &str,
+) -> PyResult<fab::QpOptions> {
     Ok(fab::QpOptions {
         transport: transport.parse().map_err(PyValueError::new_err)?,
         qp_type: qp.parse().map_err(PyValueError::new_err)?,
         mtu,
         part: part.config()?,
+        progress: progress.parse().map_err(PyValueError::new_err)?,
         ..fab::QpOptions::default()
     })
+}
+
+fn seconds(timeout: f64) -> PyResult<Duration> {
+    if !(timeout.is_finite() && (0.0..1e9).contains(&timeout)) {
+        return Err(PyValueError::new_err(
+            "timeout must be a non-negative number of seconds",
+        ));
+    }
+    Ok(Duration::from_secs_f64(timeout))
 }
 
 fn addr(s: &str) -> PyResult<std::net::SocketAddr> {
@@ -435,9 +472,12 @@ struct PyListener {
 #[pymethods]
 impl PyListener {
     /// `faults`, `page_in`, `page_in_block` and `fault_timeout` set how this side handles page
-    /// faults in its on-demand regions (PART, udp RC): see `connect`.
+    /// faults in its on-demand regions (PART, udp RC): see `connect`. `progress` "thread" (a
+    /// background receive thread) or "poll" (the udp queue pairs it accepts are driven by the
+    /// threads that wait on them or call `progress`). The udp receive socket (port 4791 when
+    /// free) is bound at once; `udp_address` says where.
     #[new]
-    #[pyo3(signature = (address, pd, mtu = 4096, faults = "part", page_in = "pia", page_in_block = 16384, fault_timeout = None))]
+    #[pyo3(signature = (address, pd, mtu = 4096, faults = "part", page_in = "pia", page_in_block = 16384, fault_timeout = None, progress = "thread"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         address: &str,
@@ -447,6 +487,7 @@ impl PyListener {
         page_in: &str,
         page_in_block: usize,
         fault_timeout: Option<f64>,
+        progress: &str,
     ) -> PyResult<PyListener> {
         let part = PartArgs {
             faults,
@@ -454,7 +495,7 @@ impl PyListener {
             page_in_block,
             fault_timeout,
         };
-        let opts = options("udp", "rc", mtu, &part)?;
+        let opts = options("udp", "rc", mtu, &part, progress)?;
         let l = fab::Listener::bind(addr(address)?, pd.pd.clone(), opts).map_err(fab_err)?;
         Ok(PyListener { l: Arc::new(l) })
     }
@@ -463,6 +504,15 @@ impl PyListener {
     #[getter]
     fn address(&self) -> String {
         self.l.local_addr().to_string()
+    }
+
+    /// The udp (RoCEv2) receive address on the setup address' IP, once bound: port 4791
+    /// unless another process held it.
+    #[getter]
+    fn udp_address(&self) -> Option<String> {
+        self.l
+            .udp_device(self.l.local_addr().ip())
+            .map(|a| a.to_string())
     }
 
     /// Waits for one peer; returns (QueuePair, the peer's private data). The GIL is released.
@@ -487,8 +537,11 @@ impl PyListener {
 /// for a resend. `fault_timeout` (seconds) makes this requester resend on its own after a fault
 /// NAK instead of waiting for that request; `faults="inline"` takes faults on the receive
 /// thread instead.
+///
+/// `progress`: "thread" (a background receive thread) or "poll" (udp: no thread on the data
+/// path; `wait`, `spin`, `poll` and `progress` on the queue pair do the receive work).
 #[pyfunction]
-#[pyo3(signature = (address, pd, transport = "udp", qp = "rc", mtu = 4096, private = b"".as_slice(), faults = "part", page_in = "pia", page_in_block = 16384, fault_timeout = None))]
+#[pyo3(signature = (address, pd, transport = "udp", qp = "rc", mtu = 4096, private = b"".as_slice(), faults = "part", page_in = "pia", page_in_block = 16384, fault_timeout = None, progress = "thread"))]
 #[allow(clippy::too_many_arguments)]
 fn connect<'py>(
     py: Python<'py>,
@@ -502,6 +555,7 @@ fn connect<'py>(
     page_in: &str,
     page_in_block: usize,
     fault_timeout: Option<f64>,
+    progress: &str,
 ) -> PyResult<(PyQp, Bound<'py, PyBytes>)> {
     let part = PartArgs {
         faults,
@@ -509,7 +563,7 @@ fn connect<'py>(
         page_in_block,
         fault_timeout,
     };
-    let opts = options(transport, qp, mtu, &part)?;
+    let opts = options(transport, qp, mtu, &part, progress)?;
     let a = addr(address)?;
     let pd = pd.pd.clone();
     let p = private.to_vec();

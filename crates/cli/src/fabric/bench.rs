@@ -29,6 +29,7 @@ impl Responder {
         connections: usize,
         icrc: bool,
         part: &super::PartArgs,
+        progress: super::ProgressArgs,
     ) -> anyhow::Result<Responder> {
         let exe = std::env::current_exe().context("locating the remora executable")?;
         let mut cmd = Command::new(exe);
@@ -37,6 +38,7 @@ impl Responder {
             .args(["--mtu", &mtu.to_string()])
             .args(["--connections", &connections.to_string()])
             .args(part.to_args())
+            .args(progress.to_args())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -109,10 +111,14 @@ pub(crate) fn connect_client(
     Ok(Client { qp, region, remote })
 }
 
-fn wait_ok(qp: &Qp) -> anyhow::Result<Completion> {
-    let c = qp
-        .wait(STALL)?
-        .with_context(|| format!("no completion for {} s", STALL.as_secs()))?;
+/// The next completion, busy-polled with `spin`, slept for otherwise; an error if it failed.
+fn wait_ok(qp: &Qp, spin: bool) -> anyhow::Result<Completion> {
+    let c = if spin {
+        qp.spin(STALL)
+    } else {
+        qp.wait(STALL)?
+    };
+    let c = c.with_context(|| format!("no completion for {} s", STALL.as_secs()))?;
     if !c.status.is_ok() {
         bail!("request {} failed: {:?}", c.wr_id, c.status);
     }
@@ -145,6 +151,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
             1,
             !a.no_icrc_check,
             &a.part,
+            a.progress,
         )?),
     };
     let addr = a
@@ -162,6 +169,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         mtu: a.mtu,
         icrc_check: !a.no_icrc_check,
         part: a.part.config(),
+        progress: a.progress.progress,
         ..QpOptions::default()
     };
     let c = connect_client(addr, opts, role, a.size.max(1), a.size)?;
@@ -178,11 +186,12 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
     };
     let stats = c.qp.stats();
     let mtu = c.qp.mtu();
+    let roce_dst = c.qp.udp_peer();
     drop(c);
     if let Some(r) = responder {
         r.finish();
     }
-    report(&a, mtu, depth, &result, &stats);
+    report(&a, mtu, depth, &result, &stats, roce_dst);
     Ok(())
 }
 
@@ -233,7 +242,7 @@ fn bandwidth(a: &BenchArgs, c: &Client, depth: usize) -> anyhow::Result<Bw> {
             }
             batch.clear();
             if c.qp.poll(&mut batch, 64) == 0 {
-                batch.push(wait_ok(&c.qp)?);
+                batch.push(wait_ok(&c.qp, a.progress.spin)?);
             }
             let now = Instant::now();
             for comp in &batch {
@@ -284,7 +293,7 @@ fn latency(a: &BenchArgs, c: &Client) -> anyhow::Result<Lat> {
         match a.test {
             Test::ReadLat => {
                 c.qp.post_read(i as u64, &c.region, 0, a.size, c.remote.addr, c.remote.rkey)?;
-                wait_ok(&c.qp)?;
+                wait_ok(&c.qp, a.progress.spin)?;
             }
             _ => {
                 c.qp.post_write(
@@ -298,7 +307,7 @@ fn latency(a: &BenchArgs, c: &Client) -> anyhow::Result<Lat> {
                 )?;
                 // Our own WRITE completion and the responder's answer come in either order.
                 loop {
-                    let comp = wait_ok(&c.qp)?;
+                    let comp = wait_ok(&c.qp, a.progress.spin)?;
                     if comp.opcode == WcOpcode::RecvRdmaWithImm {
                         if comp.imm != Some(i as u32) {
                             bail!("pong carried immediate {:?}, expected {i}", comp.imm);
@@ -354,8 +363,24 @@ fn test_name(t: Test) -> &'static str {
     }
 }
 
-fn report(a: &BenchArgs, mtu: usize, depth: usize, m: &Measured, s: &remora_fabric::QpStats) {
+fn report(
+    a: &BenchArgs,
+    mtu: usize,
+    depth: usize,
+    m: &Measured,
+    s: &remora_fabric::QpStats,
+    roce_dst: Option<SocketAddr>,
+) {
     let e = &s.engine;
+    // A responder that found 4791 taken receives elsewhere; captures filtering on the RoCEv2
+    // port would then see nothing, so say it.
+    let off_port = roce_dst.filter(|d| d.port() != remora_wire::ROCE_PORT);
+    if let Some(d) = off_port {
+        eprintln!(
+            "note: the responder receives RoCEv2 on UDP {} (4791 was taken on its host)",
+            d.port()
+        );
+    }
     let counters = json!({
         "tx_packets": e.tx_packets, "rx_packets": e.rx_packets, "retransmits": e.retransmits,
         "timeouts": e.timeouts, "naks_received": e.naks_received, "icrc_errors": s.icrc_errors,
@@ -366,6 +391,8 @@ fn report(a: &BenchArgs, mtu: usize, depth: usize, m: &Measured, s: &remora_fabr
         let mut o = json!({
             "test": test_name(a.test), "transport": a.transport.to_string(),
             "qp": a.qp.to_string(), "bytes": a.size, "iterations": a.iters, "mtu": mtu,
+            "progress": a.progress.progress.to_string(), "spin": a.progress.spin,
+            "udp_dst_port": roce_dst.map(|d| d.port()),
             "counters": counters,
         });
         let m = match m {
@@ -385,7 +412,7 @@ fn report(a: &BenchArgs, mtu: usize, depth: usize, m: &Measured, s: &remora_fabr
     println!("{line}");
     println!("                    {}", title(a.test));
     println!(
-        " Transport: {}   Connection type: {}   MTU: {}   TX depth: {}",
+        " Transport: {}   Connection type: {}   MTU: {}   TX depth: {}   Progress: {}{}",
         a.transport,
         a.qp.to_string().to_uppercase(),
         if a.transport == Transport::Udp {
@@ -393,8 +420,17 @@ fn report(a: &BenchArgs, mtu: usize, depth: usize, m: &Measured, s: &remora_fabr
         } else {
             "-".into()
         },
-        depth
+        depth,
+        a.progress.progress,
+        if a.progress.spin {
+            " (busy polling)"
+        } else {
+            ""
+        }
     );
+    if let Some(d) = roce_dst {
+        println!(" RoCEv2 destination: {d}");
+    }
     println!("{line}");
     match m {
         Measured::Bw(b) => {

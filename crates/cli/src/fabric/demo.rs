@@ -25,6 +25,7 @@ pub fn demo() -> anyhow::Result<()> {
         transports.len(),
         true,
         &super::PartArgs::default(),
+        super::ProgressArgs::default(),
     )?;
     for t in transports {
         let opts = QpOptions {

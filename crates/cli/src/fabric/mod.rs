@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand, ValueEnum};
-use remora_fabric::{FaultMode, PageInPolicy, PartConfig, QpType, Transport};
+use remora_fabric::{FaultMode, PageInPolicy, PartConfig, Progress, QpType, Transport};
 
 mod bench;
 mod demo;
@@ -38,7 +38,7 @@ pub struct ServeArgs {
     /// Largest path MTU this side accepts (udp).
     #[arg(long, default_value_t = 4096)]
     pub mtu: usize,
-    /// udp receive port (0: 4791 if free, else any).
+    /// udp receive port (0: a listener takes 4791 when free, else any; a connecting side any).
     #[arg(long, default_value_t = 0)]
     pub udp_port: u16,
     /// Lock the region in memory (mlock) instead of serving it on demand.
@@ -56,6 +56,33 @@ pub struct ServeArgs {
     pub max_connections: u64,
     #[command(flatten)]
     pub part: PartArgs,
+    #[command(flatten)]
+    pub progress: ProgressArgs,
+}
+
+/// Who drives the queue pairs, shared by `serve` and `bench`.
+#[derive(Args, Clone, Copy, Debug, Default)]
+pub struct ProgressArgs {
+    /// `thread`: a background receive thread per udp device (or per tcp/shm queue pair);
+    /// `poll`: none on the data path, the thread that waits for completions receives, answers
+    /// and runs the timers itself.
+    #[arg(long, default_value = "thread", value_parser = PossibleValuesParser::new(["poll", "thread"]).try_map(|s| s.parse::<Progress>()))]
+    pub progress: Progress,
+    /// Wait for completions by busy polling (lowest latency, one core per waiting thread)
+    /// instead of sleeping until something arrives.
+    #[arg(long)]
+    pub spin: bool,
+}
+
+impl ProgressArgs {
+    /// The same flags, for a child `remora fabric serve`.
+    pub fn to_args(self) -> Vec<String> {
+        let mut v = vec!["--progress".into(), self.progress.to_string()];
+        if self.spin {
+            v.push("--spin".into());
+        }
+        v
+    }
 }
 
 /// Page-fault handling of a queue pair (PART), shared by `serve` and `bench`.
@@ -207,6 +234,9 @@ pub struct BenchArgs {
     pub json: bool,
     #[command(flatten)]
     pub part: PartArgs,
+    /// Progress of both sides (the responder the bench starts gets the same flags).
+    #[command(flatten)]
+    pub progress: ProgressArgs,
 }
 
 /// `--transport`: the spellings `Transport::from_str` accepts, listed in `--help`.

@@ -131,6 +131,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         udp_port: a.udp_port,
         icrc_check: !a.no_icrc_check,
         part: a.part.config(),
+        progress: a.progress.progress,
         ..QpOptions::default()
     };
     let listener = Listener::bind(a.listen, pd.clone(), opts)?;
@@ -139,6 +140,18 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     // The first stdout line tells a parent process where we listen.
     println!("listening on {}", listener.local_addr());
     std::io::stdout().flush().ok();
+    match listener.udp_device(a.listen.ip()) {
+        Some(d) if d.port() == remora_wire::ROCE_PORT => {
+            tracing::info!("RoCEv2 (udp) on {d}, progress {}", a.progress.progress)
+        }
+        Some(d) => eprintln!(
+            "[responder] UDP {} is taken on {}: RoCEv2 (udp) peers are told to send to {d}",
+            remora_wire::ROCE_PORT,
+            a.listen.ip()
+        ),
+        None => tracing::info!("RoCEv2 (udp) devices are bound per local address as peers come"),
+    }
+    let spin = a.progress.spin;
     let info = RegionInfo::of(&region).encode();
     let mut admitted = 0;
     let mut next_id = 0u64;
@@ -166,7 +179,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         let spawned = std::thread::Builder::new()
             .name("remora-conn".into())
             .stack_size(CONN_STACK)
-            .spawn(move || connection(id, inc, &info, region, &c));
+            .spawn(move || connection(id, inc, &info, region, &c, spin));
         match spawned {
             // Detached: the thread cleans up after itself.
             Ok(_) => admitted += 1,
@@ -202,6 +215,7 @@ fn connection(
     info: &[u8],
     region: Arc<Region>,
     c: &Counters,
+    spin: bool,
 ) {
     let from = inc.peer_addr();
     let setup = inc.establish(info);
@@ -226,7 +240,7 @@ fn connection(
         transport = %qp.transport(), qp = %qp.qp_type(), qpn = qp.local_qpn(),
         peer = ?qp.peer_credentials(), "peer connected"
     );
-    if let Err(e) = handle(&qp, &private, region) {
+    if let Err(e) = handle(&qp, &private, region, spin) {
         eprintln!("[responder] connection ended with an error: {e:#}");
     }
     c.end(id);
@@ -246,10 +260,16 @@ fn parse_private(p: &[u8]) -> (Role, Option<RegionInfo>, usize) {
     (role, region, size)
 }
 
-/// Waits for the next completion, or returns `None` once the peer has gone.
-fn next(qp: &Qp) -> anyhow::Result<Option<Completion>> {
+/// Waits for the next completion (busy polling with `spin`), or returns `None` once the peer
+/// has gone. With `--progress poll` this is also what serves the peer's requests.
+fn next(qp: &Qp, spin: bool) -> anyhow::Result<Option<Completion>> {
     loop {
-        if let Some(c) = qp.wait(Duration::from_millis(100))? {
+        let got = if spin {
+            qp.spin(Duration::from_millis(100))
+        } else {
+            qp.wait(Duration::from_millis(100))?
+        };
+        if let Some(c) = got {
             return Ok(Some(c));
         }
         if qp.wait_disconnect(Some(Duration::from_millis(1))).is_ok() {
@@ -258,16 +278,18 @@ fn next(qp: &Qp) -> anyhow::Result<Option<Completion>> {
     }
 }
 
-fn handle(qp: &Qp, private: &[u8], region: Arc<Region>) -> anyhow::Result<()> {
+fn handle(qp: &Qp, private: &[u8], region: Arc<Region>, spin: bool) -> anyhow::Result<()> {
     let (role, peer, size) = parse_private(private);
     let label = format!("{}/{}", qp.transport(), qp.qp_type());
     match role {
         Role::Passive => {
-            qp.wait_disconnect(None)?;
+            // Completions of a passive peer (its WRITE-with-immediate arrivals) are dropped;
+            // waiting for them drives the queue pair when it is polled.
+            while next(qp, spin)?.is_some() {}
         }
         Role::Pong => {
             let peer = peer.context("pong needs the peer's region")?;
-            while let Some(c) = next(qp)? {
+            while let Some(c) = next(qp, spin)? {
                 if c.opcode == WcOpcode::RecvRdmaWithImm {
                     let len = (c.byte_len as usize).min(region.len());
                     qp.post_write(0, &region, 0, len, peer.addr, peer.rkey, c.imm)?;
@@ -283,7 +305,7 @@ fn handle(qp: &Qp, private: &[u8], region: Arc<Region>) -> anyhow::Result<()> {
                 let slot = i % slots;
                 qp.post_recv(slot as u64, &region, slot * size, size)?;
             }
-            while let Some(c) = next(qp)? {
+            while let Some(c) = next(qp, spin)? {
                 if c.opcode == WcOpcode::Recv {
                     let slot = c.wr_id as usize;
                     qp.post_recv(c.wr_id, &region, slot * size, size)?;
@@ -293,7 +315,7 @@ fn handle(qp: &Qp, private: &[u8], region: Arc<Region>) -> anyhow::Result<()> {
         Role::Report => {
             let mut imms = Vec::new();
             let mut bytes = 0u64;
-            while let Some(c) = next(qp)? {
+            while let Some(c) = next(qp, spin)? {
                 if c.opcode == WcOpcode::RecvRdmaWithImm {
                     imms.push(c.imm.unwrap_or(0));
                     bytes += c.byte_len as u64;

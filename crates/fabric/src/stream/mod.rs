@@ -27,10 +27,10 @@ use std::time::Duration;
 
 use remora_mem::{Pd, Region};
 
-use crate::conn::QpType;
 use crate::cq::Cq;
 use crate::engine::Stats;
 use crate::error::{io_err, Error, Result};
+use crate::options::QpType;
 use crate::wr::{Completion, RecvWr, SendWr, Status, WrOp};
 
 mod frame;

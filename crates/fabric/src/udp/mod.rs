@@ -9,11 +9,14 @@
 //! `sendmmsg` and UDP GSO (runs of equal-size packets leave in one call, each segment a complete
 //! RoCEv2 packet); receives use `recvmmsg` and UDP GRO.
 //!
-//! Threads: the application thread that posts transmits directly under the queue pair's lock;
-//! the device's receive thread handles arrivals, sends ACKs, READ responses and packets the
-//! window held back, and runs the retransmission timers; the device's page-in worker makes the
-//! pages PART asks for resident (batching what is queued per wake-up) and sends the ERR, so that
-//! a page fault on one queue pair never stalls the receive thread the others share.
+//! Threads: the application thread that posts transmits directly under the queue pair's lock.
+//! Arrivals (ACKs, READ responses, packets the window held back) and the retransmission timers
+//! are handled by one round of [`Device::progress`], run either by the device's receive thread
+//! ([`Progress::Thread`]) or, with [`Progress::Poll`], by whichever application thread polls or
+//! waits on one of the device's queue pairs: it sleeps on the receive socket itself, so a
+//! message costs no wake-up of a second thread. The device's page-in worker makes the pages
+//! PART asks for resident (batching what is queued per wake-up) and sends the ERR, so that a
+//! page fault on one queue pair never stalls the receive path the others share.
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -27,6 +30,7 @@ use remora_wire::{icrc, Endpoints, ROCE_PORT};
 use crate::cq::Cq;
 use crate::engine::{Engine, PageInRequest, Stats};
 use crate::error::{io_err, Error, Result};
+use crate::options::Progress;
 use crate::wr::{RecvWr, SendWr};
 
 pub(crate) mod sys;
@@ -62,6 +66,15 @@ pub struct DeviceStats {
     pub runts: AtomicU64,
 }
 
+/// Which side of connection setup a device serves: it decides the port it binds by default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A listener: owns UDP 4791 when it is free.
+    Responder,
+    /// A connecting side: an ephemeral port, leaving 4791 to the responders on this host.
+    Requester,
+}
+
 /// A receive socket shared by the queue pairs of one local address.
 pub(crate) struct Device {
     sock: UdpSocket,
@@ -70,6 +83,16 @@ pub(crate) struct Device {
     stop: AtomicBool,
     pub(crate) stats: DeviceStats,
     pager: mpsc::Sender<PageInJob>,
+    mode: Progress,
+    /// Receive buffers, held by whichever thread is driving the device.
+    rx: Mutex<Rx>,
+}
+
+/// Scratch space of one round of progress.
+struct Rx {
+    bufs: Vec<Vec<u8>>,
+    meta: Vec<sys::Recvd>,
+    touched: Vec<Arc<UdpQp>>,
 }
 
 /// Owner of a device and its receive thread: stops and joins the thread when dropped.
@@ -88,12 +111,26 @@ impl Drop for DeviceHandle {
 }
 
 impl Device {
-    /// Binds the receive socket on `ip`, port `port` (0: 4791 if free, else any).
-    pub(crate) fn bind(ip: std::net::IpAddr, port: u16) -> Result<DeviceHandle> {
-        let sock = if port == 0 {
-            UdpSocket::bind((ip, ROCE_PORT)).or_else(|_| UdpSocket::bind((ip, 0)))
-        } else {
-            UdpSocket::bind((ip, port))
+    /// Binds the receive socket on `ip`, port `port`; with port 0 a responder takes 4791 (the
+    /// RoCEv2 port, as a NIC does) and says so in the log when another process holds it and
+    /// it falls back to any port, a requester takes any port. With [`Progress::Thread`] starts
+    /// its receive thread.
+    pub(crate) fn bind(
+        ip: std::net::IpAddr,
+        port: u16,
+        role: Role,
+        mode: Progress,
+    ) -> Result<DeviceHandle> {
+        let sock = match (port, role) {
+            (0, Role::Responder) => UdpSocket::bind((ip, ROCE_PORT)).or_else(|e| {
+                tracing::info!(
+                    error = %e,
+                    "UDP {ROCE_PORT} on {ip} is taken; this responder receives RoCEv2 on another port"
+                );
+                UdpSocket::bind((ip, 0))
+            }),
+            (0, Role::Requester) => UdpSocket::bind((ip, 0)),
+            _ => UdpSocket::bind((ip, port)),
         }
         .map_err(io_err(format!("binding the RoCEv2 receive socket on {ip}")))?;
         let fd = sock.as_raw_fd();
@@ -109,21 +146,31 @@ impl Device {
             stop: AtomicBool::new(false),
             stats: DeviceStats::default(),
             pager,
+            mode,
+            rx: Mutex::new(Rx {
+                bufs: vec![vec![0u8; RX_BUFFER_LEN]; RX_BUFFERS],
+                meta: Vec::with_capacity(RX_BUFFERS),
+                touched: Vec::new(),
+            }),
         });
         let weak = Arc::downgrade(&dev);
         std::thread::Builder::new()
             .name(format!("remora-pagein-{}", local.port()))
             .spawn(move || page_in_worker(weak, jobs))
             .map_err(io_err("spawning the page-in worker"))?;
-        let d = dev.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("remora-udp-{}", local.port()))
-            .spawn(move || d.run())
-            .map_err(io_err("spawning the receive thread"))?;
-        Ok(DeviceHandle {
-            dev,
-            thread: Some(thread),
-        })
+        let thread = match mode {
+            Progress::Poll => None,
+            Progress::Thread => {
+                let d = dev.clone();
+                Some(
+                    std::thread::Builder::new()
+                        .name(format!("remora-udp-{}", local.port()))
+                        .spawn(move || d.run())
+                        .map_err(io_err("spawning the receive thread"))?,
+                )
+            }
+        };
+        Ok(DeviceHandle { dev, thread })
     }
 
     pub(crate) fn local_addr(&self) -> SocketAddr {
@@ -155,83 +202,108 @@ impl Device {
             .remove(&qpn);
     }
 
+    /// The background progress thread ([`Progress::Thread`]): progress until the device stops.
     fn run(self: Arc<Self>) {
-        let fd = self.sock.as_raw_fd();
-        let mut bufs = vec![vec![0u8; RX_BUFFER_LEN]; RX_BUFFERS];
-        let mut meta = Vec::with_capacity(RX_BUFFERS);
-        let mut touched: Vec<Arc<UdpQp>> = Vec::new();
         while !self.stop.load(Ordering::Acquire) {
-            let qps: Vec<Arc<UdpQp>> = self
-                .qps
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .values()
-                .cloned()
-                .collect();
-            let now = Instant::now();
-            let next = qps
-                .iter()
-                .filter_map(|q| q.lock().engine.poll_timeout())
-                .min();
-            let wait = next
-                .map(|t| t.saturating_duration_since(now))
-                .unwrap_or(IDLE_WAIT)
-                .min(IDLE_WAIT);
-            let readable = match sys::wait_readable(fd, Some(wait)) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!(error = %e, "udp device poll failed; stopping");
-                    return;
+            if let Err(e) = self.progress(IDLE_WAIT, None) {
+                tracing::error!(error = %e, "udp device poll failed; stopping");
+                return;
+            }
+        }
+    }
+
+    /// Whether the caller drives this device ([`Progress::Poll`]).
+    pub(crate) fn polled(&self) -> bool {
+        self.mode == Progress::Poll
+    }
+
+    /// The earliest timer of the attached queue pairs.
+    fn next_timer(&self) -> Option<Instant> {
+        self.qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter_map(|q| q.lock().engine.poll_timeout())
+            .min()
+    }
+
+    /// One round of progress: waits up to `wait` (shortened to the next timer) for datagrams on
+    /// the receive socket, hands what came to the queue pairs' engines, sends what they answer
+    /// and runs due timers. The wait also ends when `also` (a completion queue's eventfd)
+    /// becomes readable. Returns `Ok(false)` without doing anything when another thread is
+    /// already driving the device (its work lands in the same completion queues).
+    pub(crate) fn progress(
+        &self,
+        wait: Duration,
+        also: Option<std::os::fd::RawFd>,
+    ) -> Result<bool> {
+        let Ok(mut rx) = self.rx.try_lock() else {
+            return Ok(false);
+        };
+        let Rx {
+            bufs,
+            meta,
+            touched,
+        } = &mut *rx;
+        let fd = self.sock.as_raw_fd();
+        let now = Instant::now();
+        let wait = self
+            .next_timer()
+            .map_or(wait, |t| t.saturating_duration_since(now).min(wait));
+        let readable = if wait.is_zero() {
+            true
+        } else {
+            sys::wait_either(fd, also, Some(wait)).map_err(io_err("poll on the udp device"))?
+        };
+        touched.clear();
+        if readable {
+            // Drain what is queued, in bounded bursts so timers still run.
+            for _ in 0..16 {
+                let n = match sys::recv_batch(fd, bufs, meta) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "recvmmsg failed");
+                        0
+                    }
+                };
+                if n == 0 {
+                    break;
                 }
-            };
-            touched.clear();
-            if readable {
-                // Drain what is queued, in bounded bursts so timers still run.
-                for _ in 0..16 {
-                    let n = match sys::recv_batch(fd, &mut bufs, &mut meta) {
-                        Ok(n) => n,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "recvmmsg failed");
-                            0
-                        }
-                    };
-                    if n == 0 {
-                        break;
+                let now = Instant::now();
+                for (buf, m) in bufs.iter().zip(meta.iter()) {
+                    let seg = if m.segment == 0 { m.len } else { m.segment };
+                    for dgram in buf[..m.len].chunks(seg.max(1)) {
+                        self.dispatch(now, dgram, m.src, touched);
                     }
-                    let now = Instant::now();
-                    for (buf, m) in bufs.iter().zip(meta.iter()) {
-                        let seg = if m.segment == 0 { m.len } else { m.segment };
-                        for dgram in buf[..m.len].chunks(seg.max(1)) {
-                            self.dispatch(now, dgram, m.src, &mut touched);
-                        }
-                    }
-                    // Answer after every batch: ACKs (coalesced per batch) keep the sender's
-                    // window open while we drain the rest.
-                    for qp in touched.drain(..) {
-                        let mut st = qp.lock();
-                        if let Err(e) = qp.flush(&mut st, now) {
-                            tracing::warn!(error = %e, "udp transmit failed");
-                        }
+                }
+                // Answer after every batch: ACKs (coalesced per batch) keep the sender's
+                // window open while we drain the rest.
+                for qp in touched.drain(..) {
+                    let mut st = qp.lock();
+                    if let Err(e) = qp.flush(&mut st, now) {
+                        tracing::warn!(error = %e, "udp transmit failed");
                     }
                 }
             }
-            let now = Instant::now();
-            for qp in &qps {
-                let mut st = qp.lock();
-                if st.engine.poll_timeout().is_some_and(|t| t <= now) {
-                    st.engine.handle_timeout(now);
-                    if !touched.iter().any(|t| Arc::ptr_eq(t, qp)) {
-                        touched.push(qp.clone());
-                    }
-                }
-            }
-            for qp in &touched {
-                let mut st = qp.lock();
+        }
+        let now = Instant::now();
+        let qps: Vec<Arc<UdpQp>> = self
+            .qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for qp in &qps {
+            let mut st = qp.lock();
+            if st.engine.poll_timeout().is_some_and(|t| t <= now) {
+                st.engine.handle_timeout(now);
                 if let Err(e) = qp.flush(&mut st, now) {
                     tracing::warn!(error = %e, "udp transmit failed");
                 }
             }
         }
+        Ok(true)
     }
 
     fn dispatch(
@@ -362,6 +434,10 @@ impl UdpQp {
 
     pub(crate) fn local_addr(&self) -> SocketAddr {
         self.tx_ep.src
+    }
+
+    pub(crate) fn peer_addr(&self) -> SocketAddr {
+        self.tx_ep.dst
     }
 
     pub(crate) fn post_send(&self, wr: SendWr) -> Result<()> {

@@ -290,13 +290,26 @@ pub(crate) fn recv_batch(
     Ok(r as usize)
 }
 
-/// Waits until `fd` is readable or `timeout` passes (`None`: forever). Returns readability.
-pub(crate) fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
+/// Waits until `fd` or `also` (an eventfd that says there is other work) is readable, or
+/// `timeout` passes; true if `fd` is readable.
+pub(crate) fn wait_either(
+    fd: RawFd,
+    also: Option<RawFd>,
+    timeout: Option<Duration>,
+) -> io::Result<bool> {
+    let mut pfd = [
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: also.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let n = if also.is_some() { 2 } else { 1 };
     let ts = timeout.map(|t| libc::timespec {
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
@@ -304,8 +317,8 @@ pub(crate) fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<
     let tsp = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: one valid pollfd; the timespec (if any) outlives the call.
-    let r = unsafe { libc::ppoll(&mut pfd, 1, tsp, std::ptr::null()) };
+    // SAFETY: `n` valid pollfds; the timespec (if any) outlives the call.
+    let r = unsafe { libc::ppoll(pfd.as_mut_ptr(), n, tsp, std::ptr::null()) };
     if r < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {
@@ -313,5 +326,5 @@ pub(crate) fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<
         }
         return Err(e);
     }
-    Ok(r > 0)
+    Ok(r > 0 && pfd[0].revents != 0)
 }
