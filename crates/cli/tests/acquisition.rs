@@ -356,7 +356,11 @@ fn bench_acquisition_with_the_service_repeats_the_paired_search_and_reports_each
         "2",
         "--json",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     let sv = &v["service"];
     let ratios = sv["ratios"].as_array().expect("ratios");
