@@ -43,6 +43,7 @@ emit udp_loop_4k "$("$out/udp_loop" 4096 300000)"
 echo "== bandwidth"
 for s in 65536 1048576; do
   emit "remora_udp_write_bw_$s" "$("$R" fabric bench write-bw --transport udp --size $s --iters $((ITERS * 65536 / s + 200)) --json)"
+  emit "remora_udp_poll_write_bw_$s" "$("$R" fabric bench write-bw --transport udp --progress poll --size $s --iters $((ITERS * 65536 / s + 200)) --json)"
   emit "remora_udp_uc_write_bw_$s" "$("$R" fabric bench write-bw --transport udp --qp uc --size $s --iters $((ITERS * 65536 / s + 200)) --json)"
   emit "remora_tcp_write_bw_$s" "$("$R" fabric bench write-bw --transport tcp --size $s --iters $((ITERS * 65536 / s + 200)) --json)"
   emit "remora_shm_write_bw_$s" "$("$R" fabric bench write-bw --transport shm --size $s --iters $((ITERS * 65536 / s + 200)) --json)"
@@ -55,6 +56,12 @@ echo "== latency (8 bytes)"
 for t in udp shm tcp; do
   emit "remora_${t}_write_lat" "$("$R" fabric bench write-lat --transport $t --size 8 --iters 5000 --json)"
   emit "remora_${t}_read_lat" "$("$R" fabric bench read-lat --transport $t --size 8 --iters 5000 --json)"
+done
+# Progress in the caller's thread (udp): sleeping on the socket, and busy polling as ucx does.
+for p in poll spin; do
+  flags=(--progress poll); [ $p = spin ] && flags+=(--spin)
+  emit "remora_udp_${p}_write_lat" "$("$R" fabric bench write-lat --transport udp "${flags[@]}" --size 8 --iters 5000 --json)"
+  emit "remora_udp_${p}_read_lat" "$("$R" fabric bench read-lat --transport udp "${flags[@]}" --size 8 --iters 5000 --json)"
 done
 emit ucx_tcp_put_lat "$(ucx ucp_put_lat 8 tcp 5000)"
 emit ucx_shm_put_lat "$(ucx ucp_put_lat 8 sm 5000)"

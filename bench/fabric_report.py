@@ -43,6 +43,7 @@ print("| what | 64 KiB messages | 1 MiB messages |")
 print("| --- | --- | --- |")
 for label, key in [
     ("remora udp RC WRITE (4 KiB MTU)", "remora_udp_write_bw_{}"),
+    ("remora udp RC WRITE, --progress poll", "remora_udp_poll_write_bw_{}"),
     ("remora udp UC WRITE (sender side)", "remora_udp_uc_write_bw_{}"),
     ("remora tcp RC WRITE", "remora_tcp_write_bw_{}"),
     ("remora shm RC WRITE", "remora_shm_write_bw_{}"),
@@ -68,13 +69,24 @@ print(f"- shm WRITE of 1 MiB / ucx_perftest shm put_bw: {s / gbps('ucx_shm_put_b
 print("\n## Latency, 8 bytes (microseconds, typical = median)\n")
 print("| what | typical | average | p99 |")
 print("| --- | --- | --- | --- |")
-for t in ["udp", "shm", "tcp"]:
+for t in ["udp", "udp_poll", "udp_spin", "shm", "tcp"]:
+    label = {"udp_poll": "udp, --progress poll,", "udp_spin": "udp, --progress poll --spin,"}.get(t, t)
     for op, nm in [("write", "WRITE one-way"), ("read", "READ round trip")]:
         k = f"remora_{t}_{op}_lat"
-        print(f"| remora {t} {nm} | {lat(k):.2f} | {lat(k, 't_avg_us'):.2f} | {lat(k, 't_p99_us'):.2f} |")
+        print(f"| remora {label} {nm} | {lat(k):.2f} | {lat(k, 't_avg_us'):.2f} | {lat(k, 't_p99_us'):.2f} |")
 for t in ["tcp", "shm"]:
     k = f"ucx_{t}_put_lat"
     print(f"| ucx_perftest {t} put_lat | {lat(k):.2f} | {rows.get(k, {}).get('lat_avg_us', float('nan')):.2f} | |")
+ut = lat("ucx_tcp_put_lat")
+print("\nAgainst the latency goals (WRITE typical <= ucx tcp put_lat for udp and tcp; shm <= 0.5 us "
+      "WRITE and <= 1 us READ):\n")
+for k, nm in [("remora_udp_write_lat", "udp, progress thread"),
+              ("remora_udp_poll_write_lat", "udp, progress poll"),
+              ("remora_udp_spin_write_lat", "udp, progress poll, busy polling"),
+              ("remora_tcp_write_lat", "tcp")]:
+    print(f"- {nm}: {lat(k):.2f} us = {lat(k) / ut:.2f}x ucx tcp put_lat ({ut:.2f} us)")
+print(f"- shm: WRITE {lat('remora_shm_write_lat'):.2f} us, READ {lat('remora_shm_read_lat'):.2f} us "
+      f"(ucx shm put_lat {lat('ucx_shm_put_lat'):.2f} us)")
 print("\n## Commands\n")
 print("```\nmake build && bash bench/fabric.sh\n```\n")
 print("Each remora line is `remora fabric bench TEST --transport T --size S --iters N --json` "

@@ -372,12 +372,12 @@ pub fn connect(
             opts.mtu
         )));
     }
-    if opts.progress == Progress::Poll && opts.transport != Transport::Udp {
-        return Err(Error::Setup(format!(
-            "progress poll is available on udp; {} queue pairs keep their receive thread \
-             (use progress thread)",
-            opts.transport
-        )));
+    if opts.progress == Progress::Poll && opts.transport == Transport::Tcp {
+        return Err(Error::Setup(
+            "progress poll is available on udp and shm; tcp queue pairs keep their receive \
+             thread (use progress thread)"
+                .into(),
+        ));
     }
     let s = TcpStream::connect_timeout(&control, SETUP_TIMEOUT)
         .map_err(io_err(format!("connecting to {control}")))?;
@@ -480,6 +480,7 @@ fn establish(
             pd,
             DataPath::Inline,
             opts.qp_type,
+            opts.progress,
             cq.clone(),
             None,
             Vec::new(),
@@ -499,6 +500,7 @@ fn establish(
                 pd,
                 DataPath::Shm,
                 opts.qp_type,
+                opts.progress,
                 cq.clone(),
                 Some(cred),
                 received,

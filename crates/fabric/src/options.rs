@@ -156,8 +156,10 @@ impl Default for QpOptions {
 /// does in UCX, which saves the wake-up of a second thread on every message. A `Poll` queue
 /// pair whose application stops polling stops answering its peer (an RC peer retransmits,
 /// then fails). Queue pairs that share a udp device share its progress: any of their threads
-/// drives all of them. So far `Poll` is a udp mode: [`crate::connect`] refuses it on tcp and
-/// shm, and a [`crate::Listener`] set to `Poll` gives its tcp and shm peers their receive thread.
+/// drives all of them. On shm, `Poll` means the caller drains the one-sided completion ring and
+/// no doorbell is rung while it polls (the unix socket's receive thread still carries the copy
+/// path). [`crate::connect`] refuses `Poll` on tcp, and a [`crate::Listener`] set to `Poll` gives
+/// its tcp peers their receive thread.
 ///
 /// ```
 /// use remora_fabric::{Progress, QpOptions};

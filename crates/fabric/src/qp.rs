@@ -183,10 +183,18 @@ impl Qp {
         }
     }
 
-    /// One round of progress without waiting, when the caller drives this queue pair.
+    /// One round of progress without waiting: the udp device when the caller drives it, the
+    /// shm completion ring always (one atomic load when it is empty).
     fn progress_now(&self) -> Result<()> {
-        if let Some(dev) = self.polled_device() {
-            dev.progress(Duration::ZERO, None)?;
+        match &self.inner {
+            Inner::Stream(s) => {
+                s.drain_ring();
+            }
+            _ => {
+                if let Some(dev) = self.polled_device() {
+                    dev.progress(Duration::ZERO, None)?;
+                }
+            }
         }
         Ok(())
     }
@@ -205,6 +213,18 @@ impl Qp {
     /// [`crate::Progress::Poll`] the waiting thread sleeps on the receive socket (and on the
     /// completion queue's eventfd) and does the receive work itself when something arrives.
     pub fn wait(&self, timeout: Duration) -> Result<Option<Completion>> {
+        if let Inner::Stream(s) = &self.inner {
+            // shm: what the peer published in our ring, else sleep with the doorbell up (the
+            // receive thread drains the ring when the peer rings it).
+            s.drain_ring();
+            if let Some(c) = self.cq.pop() {
+                return Ok(Some(c));
+            }
+            s.want_doorbell(true);
+            let c = self.cq.wait(timeout);
+            s.want_doorbell(false);
+            return Ok(c);
+        }
         let Some(dev) = self.polled_device() else {
             return Ok(self.cq.wait(timeout));
         };
@@ -254,6 +274,13 @@ impl Qp {
     /// without consuming completions, and for applications that watch memory rather than the
     /// completion queue (a plain WRITE makes no completion at its target).
     pub fn progress(&self, wait: Duration) -> Result<()> {
+        if let Inner::Stream(s) = &self.inner {
+            // The stream has its receive thread; what the caller drives is the shm ring.
+            if !s.drain_ring() && !wait.is_zero() {
+                std::thread::sleep(wait.min(Duration::from_millis(1)));
+            }
+            return Ok(());
+        }
         if let Some(dev) = self.polled_device() {
             if !dev.progress(wait, None)? && !wait.is_zero() {
                 // Another thread drives the device: do not spin against it.

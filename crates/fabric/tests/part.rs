@@ -15,8 +15,8 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use remora_fabric::{
-    connect, Completion, FaultMode, Listener, PageInPolicy, PartConfig, Qp, QpOptions, RegionInfo,
-    Stats, Status, Transport, WcOpcode,
+    connect, Completion, FaultMode, Listener, PageInPolicy, PartConfig, Progress, Qp, QpOptions,
+    RegionInfo, Stats, Status, Transport, WcOpcode,
 };
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
 
@@ -193,6 +193,7 @@ fn stats_decode(b: &[u8]) -> Stats {
         fault_timeouts: f(22),
         held_drops: f(23),
         source_faults: f(24),
+        ..Stats::default()
     }
 }
 
@@ -209,6 +210,7 @@ fn part_child_serves() {
     let mut words = spec.split_whitespace();
     let policy: PageInPolicy = words.next().unwrap().parse().unwrap();
     let conns: usize = words.next().unwrap().parse().unwrap();
+    let progress: Progress = words.next().unwrap().parse().unwrap();
     // Never outlive a parent that died.
     std::thread::spawn(|| {
         std::thread::sleep(Duration::from_secs(240));
@@ -224,6 +226,7 @@ fn part_child_serves() {
             policy,
             ..PartConfig::default()
         },
+        progress,
         ..QpOptions::default()
     };
     let listener = Listener::bind("127.0.0.1:0".parse().unwrap(), pd, opts).unwrap();
@@ -304,11 +307,11 @@ struct ChildProc {
 }
 
 impl ChildProc {
-    fn spawn(policy: PageInPolicy, conns: usize) -> ChildProc {
+    fn spawn(policy: PageInPolicy, conns: usize, progress: Progress) -> ChildProc {
         let exe = std::env::current_exe().unwrap();
         let mut child = Command::new(exe)
             .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
-            .env(ENV, format!("{policy} {conns}"))
+            .env(ENV, format!("{policy} {conns} {progress}"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -410,7 +413,12 @@ struct Session {
 }
 
 impl Session {
-    fn open(transport: Transport, addr: SocketAddr, fault_timeout: Option<Duration>) -> Session {
+    fn open(
+        transport: Transport,
+        addr: SocketAddr,
+        fault_timeout: Option<Duration>,
+        progress: Progress,
+    ) -> Session {
         let pd = Arc::new(Pd::new());
         let mem = anonymous(&pd, LOCAL_LEN);
         let fresh = anonymous(&pd, REMOTE_LEN);
@@ -421,6 +429,7 @@ impl Session {
                 fault_timeout,
                 ..PartConfig::default()
             },
+            progress,
             ..QpOptions::default()
         };
         let (qp, private) = connect(addr, pd, opts, &[]).unwrap();
@@ -569,9 +578,9 @@ impl Session {
 /// All sizes up to 64 MiB over one transport: a round into never-touched pages, the child's
 /// pages dropped, a round with other bytes (READ destinations dropped too), and a round from a
 /// never-touched source (zeros over what the child held).
-fn all_sizes(transport: Transport) {
-    let child = ChildProc::spawn(PageInPolicy::Pia, 1);
-    let mut s = Session::open(transport, child.addr, None);
+fn all_sizes(transport: Transport, progress: Progress) {
+    let child = ChildProc::spawn(PageInPolicy::Pia, 1, progress);
+    let mut s = Session::open(transport, child.addr, None, progress);
     let udp = transport == Transport::Udp;
 
     let before = s.command(EVICT);
@@ -634,28 +643,39 @@ fn all_sizes(transport: Transport) {
 
 #[test]
 fn udp_part_all_sizes_with_pages_dropped_mid_run() {
-    all_sizes(Transport::Udp);
+    all_sizes(Transport::Udp, Progress::Thread);
+}
+
+/// Both processes drive their queue pairs from the threads that wait (no receive thread).
+#[test]
+fn udp_part_all_sizes_with_progress_in_the_callers_thread() {
+    all_sizes(Transport::Udp, Progress::Poll);
 }
 
 #[test]
 fn shm_all_sizes_with_pages_dropped_mid_run() {
-    all_sizes(Transport::Shm);
+    all_sizes(Transport::Shm, Progress::Thread);
+}
+
+#[test]
+fn shm_all_sizes_with_progress_in_the_callers_thread() {
+    all_sizes(Transport::Shm, Progress::Poll);
 }
 
 #[test]
 fn tcp_all_sizes_with_pages_dropped_mid_run() {
-    all_sizes(Transport::Tcp);
+    all_sizes(Transport::Tcp, Progress::Thread);
 }
 
 /// One responder policy, with and without a requester fault timeout: 4 KiB, 64 KiB and 1 MiB
 /// into never-touched pages, then again after the child dropped them.
 fn policy(policy: PageInPolicy) {
     let timeouts = [None, Some(Duration::from_micros(100))];
-    let child = ChildProc::spawn(policy, timeouts.len());
+    let child = ChildProc::spawn(policy, timeouts.len(), Progress::Thread);
     let cases = &CASES[..3];
     let packets_1m = (MIB / 4096) as u64;
     for (k, to) in timeouts.into_iter().enumerate() {
-        let mut s = Session::open(Transport::Udp, child.addr, to);
+        let mut s = Session::open(Transport::Udp, child.addr, to, Progress::Thread);
         let what = format!("udp {policy} timeout {to:?}");
         for round in 0..2u64 {
             s.command(EVICT);

@@ -145,6 +145,12 @@ impl Buffer {
     /// sealed against shrinking, otherwise the sender could truncate it and make our accesses
     /// fault with SIGBUS; both are checked and refused with [`Error::BadMemfd`].
     pub fn map_memfd(fd: OwnedFd, len: usize) -> Result<Buffer> {
+        Buffer::map_memfd_with(fd, len, true)
+    }
+
+    /// As [`Buffer::map_memfd`], mapped read-only unless `writable`: the way to map a memfd
+    /// that was handed over read-only (a writable shared mapping of it would be refused).
+    pub fn map_memfd_with(fd: OwnedFd, len: usize, writable: bool) -> Result<Buffer> {
         let map_len = round_len(len, PAGE_SIZE)?;
         let st = fs::fstat(&fd).map_err(|e| Error::sys("fstat received memfd", e))?;
         let size = st.st_size.max(0) as u64;
@@ -170,7 +176,7 @@ impl Buffer {
                 reason: "file can be shrunk (no F_SEAL_SHRINK and sealing refused)",
             });
         }
-        let ptr = sys::map_shared(fd.as_fd(), map_len)
+        let ptr = sys::map_shared_with(fd.as_fd(), map_len, writable)
             .map_err(|e| Error::sys(format!("mmap {map_len} bytes of received memfd"), e))?;
         Ok(Buffer {
             ptr,

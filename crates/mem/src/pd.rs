@@ -283,6 +283,17 @@ impl Pd {
         check(region, addr, len, need)
     }
 
+    /// Every registered region (a snapshot).
+    pub fn regions(&self) -> Vec<Arc<Region>> {
+        self.table
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .slots
+            .iter()
+            .filter_map(|s| s.region.clone())
+            .collect()
+    }
+
     /// Number of registered regions.
     pub fn len(&self) -> usize {
         self.table

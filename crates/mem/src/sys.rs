@@ -31,18 +31,23 @@ pub(crate) fn map_anonymous(len: usize, huge: bool) -> Result<*mut u8, Errno> {
 
 /// Maps `len` bytes of `fd` from offset 0, shared and read-write.
 pub(crate) fn map_shared(fd: BorrowedFd<'_>, len: usize) -> Result<*mut u8, Errno> {
+    map_shared_with(fd, len, true)
+}
+
+/// A shared mapping of `fd`, writable or read-only.
+pub(crate) fn map_shared_with(
+    fd: BorrowedFd<'_>,
+    len: usize,
+    writable: bool,
+) -> Result<*mut u8, Errno> {
+    let prot = if writable {
+        ProtFlags::READ | ProtFlags::WRITE
+    } else {
+        ProtFlags::READ
+    };
     // SAFETY: as in `map_anonymous`, the kernel picks a fresh range; the caller checked that
     // the file covers `len` bytes (and sealed it against shrinking) so accesses cannot SIGBUS.
-    let p = unsafe {
-        mm::mmap(
-            std::ptr::null_mut(),
-            len,
-            ProtFlags::READ | ProtFlags::WRITE,
-            MapFlags::SHARED,
-            fd,
-            0,
-        )
-    }?;
+    let p = unsafe { mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd, 0) }?;
     Ok(p.cast())
 }
 

@@ -385,6 +385,8 @@ impl PyQp {
             ("fault_timeouts", e.fault_timeouts),
             ("held_drops", e.held_drops),
             ("source_faults", e.source_faults),
+            ("one_sided", e.one_sided),
+            ("ring_completions", e.ring_completions),
         ]
         .into_iter()
         .collect()

@@ -385,7 +385,7 @@ fn report(
         "tx_packets": e.tx_packets, "rx_packets": e.rx_packets, "retransmits": e.retransmits,
         "timeouts": e.timeouts, "naks_received": e.naks_received, "icrc_errors": s.icrc_errors,
         "errs_received": e.errs_received, "fault_timeouts": e.fault_timeouts,
-        "source_faults": e.source_faults,
+        "source_faults": e.source_faults, "one_sided": e.one_sided,
     });
     if a.json {
         let mut o = json!({
@@ -455,6 +455,12 @@ fn report(
         " packets tx {} rx {}, retransmits {}, timeouts {}, NAKs received {}, ICRC errors {}",
         e.tx_packets, e.rx_packets, e.retransmits, e.timeouts, e.naks_received, s.icrc_errors
     );
+    if e.one_sided > 0 {
+        println!(
+            " one-sided over shm: {} requests carried out in the responder's granted memory",
+            e.one_sided
+        );
+    }
     if e.errs_received + e.fault_timeouts + e.source_faults > 0 {
         println!(
             " page faults (PART): ERRs received {}, fault timeouts {}, sources populated {}",

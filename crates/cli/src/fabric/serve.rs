@@ -57,7 +57,7 @@ impl Counters {
              (over limits) {}, live {}; packets rx {} tx {}, ACKs sent {}, NAKs sent {}, access \
              errors {}, invalid requests {}, malformed {}, bad P_Key {}, ICRC errors {}, \
              unknown QP {}; page faults {}, page-ins {} ({} pages), fault NAKs {}, ERRs sent {}, \
-             dropped behind a fault {}",
+             dropped behind a fault {}; immediates from the shm ring {}",
             n(&self.accepted),
             n(&self.established),
             n(&self.setup_failed),
@@ -78,7 +78,8 @@ impl Counters {
             e.pages_in,
             e.fault_naks,
             e.errs_sent,
-            e.held_drops
+            e.held_drops,
+            e.ring_completions
         )
     }
 

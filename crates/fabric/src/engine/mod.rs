@@ -183,6 +183,11 @@ pub struct Stats {
     /// PART, both sides: sources (a WRITE's or SEND's local buffer, a READ response's region)
     /// populated before reading.
     pub source_faults: u64,
+    /// shm, requester: WRITEs and READs carried out one-sided in a region the peer granted.
+    pub one_sided: u64,
+    /// shm, responder: immediates taken from the completion ring (WRITE-with-immediate done
+    /// one-sided by the peer).
+    pub ring_completions: u64,
 }
 
 /// Sums the counters of several queue pairs (a server's totals).
@@ -213,6 +218,8 @@ impl std::ops::AddAssign for Stats {
         self.fault_timeouts += o.fault_timeouts;
         self.held_drops += o.held_drops;
         self.source_faults += o.source_faults;
+        self.one_sided += o.one_sided;
+        self.ring_completions += o.ring_completions;
     }
 }
 

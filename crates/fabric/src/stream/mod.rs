@@ -18,10 +18,10 @@
 use std::collections::VecDeque;
 use std::io::{self, BufWriter, Write};
 use std::net::Shutdown;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -30,9 +30,10 @@ use remora_mem::{Pd, Region};
 use crate::cq::Cq;
 use crate::engine::Stats;
 use crate::error::{io_err, Error, Result};
-use crate::options::QpType;
+use crate::options::{Progress, QpType};
 use crate::wr::{Completion, RecvWr, SendWr, Status, WrOp};
 
+mod direct;
 mod frame;
 mod rx;
 pub(crate) mod sock;
@@ -94,11 +95,59 @@ struct Shared {
     peer: Option<crate::shm::Credentials>,
     /// shm: descriptors the listener handed to us at setup, until the application takes them.
     handover: Mutex<Vec<OwnedFd>>,
+    /// shm, one-sided: the peer's regions it granted us, mapped here.
+    grants: RwLock<Vec<direct::Grant>>,
+    /// shm, one-sided: the peer's completion ring, which our WRITE-with-immediate fill.
+    producer: Mutex<Option<direct::Producer>>,
+    /// shm, one-sided: our completion ring, which the peer fills.
+    consumer: Option<Mutex<direct::Consumer>>,
+    /// UC: a data request went through the stream, so the direct path (which could overtake
+    /// it) is closed for good.
+    uc_streamed: AtomicBool,
 }
 
 impl Shared {
     fn count(&self, f: impl FnOnce(&mut Stats)) {
         f(&mut self.stats.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// Delivers completions of the receive thread after the ring's older ones (under the
+    /// consumer's lock, so a polling thread cannot slip newer ring entries in between).
+    fn push_in_order(&self, items: impl IntoIterator<Item = Completion>) {
+        match &self.consumer {
+            None => self.cq.push_all(items),
+            Some(c) => {
+                let mut c = c.lock().unwrap_or_else(|e| e.into_inner());
+                self.drain_locked(&mut c);
+                self.cq.push_all(items);
+            }
+        }
+    }
+
+    /// Moves what the peer published in our ring into the completion queue.
+    fn drain_ring(&self) -> bool {
+        if let Some(c) = &self.consumer {
+            let mut c = c.lock().unwrap_or_else(|e| e.into_inner());
+            if !c.is_empty() {
+                self.drain_locked(&mut c);
+                return true;
+            }
+        }
+        false
+    }
+
+    fn drain_locked(&self, c: &mut direct::Consumer) {
+        let mut out = Vec::new();
+        match c.drain(&mut out) {
+            Ok(n) => self.count(|s| s.ring_completions += n as u64),
+            Err(e) => {
+                // A peer that corrupts the ring is treated as a broken connection.
+                tracing::warn!(error = %e, "shm completion ring");
+                self.count(|s| s.rx_malformed += 1);
+                self.error.store(true, Ordering::Release);
+            }
+        }
+        self.cq.push_all(out);
     }
 
     /// Fails every outstanding request (the connection is gone or the QP is in error).
@@ -128,15 +177,25 @@ pub(crate) struct StreamQp {
 }
 
 impl StreamQp {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         sock: Sock,
         pd: Arc<Pd>,
         path: DataPath,
         qp_type: QpType,
+        progress: Progress,
         cq: Arc<Cq>,
         peer: Option<crate::shm::Credentials>,
         handover: Vec<OwnedFd>,
     ) -> Result<Arc<StreamQp>> {
+        // shm: our completion ring, with the doorbell up for good when a thread drives us.
+        let ring = match path {
+            DataPath::Shm => Some(
+                direct::Ring::create(progress == Progress::Thread)
+                    .map_err(|e| Error::Setup(format!("shm completion ring: {e}")))?,
+            ),
+            DataPath::Inline => None,
+        };
         let shared = Arc::new(Shared {
             pd,
             cq,
@@ -154,6 +213,11 @@ impl StreamQp {
             peer_maps: Mutex::new(Vec::new()),
             peer,
             handover: Mutex::new(handover),
+            grants: RwLock::new(Vec::new()),
+            producer: Mutex::new(None),
+            consumer: ring
+                .map(|r| Mutex::new(direct::Consumer::new(r, progress == Progress::Thread))),
+            uc_streamed: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel();
         let wsock = sock.try_clone().map_err(io_err("cloning the stream"))?;
@@ -170,13 +234,207 @@ impl StreamQp {
             .name("remora-stream-rx".into())
             .spawn(move || rx::receiver(rsock, tx2, s2))
             .map_err(io_err("spawning the receive thread"))?;
-        Ok(Arc::new(StreamQp {
+        let qp = Arc::new(StreamQp {
             shared,
             tx: Mutex::new(tx),
             out,
             sock,
             threads: Mutex::new(vec![writer, reader]),
-        }))
+        });
+        if matches!(path, DataPath::Shm) {
+            qp.grant()
+                .map_err(io_err("handing the one-sided shm ring and regions over"))?;
+        }
+        Ok(qp)
+    }
+
+    /// shm: hands the peer our completion ring and our granted regions (see [`direct`]).
+    fn grant(&self) -> io::Result<()> {
+        let sh = &self.shared;
+        let mut w = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        w.flush()?;
+        if let Some(fd) = sh
+            .consumer
+            .as_ref()
+            .map(|c| c.lock().unwrap_or_else(|e| e.into_inner()))
+            .and_then(|c| c.ring().fd().map(|f| f.try_clone_to_owned()))
+        {
+            let f = Frame {
+                kind: RING,
+                aux: direct::RING_BYTES as u64,
+                ..Frame::default()
+            };
+            w.get_ref().send_with_fd(&f.encode(), fd?.as_fd())?;
+        }
+        let mut granted = 0;
+        for r in sh.pd.regions() {
+            if granted == MAX_PEER_MAPS {
+                break;
+            }
+            let Some((code, fd)) = direct::grantable(&r) else {
+                continue;
+            };
+            let f = Frame {
+                kind: GRANT,
+                code,
+                va: r.addr(),
+                aux: r.len() as u64,
+                rkey: r.rkey(),
+                ..Frame::default()
+            };
+            w.get_ref().send_with_fd(&f.encode(), fd.as_fd())?;
+            granted += 1;
+        }
+        tracing::debug!(granted, "shm: regions granted for one-sided access");
+        Ok(())
+    }
+
+    /// shm: moves what the peer published in our completion ring into the completion queue;
+    /// true if there was anything.
+    pub(crate) fn drain_ring(&self) -> bool {
+        self.shared.drain_ring()
+    }
+
+    /// shm: raises or lowers the doorbell around a sleep of a polling thread.
+    pub(crate) fn want_doorbell(&self, on: bool) {
+        if let Some(c) = &self.shared.consumer {
+            let c = c.lock().unwrap_or_else(|e| e.into_inner());
+            c.want_doorbell(on);
+            if on && !c.is_empty() {
+                drop(c);
+                self.shared.drain_ring();
+            }
+        }
+    }
+
+    /// shm, one-sided: carries out a WRITE or READ on a region the peer granted, when the
+    /// order allows it; false when the request must take the stream.
+    fn try_direct(&self, wr: &SendWr) -> Result<bool> {
+        let sh = &self.shared;
+        if !matches!(sh.path, DataPath::Shm) {
+            return Ok(false);
+        }
+        let need = match wr.op {
+            WrOp::Write { .. } => remora_mem::Access::REMOTE_WRITE,
+            WrOp::Read => remora_mem::Access::REMOTE_READ,
+            WrOp::Send { .. } => return Ok(false),
+        };
+        let behind_stream = if sh.reliable {
+            !sh.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty()
+        } else {
+            sh.uc_streamed.load(Ordering::Acquire)
+        };
+        if behind_stream {
+            return Ok(false);
+        }
+        let grants = sh.grants.read().unwrap_or_else(|e| e.into_inner());
+        let Some(g) = grants.iter().find(|g| g.rkey() == wr.rkey) else {
+            return Ok(false);
+        };
+        if matches!(wr.op, WrOp::Write { imm: Some(_) })
+            && sh
+                .producer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_none()
+        {
+            // The ring is not here yet (setup still in flight): the stream carries this one.
+            return Ok(false);
+        }
+        let Some(remote) = g.check(wr.remote_va, wr.len, need) else {
+            drop(grants);
+            sh.count(|s| {
+                s.access_errors += 1;
+                s.naks_received += 1;
+            });
+            if sh.reliable {
+                sh.error.store(true, Ordering::Release);
+            }
+            sh.cq.push_all([Completion::send_side(
+                wr.wr_id,
+                wr.op,
+                Status::RemoteAccessError,
+                wr.len,
+            )]);
+            return Ok(true);
+        };
+        // SAFETY: validate() checked offset+len against the local region; the remote range is
+        // inside the granted mapping (checked above), which lives while `grants` is held.
+        unsafe {
+            let local = resident_slice(&wr.local, wr.offset, wr.len).as_mut_ptr();
+            match wr.op {
+                WrOp::Read => std::ptr::copy_nonoverlapping(remote, local, wr.len),
+                _ => std::ptr::copy_nonoverlapping(local, remote, wr.len),
+            }
+        }
+        drop(grants);
+        if let WrOp::Write { imm: Some(imm) } = wr.op {
+            self.notify(imm, wr.len as u32)?;
+        }
+        sh.count(|s| s.one_sided += 1);
+        sh.cq.push_all([Completion::send_side(
+            wr.wr_id,
+            wr.op,
+            Status::Success,
+            wr.len,
+        )]);
+        Ok(true)
+    }
+
+    /// Publishes an immediate in the peer's ring, ringing the doorbell when it sleeps, and
+    /// waiting for room when the ring is full (its receive thread drains it on the doorbell).
+    fn notify(&self, imm: u32, len: u32) -> Result<()> {
+        let sh = &self.shared;
+        let mut waited = std::time::Instant::now();
+        let mut rang = false;
+        loop {
+            let pushed = {
+                let mut p = sh.producer.lock().unwrap_or_else(|e| e.into_inner());
+                match p.as_mut() {
+                    Some(p) => p.push(imm, len),
+                    None => return Err(Error::QpError),
+                }
+            };
+            let doorbell = match pushed {
+                direct::Pushed::Ring { doorbell } => doorbell,
+                direct::Pushed::Full => {
+                    if sh.error.load(Ordering::Acquire) {
+                        return Err(Error::Disconnected);
+                    }
+                    if !rang {
+                        self.ring_doorbell()?;
+                        rang = true;
+                        waited = std::time::Instant::now();
+                    } else if waited.elapsed() > Duration::from_millis(100) {
+                        // The doorbell may have been taken before the ring filled up.
+                        rang = false;
+                    }
+                    std::thread::yield_now();
+                    continue;
+                }
+            };
+            if doorbell {
+                self.ring_doorbell()?;
+            }
+            return Ok(());
+        }
+    }
+
+    fn ring_doorbell(&self) -> Result<()> {
+        let mut w = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let f = Frame {
+            kind: DOORBELL,
+            ..Frame::default()
+        };
+        put(&mut w, Out::Frame(f))
+            .and_then(|()| w.flush())
+            .map_err(|_| {
+                self.shared.error.store(true, Ordering::Release);
+                Error::Disconnected
+            })
     }
 
     pub(crate) fn post_send(&self, wr: SendWr) -> Result<()> {
@@ -185,6 +443,12 @@ impl StreamQp {
             return Err(Error::QpError);
         }
         wr.validate(sh.reliable)?;
+        if self.try_direct(&wr)? {
+            return Ok(());
+        }
+        if !sh.reliable && wr.op != WrOp::Read {
+            sh.uc_streamed.store(true, Ordering::Release);
+        }
         let local_addr = wr.local.addr() + wr.offset as u64;
         let (frame, inline_payload) = match wr.op {
             WrOp::Write { imm } => (

@@ -104,7 +104,7 @@ fn serve(
                             }
                         }
                         if f.kind == WRITE_IMM {
-                            sh.cq.push_all([Completion {
+                            sh.push_in_order([Completion {
                                 wr_id: 0,
                                 status: Status::Success,
                                 opcode: WcOpcode::RecvRdmaWithImm,
@@ -165,7 +165,7 @@ fn serve(
                         continue;
                     }
                 }
-                sh.cq.push_all([Completion {
+                sh.push_in_order([Completion {
                     wr_id: recv.wr_id,
                     status: Status::Success,
                     opcode: WcOpcode::Recv,
@@ -259,6 +259,46 @@ fn serve(
                 };
                 sh.error.store(true, Ordering::Release);
                 sh.flush_pending(Some(status));
+            }
+            GRANT => {
+                let mapped = match r.get_ref().take_fd() {
+                    None => Err("GRANT frame without a descriptor".to_string()),
+                    Some(fd) => super::direct::Grant::map(fd, f.va, f.aux, f.rkey, f.code),
+                };
+                let mut grants = sh.grants.write().unwrap_or_else(|e| e.into_inner());
+                match mapped {
+                    Ok(_) if grants.len() >= MAX_PEER_MAPS => {
+                        sh.count(|s| s.invalid_requests += 1);
+                    }
+                    Ok(g) => {
+                        grants.retain(|o| o.rkey() != g.rkey());
+                        grants.push(g);
+                    }
+                    // Not fatal: requests to that region take the stream.
+                    Err(e) => {
+                        sh.count(|s| s.invalid_requests += 1);
+                        tracing::debug!(error = %e, "cannot map a region the peer granted");
+                    }
+                }
+            }
+            RING => {
+                let ring = match r.get_ref().take_fd() {
+                    None => Err("RING frame without a descriptor".to_string()),
+                    Some(fd) => super::direct::Ring::map(fd),
+                };
+                match ring {
+                    Ok(ring) => {
+                        *sh.producer.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(super::direct::Producer::new(ring))
+                    }
+                    Err(e) => {
+                        sh.count(|s| s.invalid_requests += 1);
+                        tracing::debug!(error = %e, "cannot map the peer's completion ring");
+                    }
+                }
+            }
+            DOORBELL => {
+                sh.drain_ring();
             }
             MAP => {
                 // The memfd came with this frame's bytes (SCM_RIGHTS); nothing else is mapped.
