@@ -57,12 +57,15 @@ for t in udp shm tcp; do
   emit "remora_${t}_write_lat" "$("$R" fabric bench write-lat --transport $t --size 8 --iters 5000 --json)"
   emit "remora_${t}_read_lat" "$("$R" fabric bench read-lat --transport $t --size 8 --iters 5000 --json)"
 done
-# Progress in the caller's thread (udp): sleeping on the socket, and busy polling as ucx does.
-for p in poll spin; do
-  flags=(--progress poll); [ $p = spin ] && flags+=(--spin)
-  emit "remora_udp_${p}_write_lat" "$("$R" fabric bench write-lat --transport udp "${flags[@]}" --size 8 --iters 5000 --json)"
-  emit "remora_udp_${p}_read_lat" "$("$R" fabric bench read-lat --transport udp "${flags[@]}" --size 8 --iters 5000 --json)"
+# Progress in the caller's thread (udp, shm): sleeping, and busy polling as ucx does.
+for t in udp shm; do
+  for p in poll spin; do
+    flags=(--progress poll); [ $p = spin ] && flags+=(--spin)
+    emit "remora_${t}_${p}_write_lat" "$("$R" fabric bench write-lat --transport $t "${flags[@]}" --size 8 --iters 5000 --json)"
+    emit "remora_${t}_${p}_read_lat" "$("$R" fabric bench read-lat --transport $t "${flags[@]}" --size 8 --iters 5000 --json)"
+  done
 done
+emit remora_shm_spin_write_bw_65536 "$("$R" fabric bench write-bw --transport shm --progress poll --spin --size 65536 --iters "$ITERS" --json)"
 emit ucx_tcp_put_lat "$(ucx ucp_put_lat 8 tcp 5000)"
 emit ucx_shm_put_lat "$(ucx ucp_put_lat 8 sm 5000)"
 

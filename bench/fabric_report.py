@@ -69,8 +69,8 @@ print(f"- shm WRITE of 1 MiB / ucx_perftest shm put_bw: {s / gbps('ucx_shm_put_b
 print("\n## Latency, 8 bytes (microseconds, typical = median)\n")
 print("| what | typical | average | p99 |")
 print("| --- | --- | --- | --- |")
-for t in ["udp", "udp_poll", "udp_spin", "shm", "tcp"]:
-    label = {"udp_poll": "udp, --progress poll,", "udp_spin": "udp, --progress poll --spin,"}.get(t, t)
+for t in ["udp", "udp_poll", "udp_spin", "shm", "shm_poll", "shm_spin", "tcp"]:
+    label = t.replace("_poll", ", --progress poll,").replace("_spin", ", --progress poll --spin,")
     for op, nm in [("write", "WRITE one-way"), ("read", "READ round trip")]:
         k = f"remora_{t}_{op}_lat"
         print(f"| remora {label} {nm} | {lat(k):.2f} | {lat(k, 't_avg_us'):.2f} | {lat(k, 't_p99_us'):.2f} |")
@@ -85,8 +85,11 @@ for k, nm in [("remora_udp_write_lat", "udp, progress thread"),
               ("remora_udp_spin_write_lat", "udp, progress poll, busy polling"),
               ("remora_tcp_write_lat", "tcp")]:
     print(f"- {nm}: {lat(k):.2f} us = {lat(k) / ut:.2f}x ucx tcp put_lat ({ut:.2f} us)")
-print(f"- shm: WRITE {lat('remora_shm_write_lat'):.2f} us, READ {lat('remora_shm_read_lat'):.2f} us "
-      f"(ucx shm put_lat {lat('ucx_shm_put_lat'):.2f} us)")
+for k, nm in [("remora_shm", "shm, progress thread"), ("remora_shm_poll", "shm, progress poll"),
+              ("remora_shm_spin", "shm, progress poll, busy polling")]:
+    print(f"- {nm}: WRITE {lat(k + '_write_lat'):.3f} us, READ {lat(k + '_read_lat'):.3f} us "
+          f"(ucx shm put_lat {lat('ucx_shm_put_lat'):.3f} us)")
+print(f"- shm 64 KiB WRITE bandwidth with busy polling: {gbps('remora_shm_spin_write_bw_65536'):.2f} Gb/s")
 print("\n## Commands\n")
 print("```\nmake build && bash bench/fabric.sh\n```\n")
 print("Each remora line is `remora fabric bench TEST --transport T --size S --iters N --json` "
