@@ -146,7 +146,8 @@ def test_fault_settings_are_checked():
         fabric.connect("127.0.0.1:1", pd, fault_timeout=-1.0)
 
 
-def test_progress_in_the_callers_thread():
+@pytest.mark.parametrize("transport", ["udp", "shm"])
+def test_progress_in_the_callers_thread(transport):
     """progress="poll" on both sides: the client's wait/spin drives it, a pump thread drives
     the server, and the listener holds a RoCEv2 receive address from the start."""
     spd = fabric.ProtectionDomain()
@@ -167,9 +168,11 @@ def test_progress_in_the_callers_thread():
     cpd = fabric.ProtectionDomain()
     cbuf = np.random.default_rng(2).integers(0, 255, N, dtype=np.uint8)
     cmr = cpd.register(cbuf)
-    qp, peer = fabric.connect(lst.address, cpd, progress="poll", private=cmr.info())
+    qp, peer = fabric.connect(
+        lst.address, cpd, transport=transport, progress="poll", private=cmr.info()
+    )
     addr, _, rkey = fabric.decode_region(peer)
-    assert qp.udp_peer == lst.udp_address
+    assert qp.udp_peer == (lst.udp_address if transport == "udp" else None)
     try:
         for i in range(20):
             qp.post_write(i, cmr, i * 1000, 1000, addr + i * 1000, rkey, imm=i)
