@@ -1,7 +1,7 @@
 //! `remora lazy serve` and `remora lazy bench`: the page server and OPERA's fault benchmark.
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
-use remora_fabric::Transport;
+use remora_fabric::{Progress, Transport};
 use remora_lazy::bench::{self, Pattern};
 use remora_lazy::{
     FabricFetcher, FabricServer, FileSource, LocalFetcher, MemorySource, Mode, PageFetcher,
@@ -130,6 +130,11 @@ pub struct BenchArgs {
     /// Over shm, fetch every unit with an RC READ instead of mapping the server's source.
     #[arg(long)]
     shm_read: bool,
+    /// Who drives the client's queue pairs (udp, shm): poll (the faulting thread receives its
+    /// READ response itself) or thread (the fabric's receive thread). Default: poll on udp,
+    /// thread on shm. The page server keeps its receive thread.
+    #[arg(long, value_name = "poll|thread")]
+    progress: Option<Progress>,
     /// Background push during each trial (the server streams the rest while faults go first).
     #[arg(long)]
     push: bool,
@@ -273,6 +278,12 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
     if a.faults == 0 || a.trials == 0 {
         bail!("--faults and --trials must be at least 1");
     }
+    if let (Some(p), BenchTransport::Local | BenchTransport::Tcp) = (a.progress, a.transport) {
+        bail!(
+            "--progress {p} sets how the fabric's queue pairs are driven: it applies to \
+             --transport udp and shm"
+        );
+    }
     if a.connect.is_some() && a.transport == BenchTransport::Local {
         bail!(
             "--connect measures a running page server: give its transport too \
@@ -281,6 +292,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
     }
     let mut _child = None;
     let mut shm_path: Option<&str> = None;
+    let mut progress: Option<Progress> = None;
     let fetcher: Arc<dyn PageFetcher> = match a.transport {
         BenchTransport::Local => Arc::new(LocalFetcher::memory(Arc::new(MemorySource::new(
             synthetic(bytes),
@@ -307,14 +319,22 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
                     addr
                 }
             };
+            let fabric = |t: Transport| {
+                let p = a
+                    .progress
+                    .unwrap_or_else(|| FabricFetcher::default_progress(t));
+                FabricFetcher::connect_with(addr, t, p)
+                    .with_context(|| format!("connect to page server {addr} over {t}"))
+            };
             match a.transport {
-                BenchTransport::Udp => Arc::new(
-                    FabricFetcher::connect(addr, Transport::Udp)
-                        .with_context(|| format!("connect to page server {addr} over udp"))?,
-                ),
+                BenchTransport::Udp => {
+                    let f = fabric(Transport::Udp)?;
+                    progress = Some(f.progress());
+                    Arc::new(f)
+                }
                 BenchTransport::Shm => {
-                    let f = FabricFetcher::connect(addr, Transport::Shm)
-                        .with_context(|| format!("connect to page server {addr} over shm"))?;
+                    let f = fabric(Transport::Shm)?;
+                    progress = Some(f.progress());
                     let f = if a.shm_read { f.without_mapping() } else { f };
                     if !a.shm_read && !f.is_mapped() {
                         tracing::warn!("the server's source could not be mapped: using READs");
@@ -362,6 +382,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
             "memcpy_ms": r.memcpy_ms,
             "memcpy_fresh_ms": r.memcpy_fresh_ms,
             "shm_path": shm_path,
+            "progress": progress.map(|p| p.to_string()),
             "faults_per_trial": r.faults_per_trial,
             "kernel_fault_us": r.kernel_fault_us,
             "bare_sigbus_fault_us": r.bare_sigbus_fault_us,
@@ -369,14 +390,17 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
         });
         println!("{v}");
     } else {
+        let progress = progress.map_or(String::new(), |p| format!(" progress {p}"));
         println!(
-            "{} {} B {:?} prefetch {} mode {}: {:.2} ± {:.2} µs per access (p50 {:.2}, p99 {:.2}); \
-             {:.0} faults/trial; scan {:.2} ms vs local memcpy {:.2} ms ({:.2} ms into fresh pages)",
+            "{} {} B {:?} prefetch {} mode {}{}: {:.2} ± {:.2} µs per access \
+             (p50 {:.2}, p99 {:.2}); {:.0} faults/trial; scan {:.2} ms vs local memcpy {:.2} ms \
+             ({:.2} ms into fresh pages)",
             r.transport,
             a.page_size,
             a.pattern,
             a.prefetch,
             mode,
+            progress,
             r.mean_us,
             r.std_us,
             r.p50_us,

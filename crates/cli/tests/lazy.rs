@@ -126,6 +126,46 @@ fn bench_fabric_transports() {
     }
 }
 
+/// `--progress`: udp takes poll (its default) or thread and says which in the JSON; shm
+/// defaults to thread; local and tcp have no queue pairs to drive.
+#[test]
+fn bench_progress_modes() {
+    for (p, want) in [
+        (None, "poll"),
+        (Some("poll"), "poll"),
+        (Some("thread"), "thread"),
+    ] {
+        let mut args = vec!["lazy", "bench", "--transport", "udp"];
+        args.extend(["--faults", "32", "--trials", "2", "--json"]);
+        if let Some(p) = p {
+            args.extend(["--progress", p]);
+        }
+        let (ok, out, err) = run(&args);
+        assert!(ok, "{p:?}: {err}");
+        assert!(out.contains(&format!("\"progress\":\"{want}\"")), "{out}");
+        assert!(field(&out, "p50_us") > 0.0, "{out}");
+    }
+    let (ok, out, err) = run(&[
+        "lazy",
+        "bench",
+        "--transport",
+        "shm",
+        "--faults",
+        "8",
+        "--trials",
+        "1",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("\"progress\":\"thread\""), "{out}");
+    for (t, p) in [("tcp", "thread"), ("local", "poll")] {
+        let (ok, _, err) = run(&["lazy", "bench", "--transport", t, "--progress", p]);
+        assert!(!ok && err.contains("--progress"), "{t} {p}: {err}");
+    }
+    let (ok, _, err) = run(&["lazy", "bench", "--transport", "udp", "--progress", "fast"]);
+    assert!(!ok && err.contains("poll or thread"), "{err}");
+}
+
 #[test]
 fn bench_prefetch_takes_fewer_faults() {
     let (ok, out, err) = run(&[

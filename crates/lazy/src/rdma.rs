@@ -19,11 +19,32 @@
 //! a page past its new end is either refused (the on-demand region cannot page it in) or, if the
 //! page was in, raises SIGBUS in the server; the crate's SIGBUS handler then replaces the page
 //! with a zero page, so the READ returns zeros and the page stays zero for the server's life.
+//!
+//! Progress (who drives a queue pair's receive side and timers, [`Progress`]): the server's
+//! queue pairs keep the fabric's receive thread, since nothing in the server ever polls them and
+//! its responders must answer READs at any time. A client's udp queue pairs default to
+//! [`Progress::Poll`] ([`FabricFetcher::default_progress`]): the thread that posts a READ is the
+//! one that waits for its completion, so it receives the response itself instead of being woken
+//! by a second thread. That is safe because of how the client uses its queue pairs:
+//! - each is used by one thread at a time: a fetch (from a handler thread, a SIGBUS handler, the
+//!   working-set thread; prefetched units travel in the same READ) takes a queue pair out of the
+//!   pool for the whole READ, and the push thread has a queue pair of its own; every queue pair
+//!   has its own udp device (one per `connect`), so no two threads compete to drive one;
+//! - the client only requests and the server only responds: the requester's timers
+//!   (retransmission, RNR wait) run only while a READ is outstanding, which is exactly while a
+//!   thread waits on it, and a responder expects no answer to its READ responses. A queue pair
+//!   back in the pool, with nothing outstanding, needs no driving; what arrives for it meanwhile
+//!   (a late duplicate) is read and dropped by the next fetch;
+//! - a READ that fails or times out drops its queue pair rather than pooling it, so no queue pair
+//!   with an outstanding request is left undriven.
+//!
+//! shm and tcp client queue pairs keep the receive thread by default; a `Poll` asked for there
+//! through [`FabricFetcher::connect_with`] is the fabric's to accept (shm) or refuse (tcp).
 use crate::error::{Error, Result};
 use crate::fetch::{FetchError, Fetched, PageFetcher, PushChunk, PushNext, PushStream};
 use crate::protocol::Hello;
 use crate::source::{is_zero, PageSource, ProcessSource, PushCursor, PUSH_MAX_CHUNK};
-use remora_fabric::{Completion, Listener, Qp, QpOptions, RegionInfo, Status, Transport};
+use remora_fabric::{Completion, Listener, Progress, Qp, QpOptions, RegionInfo, Status, Transport};
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,8 +56,9 @@ use std::time::{Duration, Instant};
 const MAX_PRIVATE: usize = 64 << 10;
 
 /// Queue-pair options: RC, with a retransmission timeout long enough for a busy 2-core host (the
-/// page fault deadline, not the RC retry limit, decides when a server counts as dead).
-fn qp_options(transport: Transport, peer: Option<SocketAddr>) -> QpOptions {
+/// page fault deadline, not the RC retry limit, decides when a server counts as dead), and the
+/// progress mode asked for (the server: always [`Progress::Thread`]).
+fn qp_options(transport: Transport, peer: Option<SocketAddr>, progress: Progress) -> QpOptions {
     // RoCE path MTU: 4096 on loopback; 1024 fits a 1500-byte Ethernet MTU (veth, most links).
     let mtu = match peer {
         Some(a) if !a.ip().is_loopback() => 1024,
@@ -47,6 +69,7 @@ fn qp_options(transport: Transport, peer: Option<SocketAddr>) -> QpOptions {
         mtu,
         retry_timeout: Duration::from_millis(20),
         retry_count: 7,
+        progress,
         ..QpOptions::default()
     }
 }
@@ -150,7 +173,9 @@ impl FabricServer {
             };
             private.extend_from_slice(&s.emit());
         }
-        let opts = qp_options(transport, None);
+        // Thread progress: the server never polls its queue pairs, and their responders must
+        // answer every client's READs whenever they come.
+        let opts = qp_options(transport, None, Progress::Thread);
         let listener = Listener::bind(addr, pd, opts).map_err(|e| fab("listen", e))?;
         if let Some(fd) = share {
             listener
@@ -307,6 +332,8 @@ struct Conn {
 pub struct FabricFetcher {
     addr: SocketAddr,
     transport: Transport,
+    /// Progress mode of every queue pair this client opens (the pool's and push's).
+    progress: Progress,
     pd: Arc<Pd>,
     remote: RegionInfo,
     hello: Hello,
@@ -354,14 +381,40 @@ const MAX_CLIENTS: usize = 1024;
 const MAX_SETUPS: usize = 64;
 
 const STAGE: usize = PUSH_MAX_CHUNK as usize;
-/// Busy-poll the completion queue this long before sleeping on it.
+/// Busy-poll the completion queue this long before sleeping on it (with [`Progress::Poll`] each
+/// turn also receives from the queue pair's socket; the sleep is then on that socket).
 const SPIN: Duration = Duration::from_micros(200);
 
 impl FabricFetcher {
-    /// Connects over `transport` and reads the region table from the private data.
+    /// Connects over `transport` with [`default_progress`](Self::default_progress) and reads
+    /// the region table from the private data.
     pub fn connect(addr: SocketAddr, transport: Transport) -> Result<FabricFetcher> {
+        Self::connect_with(addr, transport, Self::default_progress(transport))
+    }
+    /// The progress mode a client's queue pairs get by default: [`Progress::Poll`] on udp (the
+    /// faulting thread receives its READ response itself and the client has no receive thread;
+    /// over loopback on 2 vCPUs that took 0.87x the thread-progress time per 64 KB fault and
+    /// 0.64x per 4 KB fault with a core busy elsewhere, but 1.14x per 4 KB fault on an
+    /// otherwise idle machine, docs/bench/lazy.md); [`Progress::Thread`] on shm (poll not
+    /// measured there for this client, whose faults mostly bypass the queue pair through the
+    /// mapped source) and on tcp (the fabric's only mode there).
+    pub fn default_progress(transport: Transport) -> Progress {
+        match transport {
+            Transport::Udp => Progress::Poll,
+            Transport::Shm | Transport::Tcp => Progress::Thread,
+        }
+    }
+    /// Connects over `transport`, with `progress` for every queue pair this client opens (see
+    /// the module's notes on why [`Progress::Poll`] suits the fault path). The fabric decides
+    /// where `Poll` is available (udp and shm; it refuses it on tcp).
+    pub fn connect_with(
+        addr: SocketAddr,
+        transport: Transport,
+        progress: Progress,
+    ) -> Result<FabricFetcher> {
         let pd = Arc::new(Pd::new());
-        let (conn, private) = Self::dial(addr, transport, &pd).map_err(|e| fab("connect", e))?;
+        let (conn, private) =
+            Self::dial(addr, transport, progress, &pd).map_err(|e| fab("connect", e))?;
         let remote = RegionInfo::decode(&private).map_err(|e| fab("region table", e))?;
         let hello = Hello::parse(&private[RegionInfo::LEN..])
             .map_err(|e| Error::Protocol(format!("page server hello: {e}")))?;
@@ -409,6 +462,7 @@ impl FabricFetcher {
         Ok(FabricFetcher {
             addr,
             transport,
+            progress,
             pd,
             remote,
             hello,
@@ -438,9 +492,14 @@ impl FabricFetcher {
     pub fn hello(&self) -> &Hello {
         &self.hello
     }
+    /// The progress mode of this client's queue pairs.
+    pub fn progress(&self) -> Progress {
+        self.progress
+    }
     fn dial(
         addr: SocketAddr,
         transport: Transport,
+        progress: Progress,
         pd: &Arc<Pd>,
     ) -> std::result::Result<(Conn, Vec<u8>), String> {
         let stage = pd
@@ -450,7 +509,7 @@ impl FabricFetcher {
                 Mode::OnDemand,
             )
             .map_err(|e| e.to_string())?;
-        let opts = qp_options(transport, Some(addr));
+        let opts = qp_options(transport, Some(addr), progress);
         let (qp, private) =
             remora_fabric::connect(addr, pd.clone(), opts, &[]).map_err(|e| e.to_string())?;
         Ok((Conn { qp, stage, next: 1 }, private))
@@ -459,7 +518,7 @@ impl FabricFetcher {
         if let Some(c) = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop() {
             return Ok(c);
         }
-        Self::dial(self.addr, self.transport, &self.pd)
+        Self::dial(self.addr, self.transport, self.progress, &self.pd)
             .map(|(c, _)| c)
             .map_err(FetchError::Transient)
     }
@@ -506,6 +565,8 @@ fn read_remote(
     Ok(())
 }
 
+/// The completion of the READ just posted on `qp`. With [`Progress::Poll`] this thread drives
+/// the queue pair meanwhile: it receives the response, and runs the retransmission timers.
 fn wait(qp: &Qp, deadline: Instant) -> std::result::Result<Completion, FetchError> {
     let left = deadline.saturating_duration_since(Instant::now());
     if let Some(c) = qp.spin(left.min(SPIN)) {
@@ -582,8 +643,8 @@ impl PageFetcher for FabricFetcher {
         unit: u64,
     ) -> std::result::Result<Box<dyn PushStream>, FetchError> {
         // One-sided push: the client READs the rest in growing chunks on its own queue pair.
-        let (c, _) =
-            Self::dial(self.addr, self.transport, &self.pd).map_err(FetchError::Transient)?;
+        let (c, _) = Self::dial(self.addr, self.transport, self.progress, &self.pd)
+            .map_err(FetchError::Transient)?;
         Ok(Box::new(FabricPush {
             c,
             remote: self.remote,

@@ -2,7 +2,7 @@
 #![cfg(feature = "fabric")]
 mod common;
 use common::{bounded, pattern, Rng};
-use remora_fabric::Transport;
+use remora_fabric::{Progress, Transport};
 use remora_lazy::*;
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,6 +80,86 @@ fn udp_and_shm_every_byte_matches() {
             );
             assert!(r.as_slice() == &src[..]);
         }
+    });
+}
+
+/// The udp fault path with each progress mode: in `Poll` the thread that waits for a READ
+/// receives its response itself (no receive thread on the client). Every byte matches from
+/// SIGBUS handlers, handler threads and 64 KB units, with 1 and 8 faulting threads; pooled
+/// queue pairs left idle for longer than the RC timers still serve the next fault; push (a
+/// queue pair of its own, driven by the push thread) completes the region.
+#[test]
+fn udp_fault_path_in_each_progress_mode() {
+    bounded(90, || {
+        let src = pattern((1 << 20) + 100, 4096);
+        let srv = serve(&src, Transport::Udp);
+        assert_eq!(
+            FabricFetcher::default_progress(Transport::Udp),
+            Progress::Poll
+        );
+        assert_eq!(
+            FabricFetcher::connect(srv.addr(), Transport::Udp)
+                .unwrap()
+                .progress(),
+            Progress::Poll,
+            "udp clients poll by default"
+        );
+        for progress in [Progress::Poll, Progress::Thread] {
+            for (unit, mode, threads) in [
+                (4096, Mode::Sigbus, 1),
+                (4096, Mode::Sigbus, 8),
+                (4096, Mode::Thread { handlers: 2 }, 8),
+                (65536, Mode::Sigbus, 8),
+            ] {
+                let f = FabricFetcher::connect_with(srv.addr(), Transport::Udp, progress).unwrap();
+                assert_eq!(f.progress(), progress);
+                let r = LazyRegion::open(
+                    Arc::new(f),
+                    Options {
+                        unit,
+                        mode,
+                        ..Options::default()
+                    },
+                )
+                .unwrap();
+                // Half the units, a pause with every queue pair idle in the pool (longer than
+                // the 20 ms retransmission timeout, doubled 7 times: 2.5 s would be the whole
+                // retry budget, so 300 ms covers several expiries), then the rest.
+                let m = r.as_slice();
+                let half = m.len() / 2;
+                for u in (0..half).step_by(unit * 3) {
+                    std::hint::black_box(m[u]);
+                }
+                std::thread::sleep(Duration::from_millis(300));
+                check(&r, &src, threads);
+                let st = r.stats();
+                assert_eq!(st.units_poisoned, 0, "{progress} {unit} {mode:?}: {st:?}");
+                assert!(st.fetches > 0, "{st:?}");
+            }
+            let f = FabricFetcher::connect_with(srv.addr(), Transport::Udp, progress).unwrap();
+            let r = LazyRegion::open(
+                Arc::new(f),
+                Options {
+                    push: true,
+                    ..Options::default()
+                },
+            )
+            .unwrap();
+            assert!(
+                r.wait_complete(Duration::from_secs(30)),
+                "{progress}: {:?}",
+                r.progress()
+            );
+            assert!(r.as_slice() == &src[..], "{progress}: push");
+        }
+        // shm clients keep their receive thread unless asked otherwise.
+        let ssrv = serve(&src, Transport::Shm);
+        assert_eq!(
+            FabricFetcher::connect(ssrv.addr(), Transport::Shm)
+                .unwrap()
+                .progress(),
+            Progress::Thread
+        );
     });
 }
 
