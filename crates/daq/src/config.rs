@@ -229,6 +229,31 @@ pub struct TransportCfg {
     /// Seed of the loss pattern.
     #[serde(default = "default_seed")]
     pub loss_seed: u64,
+    /// Who drives the receivers' queue pairs (udp, shm): `thread`, the fabric's receive
+    /// thread, or `poll`, the receive loop itself (one thread fewer on the data path).
+    #[serde(default)]
+    pub progress: ProgressKind,
+}
+
+/// `transport.progress`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ProgressKind {
+    /// A background receive thread per device (the fabric's default).
+    #[default]
+    Thread,
+    /// The receiver's own receive loop.
+    Poll,
+}
+
+impl ProgressKind {
+    /// The fabric's setting.
+    pub fn fabric(self) -> remora_fabric::Progress {
+        match self {
+            ProgressKind::Thread => remora_fabric::Progress::Thread,
+            ProgressKind::Poll => remora_fabric::Progress::Poll,
+        }
+    }
 }
 
 fn default_mtu() -> usize {
@@ -242,6 +267,7 @@ impl Default for TransportCfg {
             mtu: default_mtu(),
             loss: 0.0,
             loss_seed: 1,
+            progress: ProgressKind::Thread,
         }
     }
 }
@@ -700,6 +726,10 @@ mod tests {
         for (extra, key) in [
             ("[transport]\nmtu = 1000\n", "transport.mtu"),
             ("[transport]\nloss = 1.5\n", "transport.loss"),
+            (
+                "[transport]\nprogress = \"sometimes\"\n",
+                "transport.progress",
+            ),
             ("[pipeline]\nengine = \"cuda-magic\"\n", "pipeline.engine"),
             ("[pipeline]\nunit = \"furlongs\"\n", "pipeline.unit"),
             ("[pipeline]\nbins = 0\n", "pipeline.bins"),

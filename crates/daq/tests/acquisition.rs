@@ -147,6 +147,27 @@ fn udp_every_frame_arrives_whole_and_equals_the_direct_pipeline() {
     assert_same_as_direct(&cfg, 0, &frames);
 }
 
+/// `transport.progress = "poll"`: the receive loop drives the udp device itself, no receive
+/// thread. 50 frames/s, the whole run in the ring: every frame must land whole.
+#[test]
+fn udp_with_the_receive_loop_driving_progress_loses_nothing() {
+    let _one = one_at_a_time();
+    let cfg = with(
+        "[acquisition]\nframes = 16\nbunch = 8\n[transport]\nkind = \"udp\"\nprogress = \"poll\"\n",
+    );
+    assert_eq!(
+        cfg.transport.progress,
+        remora_daq::config::ProgressKind::Poll
+    );
+    let (s, frames) = acquire(&cfg);
+    assert_eq!(
+        (s.frames_sent, s.frames_complete, s.frames_lost, s.overruns),
+        (16, 16, 0, 0),
+        "{s:?}"
+    );
+    assert_same_as_direct(&cfg, 0, &frames);
+}
+
 #[test]
 fn shm_every_frame_arrives_whole_and_equals_the_direct_pipeline() {
     let _one = one_at_a_time();

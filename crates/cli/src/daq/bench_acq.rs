@@ -33,6 +33,10 @@ pub struct AcqBenchArgs {
     /// Path MTU (udp).
     #[arg(long, default_value_t = 4096)]
     mtu: usize,
+    /// Who drives the receivers' queue pairs: thread (the fabric's receive thread) or poll (the
+    /// receive loop itself).
+    #[arg(long, default_value = "thread", value_parser = ["thread", "poll"])]
+    progress: String,
     /// Transfer only: the receiver counts frames and runs no pipeline.
     #[arg(long)]
     no_process: bool,
@@ -60,8 +64,9 @@ pub struct AcqBenchArgs {
 fn settings(a: &AcqBenchArgs, rate: f64) -> anyhow::Result<Config> {
     let text = format!(
         "[detector]\nmodules = {}\n[acquisition]\nframes = {}\nbunch = {}\ndeadline_ms = 2000\n\
-         rate_hz = {rate}\n[transport]\nkind = \"{}\"\nmtu = {}\n[pipeline]\nprocess = {}\n",
-        a.modules, a.frames, a.bunch, a.transport, a.mtu, !a.no_process
+         rate_hz = {rate}\n[transport]\nkind = \"{}\"\nmtu = {}\nprogress = \"{}\"\n\
+         [pipeline]\nprocess = {}\n",
+        a.modules, a.frames, a.bunch, a.transport, a.mtu, a.progress, !a.no_process
     );
     Config::parse(&text).context("benchmark settings")
 }
@@ -188,6 +193,7 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
     };
     let out = json!({
         "transport": cfg.transport.kind.name(),
+        "progress": a.progress,
         "modules": a.modules,
         "mtu": a.mtu,
         "bunch": a.bunch,

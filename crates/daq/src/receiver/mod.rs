@@ -217,6 +217,7 @@ impl Receiver {
         // The receiving side injects no faults; the emulator's transmit path does.
         let opts = QpOptions {
             faults: None,
+            progress: cfg.transport.progress.fabric(),
             ..crate::emulator::qp_options(cfg, 0, index)
         };
         let listener = Listener::bind(listen, pd, opts).map_err(|e| {
