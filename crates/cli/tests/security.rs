@@ -174,6 +174,9 @@ fn frame(kind: u8, code: u8, len: u32, va: u64, rkey: u32, aux: u64) -> [u8; 32]
     b
 }
 
+/// The setup version the fabric speaks now (the hello layout has not changed since 2).
+const CURRENT: u8 = 3;
+
 /// A hello of setup `version` for `transport` (1 udp, 2 shm, 3 tcp), claiming `pid` in the
 /// slot where version 1 carried the sender's pid.
 fn hello(version: u8, transport: u8, pid: u32) -> Vec<u8> {
@@ -274,7 +277,7 @@ fn attacker_entry() {
         .unwrap();
     let writable = std::env::var("REMORA_TEST_WRITABLE").unwrap() == "1";
     assert!(!is_root(), "the attacker must not be root");
-    for version in [1u8, 2] {
+    for version in [1u8, CURRENT] {
         let Some((mut s, p)) = open(&server, version, 2, pid) else {
             println!("v{version} shm setup refused");
             continue;
@@ -283,8 +286,9 @@ fn attacker_entry() {
         s.set_read_timeout(Some(Duration::from_millis(500))).ok();
         // WRITE from the victim's address into the region, then READ the region's zeros (past
         // the part a WRITE filled) into the victim. Version 1 named the source by address
-        // (code 0); version 2 by reference (code 1), claiming a memfd never handed over.
-        let code = (version == 2) as u8;
+        // (code 0); the current version by reference (code 1), claiming a memfd never handed
+        // over.
+        let code = (version >= 2) as u8;
         let mut frames = Vec::new();
         if writable {
             frames.push(frame(1, code, LEN as u32, p.addr, p.rkey, victim));
@@ -327,7 +331,7 @@ fn attacker_entry() {
         let kinds: Vec<u8> = replies.chunks(32).map(|c| c[0]).collect();
         println!("v{version} replies {kinds:?}");
     }
-    for version in [1u8, 2] {
+    for version in [1u8, CURRENT] {
         println!("v{version} leak {}", hex(&read_back(&server, version)));
     }
     println!("attacker done");
@@ -344,7 +348,10 @@ fn check(server: SocketAddr, writable: bool) {
         "the attacker read the victim's secret:\n{out}"
     );
     assert!(out.contains("v1 shm setup refused"), "{out}");
-    assert!(out.contains("v2 shm setup accepted"), "{out}");
+    assert!(
+        out.contains(&format!("v{CURRENT} shm setup accepted")),
+        "{out}"
+    );
 }
 
 #[test]

@@ -9,6 +9,11 @@
 //! socket where the `shm` data stream continues and the secret that admits the peer there
 //! ([`crate::shm`]). Nothing in a hello enables access to memory: the TCP exchange only agrees on
 //! parameters.
+//!
+//! On udp the accepting side reads the peer's hello, attaches its queue pair to its device, and
+//! only then answers with its own; the connecting side attaches its queue pair and then sends
+//! one READY byte (0x52), which the accepting side waits for before returning. Either side's
+//! first datagram therefore finds the other's queue pair in place.
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -30,7 +35,10 @@ use crate::stream::{DataPath, Sock, StreamQp};
 use crate::udp::{Device, DeviceHandle, Role, UdpQp};
 
 const MAGIC: &[u8; 4] = b"RMRA";
-const VERSION: u8 = 2;
+/// 3: udp queue pairs end the setup with a READY byte from the connecting side.
+const VERSION: u8 = 3;
+/// The byte a connecting udp side sends once its queue pair is attached.
+const READY: u8 = 0x52;
 const HELLO_LEN: usize = 48;
 /// Largest private data either side may send.
 pub const MAX_PRIVATE: usize = 64 << 10;
@@ -397,6 +405,25 @@ pub fn connect(
     establish(s, pd, &opts, dev, private, None, &[])
 }
 
+/// Waits (until `deadline`) for the connecting side's READY byte.
+fn read_ready(s: &mut TcpStream, deadline: Instant) -> Result<()> {
+    let left = deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| Error::Setup("setup timed out before the peer was ready".into()))?;
+    s.set_read_timeout(Some(left)).ok();
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b)
+        .map_err(io_err("waiting for the peer's ready byte"))?;
+    if b[0] != READY {
+        return Err(Error::Setup(format!(
+            "peer sent {:#04x} where the ready byte belongs",
+            b[0]
+        )));
+    }
+    Ok(())
+}
+
 /// Both sides: send our hello (after reading the peer's on the accepting side), read theirs,
 /// build the queue pair. `handover` goes to an `shm` peer (accepting side only).
 fn establish(
@@ -427,7 +454,12 @@ fn establish(
         rendezvous: offer.as_ref().map_or([0; TOKEN_LEN], |o| o.token()),
         private: private.to_vec(),
     };
-    me.write(&mut s)?;
+    // udp, accepting side: our hello goes out only once our queue pair is attached to the
+    // device (below), so no datagram of the peer can arrive for a QPN not yet known there.
+    let udp_accepting = accepting && opts.transport == Transport::Udp;
+    if !udp_accepting {
+        me.write(&mut s)?;
+    }
     let peer = match peer_first {
         Some(p) => p,
         None => Hello::read(&mut s)?,
@@ -469,6 +501,20 @@ fn establish(
                 cq.clone(),
             )?;
             dev.dev.attach(qp.clone());
+            // Then the READY byte: the connecting side attaches before sending it, and the
+            // accepting side returns only after it, so the first message of either side's
+            // application finds the other's queue pair in place (UC does not retransmit).
+            let ready = if udp_accepting {
+                me.write(&mut s).and_then(|()| read_ready(&mut s, deadline))
+            } else {
+                s.write_all(&[READY])
+                    .map_err(io_err("sending the setup's ready byte"))
+            };
+            if let Err(e) = ready {
+                dev.dev.detach(qpn);
+                return Err(e);
+            }
+            s.set_read_timeout(None).ok();
             Inner::Udp {
                 qp,
                 dev,
