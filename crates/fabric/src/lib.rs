@@ -5,8 +5,8 @@
 //! over three transports with one API:
 //! - `udp`: RoCEv2 datagrams (the packets a RoCE NIC would put on the wire, ICRC included) over
 //!   kernel UDP sockets, with `sendmmsg`/GSO and `recvmmsg`/GRO;
-//! - `shm`: same host: WRITE and READ one-sided into the memfd regions the peer granted at
-//!   setup (`SCM_RIGHTS`), immediates through a shared completion ring; otherwise frames over a
+//! - `shm`: same host: WRITE and READ one-sided into the memfd regions the peer granted when
+//!   asked by remote key (`SCM_RIGHTS`), immediates through a shared completion ring; otherwise frames over a
 //!   unix socket, a payload copied once through a memfd its owner handed over, or inline; no
 //!   side ever reaches memory that was not handed over (see `docs/security.md`);
 //! - `tcp`: a framed stream, the baseline.

@@ -2,12 +2,14 @@
 //! READ itself, and tells the peer about a WRITE-with-immediate through a completion ring in
 //! shared memory that the peer's completion queue drains.
 //!
-//! Setup (at the start of every shm queue pair, both ways): each side hands the other, with
-//! `SCM_RIGHTS` over the unix socket, its completion ring (a small memfd) and every registered
-//! region of its protection domain that is a sealed memfd with remote rights. A region without
-//! remote write is handed over as a read-only descriptor, so the peer cannot map it writable;
-//! nothing else is ever handed over. Regions registered after setup, and memory that is not a
-//! memfd, keep the copy path through the stream.
+//! Setup: at the start of every shm queue pair each side hands the other its completion ring
+//! (a small memfd, `SCM_RIGHTS` over the unix socket). Regions are granted on request: the
+//! first request to a remote key the requester has no grant for takes the stream as before and
+//! asks for a grant (GRANT_REQ); the responder answers with the region's memfd only if the key
+//! names one of its regions that is a sealed memfd with remote rights, as a read-only
+//! descriptor when the region has no remote write, so the peer cannot map it writable. Knowing
+//! the remote key stays the capability, as with RDMA: a peer is given only regions it can name.
+//! Memory that is not a memfd keeps the copy path through the stream.
 //!
 //! Every access is still checked here, on the requester's side: the remote key must name a
 //! granted region, the range must lie inside it (checked arithmetic) and the region must carry

@@ -19,10 +19,13 @@ pub(super) const NAK: u8 = 8;
 /// travels with the frame's bytes as `SCM_RIGHTS`, so the responder can map it and copy with
 /// plain memcpy.
 pub(super) const MAP: u8 = 9;
-/// shm, one-sided: grants the peer a registered memfd region (va = base, aux = length, rkey,
+/// shm, one-sided: grants the peer, at its request, a registered memfd region (va = base, aux = length, rkey,
 /// `code` = [`super::direct::GRANT_READ`] | [`super::direct::GRANT_WRITE`]); the memfd travels
 /// as `SCM_RIGHTS`, read-only without write rights.
 pub(super) const GRANT: u8 = 10;
+/// shm, one-sided: asks the peer to grant its region `rkey` (answered by a GRANT, or by
+/// nothing when the key names no region that can be granted).
+pub(super) const GRANT_REQ: u8 = 13;
 /// shm, one-sided: hands the peer the completion ring it fills (the memfd as `SCM_RIGHTS`).
 pub(super) const RING: u8 = 11;
 /// shm, one-sided: the ring has entries and its consumer asked to be woken.

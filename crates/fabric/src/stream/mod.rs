@@ -57,6 +57,8 @@ pub(crate) enum DataPath {
 
 enum Out {
     Frame(Frame),
+    /// A frame with a descriptor attached (`SCM_RIGHTS`): a GRANT.
+    WithFd(Frame, OwnedFd),
     /// A frame followed by `len` bytes of a region.
     Payload(Frame, Arc<Region>, usize),
     /// Flush and end the writer thread.
@@ -104,6 +106,10 @@ struct Shared {
     /// UC: a data request went through the stream, so the direct path (which could overtake
     /// it) is closed for good.
     uc_streamed: AtomicBool,
+    /// shm, one-sided: remote keys we asked the peer to grant (each once).
+    asked: Mutex<std::collections::HashSet<u32>>,
+    /// shm, one-sided: grant requests the peer made and we answered (bounded).
+    grants_given: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -218,6 +224,8 @@ impl StreamQp {
             consumer: ring
                 .map(|r| Mutex::new(direct::Consumer::new(r, progress == Progress::Thread))),
             uc_streamed: AtomicBool::new(false),
+            asked: Mutex::new(std::collections::HashSet::new()),
+            grants_given: std::sync::atomic::AtomicUsize::new(0),
         });
         let (tx, rx) = mpsc::channel();
         let wsock = sock.try_clone().map_err(io_err("cloning the stream"))?;
@@ -243,12 +251,13 @@ impl StreamQp {
         });
         if matches!(path, DataPath::Shm) {
             qp.grant()
-                .map_err(io_err("handing the one-sided shm ring and regions over"))?;
+                .map_err(io_err("handing the one-sided shm completion ring over"))?;
         }
         Ok(qp)
     }
 
-    /// shm: hands the peer our completion ring and our granted regions (see [`direct`]).
+    /// shm: hands the peer our completion ring (see [`direct`]); regions are granted later, to
+    /// a peer that names them by remote key.
     fn grant(&self) -> io::Result<()> {
         let sh = &self.shared;
         let mut w = self.out.lock().unwrap_or_else(|e| e.into_inner());
@@ -266,26 +275,6 @@ impl StreamQp {
             };
             w.get_ref().send_with_fd(&f.encode(), fd?.as_fd())?;
         }
-        let mut granted = 0;
-        for r in sh.pd.regions() {
-            if granted == MAX_PEER_MAPS {
-                break;
-            }
-            let Some((code, fd)) = direct::grantable(&r) else {
-                continue;
-            };
-            let f = Frame {
-                kind: GRANT,
-                code,
-                va: r.addr(),
-                aux: r.len() as u64,
-                rkey: r.rkey(),
-                ..Frame::default()
-            };
-            w.get_ref().send_with_fd(&f.encode(), fd.as_fd())?;
-            granted += 1;
-        }
-        tracing::debug!(granted, "shm: regions granted for one-sided access");
         Ok(())
     }
 
@@ -332,6 +321,8 @@ impl StreamQp {
         }
         let grants = sh.grants.read().unwrap_or_else(|e| e.into_inner());
         let Some(g) = grants.iter().find(|g| g.rkey() == wr.rkey) else {
+            drop(grants);
+            self.ask_grant(wr.rkey);
             return Ok(false);
         };
         if matches!(wr.op, WrOp::Write { imm: Some(_) })
@@ -382,6 +373,28 @@ impl StreamQp {
             wr.len,
         )]);
         Ok(true)
+    }
+
+    /// Asks the peer, once per remote key, to grant that region for one-sided access; this
+    /// request and the ones before the answer take the stream. Knowing the key is the
+    /// capability, as with RDMA: a peer gets only regions it can name.
+    fn ask_grant(&self, rkey: u32) {
+        let sh = &self.shared;
+        {
+            let mut asked = sh.asked.lock().unwrap_or_else(|e| e.into_inner());
+            if asked.len() >= MAX_PEER_MAPS || !asked.insert(rkey) {
+                return;
+            }
+        }
+        let f = Frame {
+            kind: GRANT_REQ,
+            rkey,
+            ..Frame::default()
+        };
+        let mut w = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        if put(&mut w, Out::Frame(f)).and_then(|()| w.flush()).is_err() {
+            sh.error.store(true, Ordering::Release);
+        }
     }
 
     /// Publishes an immediate in the peer's ring, ringing the doorbell when it sleeps, and
@@ -702,6 +715,11 @@ fn put(w: &mut BufWriter<Sock>, o: Out) -> io::Result<()> {
     match o {
         Out::Stop => Err(io::ErrorKind::Interrupted.into()),
         Out::Frame(f) => w.write_all(&f.encode()),
+        Out::WithFd(f, fd) => {
+            // The descriptor must travel with these very bytes: nothing buffered before them.
+            w.flush()?;
+            w.get_ref().send_with_fd(&f.encode(), fd.as_fd())
+        }
         Out::Payload(f, region, off) => {
             w.write_all(&f.encode())?;
             // SAFETY: bounds were checked when the request was posted or the access checked.

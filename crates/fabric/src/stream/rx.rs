@@ -281,6 +281,34 @@ fn serve(
                     }
                 }
             }
+            GRANT_REQ => {
+                // Only a region the peer names by its remote key, with remote rights, backed by
+                // a sealed memfd; a bounded number per connection. No answer otherwise: the
+                // peer's requests to that key keep taking the stream, where they are checked.
+                let given = sh.grants_given.load(Ordering::Relaxed);
+                let grant = (matches!(sh.path, DataPath::Shm) && given < MAX_PEER_MAPS)
+                    .then(|| sh.pd.by_rkey(f.rkey))
+                    .flatten()
+                    .and_then(|r| super::direct::grantable(&r).map(|g| (r, g)));
+                match grant {
+                    Some((r, (code, fd))) => {
+                        sh.grants_given.fetch_add(1, Ordering::Relaxed);
+                        let g = Frame {
+                            kind: GRANT,
+                            code,
+                            va: r.addr(),
+                            aux: r.len() as u64,
+                            rkey: r.rkey(),
+                            ..Frame::default()
+                        };
+                        send(Out::WithFd(g, fd))?;
+                    }
+                    None => {
+                        tracing::debug!(rkey = f.rkey, "shm: grant request refused");
+                        sh.count(|s| s.invalid_requests += 1);
+                    }
+                }
+            }
             RING => {
                 let ring = match r.get_ref().take_fd() {
                     None => Err("RING frame without a descriptor".to_string()),
