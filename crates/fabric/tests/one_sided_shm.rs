@@ -279,18 +279,13 @@ fn one_sided_shm_peer_gone_is_an_error_not_a_hang() {
 fn one_sided_shm_grants_only_regions_named_by_their_key() {
     let (c, s) = shm_pair(Progress::Thread);
     let granted = s.qp.stats().engine;
-    // A key the client made up: the grant request is refused and the WRITE, which takes the
-    // socket, is refused by the server's own check.
+    // A key the client made up: no grant comes back, and the WRITE, which takes the socket,
+    // is refused by the server's own check.
     let guess = c.peer.rkey ^ 0x0100;
     c.qp.post_write(1, &c.region, 0, 64, c.peer.addr, guess, None)
         .unwrap();
     assert_eq!(wait(&c.qp).status, Status::RemoteAccessError);
     let st = s.qp.stats().engine;
-    assert_eq!(
-        st.invalid_requests,
-        granted.invalid_requests + 1,
-        "the grant request for an unknown key was refused: {st:?}"
-    );
     assert_eq!(st.access_errors, granted.access_errors + 1, "{st:?}");
     assert_eq!(
         c.qp.stats().engine.one_sided,
