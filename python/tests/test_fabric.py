@@ -193,3 +193,39 @@ def test_progress_in_the_callers_thread(transport):
         fabric.connect(lst.address, cpd, progress="sometimes")
     with pytest.raises(Exception, match="progress poll is available on udp"):
         fabric.connect(lst.address, cpd, transport="tcp", progress="poll")
+
+
+@pytest.mark.parametrize("progress", ["thread", "poll"])
+def test_allocated_regions_go_one_sided_over_shm(progress):
+    """pd.allocate gives memfd-backed regions: over shm the client WRITEs and READs them itself
+    (one_sided counts it), and region.array() sees the bytes without a copy."""
+    spd = fabric.ProtectionDomain()
+    smr = spd.allocate(N)
+    sarr = smr.array()
+    assert sarr.shape == (N,) and sarr.dtype == np.uint8
+    lst = fabric.Listener("127.0.0.1:0", spd, progress=progress)
+    out = {}
+    t = threading.Thread(target=lambda: out.update(zip(("qp", "peer"), lst.accept(smr.info()))))
+    t.start()
+    cpd = fabric.ProtectionDomain()
+    cmr = cpd.allocate(N)
+    carr = cmr.array()
+    carr[:] = np.random.default_rng(3).integers(0, 255, N, dtype=np.uint8)
+    qp, peer = fabric.connect(lst.address, cpd, transport="shm", progress=progress)
+    t.join(10)
+    addr, _, rkey = fabric.decode_region(peer)
+    for i in range(50):
+        qp.post_write(i, cmr, i * 1000, 1000, addr + i * 1000, rkey, imm=i)
+        c = qp.spin(10) if progress == "poll" else qp.wait(10)
+        assert c.ok and c.wr_id == i
+    for i in range(50):
+        assert out["qp"].wait(10).imm == i
+    assert np.array_equal(sarr[:50000], carr[:50000])
+    sarr[N // 2 : N // 2 + 4096] = 7
+    qp.post_read(99, cmr, 0, 4096, addr + N // 2, rkey)
+    assert qp.wait(10).ok
+    assert (carr[:4096] == 7).all()
+    assert qp.stats()["one_sided"] > 40, qp.stats()
+    assert out["qp"].stats()["ring_completions"] > 40
+    with pytest.raises(ValueError):
+        cpd.allocate(0)

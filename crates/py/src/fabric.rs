@@ -108,6 +108,27 @@ impl PyPd {
         Ok(PyRegion { region })
     }
 
+    /// Allocates `length` bytes of shared memory (a sealed memfd) and registers it: the memory
+    /// an shm peer can be granted for one-sided WRITE and READ (numpy arrays registered with
+    /// `register` travel through the socket). `Region.array()` gives a numpy view of it.
+    #[pyo3(signature = (length, access = "lwr", pinned = false))]
+    fn allocate(&self, length: usize, access: &str, pinned: bool) -> PyResult<PyRegion> {
+        if length == 0 {
+            return Err(PyValueError::new_err("cannot allocate an empty region"));
+        }
+        let buf = mem::Buffer::memfd("remora-py", length).map_err(mem_err)?;
+        let mode = if pinned {
+            mem::Mode::Pinned
+        } else {
+            mem::Mode::OnDemand
+        };
+        let region = self
+            .pd
+            .register(buf, parse_access(access)?, mode)
+            .map_err(mem_err)?;
+        Ok(PyRegion { region })
+    }
+
     /// Regions registered.
     fn __len__(&self) -> usize {
         self.pd.len()
@@ -149,6 +170,19 @@ impl PyRegion {
         let len = length.unwrap_or(self.region.len().saturating_sub(offset));
         self.region.evict(offset, len).map_err(mem_err)
     }
+    /// A numpy uint8 array over the region's memory (no copy; it keeps the region alive).
+    fn array<'py>(slf: Bound<'py, Self>) -> Bound<'py, numpy::PyArray1<u8>> {
+        let (ptr, len) = {
+            let r = slf.borrow();
+            (r.region.as_ptr() as *const u8, r.region.len())
+        };
+        // SAFETY: the region's memory lives as long as the Region object, which the array holds
+        // as its base; remote writes into it race with Python as they do with a NIC's DMA.
+        let view = unsafe { numpy::ndarray::ArrayView1::from_shape_ptr(len, ptr) };
+        // SAFETY: `slf` owns the memory the view points into and outlives the array.
+        unsafe { numpy::PyArray1::borrow_from_array(&view, slf.into_any()) }
+    }
+
     /// The 20-byte description (addr, length, rkey) to send a peer as private data.
     fn info<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, &fab::RegionInfo::of(&self.region).encode())
