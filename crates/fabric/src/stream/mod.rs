@@ -46,6 +46,9 @@ const MAX_PEER_MAPS: usize = 256;
 
 const STREAM_BUFFER: usize = 256 << 10;
 
+/// Longest a WRITE-with-immediate waits for room in the peer's completion ring.
+const RING_FULL_LIMIT: Duration = Duration::from_secs(10);
+
 /// How payload bytes travel.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum DataPath {
@@ -401,7 +404,8 @@ impl StreamQp {
     /// waiting for room when the ring is full (its receive thread drains it on the doorbell).
     fn notify(&self, imm: u32, len: u32) -> Result<()> {
         let sh = &self.shared;
-        let mut waited = std::time::Instant::now();
+        let start = std::time::Instant::now();
+        let mut waited = start;
         let mut rang = false;
         loop {
             let pushed = {
@@ -416,6 +420,15 @@ impl StreamQp {
                 direct::Pushed::Full => {
                     if sh.error.load(Ordering::Acquire) {
                         return Err(Error::Disconnected);
+                    }
+                    if start.elapsed() > RING_FULL_LIMIT {
+                        // The peer's receive thread drains on the doorbell whatever its
+                        // application does; a ring full this long is a broken or hostile peer
+                        // (its tail word is in memory it writes), not a slow one.
+                        tracing::warn!("shm: the peer's completion ring stayed full; QP in error");
+                        sh.error.store(true, Ordering::Release);
+                        sh.flush_pending(None);
+                        return Err(Error::QpError);
                     }
                     if !rang {
                         self.ring_doorbell()?;
