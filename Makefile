@@ -19,7 +19,12 @@ demo: build
 	$(REMORA) demo
 
 # Installs what the tests need (Debian packages, a virtual environment), then runs every test.
+# The GPU engines run on any Vulkan device, lavapipe included, and their tests fail (not skip)
+# when none appears; Mesa wants a runtime directory.
+test: export REMORA_GPU ?= any
+test: export XDG_RUNTIME_DIR ?= /tmp/remora-xdg-$(shell id -u)
 test: deps
+	mkdir -p -m 700 $$XDG_RUNTIME_DIR
 	$(CARGO) build --release -p remora-cli
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) test-python

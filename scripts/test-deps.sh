@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 # Debian packages: peers the tests talk to (memcached, memccapable), tshark for decoding captures,
 # iproute2 for network namespaces, Chromium and its driver for the live view page's test,
 # opencv-doc for the real photographs (with ground truth) the matcher's tests compute SIFT on,
-# imagemagick (/usr/bin/convert) for the resize tests' reference geometry.
+# imagemagick (/usr/bin/convert) for the resize tests' reference geometry, and Mesa's software
+# Vulkan driver (lavapipe) on which the GPU engines are tested without a GPU.
 # Installed only when missing, and only as root.
 need=()
 command -v memcached >/dev/null || need+=(memcached)
@@ -20,6 +21,7 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 [ -f /usr/share/doc/opencv-doc/examples/data/graf1.png ] || need+=(opencv-doc)
 [ -x /usr/bin/convert ] || need+=(imagemagick)
+ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "test-deps: installing ${need[*]}"

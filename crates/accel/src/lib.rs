@@ -5,11 +5,16 @@
 //! kernels compiled for AVX2, cache-line-aligned frame buffers ([`AlignedBuf`]), and a
 //! description of the backend that ran ([`BackendInfo`]).
 //!
-//! What it does not: it holds no domain logic (the JUNGFRAU kernels live in `remora-daq`, which
-//! consumes this crate) and it has no GPU backend yet: the `cuda` feature is reserved for it.
+//! With the `gpu` feature (on by default), [`gpu`]: device selection, pipelines, pooled buffers
+//! and staged transfers for WGSL compute shaders through wgpu.
+//!
+//! What it does not: it holds no domain logic (the JUNGFRAU, matching and resampling kernels live
+//! in `remora-daq`, `remora-match` and `remora-resize`, which consume this crate).
 #![warn(missing_docs)]
 
 mod buffer;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 mod pool;
 pub mod simd;
 

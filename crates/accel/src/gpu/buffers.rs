@@ -1,0 +1,200 @@
+//! Pooled device buffers, uploads, and readbacks through a ring of staging buffers.
+//!
+//! Buffers are pooled by usage and power-of-two size class: an engine that processes frame
+//! after frame allocates on the first frame only. Readback staging buffers come from the same
+//! pool, so the set of them in use at once (one per submission in flight) forms the ring.
+use std::collections::HashMap;
+use std::sync::{mpsc, Arc, Mutex};
+
+use super::device::WAIT;
+use super::{Gpu, GpuError};
+
+#[derive(Debug, Default)]
+pub(super) struct BufferPool {
+    free: Arc<Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>>,
+}
+
+/// A device buffer on loan from the pool; returned when dropped.
+#[derive(Debug)]
+pub struct Pooled {
+    buf: Option<wgpu::Buffer>,
+    key: (u32, u64),
+    home: Arc<Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>>,
+}
+
+impl std::ops::Deref for Pooled {
+    type Target = wgpu::Buffer;
+    fn deref(&self) -> &wgpu::Buffer {
+        self.buf.as_ref().expect("pooled buffer present until drop")
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if let (Some(b), Ok(mut free)) = (self.buf.take(), self.home.lock()) {
+            free.entry(self.key).or_default().push(b);
+        }
+    }
+}
+
+impl Gpu {
+    /// A buffer of at least `bytes` (rounded up to a power of two, at least 256) with `usage`,
+    /// from the pool when one is free. Fails when it would exceed the device's buffer limit.
+    pub fn buffer(
+        &self,
+        what: &'static str,
+        bytes: u64,
+        usage: wgpu::BufferUsages,
+    ) -> Result<Pooled, GpuError> {
+        let class = bytes.max(256).next_power_of_two();
+        // Storage buffers are bound whole: their class may not pass the binding limit either.
+        let limit = if usage.contains(wgpu::BufferUsages::STORAGE) {
+            self.info().max_binding.min(self.info().max_buffer)
+        } else {
+            self.info().max_buffer
+        };
+        let size = if class > limit { bytes.next_multiple_of(4) } else { class };
+        if size > limit {
+            return Err(GpuError::TooLarge {
+                what,
+                bytes,
+                limit,
+            });
+        }
+        let key = (usage.bits(), size);
+        let home = self.pool.free.clone();
+        let reuse = home.lock().expect("pool").get_mut(&key).and_then(Vec::pop);
+        let buf = reuse.unwrap_or_else(|| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(what),
+                size,
+                usage,
+                mapped_at_creation: false,
+            })
+        });
+        Ok(Pooled {
+            buf: Some(buf),
+            key,
+            home,
+        })
+    }
+
+    /// A storage buffer that can be written from the host and read back.
+    pub fn storage(&self, what: &'static str, bytes: u64) -> Result<Pooled, GpuError> {
+        use wgpu::BufferUsages as U;
+        self.buffer(what, bytes, U::STORAGE | U::COPY_DST | U::COPY_SRC)
+    }
+
+    /// A storage buffer holding `data` (uploaded through wgpu's staging belt; the copy is
+    /// ordered before any later submission).
+    pub fn upload<T: bytemuck::Pod>(
+        &self,
+        what: &'static str,
+        data: &[T],
+    ) -> Result<Pooled, GpuError> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let b = self.storage(what, bytes.len() as u64)?;
+        self.write(&b, 0, bytes);
+        Ok(b)
+    }
+
+    /// Writes `bytes` into `buf` at `offset` (a multiple of 4; odd tails are padded with zeros).
+    pub fn write(&self, buf: &wgpu::Buffer, offset: u64, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        if bytes.len() % 4 == 0 {
+            self.queue.write_buffer(buf, offset, bytes);
+        } else {
+            let mut v = bytes.to_vec();
+            v.resize(bytes.len().next_multiple_of(4), 0);
+            self.queue.write_buffer(buf, offset, &v);
+        }
+    }
+
+    /// Submits `enc` with copies of the given ranges (`buffer, offset, bytes`; offsets and sizes
+    /// multiples of 4) into staging buffers, and returns without waiting: the caller may prepare
+    /// and submit more work before [`Readback::wait`].
+    pub fn submit_read(
+        &self,
+        mut enc: wgpu::CommandEncoder,
+        ranges: &[(&wgpu::Buffer, u64, u64)],
+    ) -> Result<Readback, GpuError> {
+        use wgpu::BufferUsages as U;
+        let mut stage = Vec::with_capacity(ranges.len());
+        for &(src, off, len) in ranges {
+            let len4 = len.next_multiple_of(4);
+            let s = self.buffer("readback", len4.max(4), U::MAP_READ | U::COPY_DST)?;
+            if len4 > 0 {
+                enc.copy_buffer_to_buffer(src, off, &s, 0, len4);
+            }
+            stage.push((s, len));
+        }
+        let index = self.queue.submit([enc.finish()]);
+        let (tx, rx) = mpsc::channel();
+        for (i, (s, len)) in stage.iter().enumerate() {
+            let tx = tx.clone();
+            let len4 = len.next_multiple_of(4).max(4);
+            s.map_async(wgpu::MapMode::Read, 0..len4, move |r| {
+                let _ = tx.send((i, r.map_err(|e| e.to_string())));
+            });
+        }
+        Ok(Readback { stage, index, rx })
+    }
+
+    /// Submits `enc` and reads the ranges back, waiting for them.
+    pub fn read(
+        &self,
+        enc: wgpu::CommandEncoder,
+        ranges: &[(&wgpu::Buffer, u64, u64)],
+    ) -> Result<Vec<Vec<u8>>, GpuError> {
+        self.submit_read(enc, ranges)?.wait(self)
+    }
+
+    /// A command encoder.
+    pub fn encoder(&self) -> wgpu::CommandEncoder {
+        self.device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor::default())
+    }
+}
+
+/// A submission in flight whose results are being copied to host-visible memory.
+#[derive(Debug)]
+pub struct Readback {
+    stage: Vec<(Pooled, u64)>,
+    index: wgpu::SubmissionIndex,
+    rx: mpsc::Receiver<(usize, Result<(), String>)>,
+}
+
+impl Readback {
+    /// Waits for the submission and returns each range's bytes, in the order asked.
+    pub fn wait(self, gpu: &Gpu) -> Result<Vec<Vec<u8>>, GpuError> {
+        gpu.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: Some(self.index),
+                timeout: Some(WAIT),
+            })
+            .map_err(|e| GpuError::Transfer(e.to_string()))?;
+        for _ in 0..self.stage.len() {
+            match self.rx.recv_timeout(WAIT) {
+                Ok((_, Ok(()))) => {}
+                Ok((i, Err(e))) => {
+                    return Err(GpuError::Transfer(format!("mapping readback {i}: {e}")))
+                }
+                Err(_) => return Err(GpuError::Transfer("readback never mapped".into())),
+            }
+        }
+        let mut out = Vec::with_capacity(self.stage.len());
+        for (s, len) in &self.stage {
+            let len4 = len.next_multiple_of(4).max(4);
+            let view = s
+                .slice(0..len4)
+                .get_mapped_range()
+                .map_err(|e| GpuError::Transfer(format!("reading back: {e}")))?;
+            out.push(view[..*len as usize].to_vec());
+            drop(view);
+            s.unmap();
+        }
+        Ok(out)
+    }
+}

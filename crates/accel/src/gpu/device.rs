@@ -1,0 +1,351 @@
+//! Device selection and the pipeline cache.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use super::buffers::BufferPool;
+
+/// Which adapters may be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuPolicy {
+    /// A real GPU only (discrete, integrated or virtual); the default. A CPU-type Vulkan device
+    /// such as lavapipe is slower than the CPU engines, so it is never picked silently.
+    Hardware,
+    /// Any adapter, a CPU-type one included (tests, CI, trying shaders without a GPU).
+    Any,
+    /// No GPU at all.
+    Off,
+}
+
+impl GpuPolicy {
+    /// The policy named by `REMORA_GPU`: unset, `gpu` or `hardware` → [`Hardware`](Self::Hardware);
+    /// `any` or `cpu` → [`Any`](Self::Any); `off`, `none` or `0` → [`Off`](Self::Off).
+    pub fn from_env() -> Result<Self, GpuError> {
+        match std::env::var("REMORA_GPU") {
+            Err(_) => Ok(Self::Hardware),
+            Ok(v) => Self::parse(&v),
+        }
+    }
+
+    /// Parses a policy name (see [`from_env`](Self::from_env)).
+    pub fn parse(v: &str) -> Result<Self, GpuError> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "" | "gpu" | "hardware" => Ok(Self::Hardware),
+            "any" | "cpu" => Ok(Self::Any),
+            "off" | "none" | "0" => Ok(Self::Off),
+            other => Err(GpuError::Policy(format!(
+                "REMORA_GPU={other:?} is not one of gpu, any, off"
+            ))),
+        }
+    }
+}
+
+/// Why no GPU engine could be used, or what went wrong on the device.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GpuError {
+    /// `REMORA_GPU=off`, or an unknown value.
+    #[error("{0}")]
+    Policy(String),
+    /// No adapter fits the policy; each one seen with the reason it was passed over.
+    #[error("no usable GPU adapter ({})", if .0.is_empty() { "no Vulkan adapter found: install a GPU driver, or mesa-vulkan-drivers and REMORA_GPU=any".to_string() } else { .0.join("; ") })]
+    NoAdapter(Vec<String>),
+    /// The adapter refused to open a device.
+    #[error("opening {adapter}: {reason}")]
+    Device {
+        /// Adapter name.
+        adapter: String,
+        /// wgpu's reason.
+        reason: String,
+    },
+    /// A shader failed validation (a bug in remora, reported rather than panicking).
+    #[error("compiling GPU kernel {name}: {reason}")]
+    Shader {
+        /// Pipeline name.
+        name: String,
+        /// The validation error.
+        reason: String,
+    },
+    /// A buffer would exceed the device's limit.
+    #[error("{what}: {bytes} bytes exceed the device limit of {limit} bytes")]
+    TooLarge {
+        /// What was being allocated.
+        what: &'static str,
+        /// Bytes asked for.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// Waiting for, or mapping, device work failed (device lost, timeout).
+    #[error("GPU transfer: {0}")]
+    Transfer(String),
+}
+
+/// The device in use, as reported in results and errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuInfo {
+    /// Adapter name (e.g. `NVIDIA H100 80GB HBM3`, `llvmpipe (LLVM 15.0.6, 256 bits)`).
+    pub name: String,
+    /// `discrete`, `integrated`, `virtual`, `cpu` or `other`.
+    pub kind: &'static str,
+    /// Graphics API (`vulkan`).
+    pub backend: String,
+    /// Driver and version.
+    pub driver: String,
+    /// Largest storage buffer one binding can see.
+    pub max_binding: u64,
+    /// Largest buffer.
+    pub max_buffer: u64,
+}
+
+impl std::fmt::Display for GpuInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({}, {}, {}; binding ≤ {} MiB)",
+            self.name,
+            self.kind,
+            self.backend,
+            self.driver,
+            self.max_binding >> 20
+        )
+    }
+}
+
+fn kind_name(t: wgpu::DeviceType) -> &'static str {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => "discrete",
+        wgpu::DeviceType::IntegratedGpu => "integrated",
+        wgpu::DeviceType::VirtualGpu => "virtual",
+        wgpu::DeviceType::Cpu => "cpu",
+        wgpu::DeviceType::Other => "other",
+    }
+}
+
+/// Preference among adapters that fit the policy (lower first).
+fn rank(t: wgpu::DeviceType) -> u8 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    }
+}
+
+/// One opened device with its queue, pipeline cache and buffer pool. Cheap to share (`Arc`).
+pub struct Gpu {
+    pub(super) device: wgpu::Device,
+    pub(super) queue: wgpu::Queue,
+    info: GpuInfo,
+    limits: wgpu::Limits,
+    pipelines: Mutex<HashMap<(String, String), Arc<wgpu::ComputePipeline>>>,
+    pub(super) pool: BufferPool,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("info", &self.info).finish()
+    }
+}
+
+/// How long a wait for device work may take before it is reported as a failure (a software
+/// device on a loaded CI machine is slow; a hung one must still end in an error).
+pub(super) const WAIT: Duration = Duration::from_secs(120);
+
+impl Gpu {
+    /// The process' device under the policy in `REMORA_GPU`, opened once and shared; the same
+    /// error on every call when there is none.
+    pub fn shared() -> Result<Arc<Gpu>, GpuError> {
+        static SHARED: OnceLock<Result<Arc<Gpu>, GpuError>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| GpuPolicy::from_env().and_then(Gpu::open))
+            .clone()
+    }
+
+    /// Opens the best adapter the policy allows.
+    pub fn open(policy: GpuPolicy) -> Result<Arc<Gpu>, GpuError> {
+        if policy == GpuPolicy::Off {
+            return Err(GpuError::Policy("GPU disabled (REMORA_GPU=off)".into()));
+        }
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = wgpu::Backends::VULKAN;
+        let instance = wgpu::Instance::new(desc);
+        let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN));
+        let mut seen = Vec::new();
+        let mut usable = Vec::new();
+        for a in adapters {
+            let i = a.get_info();
+            if i.device_type == wgpu::DeviceType::Cpu && policy == GpuPolicy::Hardware {
+                seen.push(format!(
+                    "{} is a CPU-type device, slower than the CPU engines (REMORA_GPU=any uses it)",
+                    i.name
+                ));
+            } else {
+                usable.push(a);
+            }
+        }
+        usable.sort_by_key(|a| rank(a.get_info().device_type));
+        let Some(adapter) = usable.into_iter().next() else {
+            return Err(GpuError::NoAdapter(seen));
+        };
+        let i = adapter.get_info();
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("remora"),
+            required_features: wgpu::Features::empty(),
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::default(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        }))
+        .map_err(|e| GpuError::Device {
+            adapter: i.name.clone(),
+            reason: e.to_string(),
+        })?;
+        let info = GpuInfo {
+            name: i.name.clone(),
+            kind: kind_name(i.device_type),
+            backend: format!("{:?}", i.backend).to_lowercase(),
+            driver: format!("{} {}", i.driver, i.driver_info).trim().to_string(),
+            max_binding: limits.max_storage_buffer_binding_size,
+            max_buffer: limits.max_buffer_size,
+        };
+        tracing::info!(device = %info, "GPU opened");
+        Ok(Arc::new(Gpu {
+            device,
+            queue,
+            info,
+            limits,
+            pipelines: Mutex::new(HashMap::new()),
+            pool: BufferPool::default(),
+        }))
+    }
+
+    /// The device in use.
+    pub fn info(&self) -> &GpuInfo {
+        &self.info
+    }
+
+    /// The device's limits (as granted: the adapter's best).
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.limits
+    }
+
+    /// The wgpu device, for engines that build their own bind groups and passes.
+    pub fn device(&self) -> &wgpu::Device {
+        &self.device
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.queue
+    }
+
+    /// The compute pipeline for `entry` in `wgsl`, compiled on first use and cached under
+    /// `name` (the layout is derived from the shader).
+    pub fn pipeline(
+        &self,
+        name: &str,
+        wgsl: &str,
+        entry: &str,
+    ) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
+        let key = (name.to_string(), entry.to_string());
+        if let Some(p) = self.pipelines.lock().expect("pipelines").get(&key) {
+            return Ok(p.clone());
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(name),
+                source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+            });
+        let p = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&format!("{name}::{entry}")),
+                layout: None,
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Shader {
+                name: format!("{name}::{entry}"),
+                reason: e.to_string(),
+            });
+        }
+        let p = Arc::new(p);
+        self.pipelines
+            .lock()
+            .expect("pipelines")
+            .insert(key, p.clone());
+        Ok(p)
+    }
+
+    /// A bind group for group 0 of `pipeline`: binding `i` sees `bindings[i]` (a whole buffer
+    /// or a range of one).
+    pub fn bind(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        bindings: &[wgpu::BindingResource<'_>],
+    ) -> wgpu::BindGroup {
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = bindings
+            .iter()
+            .enumerate()
+            .map(|(i, r)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: r.clone(),
+            })
+            .collect();
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        })
+    }
+
+    /// Records one dispatch of `groups` workgroups (split over y when beyond the per-dimension
+    /// limit; shaders fold `id.y` back in with [`row_stride`](Self::row_stride)).
+    pub fn dispatch(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        pipeline: &wgpu::ComputePipeline,
+        bind: &wgpu::BindGroup,
+        groups: u32,
+    ) {
+        let (x, y) = self.grid(groups);
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, bind, &[]);
+        pass.dispatch_workgroups(x, y, 1);
+    }
+
+    /// The (x, y) grid for `groups` workgroups.
+    pub fn grid(&self, groups: u32) -> (u32, u32) {
+        let max = self.row_stride();
+        if groups <= max {
+            (groups.max(1), 1)
+        } else {
+            (max, groups.div_ceil(max))
+        }
+    }
+
+    /// Workgroups per grid row in [`dispatch`](Self::dispatch): a shader's flat group index is
+    /// `id.x + id.y * row_stride` (pass it in the shader's parameters).
+    pub fn row_stride(&self) -> u32 {
+        self.limits.max_compute_workgroups_per_dimension.min(32768)
+    }
+
+    /// Waits until all submitted work has finished.
+    pub fn wait_idle(&self) -> Result<(), GpuError> {
+        self.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: None,
+                timeout: Some(WAIT),
+            })
+            .map(|_| ())
+            .map_err(|e| GpuError::Transfer(e.to_string()))
+    }
+}
