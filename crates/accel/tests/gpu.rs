@@ -69,7 +69,9 @@ fn readbacks_in_flight_complete_in_any_wait_order() {
     }
     for (k, r, _keep) in flights.into_iter().rev() {
         let out = r.wait(&gpu).unwrap();
-        assert!(bytemuck::cast_slice::<u8, u32>(&out[0]).iter().all(|&x| x == 2 * k));
+        assert!(bytemuck::cast_slice::<u8, u32>(&out[0])
+            .iter()
+            .all(|&x| x == 2 * k));
     }
 }
 
@@ -77,7 +79,11 @@ fn readbacks_in_flight_complete_in_any_wait_order() {
 fn a_broken_shader_is_an_error_naming_the_kernel_not_a_panic() {
     let Some(gpu) = gpu() else { return };
     let e = gpu
-        .pipeline("test-broken", "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }", "main")
+        .pipeline(
+            "test-broken",
+            "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }",
+            "main",
+        )
         .unwrap_err();
     assert!(matches!(e, GpuError::Shader { .. }), "{e}");
     assert!(e.to_string().contains("test-broken"), "{e}");
@@ -95,7 +101,10 @@ fn a_buffer_beyond_the_binding_limit_is_refused_with_the_limit() {
 fn policies_parse_and_off_says_why() {
     assert_eq!(GpuPolicy::parse("any").unwrap(), GpuPolicy::Any);
     assert_eq!(GpuPolicy::parse("").unwrap(), GpuPolicy::Hardware);
-    assert!(GpuPolicy::parse("cuda").unwrap_err().to_string().contains("gpu, any, off"));
+    assert!(GpuPolicy::parse("cuda")
+        .unwrap_err()
+        .to_string()
+        .contains("gpu, any, off"));
     let e = Gpu::open(GpuPolicy::Off).unwrap_err();
     assert!(e.to_string().contains("REMORA_GPU=off"));
 }

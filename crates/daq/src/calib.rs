@@ -262,6 +262,10 @@ pub struct ConvTables {
     pub gain: [Vec<f32>; 3],
     /// Raw pixel mask (non-zero = masked).
     pub mask: Vec<u8>,
+    /// Bumped by every change of the tables through an engine (pedestal tracking). Engines
+    /// that keep a copy on a device compare it to know when to upload again: code that
+    /// changes the vectors directly must bump it too.
+    pub revision: u64,
 }
 
 impl ConvTables {
@@ -296,6 +300,7 @@ impl ConvTables {
             pedestal,
             gain,
             mask,
+            revision: 0,
         })
     }
 

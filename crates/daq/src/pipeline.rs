@@ -7,7 +7,7 @@ use remora_accel::AlignedBuf;
 
 use crate::azint::{AzConfig, AzMatrix, Profile};
 use crate::calib::{Calibration, ConvTables};
-use crate::engine::{ConvOut, ConvStats, Engine};
+use crate::engine::{ConvStats, Engine, FramePlan};
 use crate::geometry::{AssemblyMap, Layout};
 use crate::pedestal::{DarkPattern, PedestalTracker};
 use crate::poni::Poni;
@@ -77,6 +77,7 @@ pub struct Pipeline {
     matrix: Option<AzMatrix>,
     energy: AlignedBuf<f32>,
     image: AlignedBuf<f32>,
+    host_pixels: bool,
 }
 
 impl Pipeline {
@@ -119,6 +120,7 @@ impl Pipeline {
             matrix,
             energy: AlignedBuf::zeroed(det.pixels()),
             image,
+            host_pixels: true,
         })
     }
 
@@ -129,30 +131,36 @@ impl Pipeline {
                 .update(self.engine.as_ref(), raw, &mut self.tables)?;
             return Ok(Outcome::Dark);
         }
-        let stats = self.engine.convert(
+        let plan = FramePlan {
+            veto_kev: self.cfg.veto_pixel_kev,
+            veto_min: self.cfg.veto_min_pixels,
+            sparse_kev: self.cfg.sparse_kev,
+            shape: (self.rows, self.cols),
+            integrate: self.assembly.as_ref().zip(self.matrix.as_ref()),
+            host_pixels: self.host_pixels,
+        };
+        let out = self.engine.process_frame(
             raw,
             &self.tables,
-            ConvOut::Energy(&mut self.energy[..]),
-            self.cfg.veto_pixel_kev,
+            &plan,
+            &mut self.energy[..],
+            &mut self.image[..],
         )?;
-        if stats.above < self.cfg.veto_min_pixels {
-            return Ok(Outcome::Rejected(stats));
-        }
-        let sparse =
-            self.engine
-                .compress(&self.energy, self.rows, self.cols, self.cfg.sparse_kev)?;
-        let profile = match (&self.assembly, &self.matrix) {
-            (Some(map), Some(m)) => {
-                self.engine.assemble(&self.energy, map, &mut self.image)?;
-                Some(self.engine.integrate(m, &self.image)?)
-            }
-            _ => None,
-        };
-        Ok(Outcome::Kept {
-            stats,
-            sparse,
-            profile,
+        Ok(match out.kept {
+            None => Outcome::Rejected(out.stats),
+            Some((sparse, profile)) => Outcome::Kept {
+                stats: out.stats,
+                sparse,
+                profile,
+            },
         })
+    }
+
+    /// Whether [`energy`](Self::energy) and [`image`](Self::image) must hold each frame (the
+    /// default). A device engine skips downloading them when they are not needed (no images
+    /// written, no preview): the results (counts, sparse frame, profile) are the same.
+    pub fn set_host_pixels(&mut self, on: bool) {
+        self.host_pixels = on;
     }
 
     /// The last converted frame (keV, raw layout).

@@ -54,9 +54,7 @@ fn engine(name: &str, threads: usize) -> PyResult<Arc<dyn Engine>> {
         Some(EngineKind::parse(name).map_err(err)?)
     };
     if let Some(k) = pref {
-        if k != EngineKind::Cuda {
-            return Registry::create(k, threads).map_err(err);
-        }
+        return Registry::create(k, threads).map_err(err);
     }
     Ok(Registry::select(pref, threads).map_err(err)?.engine)
 }

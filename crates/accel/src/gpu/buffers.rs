@@ -9,9 +9,12 @@ use std::sync::{mpsc, Arc, Mutex};
 use super::device::WAIT;
 use super::{Gpu, GpuError};
 
+/// Free buffers by (usage bits, size).
+type FreeLists = Arc<Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>>;
+
 #[derive(Debug, Default)]
 pub(super) struct BufferPool {
-    free: Arc<Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>>,
+    free: FreeLists,
 }
 
 /// A device buffer on loan from the pool; returned when dropped.
@@ -19,7 +22,7 @@ pub(super) struct BufferPool {
 pub struct Pooled {
     buf: Option<wgpu::Buffer>,
     key: (u32, u64),
-    home: Arc<Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>>,
+    home: FreeLists,
 }
 
 impl std::ops::Deref for Pooled {
@@ -53,13 +56,13 @@ impl Gpu {
         } else {
             self.info().max_buffer
         };
-        let size = if class > limit { bytes.next_multiple_of(4) } else { class };
+        let size = if class > limit {
+            bytes.next_multiple_of(4)
+        } else {
+            class
+        };
         if size > limit {
-            return Err(GpuError::TooLarge {
-                what,
-                bytes,
-                limit,
-            });
+            return Err(GpuError::TooLarge { what, bytes, limit });
         }
         let key = (usage.bits(), size);
         let home = self.pool.free.clone();

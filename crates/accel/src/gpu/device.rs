@@ -306,6 +306,44 @@ impl Gpu {
         })
     }
 
+    /// A bind group for group 0 of `pipeline` with explicit binding numbers (for entry points
+    /// that use only some of a module's bindings).
+    pub fn bind_at(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        bindings: &[(u32, wgpu::BindingResource<'_>)],
+    ) -> wgpu::BindGroup {
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = bindings
+            .iter()
+            .map(|(i, r)| wgpu::BindGroupEntry {
+                binding: *i,
+                resource: r.clone(),
+            })
+            .collect();
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        })
+    }
+
+    /// Records one dispatch whose grid the device itself wrote (three u32 at `offset` in
+    /// `args`, a buffer with `INDIRECT` usage): later stages sized by earlier ones without a
+    /// round trip to the host.
+    pub fn dispatch_indirect(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        pipeline: &wgpu::ComputePipeline,
+        bind: &wgpu::BindGroup,
+        args: &wgpu::Buffer,
+        offset: u64,
+    ) {
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, bind, &[]);
+        pass.dispatch_workgroups_indirect(args, offset);
+    }
+
     /// Records one dispatch of `groups` workgroups (split over y when beyond the per-dimension
     /// limit; shaders fold `id.y` back in with [`row_stride`](Self::row_stride)).
     pub fn dispatch(

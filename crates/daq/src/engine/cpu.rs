@@ -106,6 +106,7 @@ impl Engine for CpuEngine {
         window: u16,
     ) -> Result<()> {
         super::check_pedestal(raw, tables, counts, window)?;
+        tables.revision += 1;
         let c = self.pool.chunk_len(raw.len(), 1024);
         let level = self.level;
         self.pool.install(|| {

@@ -1,10 +1,11 @@
 //! Engines: the one trait every processing backend implements, and the registry that picks one.
 //!
 //! Geometry and calibration produce plain data ([`ConvTables`], [`AssemblyMap`], [`AzMatrix`]);
-//! an [`Engine`] consumes it. Two CPU engines exist: `cpu-simd` (thread pool, vectorised kernels
-//! dispatched to AVX2 at run time) and `cpu-scalar` (single-threaded, per-pixel decode: the
-//! reference the fast one is tested against). A CUDA engine slots in behind the same trait in a
-//! later issue; the registry already lists it and falls back when it is not built.
+//! an [`Engine`] consumes it. Three engines exist: `gpu-wgpu` (WGSL compute shaders on any
+//! Vulkan device, the whole per-frame chain on the device: see [`GpuEngine`]), `cpu-simd`
+//! (thread pool, vectorised kernels dispatched to AVX2 at run time) and `cpu-scalar`
+//! (single-threaded, per-pixel decode: the reference the fast ones are tested against). The
+//! registry tries them in that order and records why one was skipped.
 use std::sync::Arc;
 
 use remora_accel::BackendInfo;
@@ -16,10 +17,14 @@ use crate::sparse::SparseFrame;
 use crate::{DaqError, Result};
 
 mod cpu;
+#[cfg(feature = "gpu")]
+mod gpu;
 mod kernels;
 mod scalar;
 
 pub use cpu::CpuEngine;
+#[cfg(feature = "gpu")]
+pub use gpu::GpuEngine;
 pub use scalar::ScalarEngine;
 
 /// Where converted pixels go.
@@ -68,6 +73,63 @@ impl ConvStats {
     }
 }
 
+/// What the chained per-frame processing does after conversion (see
+/// [`Engine::process_frame`]).
+#[derive(Debug, Clone, Copy)]
+pub struct FramePlan<'a> {
+    /// Veto threshold 1 (keV): pixels above it count.
+    pub veto_kev: f32,
+    /// Veto threshold 2: a frame is kept when at least this many pixels count.
+    pub veto_min: u64,
+    /// Sparse compression keeps pixels above this (keV).
+    pub sparse_kev: f32,
+    /// Raw frame shape (rows, columns).
+    pub shape: (usize, usize),
+    /// Assembly map and integration matrix, when kept frames are integrated.
+    pub integrate: Option<(&'a AssemblyMap, &'a AzMatrix)>,
+    /// Whether the converted frame (and, for kept frames, the image) must be in the host
+    /// buffers afterwards. A device engine skips the download when not.
+    pub host_pixels: bool,
+}
+
+/// The result of [`Engine::process_frame`].
+#[derive(Debug, Clone)]
+pub struct FrameOut {
+    /// Conversion counts (`above` is the veto's spot count).
+    pub stats: ConvStats,
+    /// For a kept frame, its sparse form and its profile (when integrating).
+    pub kept: Option<(SparseFrame, Option<Profile>)>,
+}
+
+/// The chain stage by stage through an engine's methods (the default of
+/// [`Engine::process_frame`]).
+pub fn process_stepwise<E: Engine + ?Sized>(
+    e: &E,
+    raw: &[u16],
+    tables: &ConvTables,
+    plan: &FramePlan<'_>,
+    energy: &mut [f32],
+    image: &mut [f32],
+) -> Result<FrameOut> {
+    let stats = e.convert(raw, tables, ConvOut::Energy(energy), plan.veto_kev)?;
+    if stats.above < plan.veto_min {
+        return Ok(FrameOut { stats, kept: None });
+    }
+    let (rows, cols) = plan.shape;
+    let sparse = e.compress(energy, rows, cols, plan.sparse_kev)?;
+    let profile = match plan.integrate {
+        Some((map, m)) => {
+            e.assemble(energy, map, image)?;
+            Some(e.integrate(m, image)?)
+        }
+        None => None,
+    };
+    Ok(FrameOut {
+        stats,
+        kept: Some((sparse, profile)),
+    })
+}
+
 /// A processing backend. Every method checks its inputs' sizes and returns an error, never
 /// panics, on a mismatch.
 pub trait Engine: Send + Sync + std::fmt::Debug {
@@ -111,6 +173,22 @@ pub trait Engine: Send + Sync + std::fmt::Debug {
 
     /// Azimuthal integration of an image with a precomputed matrix.
     fn integrate(&self, matrix: &AzMatrix, image: &[f32]) -> Result<Profile>;
+
+    /// The whole chain for one non-dark frame: conversion with the veto count, then for a kept
+    /// frame compression and (when planned) assembly and integration. `energy` receives the
+    /// converted frame and `image` the assembled one when `plan.host_pixels` (or always, for
+    /// engines that compute on the host). The default runs the stages one by one; a device
+    /// engine overrides it to keep the frame on the device between stages.
+    fn process_frame(
+        &self,
+        raw: &[u16],
+        tables: &ConvTables,
+        plan: &FramePlan<'_>,
+        energy: &mut [f32],
+        image: &mut [f32],
+    ) -> Result<FrameOut> {
+        process_stepwise(self, raw, tables, plan, energy, image)
+    }
 }
 
 fn check_convert(raw: &[u16], tables: &ConvTables, out_len: usize) -> Result<()> {
@@ -177,8 +255,8 @@ fn check_compress(frame: &[f32], rows: usize, cols: usize) -> Result<()> {
 /// Engines the registry knows, in fallback order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EngineKind {
-    /// CUDA (later issue; reported unavailable until built with the `cuda` feature).
-    Cuda,
+    /// WGSL compute shaders through wgpu (feature `gpu`); needs a Vulkan device.
+    Gpu,
     /// Thread pool and vectorised kernels.
     CpuSimd,
     /// Single-threaded reference.
@@ -187,29 +265,36 @@ pub enum EngineKind {
 
 impl EngineKind {
     /// All kinds in fallback order.
-    pub const ALL: [EngineKind; 3] = [EngineKind::Cuda, EngineKind::CpuSimd, EngineKind::CpuScalar];
+    pub const ALL: [EngineKind; 3] = [EngineKind::Gpu, EngineKind::CpuSimd, EngineKind::CpuScalar];
 
     /// Registry name.
     pub fn name(self) -> &'static str {
         match self {
-            EngineKind::Cuda => "cuda",
+            EngineKind::Gpu => "gpu-wgpu",
             EngineKind::CpuSimd => "cpu-simd",
             EngineKind::CpuScalar => "cpu-scalar",
         }
     }
 
-    /// Parses a registry name (`auto` is not a kind: use [`Registry::select`] with `None`).
+    /// Parses a registry name (`gpu` is short for `gpu-wgpu`; `auto` is not a kind: use
+    /// [`Registry::select`] with `None`).
     pub fn parse(name: &str) -> Result<Self> {
+        if name == "gpu" {
+            return Ok(EngineKind::Gpu);
+        }
         Self::ALL
             .into_iter()
             .find(|k| k.name() == name)
             .ok_or_else(|| {
                 DaqError::Config(format!(
-                    "unknown engine {name:?} (known: cuda, cpu-simd, cpu-scalar, auto)"
+                    "unknown engine {name:?} (known: gpu-wgpu (or gpu), cpu-simd, cpu-scalar, auto)"
                 ))
             })
     }
 }
+
+/// Engines passed over, with the reason for each.
+pub type Skipped = Vec<(&'static str, String)>;
 
 /// The engine picked by the registry and the ones skipped on the way, with reasons.
 #[derive(Debug, Clone)]
@@ -217,7 +302,22 @@ pub struct Selection {
     /// The engine to use.
     pub engine: Arc<dyn Engine>,
     /// Engines tried first that could not be used.
-    pub skipped: Vec<(&'static str, String)>,
+    pub skipped: Skipped,
+}
+
+impl Registry {
+    /// Every engine this machine can run (the fallback order), with the reasons for those it
+    /// cannot; a CPU-type GPU device is listed (benchmarks and tests compare it).
+    pub fn available(threads: usize) -> (Vec<Arc<dyn Engine>>, Skipped) {
+        let (mut ok, mut skipped) = (Vec::new(), Vec::new());
+        for kind in EngineKind::ALL {
+            match Self::create(kind, threads) {
+                Ok(e) => ok.push(e),
+                Err(e) => skipped.push((kind.name(), e.to_string())),
+            }
+        }
+        (ok, skipped)
+    }
 }
 
 /// Creates engines by kind, with a fallback chain.
@@ -225,11 +325,16 @@ pub struct Selection {
 pub struct Registry;
 
 impl Registry {
-    /// Creates one engine; `threads` 0 means one per core (ignored by `cpu-scalar`).
+    /// Creates one engine; `threads` 0 means one per core (ignored by `cpu-scalar` and the
+    /// GPU). The GPU engine uses the device `REMORA_GPU` allows (see
+    /// [`remora_accel::gpu::GpuPolicy`]).
     pub fn create(kind: EngineKind, threads: usize) -> Result<Arc<dyn Engine>> {
         match kind {
-            EngineKind::Cuda => Err(DaqError::Config(
-                "the cuda engine is not built (feature `cuda`, later issue)".into(),
+            #[cfg(feature = "gpu")]
+            EngineKind::Gpu => Ok(Arc::new(GpuEngine::new()?)),
+            #[cfg(not(feature = "gpu"))]
+            EngineKind::Gpu => Err(DaqError::Config(
+                "the gpu-wgpu engine is not built (feature `gpu`)".into(),
             )),
             EngineKind::CpuSimd => Ok(Arc::new(CpuEngine::new(threads)?)),
             EngineKind::CpuScalar => Ok(Arc::new(ScalarEngine)),
@@ -237,14 +342,24 @@ impl Registry {
     }
 
     /// Tries `preferred` (or, with `None`, every kind in [`EngineKind::ALL`] order), then falls
-    /// back along the chain until one engine can be created.
+    /// back along the chain until one engine can be created. Without a preference a CPU-type
+    /// Vulkan device (lavapipe) is passed over: it is slower than the CPU engines.
     pub fn select(preferred: Option<EngineKind>, threads: usize) -> Result<Selection> {
         let start = preferred.map_or(0, |p| {
             EngineKind::ALL.iter().position(|&k| k == p).unwrap_or(0)
         });
         let mut skipped = Vec::new();
         for &kind in &EngineKind::ALL[start..] {
-            match Self::create(kind, threads) {
+            let made = Self::create(kind, threads).and_then(|e| {
+                if preferred.is_none() && e.info().simd == "wgsl-cpu" {
+                    Err(DaqError::Config(
+                        "the Vulkan device is a CPU (software) device, slower than the CPU engines; ask for gpu-wgpu to use it".into(),
+                    ))
+                } else {
+                    Ok(e)
+                }
+            });
+            match made {
                 Ok(engine) => return Ok(Selection { engine, skipped }),
                 Err(e) => {
                     tracing::info!(engine = kind.name(), reason = %e, "engine unavailable");

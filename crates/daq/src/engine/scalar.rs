@@ -91,6 +91,7 @@ impl Engine for ScalarEngine {
         window: u16,
     ) -> Result<()> {
         super::check_pedestal(raw, tables, counts, window)?;
+        tables.revision += 1;
         for (i, &w) in raw.iter().enumerate() {
             if let Word::Value {
                 stage: crate::model::GainStage::G0,

@@ -1,0 +1,195 @@
+//! What the engine keeps on the device between calls: the conversion tables, the assembly map
+//! and the integration matrix, each cut into bands that fit one binding, and the keys that say
+//! when a copy is stale.
+use std::ops::Range;
+
+use remora_accel::gpu::Pooled;
+
+use super::{gpu_err, GpuEngine};
+use crate::azint::AzMatrix;
+use crate::calib::ConvTables;
+use crate::geometry::AssemblyMap;
+use crate::{DaqError, Result};
+
+/// `total` items cut into consecutive ranges of at most `per`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Bands {
+    total: usize,
+    per: usize,
+}
+
+impl Bands {
+    pub(crate) fn new(total: usize, per: usize) -> Self {
+        Self {
+            total,
+            per: per.max(1),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.total.div_ceil(self.per)
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+        (0..self.len()).map(|k| k * self.per..((k + 1) * self.per).min(self.total))
+    }
+}
+
+/// Pedestals and gains per band: three planes of the band's pixels in each buffer.
+pub(crate) struct DeviceTables {
+    key: (usize, usize),
+    pub(crate) revision: u64,
+    pub(crate) bands: Bands,
+    pub(crate) ped: Vec<Pooled>,
+    pub(crate) gain: Vec<Pooled>,
+}
+
+/// The assembly map's per-pixel entries, in image bands.
+pub(crate) struct DeviceMap {
+    key: (usize, usize, u64),
+    pub(crate) bands: Bands,
+    pub(crate) src: Vec<Pooled>,
+}
+
+/// A run of whole bins of the matrix with its entries (row pointers rebased to the chunk).
+pub(crate) struct MatrixChunk {
+    pub(crate) bins: Range<usize>,
+    pub(crate) indptr: Pooled,
+    pub(crate) indices: Pooled,
+    pub(crate) coef: Pooled,
+    pub(crate) ncoef: Pooled,
+}
+
+/// The integration matrix in chunks of whole bins.
+pub(crate) struct DeviceMatrix {
+    key: (usize, usize, u64),
+    pub(crate) chunks: Vec<MatrixChunk>,
+}
+
+#[derive(Default)]
+pub(crate) struct Resident {
+    tables: Option<DeviceTables>,
+    map: Option<std::sync::Arc<DeviceMap>>,
+    matrix: Option<std::sync::Arc<DeviceMatrix>>,
+}
+
+/// A cheap fingerprint of a map or matrix (lengths and a sample of entries), so that one built
+/// anew at the address of a dropped one is not mistaken for it.
+fn sample<T: Copy + Into<f64>>(v: &[T]) -> u64 {
+    let mut h = v.len() as u64;
+    let step = (v.len() / 61).max(1);
+    for x in v.iter().step_by(step) {
+        h = h.rotate_left(7) ^ (*x).into().to_bits();
+        h = h.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    h
+}
+
+impl Resident {
+    /// The device copy of `t`, uploaded when missing or stale.
+    pub(crate) fn tables(&mut self, e: &GpuEngine, t: &ConvTables) -> Result<&mut DeviceTables> {
+        let n = t.pixels();
+        let key = (t.pedestal[0].as_ptr() as usize, n);
+        let fresh = matches!(&self.tables, Some(d) if d.key == key && d.revision == t.revision);
+        if !fresh {
+            self.tables = None;
+            // Whole rows of a module where the frame is made of them (the chain's CSR works on
+            // rows); two pixels at least, because raw words travel packed two per u32.
+            let unit = if n % crate::model::MODULE_COLS == 0 {
+                crate::model::MODULE_COLS
+            } else {
+                n.max(2)
+            };
+            let bands = e.bands(n, unit, 12)?;
+            let (mut ped, mut gain) = (Vec::new(), Vec::new());
+            for b in bands.iter() {
+                let bytes = b.len() as u64 * 12;
+                let p = e.gpu.storage("pedestal", bytes).map_err(gpu_err)?;
+                let g = e.gpu.storage("gain", bytes).map_err(gpu_err)?;
+                for s in 0..3 {
+                    let at = s as u64 * b.len() as u64 * 4;
+                    e.gpu
+                        .write(&p, at, bytemuck::cast_slice(&t.pedestal[s][b.clone()]));
+                    e.gpu
+                        .write(&g, at, bytemuck::cast_slice(&t.gain[s][b.clone()]));
+                }
+                ped.push(p);
+                gain.push(g);
+            }
+            self.tables = Some(DeviceTables {
+                key,
+                revision: t.revision,
+                bands,
+                ped,
+                gain,
+            });
+        }
+        Ok(self.tables.as_mut().expect("tables just made"))
+    }
+
+    /// The device copy of an assembly map.
+    pub(crate) fn map(
+        &mut self,
+        e: &GpuEngine,
+        m: &AssemblyMap,
+    ) -> Result<std::sync::Arc<DeviceMap>> {
+        let key = (m.src.as_ptr() as usize, m.src.len(), sample(&m.src));
+        if let Some(d) = self.map.as_ref().filter(|d| d.key == key) {
+            return Ok(d.clone());
+        }
+        let bands = e.bands(m.src.len(), 2, 4)?;
+        let src = bands
+            .iter()
+            .map(|b| e.gpu.upload("assembly", &m.src[b]).map_err(gpu_err))
+            .collect::<Result<_>>()?;
+        let d = std::sync::Arc::new(DeviceMap { key, bands, src });
+        self.map = Some(d.clone());
+        Ok(d)
+    }
+
+    /// The device copy of an integration matrix, in chunks of whole bins that fit a binding.
+    pub(crate) fn matrix(
+        &mut self,
+        e: &GpuEngine,
+        m: &AzMatrix,
+    ) -> Result<std::sync::Arc<DeviceMatrix>> {
+        let key = (
+            m.indices.as_ptr() as usize,
+            m.indices.len(),
+            sample(&m.indices) ^ sample(&m.coef).rotate_left(17) ^ sample(&m.indptr),
+        );
+        if let Some(d) = self.matrix.as_ref().filter(|d| d.key == key) {
+            return Ok(d.clone());
+        }
+        let per = (e.limit() / 4) as usize;
+        let mut chunks = Vec::new();
+        let mut b0 = 0;
+        while b0 < m.bins {
+            let e0 = m.indptr[b0] as usize;
+            let mut b1 = b0;
+            while b1 < m.bins && m.indptr[b1 + 1] as usize - e0 <= per {
+                b1 += 1;
+            }
+            if b1 == b0 {
+                return Err(DaqError::Config(format!(
+                    "gpu-wgpu: bin {b0} has {} matrix entries, more than one binding holds ({per})",
+                    m.indptr[b0 + 1] - m.indptr[b0]
+                )));
+            }
+            let e1 = m.indptr[b1] as usize;
+            let ptr: Vec<u32> = m.indptr[b0..=b1].iter().map(|&p| p - e0 as u32).collect();
+            let up = |what, v: &[u8]| e.gpu.upload::<u8>(what, v).map_err(gpu_err);
+            chunks.push(MatrixChunk {
+                bins: b0..b1,
+                indptr: e.gpu.upload("indptr", &ptr).map_err(gpu_err)?,
+                indices: up("indices", bytemuck::cast_slice(&m.indices[e0..e1]))?,
+                coef: up("coef", bytemuck::cast_slice(&m.coef[e0..e1]))?,
+                ncoef: up("ncoef", bytemuck::cast_slice(&m.ncoef[e0..e1]))?,
+            });
+            b0 = b1;
+        }
+        let d = std::sync::Arc::new(DeviceMatrix { key, chunks });
+        self.matrix = Some(d.clone());
+        Ok(d)
+    }
+}
