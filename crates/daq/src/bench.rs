@@ -91,6 +91,8 @@ pub struct BenchReport {
     pub threads: usize,
     /// Engine name.
     pub engine: &'static str,
+    /// The device, for a GPU engine (adapter name, type, driver).
+    pub device: Option<String>,
     /// SIMD level in use.
     pub simd: &'static str,
     /// Raw bytes per frame.
@@ -128,6 +130,9 @@ pub struct BenchReport {
     pub pipeline_sparse_gbps: f64,
     /// memcpy of frame-sized buffers: bytes copied per second (the read+write ceiling).
     pub memcpy_gbps: f64,
+    /// The chained pipeline with two frames in flight on a GPU engine (frame n + 1 submitted
+    /// before frame n is read back), frames/s; `None` for host engines.
+    pub pipeline_overlap_fps: Option<f64>,
 }
 
 fn rate(bytes: usize, frames: usize, secs: f64) -> (f64, f64) {
@@ -152,8 +157,19 @@ fn time(frames: usize, mut f: impl FnMut(usize) -> Result<()>) -> Result<f64> {
     Ok(best)
 }
 
-/// Runs every stage.
+/// Runs every stage on the `cpu-simd` engine.
 pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
+    let engine = std::sync::Arc::new(CpuEngine::new(cfg.threads_used())?);
+    run_with(cfg, engine, None)
+}
+
+/// Runs every stage on `engine` (`device` names a GPU in the report). The chained runs leave
+/// the pixels where the engine computed them (no download of converted frames and images).
+pub fn run_with(
+    cfg: &BenchConfig,
+    engine: std::sync::Arc<dyn Engine>,
+    device: Option<String>,
+) -> Result<BenchReport> {
     cfg.check()?;
     let frames = cfg.frames;
     let threads = cfg.threads_used();
@@ -165,7 +181,6 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     let raws: Vec<Vec<u16>> = (0..cfg.distinct.min(frames) as u64)
         .map(|n| synth.frame(n).raw)
         .collect();
-    let engine = CpuEngine::new(threads)?;
     let info = engine.info();
     let det = synth.layout().detector();
     let bytes = det.frame_bytes();
@@ -202,7 +217,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     };
     let mut tracker = PedestalTracker::seeded(det.pixels(), 128)?;
     let t = time(frames, |i| {
-        tracker.update(&engine, &darks[i % darks.len()], &mut tables)
+        tracker.update(engine.as_ref(), &darks[i % darks.len()], &mut tables)
     })?;
     let pedestal_gbps = rate(bytes, frames, t).0;
     let tables = ConvTables::new(synth.calibration(), None)?;
@@ -240,8 +255,14 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         integrate: Some((sc.poni, az)),
         ..Default::default()
     };
-    let shared: std::sync::Arc<dyn Engine> = std::sync::Arc::new(engine.clone());
-    let mut p = Pipeline::new(shared, synth.calibration(), synth.layout(), None, pcfg)?;
+    let mut p = Pipeline::new(
+        engine.clone(),
+        synth.calibration(),
+        synth.layout(),
+        None,
+        pcfg,
+    )?;
+    p.set_host_pixels(false);
     let mut kept = 0;
     let t = time(frames, |i| {
         if let Outcome::Kept { .. } = p.process(i as u64, raw(i))? {
@@ -251,14 +272,14 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     })?;
     let (pipeline_gbps, pipeline_fps) = rate(bytes, frames, t);
     let kept = kept.min(frames);
-    let shared: std::sync::Arc<dyn Engine> = std::sync::Arc::new(engine.clone());
     let mut p = Pipeline::new(
-        shared,
+        engine.clone(),
         synth.calibration(),
         synth.layout(),
         None,
         PipelineConfig::default(),
     )?;
+    p.set_host_pixels(false);
     let t = time(frames, |i| p.process(i as u64, raw(i)).map(drop))?;
     let pipeline_sparse_gbps = rate(bytes, frames, t).0;
 
@@ -285,6 +306,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         frames,
         threads: info.threads,
         engine: info.name,
+        device,
         simd: info.simd,
         frame_bytes: bytes,
         convert_gbps,
@@ -303,5 +325,51 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         pipeline_kept: kept,
         pipeline_sparse_gbps,
         memcpy_gbps,
+        pipeline_overlap_fps: None,
     })
+}
+
+/// The chained pipeline (convert+veto, CSR, assembly, integration; no pixels downloaded) on a
+/// GPU engine with two frames in flight: frames/s, best of three rounds.
+#[cfg(feature = "gpu")]
+pub fn gpu_overlap(cfg: &BenchConfig, engine: &crate::engine::GpuEngine) -> Result<f64> {
+    use crate::engine::FramePlan;
+    cfg.check()?;
+    let mut sc = SynthConfig::new(cfg.modules)?;
+    sc.dark = DarkPattern::NONE;
+    sc.special_rate = 1e-5;
+    let synth = Synth::new(sc.clone())?;
+    let raws: Vec<Vec<u16>> = (0..cfg.distinct.min(cfg.frames) as u64)
+        .map(|n| synth.frame(n).raw)
+        .collect();
+    let tables = ConvTables::new(synth.calibration(), None)?;
+    let map = synth.layout().assembly_map(None)?;
+    let az = AzConfig {
+        bins: cfg.bins,
+        ..Default::default()
+    };
+    let matrix = AzMatrix::build(&sc.poni, (map.rows, map.cols), Some(&map.mask), &az)?;
+    let d = PipelineConfig::default();
+    let plan = FramePlan {
+        veto_kev: d.veto_pixel_kev,
+        veto_min: d.veto_min_pixels,
+        sparse_kev: d.sparse_kev,
+        shape: synth.layout().detector().raw_shape(),
+        integrate: Some((&map, &matrix)),
+        host_pixels: false,
+    };
+    let (mut e, mut i) = (Vec::new(), Vec::new());
+    // A rolling pair: each call submits frame n, then reads frame n - 1 back.
+    let mut pending = None;
+    let t = time(cfg.frames, |n| {
+        let next = engine.begin_frame(&raws[n % raws.len()], &tables, &plan)?;
+        if let Some(prev) = pending.replace(next) {
+            engine.finish_frame(prev, &mut e, &mut i)?;
+        }
+        Ok(())
+    })?;
+    if let Some(last) = pending.take() {
+        engine.finish_frame(last, &mut e, &mut i)?;
+    }
+    Ok(cfg.frames as f64 / t)
 }

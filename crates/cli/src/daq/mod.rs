@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use remora_daq::bench::{self, BenchConfig};
+use remora_daq::engine::{EngineKind, Registry};
 use remora_daq::synth::{Synth, SynthConfig};
 
 mod acq;
@@ -34,7 +35,13 @@ pub struct BenchArgs {
     /// Radial bins of the integration.
     #[arg(long, default_value_t = 1000)]
     bins: usize,
-    /// Print one JSON object instead of a table.
+    /// Engine: cpu-simd, cpu-scalar, gpu (gpu-wgpu: the device REMORA_GPU allows, a CPU-type
+    /// Vulkan device included when REMORA_GPU=any), or all (every engine this machine has, one
+    /// after the other in this run).
+    #[arg(long, default_value = "cpu-simd")]
+    engine: String,
+    /// Print JSON instead of a table (one object; with --engine all, {"engines": [...],
+    /// "skipped": [...]}).
     #[arg(long)]
     json: bool,
 }
@@ -132,14 +139,69 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
             cfg.threads_used()
         );
     }
-    let r = bench::run(&cfg).context("jungfrau benchmark")?;
-    if a.json {
-        println!("{}", serde_json::to_string(&r)?);
-        return Ok(());
+    let (engines, skipped) = if a.engine == "all" {
+        Registry::available(cfg.threads_used())
+    } else {
+        let kind = EngineKind::parse(&a.engine)?;
+        (
+            vec![Registry::create(kind, cfg.threads_used())?],
+            Vec::new(),
+        )
+    };
+    for (name, why) in &skipped {
+        eprintln!("engine {name} not run: {why}");
     }
+    let mut reports = Vec::new();
+    for e in engines {
+        let device = gpu_device(&e);
+        let gpu = device.is_some();
+        let mut r = bench::run_with(&cfg, e, device).context("jungfrau benchmark")?;
+        if gpu {
+            let g = remora_daq::engine::GpuEngine::new()?;
+            r.pipeline_overlap_fps = Some(bench::gpu_overlap(&cfg, &g)?);
+        }
+        if !a.json {
+            print_report(&r);
+        }
+        reports.push(r);
+    }
+    if a.json {
+        if a.engine == "all" {
+            let skipped: Vec<_> = skipped
+                .iter()
+                .map(|(n, w)| serde_json::json!({"engine": n, "reason": w}))
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({"engines": reports, "skipped": skipped})
+            );
+        } else {
+            println!("{}", serde_json::to_string(&reports[0])?);
+        }
+    }
+    Ok(())
+}
+
+/// The device a GPU engine runs on, for the report.
+fn gpu_device(e: &std::sync::Arc<dyn remora_daq::engine::Engine>) -> Option<String> {
+    (e.info().name == "gpu-wgpu")
+        .then(|| remora_daq::engine::GpuEngine::new().ok())
+        .flatten()
+        .map(|g| g.device().info().to_string())
+}
+
+fn print_report(r: &bench::BenchReport) {
     println!(
-        "JUNGFRAU {} modules, {} frames/stage, engine {} ({} threads, {})",
-        r.modules, r.frames, r.engine, r.threads, r.simd
+        "JUNGFRAU {} modules, {} frames/stage, engine {} ({} threads, {}){}",
+        r.modules,
+        r.frames,
+        r.engine,
+        r.threads,
+        r.simd,
+        r.device
+            .as_ref()
+            .map(|d| format!(" on {d}"))
+            .unwrap_or_default()
     );
     let mb = r.frame_bytes as f64 / 1e9;
     let row = |name: &str, gbps: f64| {
@@ -154,6 +216,9 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
     row("azimuthal integration", r.integrate_fps * mb);
     row("pipeline (chained)", r.pipeline_gbps);
     row("pipeline without integration", r.pipeline_sparse_gbps);
+    if let Some(fps) = r.pipeline_overlap_fps {
+        row("pipeline, 2 frames in flight", fps * mb);
+    }
     println!(
         "  memcpy ceiling               {:>8.2} GB/s copied",
         r.memcpy_gbps
@@ -162,5 +227,4 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         "  CSR {} pixels/frame ({:.0}x smaller); integration matrix {} entries; pipeline kept {}/{}",
         r.compress_nnz, r.compress_ratio, r.integrate_nnz, r.pipeline_kept, r.frames
     );
-    Ok(())
 }

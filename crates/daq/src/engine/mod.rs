@@ -24,7 +24,7 @@ mod scalar;
 
 pub use cpu::CpuEngine;
 #[cfg(feature = "gpu")]
-pub use gpu::GpuEngine;
+pub use gpu::{GpuEngine, InFlight};
 pub use scalar::ScalarEngine;
 
 /// Where converted pixels go.

@@ -189,6 +189,9 @@ impl Receiver {
             pipeline.restart_pedestal()?;
         }
         let tap = hooks.tap;
+        // Converted frames and images come back from a device engine only when something reads
+        // them: the writer's image datasets or the live view's preview.
+        pipeline.set_host_pixels(cfg.output.images || tap.is_some());
         let listen: SocketAddr = cfg.receivers[index]
             .listen
             .parse()

@@ -1,6 +1,6 @@
 //! Recording the stages into one command encoder, and the chained frame: conversion, the veto
 //! decided on the device, CSR, assembly and integration in one submission.
-use remora_accel::gpu::{groups, wgpu, Pooled};
+use remora_accel::gpu::{groups, wgpu, Pooled, Readback};
 
 use super::resident::{Bands, DeviceMap, DeviceMatrix};
 use super::{
@@ -269,8 +269,9 @@ impl GpuEngine {
     }
 }
 
-/// The chained frame on the device. Falls back to the stages one by one where the frame's
-/// rows do not line up with the table bands (a shape other than whole raw rows).
+/// The chained frame on the device: [`begin`] then [`finish`]. Falls back to the stages one by
+/// one where the frame's rows do not line up with the table bands (a shape other than whole
+/// raw rows).
 pub(super) fn process(
     e: &GpuEngine,
     raw: &[u16],
@@ -280,12 +281,43 @@ pub(super) fn process(
     image: &mut [f32],
 ) -> Result<FrameOut> {
     crate::engine::check_convert(raw, tables, energy.len())?;
-    let (rows, cols) = plan.shape;
-    crate::engine::check_compress(energy, rows, cols)?;
+    crate::engine::check_compress(energy, plan.shape.0, plan.shape.1)?;
     if let Some((map, m)) = plan.integrate {
         crate::engine::check_assemble(energy, map, image)?;
         m.check_image(image)?;
     }
+    match begin(e, raw, tables, plan)? {
+        Some(f) => finish(e, f, energy, image),
+        None => process_stepwise(e, raw, tables, plan, energy, image),
+    }
+}
+
+/// A chained frame submitted to the device whose results are not read yet: the caller may
+/// submit the next frame first, so that its upload and the device's work overlap with this
+/// frame's readback.
+pub struct InFlight<'a> {
+    plan: FramePlan<'a>,
+    bands: Bands,
+    img_bands: Option<Bands>,
+    matrix: Option<(std::sync::Arc<DeviceMatrix>, &'a AzMatrix)>,
+    stats: Pooled,
+    csr: Vec<Csr>,
+    accs: Vec<Pooled>,
+    conv_out: Vec<Pooled>,
+    images: Vec<Pooled>,
+    back: Readback,
+    _keep: Vec<Pooled>,
+}
+
+/// Records and submits the chain for one frame (sizes already checked); `None` when the
+/// frame's rows do not line up with the table bands.
+pub(super) fn begin<'a>(
+    e: &GpuEngine,
+    raw: &[u16],
+    tables: &ConvTables,
+    plan: &FramePlan<'a>,
+) -> Result<Option<InFlight<'a>>> {
+    let (_, cols) = plan.shape;
     let mut st = e.lock();
     let (map, matrix) = match plan.integrate {
         Some((map, m)) => (Some(st.map(e, map)?), Some((st.matrix(e, m)?, m))),
@@ -293,8 +325,7 @@ pub(super) fn process(
     };
     let dev = st.tables(e, tables)?;
     if cols == 0 || dev.bands.iter().any(|b| b.len() % cols != 0) {
-        drop(st);
-        return process_stepwise(e, raw, tables, plan, energy, image);
+        return Ok(None);
     }
     let gpu = &e.gpu;
     let mut keep = Vec::new();
@@ -406,7 +437,7 @@ pub(super) fn process(
             dmat,
             ib,
             &images,
-            image.len(),
+            plan.integrate.map_or(0, |(map, _)| map.pixels()),
             Some(&mut ind),
             &mut keep,
         )?;
@@ -428,11 +459,44 @@ pub(super) fn process(
             ranges.push((&**o, 0, band.len() as u64 * 4));
         }
     }
-    let back = gpu.read(enc, &ranges).map_err(gpu_err)?;
+    let back = gpu.submit_read(enc, &ranges).map_err(gpu_err)?;
+    let bands = dev.bands.clone();
+    Ok(Some(InFlight {
+        plan: *plan,
+        bands,
+        img_bands,
+        matrix,
+        stats,
+        csr,
+        accs,
+        conv_out,
+        images,
+        back,
+        _keep: keep,
+    }))
+}
+
+/// Waits for a frame [`begin`] submitted and reads its results.
+pub(super) fn finish(
+    e: &GpuEngine,
+    f: InFlight<'_>,
+    energy: &mut [f32],
+    image: &mut [f32],
+) -> Result<FrameOut> {
+    let gpu = &e.gpu;
+    let plan = f.plan;
+    let (rows, cols) = plan.shape;
+    if plan.host_pixels {
+        crate::DaqError::check_len("converted frame", rows * cols, energy.len())?;
+        if let Some((map, _)) = plan.integrate {
+            crate::DaqError::check_len("image", map.pixels(), image.len())?;
+        }
+    }
+    let back = f.back.wait(gpu).map_err(gpu_err)?;
     let stats_v = stats_of(&back[0]);
-    let ptrs = &back[1..1 + csr.len()];
-    let mut at = 1 + csr.len();
-    let sums = match &matrix {
+    let ptrs = &back[1..1 + f.csr.len()];
+    let mut at = 1 + f.csr.len();
+    let sums = match &f.matrix {
         Some((dmat, _)) => {
             let s = &back[at..at + dmat.chunks.len()];
             at += dmat.chunks.len();
@@ -441,7 +505,7 @@ pub(super) fn process(
         None => None,
     };
     if plan.host_pixels {
-        for (band, b) in dev.bands.iter().zip(&back[at..]) {
+        for (band, b) in f.bands.iter().zip(&back[at..]) {
             energy[band].copy_from_slice(floats(b));
         }
     }
@@ -452,14 +516,15 @@ pub(super) fn process(
         });
     }
     // Kept: the CSR entries and (when asked) the image.
-    let sparse = e.finish_csr(rows, cols, plan.sparse_kev, &csr, ptrs)?;
-    let profile = match (&matrix, sums) {
+    let sparse = e.finish_csr(rows, cols, plan.sparse_kev, &f.csr, ptrs)?;
+    let profile = match (&f.matrix, sums) {
         (Some((dmat, m)), Some(s)) => Some(e.finish_profile(m, dmat, s)),
         _ => None,
     };
     if plan.host_pixels {
-        if let Some(ib) = &img_bands {
-            let r: Vec<_> = images
+        if let Some(ib) = &f.img_bands {
+            let r: Vec<_> = f
+                .images
                 .iter()
                 .zip(ib.iter())
                 .map(|(b, band)| (&**b, 0, band.len() as u64 * 4))
@@ -470,6 +535,9 @@ pub(super) fn process(
             }
         }
     }
+    drop(f.stats);
+    drop(f.accs);
+    drop(f.conv_out);
     Ok(FrameOut {
         stats: stats_v,
         kept: Some((sparse, profile)),

@@ -27,6 +27,8 @@ use crate::{DaqError, Result};
 mod chain;
 mod resident;
 
+pub use chain::InFlight;
+
 use resident::{Bands, Resident};
 
 const CONVERT: &str = concat!(include_str!("common.wgsl"), include_str!("convert.wgsl"));
@@ -435,6 +437,39 @@ impl Engine for GpuEngine {
 }
 
 impl GpuEngine {
+    /// Submits the chain for one non-dark frame without waiting (sizes are checked here as in
+    /// [`Engine::process_frame`]); [`finish_frame`](Self::finish_frame) reads its results.
+    /// Submitting frame n + 1 before finishing frame n overlaps its upload and the device's
+    /// work with frame n's readback (double buffering). Frames whose rows do not line up with
+    /// the device bands are refused here (use `process_frame`).
+    pub fn begin_frame<'a>(
+        &self,
+        raw: &[u16],
+        tables: &ConvTables,
+        plan: &FramePlan<'a>,
+    ) -> Result<InFlight<'a>> {
+        super::check_convert(raw, tables, tables.pixels())?;
+        DaqError::check_len("frame shape", raw.len(), plan.shape.0 * plan.shape.1)?;
+        super::check_compress(&[], 0, plan.shape.1)?;
+        chain::begin(self, raw, tables, plan)?.ok_or_else(|| {
+            DaqError::Config(format!(
+                "gpu-wgpu: rows of {} pixels do not line up with the device bands",
+                plan.shape.1
+            ))
+        })
+    }
+
+    /// Waits for a frame submitted by [`begin_frame`](Self::begin_frame) and returns its
+    /// results (`energy` and `image` filled when the plan asked for host pixels).
+    pub fn finish_frame(
+        &self,
+        frame: InFlight<'_>,
+        energy: &mut [f32],
+        image: &mut [f32],
+    ) -> Result<FrameOut> {
+        chain::finish(self, frame, energy, image)
+    }
+
     fn try_count(&self, data: &[f32], threshold: f32) -> Result<u64> {
         let pipe = self.pipe(CONVERT, "daq-convert", "count")?;
         let stats = self.stats_buffer()?;
