@@ -7,10 +7,11 @@
 //! back, so the cross-check costs at most one more search of that size.
 
 use crate::ratio::{passes_ratio, within, Dist2};
-use crate::search::{knn2_f32_run, knn2_u8_run, with_threads};
-use crate::{knn2_f32, knn2_u8, Error, Kernel, Match, Neighbours, Options};
+use crate::search::{count, knn2_f32_run, knn2_u8_run, with_threads};
+use crate::{knn2_f32, Error, Match, Neighbours, Options};
 
-fn check(opts: &Options) -> Result<(), Error> {
+/// Checks the ratio and the maximum distance.
+pub(crate) fn check(opts: &Options) -> Result<(), Error> {
     if let Some(r) = opts.ratio {
         if !(r > 0.0 && r <= 1.0) {
             return Err(Error::Ratio(r));
@@ -24,18 +25,26 @@ fn check(opts: &Options) -> Result<(), Error> {
     Ok(())
 }
 
-/// The matches of `nb` that pass the ratio test and the maximum distance.
-fn accept<D: Copy>(nb: &[Neighbours<D>], opts: &Options, dist: impl Fn(D) -> Dist2) -> Vec<Match> {
+/// The matches of `nb` that pass the ratio test and the maximum distance. `passed`, when
+/// given, is the ratio test's verdict per query, already evaluated (by the GPU engine, with the
+/// same exact rule).
+pub(crate) fn accept<D: Copy>(
+    nb: &[Neighbours<D>],
+    passed: Option<&[bool]>,
+    opts: &Options,
+    dist: impl Fn(D) -> Dist2,
+) -> Vec<Match> {
     let mut out = Vec::new();
     for (q, n) in nb.iter().enumerate() {
         let Some(best) = n.best else { continue };
         let d1 = dist(best.dist2);
         let d2 = n.second.map(|s| dist(s.dist2));
-        let ratio_ok = match (opts.ratio, d2) {
-            (None, _) => true,
-            (Some(r), Some(d2)) => passes_ratio(d1, d2, r),
+        let ratio_ok = match (opts.ratio, d2, passed) {
+            (None, _, _) => true,
+            (Some(_), _, Some(p)) => p[q],
+            (Some(r), Some(d2), None) => passes_ratio(d1, d2, r),
             // One train point: no second neighbour, no evidence of distinctiveness.
-            (Some(_), None) => false,
+            (Some(_), None, None) => false,
         };
         if ratio_ok && opts.max_distance.is_none_or(|m| within(d1, m)) {
             out.push(Match {
@@ -68,18 +77,16 @@ fn distinct_trains(matches: &[Match]) -> Vec<u32> {
     t
 }
 
-/// A search of every query among a train set: `(kernel, query, train, dim, n_query)`.
-type Search<T, D> = fn(Kernel, &[T], &[T], usize, usize) -> Vec<Neighbours<D>>;
-
 /// With `opts.cross_check`, keeps the matches whose train point has the match's query as its
-/// nearest query: the surviving train points are searched back among the queries with `run`.
-fn cross_check<T: Copy + Send + Sync, D: Copy + Send>(
+/// nearest query: the surviving train points are searched back among the queries with
+/// `search(back_queries, query, n_back)`.
+pub(crate) fn cross_check<T: Copy, D: Copy>(
     mut out: Vec<Match>,
     query: &[T],
     train: &[T],
     dim: usize,
     opts: &Options,
-    run: Search<T, D>,
+    search: impl FnOnce(&[T], &[T], usize) -> Result<Vec<Neighbours<D>>, Error>,
 ) -> Result<Vec<Match>, Error> {
     if opts.cross_check && !out.is_empty() {
         let trains = distinct_trains(&out);
@@ -88,17 +95,15 @@ fn cross_check<T: Copy + Send + Sync, D: Copy + Send>(
             .flat_map(|&t| &train[t as usize * dim..][..dim])
             .copied()
             .collect();
-        let kernel = opts.kernel.resolve()?;
-        let back = with_threads(opts.threads, || {
-            run(kernel, &back_q, query, dim, trains.len())
-        })?;
+        let back = search(&back_q, query, trains.len())?;
         keep_mutual(&mut out, &trains, &back);
     }
     Ok(out)
 }
 
 /// Matches u8 descriptors: each query's nearest train point, kept when it passes the tests of
-/// `opts` (see [`Options`]). Sorted by query index; at most one match per query.
+/// `opts` (see [`Options`]). Sorted by query index; at most one match per query. Every
+/// [`Kernel`](crate::Kernel), the GPU's included, gives the same matches.
 ///
 /// ```
 /// use remora_match::{match_u8, Options};
@@ -116,9 +121,19 @@ pub fn match_u8(
     opts: &Options,
 ) -> Result<Vec<Match>, Error> {
     check(opts)?;
-    let nb = knn2_u8(query, train, dim, opts)?;
-    let out = accept(&nb, opts, Dist2::Int);
-    cross_check(out, query, train, dim, opts, knn2_u8_run)
+    let nq = count("query", query.len(), dim)?;
+    count("train", train.len(), dim)?;
+    match opts.kernel.resolve()? {
+        #[cfg(feature = "gpu")]
+        crate::Kernel::Gpu => crate::gpu::GpuMatcher::shared()?.match_u8(query, train, dim, opts),
+        kernel => {
+            let run = |q: &[u8], t: &[u8], n: usize| {
+                with_threads(opts.threads, || knn2_u8_run(kernel, q, t, dim, n))
+            };
+            let out = accept(&run(query, train, nq)?, None, opts, Dist2::Int);
+            cross_check(out, query, train, dim, opts, run)
+        }
+    }
 }
 
 /// [`match_u8`] for f32 descriptors (e.g. MicMac Digeo v1 files).
@@ -136,6 +151,9 @@ pub fn match_f32(
 ) -> Result<Vec<Match>, Error> {
     check(opts)?;
     let nb = knn2_f32(query, train, dim, opts)?;
-    let out = accept(&nb, opts, Dist2::Float);
-    cross_check(out, query, train, dim, opts, knn2_f32_run)
+    let out = accept(&nb, None, opts, Dist2::Float);
+    let kernel = opts.kernel.resolve_cpu()?;
+    cross_check(out, query, train, dim, opts, |q, t, n| {
+        with_threads(opts.threads, || knn2_f32_run(kernel, q, t, dim, n))
+    })
 }

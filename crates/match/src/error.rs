@@ -41,6 +41,11 @@ pub enum Error {
     /// The kernel asked for does not run on this CPU.
     #[error("kernel {0:?} is not available on this CPU")]
     KernelUnavailable(crate::Kernel),
+    /// The GPU engine cannot run: no device under the `REMORA_GPU` policy (the text is the
+    /// backend's reason), a failure on the device, the crate built without its `gpu` feature, or
+    /// f32 descriptors (the GPU engine matches u8 ones only).
+    #[error("GPU engine: {0}")]
+    Gpu(String),
     /// `threads` is `Some(0)` or the thread pool could not be built.
     #[error("thread pool: {0}")]
     Threads(String),

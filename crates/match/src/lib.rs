@@ -11,14 +11,17 @@
 //!   and query blocks run on all cores (rayon).
 //! - [`match_u8`] / [`match_f32`]: the accepted [`Match`]es: Lowe's ratio test `d1 < ratio · d2`
 //!   (strict, exact), optional cross-check (mutual best) and absolute maximum distance.
+//! - `GpuMatcher` (feature `gpu`, on by default; [`Kernel::Gpu`]): the same exact search of u8
+//!   descriptors in a WGSL compute shader on any Vulkan GPU (or Mesa's lavapipe), with the
+//!   ratio test fused into the pass; identical results to the CPU kernels.
 //! - [`neighbour_filter`]: MicMac-style 2-D neighbourhood consistency of the accepted matches.
 //! - [`formats`]: MicMac Pastis `.dat` v0, Digeo `.dat` v1, `.result` v0/v1, Lowe `.key`, `.npy`.
 //!
 //! Ties are broken by the lower index everywhere (best and second best neighbour, cross-check,
 //! neighbour filter), so results are deterministic.
 //!
-//! What it does not: approximate search (kd-trees), GPU kernels, I/O policy (the CLI and the
-//! Python package decide paths and progress).
+//! What it does not: approximate search (kd-trees), f32 descriptors on the GPU, I/O policy
+//! (the CLI and the Python package decide paths and progress).
 //!
 //! Panics: none on user input; bad arguments and malformed files are [`Error`]s and
 //! [`formats::FormatError`]s.
@@ -37,6 +40,8 @@ mod accept;
 mod error;
 mod filter;
 pub mod formats;
+#[cfg(feature = "gpu")]
+mod gpu;
 mod kernel;
 mod options;
 mod ratio;
@@ -46,6 +51,8 @@ mod top2;
 pub use accept::{match_f32, match_u8};
 pub use error::Error;
 pub use filter::{neighbour_filter, NeighbourFilter};
+#[cfg(feature = "gpu")]
+pub use gpu::GpuMatcher;
 pub use kernel::Kernel;
 pub use options::{Match, Neighbour, Neighbours, Options, MAX_DIM};
 pub use search::{knn2_f32, knn2_u8};

@@ -91,6 +91,19 @@ pub(crate) fn passes_ratio(d1: Dist2, d2: Dist2, ratio: f32) -> bool {
     d1.exact().lt(r.mul(r).mul(d2.exact()))
 }
 
+/// `ratio²` as `m / 2^s` with an integer `m < 2⁴⁸` and `s >= 0` (`ratio` in (0, 1]): the GPU
+/// engine's ratio test is then `d1 · 2^s < m · d2` on integers.
+#[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+pub(crate) fn ratio_squared(ratio: f32) -> (u64, u32) {
+    let mut r = Exact::from_f32(ratio);
+    // Fewer bits to shift on the device; r ≤ 1 keeps the exponent ≤ 0 once m is odd.
+    let z = r.m.trailing_zeros().min(127);
+    r.m >>= z;
+    r.e += z as i32;
+    debug_assert!(r.m > 0 && r.m < 1 << 24 && r.e <= 0);
+    ((r.m * r.m) as u64, (-2 * r.e) as u32)
+}
+
 /// `sqrt(d1) <= max`, exactly (`max` finite and non-negative).
 pub(crate) fn within(d1: Dist2, max: f32) -> bool {
     let m = Exact::from_f32(max);
@@ -140,6 +153,36 @@ mod tests {
                     want,
                     "{d1} {d2}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn ratio_squared_is_exact() {
+        assert_eq!(ratio_squared(1.0), (1, 0));
+        assert_eq!(ratio_squared(0.5), (1, 2));
+        assert_eq!(ratio_squared(0.75), (9, 4));
+        // 0.6f32 = 10066330 · 2^-24 = 5033165 · 2^-23.
+        assert_eq!(ratio_squared(0.6), (5033165u64.pow(2), 46));
+        // The smallest subnormal: 2^-149.
+        assert_eq!(ratio_squared(f32::from_bits(1)), (1, 298));
+        for r in [0.6f32, 0.8, 0.123_456_7, 1.0, 1e-30] {
+            let (m, s) = ratio_squared(r);
+            for (d1, d2) in [
+                (0u32, 1u32),
+                (9, 25),
+                (36, 100),
+                (1000, 2000),
+                (1 << 26, 1 << 26),
+            ] {
+                let want = passes_ratio(Dist2::Int(d1), Dist2::Int(d2), r);
+                // m · d2 < 2^75: past that shift only d1 = 0 can pass (as in the shader).
+                let got = if s >= 75 {
+                    d1 == 0 && d2 > 0
+                } else {
+                    ((d1 as u128) << s) < m as u128 * d2 as u128
+                };
+                assert_eq!(got, want, "{r} {d1} {d2}");
             }
         }
     }

@@ -76,8 +76,8 @@ fn neighbours<D: Copy>(t: &Top2<D>, map: impl Fn(D) -> D) -> Neighbours<D> {
 ///
 /// `query` and `train` hold `dim` values per point, one point after the other. The result has
 /// one entry per query, in order; `best` is `None` only when `train` is empty, `second` when it
-/// has fewer than two points. Uses `opts.kernel` and `opts.threads`; the other options only
-/// concern [`crate::match_u8`].
+/// has fewer than two points. Uses `opts.kernel` and `opts.threads` (the GPU engine ignores
+/// the threads); the other options only concern [`crate::match_u8`].
 ///
 /// ```
 /// use remora_match::{knn2_u8, Options};
@@ -93,8 +93,11 @@ pub fn knn2_u8(
 ) -> Result<Vec<Neighbours<u32>>, Error> {
     let nq = count("query", query.len(), dim)?;
     count("train", train.len(), dim)?;
-    let kernel = opts.kernel.resolve()?;
-    with_threads(opts.threads, || knn2_u8_run(kernel, query, train, dim, nq))
+    match opts.kernel.resolve()? {
+        #[cfg(feature = "gpu")]
+        Kernel::Gpu => crate::gpu::GpuMatcher::shared()?.knn2_u8(query, train, dim),
+        kernel => with_threads(opts.threads, || knn2_u8_run(kernel, query, train, dim, nq)),
+    }
 }
 
 pub(crate) fn knn2_u8_run(
@@ -164,7 +167,7 @@ pub fn knn2_f32(
     count("train", train.len(), dim)?;
     check_finite("query", query, dim)?;
     check_finite("train", train, dim)?;
-    let kernel = opts.kernel.resolve()?;
+    let kernel = opts.kernel.resolve_cpu()?;
     with_threads(opts.threads, || knn2_f32_run(kernel, query, train, dim, nq))
 }
 

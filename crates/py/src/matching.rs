@@ -167,8 +167,9 @@ fn kernel(name: &str) -> PyResult<Kernel> {
         "portable" => Ok(Kernel::Portable),
         "avx2" => Ok(Kernel::Avx2),
         "avx512" => Ok(Kernel::Avx512),
+        "gpu" | "gpu-wgpu" => Ok(Kernel::Gpu),
         _ => Err(PyValueError::new_err(format!(
-            "unknown kernel {name:?}: one of \"auto\", \"portable\", \"avx2\", \"avx512\""
+            "unknown kernel {name:?}: one of \"auto\", \"portable\", \"avx2\", \"avx512\", \"gpu\""
         ))),
     }
 }
@@ -179,6 +180,7 @@ fn kernel_name(k: Kernel) -> &'static str {
         Kernel::Portable => "portable",
         Kernel::Avx2 => "avx2",
         Kernel::Avx512 => "avx512",
+        Kernel::Gpu => "gpu-wgpu",
     }
 }
 

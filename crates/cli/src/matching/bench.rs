@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use super::input::{self, Loaded};
 use super::pair::as_f32;
-use super::{kernel_name, KernelArg};
+use super::{kernel_name, EngineArg, KernelArg};
 
 /// Arguments of `remora bench match`.
 #[derive(Args)]
@@ -57,9 +57,14 @@ pub struct BenchArgs {
     /// Timed runs of each; the best counts (a peer run over 10 s is not repeated).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     repeat: u32,
-    /// Distance kernel for u8 descriptors.
+    /// Distance kernel for u8 descriptors with `--engine cpu` (auto: the fastest this CPU runs).
     #[arg(long, value_enum, env = "REMORA_MATCH_KERNEL", default_value = "auto")]
     kernel: KernelArg,
+    /// Which engines to time: cpu (the `--kernel` one), gpu (gpu-wgpu on the device
+    /// REMORA_GPU allows), all (every CPU kernel and the GPU if one opens, side by side, each
+    /// compared with the portable kernel's matches).
+    #[arg(long, value_enum, default_value = "cpu")]
+    engine: EngineArg,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -125,14 +130,29 @@ fn script(py: &Path, script: &Path, args: &[String]) -> anyhow::Result<Value> {
     })
 }
 
-/// remora's matches, best seconds of `repeat` runs, and the kernel's name.
+/// One engine's timed run.
+struct Run {
+    /// The engine as results name it (`avx2`, `gpu-wgpu`; `avx2 (f32)` for f32 descriptors).
+    name: String,
+    /// Where it ran: `cpu` or the GPU.
+    device: String,
+    matches: Vec<Match>,
+    /// Best of the timed runs.
+    seconds: f64,
+}
+
+/// remora's matches with `kernel` (concrete), best seconds of `repeat` runs.
 fn time_remora(
     train: &Loaded,
     query: &Loaded,
     opts: &Options,
+    kernel: Kernel,
     repeat: u32,
-) -> anyhow::Result<(Vec<Match>, f64, String)> {
-    let kernel = opts.kernel.resolve()?;
+) -> anyhow::Result<Run> {
+    let opts = Options {
+        kernel,
+        ..opts.clone()
+    };
     let dim = train.kp.dim;
     let (mut best, mut matches) = (f64::INFINITY, Vec::new());
     let name = match (&train.kp.descriptors, &query.kp.descriptors) {
@@ -144,12 +164,54 @@ fn time_remora(
     for _ in 0..repeat {
         let t0 = Instant::now();
         matches = match (&train.kp.descriptors, &query.kp.descriptors) {
-            (Descriptors::U8(t), Descriptors::U8(q)) => match_u8(q, t, dim, opts)?,
-            _ => match_f32(&qf, &tf, dim, opts)?,
+            (Descriptors::U8(t), Descriptors::U8(q)) => match_u8(q, t, dim, &opts)?,
+            _ => match_f32(&qf, &tf, dim, &opts)?,
         };
         best = best.min(t0.elapsed().as_secs_f64());
     }
-    Ok((matches, best, name))
+    Ok(Run {
+        name,
+        device: kernel.device()?,
+        matches,
+        seconds: best,
+    })
+}
+
+/// Engines left out of a run, with the reason.
+type Skipped = Vec<(Kernel, String)>;
+
+/// The concrete kernels `--engine` names, and the engines left out.
+fn engines(a: &BenchArgs, u8_data: bool) -> anyhow::Result<(Vec<Kernel>, Skipped)> {
+    match a.engine {
+        EngineArg::Cpu => {
+            if a.kernel == KernelArg::Gpu {
+                bail!("--kernel gpu is the GPU engine: use --engine gpu (or --engine all)");
+            }
+            Ok((vec![Kernel::from(a.kernel).resolve_cpu()?], vec![]))
+        }
+        EngineArg::Gpu => {
+            if !u8_data {
+                bail!("--engine gpu: the GPU engine matches u8 descriptors only");
+            }
+            Kernel::Gpu.resolve().context("--engine gpu")?;
+            Ok((vec![Kernel::Gpu], vec![]))
+        }
+        EngineArg::All => {
+            let mut ks = Kernel::available();
+            let mut skipped = Vec::new();
+            if !u8_data && ks.contains(&Kernel::Avx512) {
+                // f32 descriptors: avx512 runs the same AVX2 code as avx2.
+                ks.retain(|&k| k != Kernel::Avx512);
+                skipped.push((Kernel::Avx512, "f32 descriptors: same code as avx2".into()));
+            }
+            match Kernel::Gpu.resolve() {
+                Ok(k) if u8_data => ks.push(k),
+                Ok(k) => skipped.push((k, "u8 descriptors only".to_string())),
+                Err(e) => skipped.push((Kernel::Gpu, e.to_string())),
+            }
+            Ok((ks, skipped))
+        }
+    }
 }
 
 /// Query → train of a peer's matches file.
@@ -235,13 +297,48 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
             query.kp.dim
         );
     }
-    let (ours, seconds, kernel) = time_remora(&train, &query, &opts, a.repeat)?;
+    let u8_data = matches!(
+        (&train.kp.descriptors, &query.kp.descriptors),
+        (Descriptors::U8(_), Descriptors::U8(_))
+    );
+    let (kernels, skipped) = engines(&a, u8_data)?;
+    let mut runs = Vec::new();
+    for &k in &kernels {
+        runs.push((k, time_remora(&train, &query, &opts, k, a.repeat)?));
+    }
     let (nq, nt, dim) = (query.kp.len(), train.kp.len(), train.kp.dim);
+    let reference = (a.engine == EngineArg::All)
+        .then(|| runs.iter().find(|(k, _)| *k == Kernel::Portable))
+        .flatten()
+        .map(|(_, r)| &r.matches);
+    let gmacs = |s: f64| nq as f64 * nt as f64 * dim as f64 / s / 1e9;
+    let per_engine: Vec<Value> = runs
+        .iter()
+        .map(|(_, r)| {
+            json!({
+                "engine": r.name, "device": r.device, "seconds": r.seconds,
+                "queries_per_s": nq as f64 / r.seconds, "gmacs": gmacs(r.seconds),
+                "matches": r.matches.len(),
+                "identical": reference.map(|m| *m == r.matches),
+            })
+        })
+        .collect();
+    let skipped: serde_json::Map<String, Value> = skipped
+        .into_iter()
+        .map(|(k, why)| (kernel_name(k).to_string(), json!(why)))
+        .collect();
+    // The top-level figures (and the peers' comparison) are the fastest engine's.
+    let (_, best) = runs
+        .iter()
+        .min_by(|a, b| a.1.seconds.total_cmp(&b.1.seconds))
+        .context("no engine ran")?;
+    let (ours, seconds, kernel) = (&best.matches, best.seconds, &best.name);
     let mut r = json!({
         "n_query": nq, "n_ref": nt, "dim": dim, "seconds": seconds, "matches": ours.len(),
-        "kernel": kernel, "threads": threads,
+        "kernel": kernel, "engine": kernel, "device": best.device, "threads": threads,
+        "engines": per_engine, "skipped": skipped,
         "ratio": a.ratio.to_string().parse::<f64>().unwrap_or(f64::NAN),
-        "gmacs": nq as f64 * nt as f64 * dim as f64 / seconds / 1e9,
+        "gmacs": gmacs(seconds),
         "faiss_seconds": null, "bf_seconds": null, "flann_seconds": null, "flann_recall": null,
         "faiss_matches": null, "bf_matches": null, "flann_matches": null,
         "faiss_agree": null, "bf_agree": null, "flann_extra": null,
@@ -255,7 +352,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
             &tmp.0,
             (&train, &query),
             threads,
-            &ours,
+            ours,
             &mut r,
         )?;
     }
@@ -361,6 +458,27 @@ fn print_table(r: &Value) {
         r["matches"],
         f("gmacs").unwrap_or(f64::NAN)
     );
+    if let Some(engines) = r["engines"].as_array().filter(|e| e.len() > 1) {
+        for e in engines {
+            let same = match e["identical"].as_bool() {
+                Some(true) => "identical to portable",
+                Some(false) => "DIFFERS from portable",
+                None => "",
+            };
+            println!(
+                "    {:<20} {:>9.3} s  {:>10.0} queries/s  {:>7} matches  {same}",
+                e["engine"].as_str().unwrap_or("?"),
+                e["seconds"].as_f64().unwrap_or(f64::NAN),
+                e["queries_per_s"].as_f64().unwrap_or(f64::NAN),
+                e["matches"],
+            );
+        }
+    }
+    if let Some(skipped) = r["skipped"].as_object() {
+        for (engine, why) in skipped {
+            println!("    {engine:<20} not run: {}", why.as_str().unwrap_or("?"));
+        }
+    }
     for (peer, label) in [
         ("faiss", "FAISS IndexFlatL2"),
         ("bf", "OpenCV BFMatcher"),

@@ -80,7 +80,8 @@ pub struct MatchOpts {
     /// Threads of the search [default: all cores].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     threads: Option<u32>,
-    /// Distance kernel for u8 descriptors (auto: the fastest this CPU runs).
+    /// Distance kernel for u8 descriptors (auto: a real GPU when REMORA_GPU's policy opens
+    /// one, else the fastest CPU kernel; gpu: the GPU engine on any device REMORA_GPU allows).
     #[arg(long, value_enum, env = "REMORA_MATCH_KERNEL", default_value = "auto")]
     kernel: KernelArg,
     /// Print counts, the kernel used and the seconds of each step on stderr.
@@ -126,9 +127,9 @@ pub enum OutFormat {
 }
 
 /// Kernels as named on the command line and in `REMORA_MATCH_KERNEL`.
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum KernelArg {
-    /// The fastest this CPU runs.
+    /// A real GPU if one opens, else the fastest CPU kernel.
     Auto,
     /// Plain Rust.
     Portable,
@@ -136,6 +137,9 @@ pub enum KernelArg {
     Avx2,
     /// x86-64 AVX-512 VNNI.
     Avx512,
+    /// The GPU engine (gpu-wgpu; u8 descriptors only) on the device REMORA_GPU allows.
+    #[value(alias = "gpu-wgpu")]
+    Gpu,
 }
 
 impl From<KernelArg> for Kernel {
@@ -145,18 +149,31 @@ impl From<KernelArg> for Kernel {
             KernelArg::Portable => Kernel::Portable,
             KernelArg::Avx2 => Kernel::Avx2,
             KernelArg::Avx512 => Kernel::Avx512,
+            KernelArg::Gpu => Kernel::Gpu,
         }
     }
 }
 
-/// A kernel's name as the command line spells it.
+/// Engines of `remora bench match --engine`.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EngineArg {
+    /// The CPU kernel `--kernel` names (auto: the fastest this CPU runs).
+    Cpu,
+    /// The GPU engine (gpu-wgpu) on the device REMORA_GPU allows.
+    Gpu,
+    /// Every engine this machine has, side by side: each CPU kernel, and the GPU if one opens.
+    All,
+}
+
+/// A kernel's name as the command line and results spell it (`gpu-wgpu` for the GPU).
 pub fn kernel_name(k: Kernel) -> &'static str {
-    match k {
-        Kernel::Auto => "auto",
-        Kernel::Portable => "portable",
-        Kernel::Avx2 => "avx2",
-        Kernel::Avx512 => "avx512",
-    }
+    k.name()
+}
+
+/// The engines this machine runs, by name, for messages.
+fn engine_names() -> String {
+    let v: Vec<&str> = Kernel::engines().into_iter().map(kernel_name).collect();
+    v.join(", ")
 }
 
 impl MatchOpts {

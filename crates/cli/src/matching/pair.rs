@@ -11,7 +11,7 @@ use remora_match::{
 
 use super::input::{self, format_name, Loaded};
 use super::output::{self, OutKind};
-use super::{kernel_name, MatchOpts};
+use super::{engine_names, kernel_name, MatchOpts};
 
 /// The options of every pair, checked once before any file is read.
 pub struct Settings {
@@ -38,10 +38,10 @@ impl Settings {
                 bail!("--max-distance {d} is not a finite number >= 0");
             }
         }
-        let kernel = options.kernel.resolve().map_err(|e| {
-            let avail: Vec<&str> = Kernel::available().into_iter().map(kernel_name).collect();
-            anyhow!("--kernel: {e} (available: {})", avail.join(", "))
-        })?;
+        let kernel = options
+            .kernel
+            .resolve()
+            .map_err(|e| anyhow!("--kernel: {e} (available: {})", engine_names()))?;
         Ok(Settings {
             options,
             kernel,
@@ -103,8 +103,9 @@ pub fn match_loaded(train: &Loaded, query: &Loaded, s: &Settings) -> anyhow::Res
                     u8_file.1.name()
                 );
             }
-            let f32_kernel = match s.kernel {
-                Kernel::Avx2 | Kernel::Avx512 => "avx2",
+            // f32 stays on the CPU (`auto` included); `--kernel gpu` is refused by match_f32.
+            let f32_kernel = match s.options.kernel.resolve_cpu() {
+                Ok(Kernel::Avx2 | Kernel::Avx512) => "avx2",
                 _ => "portable",
             };
             (
@@ -170,8 +171,10 @@ pub fn run_one(
             );
         }
         eprintln!("matches: {}", r.matches.len());
-        let avail: Vec<&str> = Kernel::available().into_iter().map(kernel_name).collect();
-        eprintln!("kernel: {}; available: {}", r.kernel, avail.join(", "));
+        eprintln!("kernel: {}; available: {}", r.kernel, engine_names());
+        if r.kernel.starts_with(kernel_name(Kernel::Gpu)) {
+            eprintln!("device: {}", s.kernel.device()?);
+        }
         eprintln!(
             "seconds: load {load_s:.3}, search {:.3}, write {write_s:.3}",
             r.search_s

@@ -12,8 +12,9 @@
 //!   instruction): queries stay u8, train values are stored as `t − 128` and the constant
 //!   `128 · Σq` goes into the per-query constant; 8 queries × 32 train points per block.
 //!
-//! The selection and its fallback: [`Kernel::Auto`] takes the first of AVX-512, AVX2, portable
-//! that [`Kernel::is_available`]; a forced kernel that the CPU lacks is an error, never a crash.
+//! The selection and its fallback: [`Kernel::Auto`] takes the GPU engine (`crate::gpu`, not
+//! here) when a real GPU opens, else the first of AVX-512, AVX2, portable that
+//! [`Kernel::is_available`]; a forced kernel that the machine lacks is an error, never a crash.
 //! `unsafe` stays in `avx2.rs` and `avx512.rs`; the wrappers here only call them after the
 //! feature check.
 
@@ -31,7 +32,9 @@ pub(crate) use portable::dist_f32;
 /// Which code computes u8 distances.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Kernel {
-    /// The fastest kernel this CPU runs (AVX-512 VNNI, then AVX2, then portable).
+    /// The fastest engine this machine runs: the GPU when `REMORA_GPU`'s policy opens a real
+    /// one (not a CPU-type device such as lavapipe), else the fastest CPU kernel (AVX-512 VNNI,
+    /// then AVX2, then portable). f32 descriptors always take the CPU kernel.
     #[default]
     Auto,
     /// Plain Rust, any CPU.
@@ -40,10 +43,26 @@ pub enum Kernel {
     Avx2,
     /// x86-64 AVX-512 F + BW + VNNI.
     Avx512,
+    /// The GPU engine (`gpu-wgpu`, u8 descriptors only) on the device `REMORA_GPU` allows
+    /// (`any` admits lavapipe); see `GpuMatcher`. No device is an [`Error::Gpu`].
+    Gpu,
 }
 
 impl Kernel {
-    /// Whether this kernel runs on this CPU (`Auto` and `Portable` always do).
+    /// The name results and the command line use: `auto`, `portable`, `avx2`, `avx512`,
+    /// `gpu-wgpu`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Auto => "auto",
+            Kernel::Portable => "portable",
+            Kernel::Avx2 => "avx2",
+            Kernel::Avx512 => "avx512",
+            Kernel::Gpu => "gpu-wgpu",
+        }
+    }
+
+    /// Whether this kernel runs here (`Auto` and `Portable` always do; `Gpu` when a device
+    /// opens under `REMORA_GPU`'s policy).
     pub fn is_available(self) -> bool {
         match self {
             Kernel::Auto | Kernel::Portable => true,
@@ -57,10 +76,11 @@ impl Kernel {
             }
             #[cfg(not(target_arch = "x86_64"))]
             Kernel::Avx2 | Kernel::Avx512 => false,
+            Kernel::Gpu => gpu_device().is_ok(),
         }
     }
 
-    /// The concrete kernels this CPU runs, fastest first (never includes `Auto`).
+    /// The CPU kernels this machine runs, fastest first (never `Auto` or `Gpu`).
     pub fn available() -> Vec<Kernel> {
         [Kernel::Avx512, Kernel::Avx2, Kernel::Portable]
             .into_iter()
@@ -68,14 +88,68 @@ impl Kernel {
             .collect()
     }
 
-    /// The concrete kernel `self` stands for, or an error when the CPU lacks it.
+    /// Every engine this machine runs: [`available`](Self::available), then `Gpu` when a
+    /// device opens under `REMORA_GPU`'s policy (a CPU-type one included when it allows it).
+    pub fn engines() -> Vec<Kernel> {
+        let mut v = Kernel::available();
+        if Kernel::Gpu.is_available() {
+            v.push(Kernel::Gpu);
+        }
+        v
+    }
+
+    /// The concrete kernel `self` stands for, or an error when this machine lacks it.
     pub fn resolve(self) -> Result<Kernel, Error> {
         match self {
+            Kernel::Auto if gpu_device().is_ok_and(|kind| kind != "cpu") => Ok(Kernel::Gpu),
             Kernel::Auto => Ok(Kernel::available()[0]),
+            Kernel::Gpu => gpu_device().map(|_| Kernel::Gpu),
             k if k.is_available() => Ok(k),
             k => Err(Error::KernelUnavailable(k)),
         }
     }
+
+    /// The concrete CPU kernel for f32 descriptors: `Auto` is the fastest CPU kernel, and `Gpu`
+    /// an [`Error::Gpu`] (the GPU engine matches u8 descriptors only).
+    pub fn resolve_cpu(self) -> Result<Kernel, Error> {
+        match self {
+            Kernel::Auto => Ok(Kernel::available()[0]),
+            Kernel::Gpu => Err(Error::Gpu(
+                "the GPU engine matches u8 descriptors only; f32 descriptors need a CPU kernel \
+                 (auto, portable, avx2, avx512)"
+                    .into(),
+            )),
+            k => k.resolve(),
+        }
+    }
+
+    /// Where the kernel `self` resolves to runs, for reports: `cpu`, or the GPU as
+    /// `GpuInfo` prints it (name, kind, API, driver).
+    pub fn device(self) -> Result<String, Error> {
+        match self.resolve()? {
+            #[cfg(feature = "gpu")]
+            Kernel::Gpu => Ok(crate::gpu::GpuMatcher::shared()?.info().to_string()),
+            #[cfg(not(feature = "gpu"))]
+            Kernel::Gpu => Err(no_gpu_feature()),
+            _ => Ok("cpu".into()),
+        }
+    }
+}
+
+/// The kind (`discrete`, `cpu`, ...) of the device `REMORA_GPU`'s policy opens, or why none.
+#[cfg(feature = "gpu")]
+fn gpu_device() -> Result<&'static str, Error> {
+    crate::gpu::GpuMatcher::shared().map(|g| g.info().kind)
+}
+
+#[cfg(not(feature = "gpu"))]
+fn gpu_device() -> Result<&'static str, Error> {
+    Err(no_gpu_feature())
+}
+
+#[cfg(not(feature = "gpu"))]
+fn no_gpu_feature() -> Error {
+    Error::Gpu("remora-match was built without its `gpu` feature".into())
 }
 
 /// Queries and train points laid out for one kernel.
