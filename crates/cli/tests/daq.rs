@@ -268,3 +268,45 @@ fn issue10_daq_synth_refuses_zero_frames() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--frames"), "{err}");
 }
+
+#[test]
+fn bench_jungfrau_engine_all_runs_every_engine_side_by_side() {
+    let out = bench_jungfrau(&[("--engine", "all")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = v["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["engine"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"cpu-simd") && names.contains(&"cpu-scalar"),
+        "{v}"
+    );
+    let gpu = v["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["engine"] == "gpu-wgpu");
+    match gpu {
+        // The device is named and the two-in-flight chain measured.
+        Some(g) => {
+            assert!(g["device"].as_str().is_some_and(|d| !d.is_empty()), "{g}");
+            assert!(g["pipeline_overlap_fps"].as_f64().unwrap() > 0.0, "{g}");
+        }
+        None => {
+            // Only allowed when the run did not ask for a device; the reason is given.
+            assert!(std::env::var_os("REMORA_GPU").is_none(), "{v}");
+            assert_eq!(v["skipped"][0]["engine"], "gpu-wgpu", "{v}");
+        }
+    }
+    refused(
+        &bench_jungfrau(&[("--engine", "cuda")]),
+        &["unknown engine"],
+    );
+}
