@@ -32,6 +32,8 @@ pub struct Output {
     pub filter: Option<Filter>,
     /// The JPEG decoder's DCT-domain shrink: 1, 2, 4 or 8.
     pub decode_shrink: u8,
+    /// The engine that resampled (`cpu-fir`, `gpu-wgpu`; `None` when the size did not change).
+    pub engine: Option<&'static str>,
 }
 
 /// Resizes a JPEG or PNG image (sniffed from its first bytes).
@@ -117,7 +119,7 @@ pub fn resize_jpeg(input: &[u8], job: &Job) -> Result<Output> {
     let decoded = decode_jpeg(input, shrink, gray)?;
     let resampled = (decoded.width, decoded.height) != (sw, sh);
     let filter = choose_filter(job, (ow, oh), (tw, th)).filter(|_| resampled);
-    let pixels = resample::resize(decoded, sw, sh, filter)?;
+    let (pixels, engine) = resample::resize(decoded, sw, sh, filter, job.engine)?;
     let pixels = orient::apply(pixels, orientation);
 
     let quality = job.quality.or_else(|| {
@@ -134,6 +136,7 @@ pub fn resize_jpeg(input: &[u8], job: &Job) -> Result<Output> {
     out.input_height = h;
     out.filter = filter;
     out.decode_shrink = shrink as u8;
+    out.engine = engine;
     Ok(out)
 }
 
@@ -273,6 +276,7 @@ fn encode(
         sampling: None,
         filter: None,
         decode_shrink: 1,
+        engine: None,
     };
     match out.format {
         Format::Png => out.data = crate::png_io::encode(&pixels)?,
@@ -357,12 +361,13 @@ pub fn resize_png(input: &[u8], job: &Job) -> Result<Output> {
     check_pixels("output pixels", tw, th, job.limits.max_output_pixels)?;
     let decoded = crate::png_io::decode(input)?;
     let filter = choose_filter(job, (w, h), (tw, th)).filter(|_| (w, h) != (tw, th));
-    let pixels = resample::resize(decoded, tw, th, filter)?;
+    let (pixels, engine) = resample::resize(decoded, tw, th, filter, job.engine)?;
     let mut job = job.clone();
     job.format = Some(job.format.unwrap_or(Format::Png));
     let mut out = encode(pixels, &job, job.quality, None, &[])?;
     out.input_width = w;
     out.input_height = h;
     out.filter = filter;
+    out.engine = engine;
     Ok(out)
 }

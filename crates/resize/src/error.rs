@@ -36,6 +36,11 @@ pub enum Error {
     /// The resampler failed.
     #[error("resample failed: {0}")]
     Resample(String),
+    /// The GPU engine was chosen but cannot run: no device opened (the reason from
+    /// `remora-accel`, e.g. no Vulkan adapter, or only a CPU-type one without `REMORA_GPU=any`),
+    /// the build has no `gpu` feature, or the device failed.
+    #[error("GPU engine: {0}")]
+    Gpu(String),
     /// A bad option (filter name, sampling factor, quality).
     #[error("bad option: {0}")]
     BadOption(String),

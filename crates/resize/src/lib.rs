@@ -17,6 +17,10 @@
 //!   else 4:4:4 at quality ≥ 90 and 4:2:0 below; EXIF, XMP, IPTC, comments and ICC copied unless
 //!   `strip` (thumbnails keep only ICC).
 //! - With the `http` feature (default): [`service`], the HTTP resize server, and its [`client`].
+//! - Engines for the resample ([`resample::Resampler`], chosen by [`Job::engine`]): the CPU's
+//!   (`cpu-fir`, the default) and, with the `gpu` feature (default), `gpu::GpuResampler`
+//!   (`gpu-wgpu`: WGSL through wgpu on any Vulkan device, the same integer arithmetic as the
+//!   CPU's, within one grey level of it). [`Output::engine`] says which one ran.
 //!
 //! Colour layouts: gray JPEGs stay gray; YCbCr/RGB JPEGs are resampled as RGB; CMYK/YCCK, 12-bit
 //! and hierarchical JPEGs are refused with [`Error::Unsupported`]. PNG in (8/16-bit, palette,
@@ -51,13 +55,15 @@ mod error;
 mod exif;
 pub mod fidelity;
 pub mod geometry;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 mod markers;
 mod options;
 mod orient;
 pub mod pixels;
 mod png_io;
 mod quality;
-mod resample;
+pub mod resample;
 #[cfg(feature = "http")]
 pub mod service;
 #[doc(hidden)]
@@ -67,7 +73,7 @@ pub use engine::{resize, resize_jpeg, resize_png, Output};
 pub use error::{Error, Result};
 pub use exif::exif_with_orientation;
 pub use geometry::{Geometry, GeometryError};
-pub use options::{Filter, Format, Job, Limits, Sampling};
+pub use options::{Engine, Filter, Format, Job, Limits, Sampling};
 pub use quality::{estimate_quality, DEFAULT_QUALITY};
 
 /// The quality ImageMagick would use for this JPEG when none is given: the estimate from its

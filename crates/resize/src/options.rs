@@ -63,6 +63,46 @@ impl fmt::Display for Filter {
     }
 }
 
+/// Which engine does the resample (decode and encode stay on the CPU either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Engine {
+    /// fast_image_resize's SIMD convolution on the calling thread (`cpu-fir`); the default.
+    #[default]
+    Cpu,
+    /// The GPU engine (`gpu-wgpu`) on the device `gpu::device()` picks
+    /// (`REMORA_GPU`'s policy); [`Error::Gpu`] when none opens or the crate was built without
+    /// its `gpu` feature.
+    Gpu,
+    /// The GPU engine when a hardware GPU opens (never a CPU-type Vulkan device such as
+    /// lavapipe, which is slower than the CPU engine), else the CPU; a failure on the device
+    /// falls back to the CPU too.
+    Auto,
+}
+
+impl FromStr for Engine {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "cpu" => Ok(Engine::Cpu),
+            "gpu" => Ok(Engine::Gpu),
+            "auto" => Ok(Engine::Auto),
+            _ => Err(Error::BadOption(format!(
+                "unknown engine {s:?} (cpu, gpu or auto)"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Engine::Cpu => "cpu",
+            Engine::Gpu => "gpu",
+            Engine::Auto => "auto",
+        })
+    }
+}
+
 /// JPEG chroma subsampling of the output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sampling {
@@ -207,6 +247,8 @@ pub struct Job {
     pub format: Option<Format>,
     /// Size limits.
     pub limits: Limits,
+    /// The resampling engine ([`Engine::Cpu`] unless chosen).
+    pub engine: Engine,
 }
 
 impl Job {
@@ -224,6 +266,7 @@ impl Job {
             auto_orient: false,
             format: None,
             limits: Limits::default(),
+            engine: Engine::Cpu,
         }
     }
 

@@ -17,7 +17,6 @@ use crate::error::{Error, Result};
 use crate::markers;
 use crate::options::{Filter, Format, Job, Sampling};
 use crate::quality::{estimate_quality, DEFAULT_QUALITY};
-use fast_image_resize as fir;
 use std::io::Cursor;
 
 /// Resized raw pixels: interleaved 8-bit, `channels` bytes per pixel, rows packed.
@@ -33,14 +32,16 @@ pub struct RawImage {
     pub channels: u8,
     /// Filter of the resample (`None` when the size did not change).
     pub filter: Option<Filter>,
+    /// The engine that resampled (`cpu-fir`, `gpu-wgpu`; `None` when the size did not change).
+    pub engine: Option<&'static str>,
 }
 
 /// Resizes interleaved 8-bit pixels (`channels` 1 gray, 2 gray+alpha, 3 RGB, 4 RGBA; rows
 /// packed) to the job's geometry, borrowing `src` without a copy. It is the engine's final
 /// resample without the codecs: the same filters and defaults (the job's filter, else
 /// LanczosSharp for thumbnails, Mitchell when the area grows, Lanczos3 otherwise), alpha
-/// premultiplied while resampling. Only the job's geometry, filter, thumbnail flag and output
-/// pixel limit apply (the input is already in memory); its encoding and metadata options are
+/// premultiplied while resampling, on the job's [`engine`](Job::engine). Only the job's
+/// geometry, filter, thumbnail flag, engine and output pixel limit apply (the input is already in memory); its encoding and metadata options are
 /// ignored. An unchanged size gives a copy.
 pub fn resize_pixels(
     src: &[u8],
@@ -49,17 +50,11 @@ pub fn resize_pixels(
     channels: u8,
     job: &Job,
 ) -> Result<RawImage> {
-    let pixel_type = match channels {
-        1 => fir::PixelType::U8,
-        2 => fir::PixelType::U8x2,
-        3 => fir::PixelType::U8x3,
-        4 => fir::PixelType::U8x4,
-        c => {
-            return Err(Error::BadOption(format!(
-                "{c} channels per pixel (1 to 4 are handled)"
-            )))
-        }
-    };
+    if !(1..=4).contains(&channels) {
+        return Err(Error::BadOption(format!(
+            "{channels} channels per pixel (1 to 4 are handled)"
+        )));
+    }
     if width == 0 || height == 0 {
         return Err(Error::BadOption(format!("empty image {width}x{height}")));
     }
@@ -87,23 +82,19 @@ pub fn resize_pixels(
             height,
             channels,
             filter: None,
+            engine: None,
         });
     }
     let filter = choose_filter(job, (width, height), (tw, th));
-    let err = |e: String| Error::Resample(e);
-    let src_image = fir::images::ImageRef::new(width, height, src, pixel_type)
-        .map_err(|e| err(e.to_string()))?;
-    let mut dst = fir::images::Image::new(tw, th, pixel_type);
-    let options = fir::ResizeOptions::new().resize_alg(crate::resample::algorithm(filter)?);
-    fir::Resizer::new()
-        .resize(&src_image, &mut dst, &options)
-        .map_err(|e| err(e.to_string()))?;
+    let (data, engine) =
+        crate::resample::run(src, (width, height), channels, (tw, th), filter, job.engine)?;
     Ok(RawImage {
-        data: dst.into_vec(),
+        data,
         width: tw,
         height: th,
         channels,
         filter: Some(filter),
+        engine: Some(engine),
     })
 }
 
@@ -191,6 +182,7 @@ pub fn image_info(data: &[u8]) -> Result<ImageInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::Engine;
     use crate::orient::Pixels;
 
     fn photo_like(w: u32, h: u32, c: u8) -> Vec<u8> {
@@ -229,7 +221,8 @@ mod tests {
                         height: 61,
                         channels: c,
                     };
-                    let want = crate::resample::resize(px, tw, th, Some(f)).unwrap();
+                    let (want, _) =
+                        crate::resample::resize(px, tw, th, Some(f), Engine::Cpu).unwrap();
                     assert_eq!((out.width, out.height), (tw, th));
                     assert!(out.data == want.data, "{c} channels, {geometry}, {f}");
                 }

@@ -1,12 +1,51 @@
-//! The separable resample, by fast_image_resize (SIMD convolution on 8-bit pixels).
+//! The separable resample behind one trait, [`Resampler`]: the CPU engine (fast_image_resize's
+//! SIMD convolution on 8-bit pixels, `cpu-fir`) and, with the `gpu` feature, the GPU engine
+//! ([`crate::gpu::GpuResampler`], `gpu-wgpu`); [`Engine`] picks one, [`resamplers`] lists every
+//! engine this machine has (the cross-engine tests and `remora bench resize --engine all`).
+//!
+//! ```
+//! use remora_resize::resample::{resamplers, Resampler};
+//! use remora_resize::Filter;
+//! let (engines, _missing) = resamplers();
+//! let rgb = vec![100u8; 8 * 6 * 3];
+//! for e in &engines {
+//!     let out = e.resample(&rgb, (8, 6), 3, (4, 3), Filter::Lanczos3).unwrap();
+//!     assert!(out.iter().all(|&v| v == 100), "{}", e.name());
+//! }
+//! ```
+
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::options::Filter;
+use crate::options::{Engine, Filter};
 use crate::orient::Pixels;
 use fast_image_resize as fir;
 
+/// The CPU engine's name in results.
+pub const CPU_ENGINE: &str = "cpu-fir";
+
+/// A resampling engine: the separable pass on interleaved 8-bit pixels.
+pub trait Resampler: Send + Sync + std::fmt::Debug {
+    /// Its name in results (`cpu-fir`, `gpu-wgpu`).
+    fn name(&self) -> &'static str;
+
+    /// Resamples `src` (`size` = width × height, `channels` 1 gray, 2 gray+alpha, 3 RGB,
+    /// 4 RGBA, rows packed) to `to` with `filter`, as fast_image_resize does: vertical pass then
+    /// horizontal, each only when its side changes, alpha premultiplied while resampling (not
+    /// for [`Filter::Point`]), the intermediate rounded to 8 bits. An unchanged size gives a
+    /// copy. Sizes must be at least 1×1 and `src` exactly `width · height · channels` bytes.
+    fn resample(
+        &self,
+        src: &[u8],
+        size: (u32, u32),
+        channels: u8,
+        to: (u32, u32),
+        filter: Filter,
+    ) -> Result<Vec<u8>>;
+}
+
 /// ImageMagick's LanczosSharp blur (`resize.c`): the Lanczos window narrowed slightly.
-const LANCZOS_SHARP_BLUR: f64 = 0.981_250_564_426_935_6;
+pub(crate) const LANCZOS_SHARP_BLUR: f64 = 0.981_250_564_426_935_6;
 
 fn sinc(x: f64) -> f64 {
     if x == 0.0 {
@@ -17,7 +56,8 @@ fn sinc(x: f64) -> f64 {
     }
 }
 
-fn lanczos_sharp(x: f64) -> f64 {
+/// LanczosSharp's kernel (support `3 · LANCZOS_SHARP_BLUR`).
+pub(crate) fn lanczos_sharp(x: f64) -> f64 {
     let x = x / LANCZOS_SHARP_BLUR;
     if x.abs() < 3.0 {
         sinc(x) * sinc(x / 3.0)
@@ -45,33 +85,155 @@ pub(crate) fn algorithm(filter: Filter) -> Result<fir::ResizeAlg> {
     })
 }
 
-/// Resizes to `w`×`h`; a copy when the size is unchanged. Alpha (2 or 4 channels) is
-/// premultiplied during the resample.
-pub(crate) fn resize(src: Pixels, w: u32, h: u32, filter: Option<Filter>) -> Result<Pixels> {
+/// Checks what every engine requires of its input.
+pub(crate) fn check(
+    src: &[u8],
+    (w, h): (u32, u32),
+    channels: u8,
+    (tw, th): (u32, u32),
+) -> Result<()> {
+    if !(1..=4).contains(&channels) {
+        return Err(Error::BadOption(format!(
+            "{channels} channels per pixel (1 to 4 are handled)"
+        )));
+    }
+    if w == 0 || h == 0 || tw == 0 || th == 0 {
+        return Err(Error::BadOption(format!(
+            "empty image: {w}x{h} to {tw}x{th}"
+        )));
+    }
+    let want = u64::from(w) * u64::from(h) * u64::from(channels);
+    if src.len() as u64 != want {
+        return Err(Error::BadOption(format!(
+            "{} bytes for {w}x{h} pixels of {channels} channels ({want} expected)",
+            src.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The CPU engine: fast_image_resize (AVX2/SSE4.1/NEON chosen at run time), single-threaded.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuResampler;
+
+impl Resampler for CpuResampler {
+    fn name(&self) -> &'static str {
+        CPU_ENGINE
+    }
+
+    fn resample(
+        &self,
+        src: &[u8],
+        size: (u32, u32),
+        channels: u8,
+        to: (u32, u32),
+        filter: Filter,
+    ) -> Result<Vec<u8>> {
+        check(src, size, channels, to)?;
+        if size == to {
+            return Ok(src.to_vec());
+        }
+        let pixel_type = match channels {
+            1 => fir::PixelType::U8,
+            2 => fir::PixelType::U8x2,
+            3 => fir::PixelType::U8x3,
+            _ => fir::PixelType::U8x4,
+        };
+        let err = |e: String| Error::Resample(e);
+        let src_image = fir::images::ImageRef::new(size.0, size.1, src, pixel_type)
+            .map_err(|e| err(e.to_string()))?;
+        let mut dst = fir::images::Image::new(to.0, to.1, pixel_type);
+        let options = fir::ResizeOptions::new().resize_alg(algorithm(filter)?);
+        fir::Resizer::new()
+            .resize(&src_image, &mut dst, &options)
+            .map_err(|e| err(e.to_string()))?;
+        Ok(dst.into_vec())
+    }
+}
+
+impl Engine {
+    /// The engine this choice runs on this machine: [`Engine::Gpu`] fails with [`Error::Gpu`]
+    /// when no device opens; [`Engine::Auto`] is the GPU's only on a hardware GPU.
+    pub fn resampler(self) -> Result<Arc<dyn Resampler>> {
+        match self {
+            Engine::Cpu => Ok(Arc::new(CpuResampler)),
+            Engine::Gpu => gpu_resampler(false),
+            Engine::Auto => Ok(gpu_resampler(true).unwrap_or_else(|_| Arc::new(CpuResampler))),
+        }
+    }
+}
+
+#[cfg(feature = "gpu")]
+fn gpu_resampler(hardware_only: bool) -> Result<Arc<dyn Resampler>> {
+    crate::gpu::resampler(crate::gpu::device(), hardware_only)
+}
+
+#[cfg(not(feature = "gpu"))]
+fn gpu_resampler(_hardware_only: bool) -> Result<Arc<dyn Resampler>> {
+    Err(Error::Gpu(
+        "this build of remora-resize has no GPU engine (its `gpu` feature is off)".into(),
+    ))
+}
+
+/// Every engine this machine has, the CPU's first, and for each one missing why (a GPU engine
+/// on any device `gpu::device()` opens, a CPU-type one included).
+pub fn resamplers() -> (Vec<Arc<dyn Resampler>>, Vec<String>) {
+    let mut have: Vec<Arc<dyn Resampler>> = vec![Arc::new(CpuResampler)];
+    let mut missing = Vec::new();
+    match gpu_resampler(false) {
+        Ok(g) => have.push(g),
+        Err(e) => missing.push(e.to_string()),
+    }
+    (have, missing)
+}
+
+/// Resizes to `w`×`h` on the job's engine, and names the engine that ran (`None`: the size is
+/// unchanged, the pixels are returned as they are). `Auto` falls back to the CPU when the GPU
+/// fails.
+pub(crate) fn resize(
+    src: Pixels,
+    w: u32,
+    h: u32,
+    filter: Option<Filter>,
+    engine: Engine,
+) -> Result<(Pixels, Option<&'static str>)> {
     let (w, h) = (w.max(1), h.max(1));
     if (src.width, src.height) == (w, h) {
-        return Ok(src);
+        return Ok((src, None));
     }
-    let pixel_type = match src.channels {
-        1 => fir::PixelType::U8,
-        2 => fir::PixelType::U8x2,
-        3 => fir::PixelType::U8x3,
-        _ => fir::PixelType::U8x4,
-    };
-    let channels = src.channels;
-    let err = |e: String| Error::Resample(e);
-    let src_image = fir::images::Image::from_vec_u8(src.width, src.height, src.data, pixel_type)
-        .map_err(|e| err(e.to_string()))?;
-    let mut dst = fir::images::Image::new(w, h, pixel_type);
-    let options =
-        fir::ResizeOptions::new().resize_alg(algorithm(filter.unwrap_or(Filter::Lanczos3))?);
-    fir::Resizer::new()
-        .resize(&src_image, &mut dst, &options)
-        .map_err(|e| err(e.to_string()))?;
-    Ok(Pixels {
-        data: dst.into_vec(),
+    let data = run(
+        &src.data,
+        (src.width, src.height),
+        src.channels,
+        (w, h),
+        filter.unwrap_or(Filter::Lanczos3),
+        engine,
+    )?;
+    let pixels = Pixels {
+        data: data.0,
         width: w,
         height: h,
-        channels,
-    })
+        channels: src.channels,
+    };
+    Ok((pixels, Some(data.1)))
+}
+
+/// One resample on `engine`, with the name of the engine that ran.
+pub(crate) fn run(
+    src: &[u8],
+    size: (u32, u32),
+    channels: u8,
+    to: (u32, u32),
+    filter: Filter,
+    engine: Engine,
+) -> Result<(Vec<u8>, &'static str)> {
+    let r = engine.resampler()?;
+    match r.resample(src, size, channels, to, filter) {
+        Ok(v) => Ok((v, r.name())),
+        Err(Error::Gpu(_)) if engine == Engine::Auto => {
+            let v = CpuResampler.resample(src, size, channels, to, filter)?;
+            Ok((v, CPU_ENGINE))
+        }
+        Err(e) => Err(e),
+    }
 }

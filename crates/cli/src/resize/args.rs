@@ -8,7 +8,7 @@
 use std::ffi::{OsStr, OsString};
 
 use anyhow::{anyhow, bail, Context};
-use remora_resize::{Filter, Format, Geometry, Job, Sampling};
+use remora_resize::{Engine, Filter, Format, Geometry, Job, Sampling};
 
 use super::JobOpts;
 
@@ -34,6 +34,7 @@ const VALUE_OPTIONS: &[&str] = &[
     "--threads",
     "--server",
     "--in-flight",
+    "--engine",
 ];
 
 /// The command line with `remora resize`'s ImageMagick-style single-dash options (`-resize
@@ -111,6 +112,13 @@ impl JobOpts {
             Some(v) if matches!(v.as_str(), "plane" | "line" | "jpeg" | "partition") => true,
             Some(v) => bail!("-interlace {v:?}: none, plane, line or jpeg expected"),
         };
+        job.engine = self
+            .engine
+            .as_deref()
+            .map(|e| e.parse::<Engine>())
+            .transpose()
+            .context("--engine")?
+            .unwrap_or_default();
         Ok(job)
     }
 
@@ -138,6 +146,8 @@ impl JobOpts {
             (self.thumbnail.is_some(), "-thumbnail"),
             (self.sampling_factor.is_some(), "-sampling-factor"),
             (self.interlace.is_some(), "-interlace"),
+            // The service resamples with its own engine.
+            (self.engine.is_some(), "--engine"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))

@@ -2,10 +2,11 @@
 //! spread over a thread pool, one file per thread at a time (each resize is single-threaded),
 //! a progress bar on a terminal, a failing file reported and the batch going on, the command
 //! failing at the end when any file failed.
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
@@ -144,8 +145,9 @@ fn refuse_overwrite(input: &Path, output: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resizes one file: reads, resizes, writes. Returns the input's pixel count.
-pub fn resize_file(item: &Item, job: &Job) -> anyhow::Result<u64> {
+/// Resizes one file: reads, resizes, writes. Returns the input's pixel count and the engine
+/// that resampled (`None`: the size did not change).
+pub fn resize_file(item: &Item, job: &Job) -> anyhow::Result<(u64, Option<&'static str>)> {
     let data =
         std::fs::read(&item.input).with_context(|| format!("reading {}", item.input.display()))?;
     let mut job = job.clone();
@@ -154,11 +156,14 @@ pub fn resize_file(item: &Item, job: &Job) -> anyhow::Result<u64> {
         remora_resize::resize(&data, &job).with_context(|| item.input.display().to_string())?;
     std::fs::write(&item.output, &out.data)
         .with_context(|| format!("writing {}", item.output.display()))?;
-    Ok(u64::from(out.input_width) * u64::from(out.input_height))
+    Ok((
+        u64::from(out.input_width) * u64::from(out.input_height),
+        out.engine,
+    ))
 }
 
 /// What a batch did.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Summary {
     /// Files tried.
     pub files: usize,
@@ -168,19 +173,25 @@ pub struct Summary {
     pub input_pixels: u64,
     /// Wall-clock seconds.
     pub seconds: f64,
+    /// The engines that resampled (`cpu-fir`, `gpu-wgpu`), sorted.
+    pub engines: Vec<&'static str>,
 }
 
 impl Summary {
-    /// `N files, F failed, X input Mpx, S s, R images/s`.
+    /// `N files, F failed, X input Mpx, S s, R images/s[, resampled by E]`.
     pub fn line(&self) -> String {
-        format!(
+        let mut line = format!(
             "{} files, {} failed, {:.1} input Mpx, {:.2} s, {:.1} images/s",
             self.files,
             self.failed,
             self.input_pixels as f64 / 1e6,
             self.seconds,
             (self.files - self.failed) as f64 / self.seconds.max(1e-9)
-        )
+        );
+        if !self.engines.is_empty() {
+            line += &format!(", resampled by {}", self.engines.join(" and "));
+        }
+        line
     }
 }
 
@@ -222,12 +233,16 @@ pub fn resize_all(
     let pool = pool.build().context("starting the thread pool")?;
     let failed = AtomicUsize::new(0);
     let pixels = AtomicU64::new(0);
+    let engines = Mutex::new(BTreeSet::new());
     let t0 = Instant::now();
     pool.install(|| {
         items.par_iter().for_each(|item| {
             match resize_file(item, job) {
-                Ok(n) => {
+                Ok((n, engine)) => {
                     pixels.fetch_add(n, Ordering::Relaxed);
+                    if let Some(e) = engine {
+                        engines.lock().expect("engines").insert(e);
+                    }
                 }
                 Err(e) => {
                     failed.fetch_add(1, Ordering::Relaxed);
@@ -244,6 +259,7 @@ pub fn resize_all(
         failed: failed.into_inner(),
         input_pixels: pixels.into_inner(),
         seconds: t0.elapsed().as_secs_f64(),
+        engines: engines.into_inner().expect("engines").into_iter().collect(),
     })
 }
 

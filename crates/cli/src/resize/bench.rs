@@ -4,6 +4,11 @@
 //! with and without `-define jpeg:size`), on the same files and cores, and the SSIM of every
 //! output against a slow reference resize.
 //!
+//! `--engine` picks remora's resampling engine (`cpu`, the default; `gpu`; `all`: every engine
+//! this machine has, timed one after the other on the same files, each with its largest
+//! difference from the CPU engine's pixels); the first one timed is the one compared with the
+//! peers.
+//!
 //! Cores: remora runs `--threads` workers, one file each; `vipsthumbnail` gets
 //! `VIPS_CONCURRENCY=threads` (it resizes one file after another, each on its own thread pool);
 //! ImageMagick runs `threads` `convert` processes at a time, each with `MAGICK_THREAD_LIMIT=1`.
@@ -13,9 +18,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use rayon::prelude::*;
-use remora_resize::{Format, Job};
+use remora_resize::pixels::resize_pixels;
+use remora_resize::{Engine, Format, Job};
 use serde_json::{json, Value};
 
 use super::batch::{resize_all, Item};
@@ -57,6 +63,85 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// remora's resampling engine: cpu, gpu (an error when no device opens), or all (every
+    /// engine this machine has, side by side, each with its largest difference in grey levels
+    /// from the CPU engine's pixels).
+    #[arg(long, value_name = "ENGINE", value_enum, default_value_t = BenchEngine::Cpu)]
+    engine: BenchEngine,
+}
+
+/// `--engine` of `remora bench resize`.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchEngine {
+    /// fast_image_resize on the CPU (`cpu-fir`).
+    Cpu,
+    /// The GPU engine (`gpu-wgpu`).
+    Gpu,
+    /// Every engine that runs here.
+    All,
+}
+
+/// One engine to time: the job's choice, its name in results, and the device it runs on.
+struct Timed {
+    engine: Engine,
+    name: &'static str,
+    device: Option<String>,
+}
+
+/// The engines `--engine` asks for that this machine has, and why any other is missing.
+fn engines_to_time(choice: BenchEngine) -> anyhow::Result<(Vec<Timed>, Vec<String>)> {
+    let wanted: &[Engine] = match choice {
+        BenchEngine::Cpu => &[Engine::Cpu],
+        BenchEngine::Gpu => &[Engine::Gpu],
+        BenchEngine::All => &[Engine::Cpu, Engine::Gpu],
+    };
+    let (mut have, mut missing) = (Vec::new(), Vec::new());
+    for &engine in wanted {
+        match engine.resampler() {
+            Ok(r) => have.push(Timed {
+                engine,
+                name: r.name(),
+                device: (engine == Engine::Gpu)
+                    .then(|| {
+                        remora_resize::gpu::device()
+                            .ok()
+                            .map(|g| g.info().to_string())
+                    })
+                    .flatten(),
+            }),
+            Err(e) if choice == BenchEngine::All => missing.push(e.to_string()),
+            Err(e) => return Err(e).context("--engine gpu"),
+        }
+    }
+    Ok((have, missing))
+}
+
+/// The largest difference in grey levels between `engine`'s resample and the CPU engine's over
+/// the set (each file decoded whole, then resampled to the job's size), and how many samples
+/// differ of how many.
+fn difference_from_cpu(
+    files: &[PathBuf],
+    job: &Job,
+    engine: Engine,
+) -> anyhow::Result<(u8, u64, u64)> {
+    let mut worst = (0u8, 0u64, 0u64);
+    for f in files {
+        let img = ssim::decode(&std::fs::read(f)?)?;
+        let (w, h) = (img.w as u32, img.h as u32);
+        let mut j = job.clone();
+        j.engine = Engine::Cpu;
+        let cpu = resize_pixels(&img.px, w, h, 3, &j)?;
+        j.engine = engine;
+        let other = resize_pixels(&img.px, w, h, 3, &j)
+            .with_context(|| format!("{} on {}", engine, f.display()))?;
+        for (a, b) in cpu.data.iter().zip(&other.data) {
+            let d = a.abs_diff(*b);
+            worst.0 = worst.0.max(d);
+            worst.1 += u64::from(d != 0);
+        }
+        worst.2 += cpu.data.len() as u64;
+    }
+    Ok(worst)
 }
 
 /// A folder removed when dropped.
@@ -298,16 +383,34 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
             format: Some(Format::Jpeg),
         })
         .collect();
-    // An untimed run: files in the page cache for every tool, and the pixel count.
-    let warm = resize_all(&items, &job, Some(threads), &None)?;
-    if warm.failed > 0 {
-        bail!("remora failed on {} of {} files", warm.failed, warm.files);
+    let (engines, engines_missing) = engines_to_time(a.engine)?;
+    for m in &engines_missing {
+        eprintln!("warning: not timed: {m}");
     }
-    let mpx = warm.input_pixels as f64 / 1e6;
+    let mut mpx = 0.0;
+    let mut engine_s = Vec::with_capacity(engines.len());
+    for e in &engines {
+        job.engine = e.engine;
+        // An untimed run: files in the page cache for every tool, the pixel count, and on the
+        // GPU the kernels compiled and the buffer pool filled.
+        let warm = resize_all(&items, &job, Some(threads), &None)?;
+        if warm.failed > 0 {
+            bail!(
+                "remora ({}) failed on {} of {} files",
+                e.name,
+                warm.failed,
+                warm.files
+            );
+        }
+        mpx = warm.input_pixels as f64 / 1e6;
+        engine_s.push(best_of(a.repeat, || {
+            Ok(resize_all(&items, &job, Some(threads), &None)?.seconds)
+        })?);
+    }
+    // The first engine is remora's in the comparison with the peers and in the SSIM check.
+    job.engine = engines[0].engine;
+    let remora_s = engine_s[0];
     let n = files.len() as f64;
-    let remora_s = best_of(a.repeat, || {
-        Ok(resize_all(&items, &job, Some(threads), &None)?.seconds)
-    })?;
 
     let peer = |name: &str, run: &mut dyn FnMut() -> anyhow::Result<f64>| -> Option<f64> {
         if a.no_peers {
@@ -378,6 +481,22 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         .map(|q| q.reference - q.ours)
         .filter(|g| g.is_finite())
         .reduce(f64::max);
+    let mut engine_rows = Vec::with_capacity(engines.len());
+    for (e, &secs) in engines.iter().zip(&engine_s) {
+        // The CPU engine is the reference: no comparison (null counts).
+        let (diff, differing, samples) = if e.engine == Engine::Cpu {
+            (0, None, None)
+        } else {
+            let (d, n, of) = difference_from_cpu(&files, &job, e.engine)?;
+            (d, Some(n), Some(of))
+        };
+        engine_rows.push(json!({
+            "engine": e.name, "device": e.device,
+            "ips": n / secs, "mpx_per_s": mpx / secs, "seconds": secs,
+            "max_diff_vs_cpu": diff,
+            "samples_differing_from_cpu": differing, "samples_compared": samples,
+        }));
+    }
     let ips = |s: Option<f64>| s.map(|s| n / s);
     let mpxs = |s: Option<f64>| s.map(|s| mpx / s);
     let ratio = |s: Option<f64>| s.map(|s| s / remora_s);
@@ -386,6 +505,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         "dir": a.dir.display().to_string(),
         "geometry": a.geometry, "quality": a.quality, "threads": threads, "load": load,
         "input_mpx": mpx,
+        "engine": engines[0].name, "engines": engine_rows, "engines_missing": engines_missing,
         "remora_ips": n / remora_s, "vips_ips": ips(vips_s), "imagemagick_ips": ips(im_s),
         "imagemagick_jpeg_size_ips": ips(im_size_s), "imagemagick_jpeg_size": size,
         "mpx_per_s": {
@@ -439,13 +559,28 @@ fn print_table(r: &Value) {
         "  {:<34} {:>9} {:>9} {:>12}",
         "tool", "images/s", "Mpx/s", "remora is"
     );
-    println!(
-        "  {:<34} {:>9} {:>9} {:>12}",
-        "remora resize",
-        f(&r["remora_ips"]),
-        f(&r["mpx_per_s"]["remora"]),
-        ""
-    );
+    for e in r["engines"].as_array().into_iter().flatten() {
+        let diff = match e["max_diff_vs_cpu"].as_u64() {
+            Some(d) if e["engine"] != "cpu-fir" => format!(
+                "  {d} grey level(s) at most from cpu-fir ({} of {} samples differ)",
+                e["samples_differing_from_cpu"], e["samples_compared"]
+            ),
+            _ => String::new(),
+        };
+        println!(
+            "  {:<34} {:>9} {:>9} {:>12}{diff}",
+            format!("remora resize ({})", e["engine"].as_str().unwrap_or("?")),
+            f(&e["ips"]),
+            f(&e["mpx_per_s"]),
+            ""
+        );
+        if let Some(d) = e["device"].as_str() {
+            println!("    on {d}");
+        }
+    }
+    for m in r["engines_missing"].as_array().into_iter().flatten() {
+        println!("  not timed: {}", m.as_str().unwrap_or("?"));
+    }
     for (label, ips, key) in [
         ("vipsthumbnail", "vips_ips", "vips"),
         ("convert", "imagemagick_ips", "imagemagick"),

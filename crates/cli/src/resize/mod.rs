@@ -9,6 +9,7 @@
 //! ImageMagick), with `ssim` (the quality check the benchmark reports).
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::{Args, Subcommand};
 
 mod args;
@@ -107,6 +108,11 @@ pub struct JobOpts {
     /// Output format for -d batches: jpg or png [default: each input's own].
     #[arg(long = "format", value_name = "FMT")]
     format: Option<String>,
+    /// Resampling engine: cpu (fast_image_resize), gpu (WGSL on a Vulkan device: an error when
+    /// none opens; REMORA_GPU=any allows a CPU-type one such as lavapipe) or auto (a hardware
+    /// GPU when one opens, else cpu) [default: cpu]. Decode and encode stay on the CPU.
+    #[arg(long = "engine", value_name = "ENGINE")]
+    engine: Option<String>,
 }
 
 /// Runs `remora resize`.
@@ -124,6 +130,8 @@ pub fn run(a: ResizeArgs) -> anyhow::Result<()> {
     match &a.server {
         Some(url) => remote::run(url, &plan, &a.opts, &job, a.in_flight as usize),
         None => {
+            // A GPU engine that cannot run fails the command once, not every file.
+            job.engine.resampler().context("--engine")?;
             let threads = a.threads.map(|n| n as usize);
             batch::run(&plan, &job, threads)
         }

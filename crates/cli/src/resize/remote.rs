@@ -92,6 +92,8 @@ pub fn run(
         failed,
         input_pixels: pixels,
         seconds: t0.elapsed().as_secs_f64(),
+        // The service does not say which engine it used.
+        engines: Vec::new(),
     };
     if let Some(dir) = &plan.out_dir {
         println!("{}; wrote {} (server {url})", s.line(), dir.display());

@@ -47,7 +47,7 @@ pub(crate) fn engine_failure(e: Error) -> Failure {
         } => Failure::new(422, "too_large", msg),
         Error::TooLarge { .. } => Failure::new(413, "too_large", msg),
         Error::BadOption(_) | Error::Geometry(_) => Failure::bad_request(msg),
-        Error::Encode(_) | Error::Resample(_) => Failure::internal(msg),
+        Error::Encode(_) | Error::Resample(_) | Error::Gpu(_) => Failure::internal(msg),
     }
 }
 
