@@ -49,7 +49,7 @@ FILTERS = ("point", "box", "triangle", "catrom", "mitchell", "gaussian", "lanczo
 
 
 def resize(data, geometry, quality=None, filter=None, sampling=None, strip=False,
-           auto_orient=False, format=None, thumbnail=False, progressive=False):
+           auto_orient=False, format=None, thumbnail=False, progressive=False, engine=None):
     """Resizes an image to an ImageMagick ``geometry``, with ImageMagick's output size.
 
     ``data``: an encoded JPEG or PNG (``bytes``, ``bytearray``, ``memoryview``) → ``bytes`` of
@@ -68,9 +68,13 @@ def resize(data, geometry, quality=None, filter=None, sampling=None, strip=False
     ``auto_orient``: apply the EXIF orientation to the pixels (and reset the tag).
     ``thumbnail``: ImageMagick's ``-thumbnail`` (keeps only the ICC profile, LanczosSharp).
     ``progressive``: progressive JPEG. Gray images stay gray.
+    ``engine``: where the resample runs: ``"cpu"`` (None, the default), ``"gpu"`` (the Vulkan
+    device ``REMORA_GPU`` allows: unset takes a real GPU only, ``any`` also Mesa's software
+    one; ``ValueError`` when there is none) or ``"auto"`` (a real GPU when present). Decoding
+    and encoding stay on the CPU; results are within one grey level of the CPU's.
     """
     return _r.resize(data, geometry, quality, filter, sampling, strip, auto_orient, format,
-                     thumbnail, progressive)
+                     thumbnail, progressive, engine)
 
 
 def info(data):

@@ -116,3 +116,20 @@ fn the_hardware_policy_never_picks_a_cpu_type_device() {
         Err(e) => assert!(matches!(e, GpuError::NoAdapter(_)), "{e}"),
     }
 }
+
+/// Regression: a readback dropped unread (a frame abandoned on an error) returned its staging
+/// buffer to the pool with a mapping pending, and the next submission that drew it failed
+/// validation ("Buffer with 'readback' label is still mapped") in another thread's work.
+#[test]
+fn a_readback_dropped_unread_does_not_poison_the_pool() {
+    let Some(gpu) = gpu() else { return };
+    let v = gpu.upload("v", &[5u32; 64]).unwrap();
+    for _ in 0..4 {
+        let r = gpu.submit_read(gpu.encoder(), &[(&v, 0, 256)]).unwrap();
+        drop(r);
+        let out = gpu.read(gpu.encoder(), &[(&v, 0, 256)]).unwrap();
+        assert!(bytemuck::cast_slice::<u8, u32>(&out[0])
+            .iter()
+            .all(|&x| x == 5));
+    }
+}

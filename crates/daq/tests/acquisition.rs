@@ -181,6 +181,39 @@ fn shm_every_frame_arrives_whole_and_equals_the_direct_pipeline() {
     assert_same_as_direct(&cfg, 0, &frames);
 }
 
+/// The receiver on the GPU engine (whatever Vulkan device `REMORA_GPU` allows; `make test`
+/// allows lavapipe): every frame processed on the device, results equal to the same pipeline
+/// run directly. The ring holds the whole run, so the device's speed cannot cause overruns.
+#[test]
+fn shm_acquisition_on_the_gpu_engine_equals_the_direct_pipeline() {
+    let _one = one_at_a_time();
+    if let Err(e) = remora_daq::engine::GpuEngine::new() {
+        assert!(
+            std::env::var_os("REMORA_GPU").is_none(),
+            "REMORA_GPU is set but there is no GPU engine: {e}"
+        );
+        eprintln!("skipped: {e}");
+        return;
+    }
+    let mut cfg = with("[acquisition]\nframes = 12\nbunch = 6\n[transport]\nkind = \"shm\"\n");
+    cfg.pipeline.engine = Some("gpu-wgpu".into());
+    let (s, frames) = acquire(&cfg);
+    assert_eq!(
+        (s.frames_complete, s.frames_lost, s.overruns),
+        (12, 0, 0),
+        "{s:?}"
+    );
+    assert!(s.kept > 0, "{s:?}");
+    let profile_engine = frames.iter().find_map(|(_, f)| match &f.outcome {
+        Some(Outcome::Kept {
+            profile: Some(p), ..
+        }) => Some(p.engine.name),
+        _ => None,
+    });
+    assert_eq!(profile_engine, Some("gpu-wgpu"));
+    assert_same_as_direct(&cfg, 0, &frames);
+}
+
 #[test]
 fn a_roi_sent_line_by_line_lands_at_its_place_and_the_rest_is_masked() {
     let _one = one_at_a_time();

@@ -91,8 +91,12 @@ fn job(
     format: Option<&str>,
     thumbnail: bool,
     progressive: bool,
+    engine: Option<&str>,
 ) -> PyResult<Job> {
     let mut job = Job::parse(geometry).map_err(err)?;
+    if let Some(e) = engine {
+        job.engine = e.parse().map_err(err)?;
+    }
     if let Some(q) = quality {
         if !(1..=100).contains(&q) {
             return Err(PyValueError::new_err(format!(
@@ -179,9 +183,11 @@ fn resize_array<'py>(
 /// output (JPEG, or PNG for PNG input or `format="png"`); or a C-contiguous uint8 numpy array
 /// (H, W) gray or (H, W, C) with C = 1 to 4 → a uint8 array of the resized pixels in the same
 /// layout (no encoding: `quality`, `format`, `sampling`, `progressive` and `auto_orient` are a
-/// `ValueError` there). The GIL is released while working.
+/// `ValueError` there). `engine` resamples on "cpu" (the default), "gpu" (the device
+/// `REMORA_GPU` allows; a `ValueError` when there is none) or "auto" (a real GPU when present).
+/// The GIL is released while working.
 #[pyfunction]
-#[pyo3(signature = (data, geometry, quality=None, filter=None, sampling=None, strip=false, auto_orient=false, format=None, thumbnail=false, progressive=false))]
+#[pyo3(signature = (data, geometry, quality=None, filter=None, sampling=None, strip=false, auto_orient=false, format=None, thumbnail=false, progressive=false, engine=None))]
 #[allow(clippy::too_many_arguments)]
 fn resize<'py>(
     py: Python<'py>,
@@ -195,6 +201,7 @@ fn resize<'py>(
     format: Option<&str>,
     thumbnail: bool,
     progressive: bool,
+    engine: Option<&str>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let job = job(
         geometry,
@@ -206,6 +213,7 @@ fn resize<'py>(
         format,
         thumbnail,
         progressive,
+        engine,
     )?;
     if let Ok(arr) = data.cast::<PyUntypedArray>() {
         let encoding = [

@@ -32,6 +32,13 @@ impl std::ops::Deref for Pooled {
     }
 }
 
+impl Pooled {
+    /// Drops the buffer without returning it to the pool (one whose mapping may be pending).
+    fn discard(mut self) {
+        self.buf.take();
+    }
+}
+
 impl Drop for Pooled {
     fn drop(&mut self) {
         if let (Some(b), Ok(mut free)) = (self.buf.take(), self.home.lock()) {
@@ -171,10 +178,10 @@ pub struct Readback {
 
 impl Readback {
     /// Waits for the submission and returns each range's bytes, in the order asked.
-    pub fn wait(self, gpu: &Gpu) -> Result<Vec<Vec<u8>>, GpuError> {
+    pub fn wait(mut self, gpu: &Gpu) -> Result<Vec<Vec<u8>>, GpuError> {
         gpu.device
             .poll(wgpu::PollType::Wait {
-                submission_index: Some(self.index),
+                submission_index: Some(self.index.clone()),
                 timeout: Some(WAIT),
             })
             .map_err(|e| GpuError::Transfer(e.to_string()))?;
@@ -188,16 +195,36 @@ impl Readback {
             }
         }
         let mut out = Vec::with_capacity(self.stage.len());
-        for (s, len) in &self.stage {
+        let mut failed = None;
+        for (s, len) in std::mem::take(&mut self.stage) {
             let len4 = len.next_multiple_of(4).max(4);
-            let view = s
-                .slice(0..len4)
-                .get_mapped_range()
-                .map_err(|e| GpuError::Transfer(format!("reading back: {e}")))?;
-            out.push(view[..*len as usize].to_vec());
-            drop(view);
-            s.unmap();
+            if failed.is_none() {
+                match s.slice(0..len4).get_mapped_range() {
+                    Ok(view) => {
+                        out.push(view[..len as usize].to_vec());
+                        drop(view);
+                        s.unmap();
+                        continue;
+                    }
+                    Err(e) => failed = Some(GpuError::Transfer(format!("reading back: {e}"))),
+                }
+            }
+            s.discard();
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         Ok(out)
+    }
+}
+
+impl Drop for Readback {
+    /// A readback dropped unread (an error on the way, an abandoned frame) may leave its
+    /// staging buffers mapped or with a mapping pending: they must not go back to the pool,
+    /// where another submission would find them mapped.
+    fn drop(&mut self) {
+        for (s, _) in self.stage.drain(..) {
+            s.discard();
+        }
     }
 }

@@ -291,19 +291,8 @@ impl Gpu {
         pipeline: &wgpu::ComputePipeline,
         bindings: &[wgpu::BindingResource<'_>],
     ) -> wgpu::BindGroup {
-        let entries: Vec<wgpu::BindGroupEntry<'_>> = bindings
-            .iter()
-            .enumerate()
-            .map(|(i, r)| wgpu::BindGroupEntry {
-                binding: i as u32,
-                resource: r.clone(),
-            })
-            .collect();
-        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &entries,
-        })
+        let numbered: Vec<_> = (0u32..).zip(bindings.iter().cloned()).collect();
+        self.bind_at(pipeline, &numbered)
     }
 
     /// A bind group for group 0 of `pipeline` with explicit binding numbers (for entry points

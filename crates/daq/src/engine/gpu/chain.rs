@@ -4,8 +4,8 @@ use remora_accel::gpu::{groups, wgpu, Pooled, Readback};
 
 use super::resident::{Bands, DeviceMap, DeviceMatrix};
 use super::{
-    f32_bits, floats, gpu_err, stats_of, words, GpuEngine, ASSEMBLE, COMPRESS, CONVERT, DECIDE,
-    INTEGRATE, WG,
+    f32_bits, floats, gpu_err, stats_of, words, GpuEngine, ASSEMBLE, COMPRESS, DECIDE, INTEGRATE,
+    WG,
 };
 use crate::azint::{AzMatrix, Profile};
 use crate::calib::ConvTables;
@@ -332,42 +332,14 @@ pub(super) fn begin<'a>(
     let mut enc = gpu.encoder();
     let stats = e.stats_buffer()?;
     // Conversion, band by band, into device buffers that the later stages read.
-    let conv = e.pipe(CONVERT, "daq-convert", "convert")?;
-    let mut conv_out = Vec::new();
-    for (k, band) in dev.bands.iter().enumerate() {
-        let r = gpu.upload("raw", &raw[band.clone()]).map_err(gpu_err)?;
-        let o = gpu
-            .storage("converted", band.len() as u64 * 4)
-            .map_err(gpu_err)?;
-        e.params(
-            [
-                band.len() as u32,
-                gpu.row_stride(),
-                0,
-                0,
-                f32_bits(plan.veto_kev),
-                f32_bits(1.0),
-                0,
-                0,
-            ],
-            &mut keep,
-        )?;
-        let p = keep.last().expect("params");
-        let bind = gpu.bind(
-            &conv,
-            &[
-                r.as_entire_binding(),
-                dev.ped[k].as_entire_binding(),
-                dev.gain[k].as_entire_binding(),
-                o.as_entire_binding(),
-                stats.as_entire_binding(),
-                p.as_entire_binding(),
-            ],
-        );
-        gpu.dispatch(&mut enc, &conv, &bind, groups(band.len() as u64, WG));
-        keep.push(r);
-        conv_out.push(o);
-    }
+    let conv_out = e.record_convert(
+        &mut enc,
+        raw,
+        dev,
+        &stats,
+        (0, plan.veto_kev, 1.0),
+        &mut keep,
+    )?;
     // The veto: the device sizes every later dispatch from the count it just made.
     let img_bands = map.as_ref().map(|d| d.bands.clone());
     let slots = 3 * dev.bands.len()

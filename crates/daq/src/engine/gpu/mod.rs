@@ -180,50 +180,17 @@ impl Engine for GpuEngine {
             ConvOut::Energy(_) => (0, 1.0),
             ConvOut::Photons { energy_kev, .. } => (1, *energy_kev),
         };
-        let pipe = self.pipe(CONVERT, "daq-convert", "convert")?;
         let stats = self.stats_buffer()?;
         let mut keep = Vec::new();
-        let mut outs = Vec::new();
         let mut enc = self.gpu.encoder();
-        for (k, band) in dev.bands.iter().enumerate() {
-            let r = self
-                .gpu
-                .upload("raw", &raw[band.clone()])
-                .map_err(gpu_err)?;
-            let o = self
-                .gpu
-                .storage("converted", band.len() as u64 * 4)
-                .map_err(gpu_err)?;
-            self.params(
-                [
-                    band.len() as u32,
-                    self.gpu.row_stride(),
-                    photons,
-                    0,
-                    f32_bits(threshold),
-                    f32_bits(energy),
-                    0,
-                    0,
-                ],
-                &mut keep,
-            )?;
-            let p = keep.last().expect("params");
-            let bind = self.gpu.bind(
-                &pipe,
-                &[
-                    r.as_entire_binding(),
-                    dev.ped[k].as_entire_binding(),
-                    dev.gain[k].as_entire_binding(),
-                    o.as_entire_binding(),
-                    stats.as_entire_binding(),
-                    p.as_entire_binding(),
-                ],
-            );
-            self.gpu
-                .dispatch(&mut enc, &pipe, &bind, groups(band.len() as u64, WG));
-            keep.push(r);
-            outs.push(o);
-        }
+        let outs = self.record_convert(
+            &mut enc,
+            raw,
+            dev,
+            &stats,
+            (photons, threshold, energy),
+            &mut keep,
+        )?;
         let mut ranges = vec![(&*stats, 0, 16)];
         for (o, band) in outs.iter().zip(dev.bands.iter()) {
             ranges.push((o, 0, band.len() as u64 * 4));
@@ -437,6 +404,53 @@ impl Engine for GpuEngine {
 }
 
 impl GpuEngine {
+    /// Records the conversion of `raw`, band by band, into new device buffers (returned) with
+    /// the counts added into `stats`. `how` is (photons, veto threshold, photon energy).
+    pub(crate) fn record_convert(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        raw: &[u16],
+        dev: &resident::DeviceTables,
+        stats: &wgpu::Buffer,
+        how: (u32, f32, f32),
+        keep: &mut Vec<Pooled>,
+    ) -> Result<Vec<Pooled>> {
+        let (photons, threshold, energy) = how;
+        let pipe = self.pipe(CONVERT, "daq-convert", "convert")?;
+        let mut outs = Vec::new();
+        for (k, band) in dev.bands.iter().enumerate() {
+            let r = self
+                .gpu
+                .upload("raw", &raw[band.clone()])
+                .map_err(gpu_err)?;
+            let o = self
+                .gpu
+                .storage("converted", band.len() as u64 * 4)
+                .map_err(gpu_err)?;
+            let n = band.len() as u32;
+            let stride = self.gpu.row_stride();
+            let t = f32_bits(threshold);
+            self.params([n, stride, photons, 0, t, f32_bits(energy), 0, 0], keep)?;
+            let p = keep.last().expect("params");
+            let bind = self.gpu.bind(
+                &pipe,
+                &[
+                    r.as_entire_binding(),
+                    dev.ped[k].as_entire_binding(),
+                    dev.gain[k].as_entire_binding(),
+                    o.as_entire_binding(),
+                    stats.as_entire_binding(),
+                    p.as_entire_binding(),
+                ],
+            );
+            self.gpu
+                .dispatch(enc, &pipe, &bind, groups(band.len() as u64, WG));
+            keep.push(r);
+            outs.push(o);
+        }
+        Ok(outs)
+    }
+
     /// Submits the chain for one non-dark frame without waiting (sizes are checked here as in
     /// [`Engine::process_frame`]); [`finish_frame`](Self::finish_frame) reads its results.
     /// Submitting frame n + 1 before finishing frame n overlaps its upload and the device's
