@@ -359,38 +359,13 @@ fn udp_packets(path: &Path) -> Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> {
 
 #[test]
 fn captured_datagrams_decode_in_tshark_and_pass_the_icrc_check() {
-    if Command::new("tshark").arg("-v").output().is_err() {
-        eprintln!("skipped: tshark is not installed");
-        return;
-    }
     let port = free_udp_port();
     let dir = std::env::temp_dir().join(format!("remora-cap-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("fabric.pcap");
-    let mut cap = Command::new("tshark")
-        .args(["-i", "lo", "-f", "udp", "-F", "pcap", "-w"])
-        .arg(&pcap)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Wait until tshark says it is capturing.
-    let mut err = BufReader::new(cap.stderr.take().unwrap());
-    let t0 = Instant::now();
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if err.read_line(&mut line).unwrap_or(0) == 0 || t0.elapsed() > Duration::from_secs(20) {
-            let _ = cap.kill();
-            let _ = cap.wait();
-            eprintln!("skipped: tshark cannot capture on lo here");
-            return;
-        }
-        if line.contains("Capturing on") {
-            break;
-        }
-    }
+    let Some(mut cap) = capture(&pcap, "udp") else {
+        return;
+    };
     let port_s = port.to_string();
     let s = serve(&["--udp-port", &port_s]);
     let c = client(&s, Transport::Udp);

@@ -96,16 +96,7 @@ impl PyPd {
         // buffer) alive for the Buffer's life. A C-contiguous array's buffer does not move.
         let buf =
             unsafe { mem::Buffer::external_owned(data, len, Box::new(owner)) }.map_err(mem_err)?;
-        let mode = if pinned {
-            mem::Mode::Pinned
-        } else {
-            mem::Mode::OnDemand
-        };
-        let region = self
-            .pd
-            .register(buf, parse_access(access)?, mode)
-            .map_err(mem_err)?;
-        Ok(PyRegion { region })
+        self.register_buffer(buf, access, pinned)
     }
 
     /// Allocates `length` bytes of shared memory (a sealed memfd) and registers it: the memory
@@ -117,6 +108,17 @@ impl PyPd {
             return Err(PyValueError::new_err("cannot allocate an empty region"));
         }
         let buf = mem::Buffer::memfd("remora-py", length).map_err(mem_err)?;
+        self.register_buffer(buf, access, pinned)
+    }
+
+    /// Regions registered.
+    fn __len__(&self) -> usize {
+        self.pd.len()
+    }
+}
+
+impl PyPd {
+    fn register_buffer(&self, buf: mem::Buffer, access: &str, pinned: bool) -> PyResult<PyRegion> {
         let mode = if pinned {
             mem::Mode::Pinned
         } else {
@@ -127,11 +129,6 @@ impl PyPd {
             .register(buf, parse_access(access)?, mode)
             .map_err(mem_err)?;
         Ok(PyRegion { region })
-    }
-
-    /// Regions registered.
-    fn __len__(&self) -> usize {
-        self.pd.len()
     }
 }
 
