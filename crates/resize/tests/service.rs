@@ -785,3 +785,48 @@ fn client_sends_format_quality_filter_and_strip() {
         .unwrap();
     assert_eq!(decode_rgb(&jpeg).0, 16);
 }
+
+/// `engine: Gpu`: the service resamples on the device `REMORA_GPU` allows (lavapipe in `make
+/// test`) and answers what the CPU service answers; with no device allowed it does not start.
+#[test]
+fn a_gpu_service_answers_like_the_cpu_one_and_refuses_to_start_without_a_device() {
+    let gpu = ServeOptions {
+        engine: remora_resize::Engine::Gpu,
+        ..opts()
+    };
+    if std::env::var_os("REMORA_GPU").is_none_or(|v| v == "off") {
+        // Without a device policy that allows one, a real GPU may still be there: only check
+        // that a refusal says why.
+        if let Err(e) = Server::spawn(gpu) {
+            assert!(e.to_string().contains("engine gpu"), "{e}");
+        }
+        return;
+    }
+    let (g, c) = (Server::spawn(gpu).unwrap(), Server::spawn(opts()).unwrap());
+    let jpeg = gradient_jpeg(640, 480, 90);
+    for q in [
+        "geometry=300x200%21&format=png",
+        "geometry=50%25&format=png",
+    ] {
+        let a = post(&format!("{}/resize?{q}", base(&g)), &jpeg);
+        let b = post(&format!("{}/resize?{q}", base(&c)), &jpeg);
+        assert_eq!((a.status, b.status), (200, 200), "{q}: {}", a.text());
+        assert_eq!(a.size(), b.size(), "{q}");
+        let (pa, pb) = (
+            png::Decoder::new(std::io::Cursor::new(a.body)),
+            png::Decoder::new(std::io::Cursor::new(b.body)),
+        );
+        let (mut ra, mut rb) = (pa.read_info().unwrap(), pb.read_info().unwrap());
+        let mut xa = vec![0; ra.output_buffer_size().unwrap()];
+        let mut xb = vec![0; rb.output_buffer_size().unwrap()];
+        ra.next_frame(&mut xa).unwrap();
+        rb.next_frame(&mut xb).unwrap();
+        let worst = xa
+            .iter()
+            .zip(&xb)
+            .map(|(p, q)| p.abs_diff(*q))
+            .max()
+            .unwrap();
+        assert!(worst <= 1, "{q}: {worst} grey levels apart");
+    }
+}

@@ -48,6 +48,11 @@ pub struct ServeArgs {
     /// the main address].
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
+    /// Where the resample runs: cpu, gpu (the Vulkan device REMORA_GPU allows; the service
+    /// does not start without one) or auto (a real GPU when present). Decoding and encoding
+    /// stay on the CPU workers.
+    #[arg(long, value_name = "ENGINE", default_value = "cpu")]
+    engine: String,
 }
 
 fn hex(name: &str, s: &str) -> anyhow::Result<Vec<u8>> {
@@ -85,6 +90,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         salt: a.salt.as_deref().map(|s| hex("salt", s)).transpose()?,
         default_quality: a.quality,
         metrics: a.metrics,
+        engine: a.engine.parse().context("--engine")?,
     };
     let server = Server::spawn(opts).context("starting the resize service")?;
     println!("listening on http://{}", server.local_addr());

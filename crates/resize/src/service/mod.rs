@@ -68,6 +68,9 @@ pub struct ServeOptions {
     pub default_quality: u8,
     /// A separate address for `/metrics`; `None`: `/metrics` on the main port.
     pub metrics: Option<SocketAddr>,
+    /// Where the resample runs ([`crate::Engine::Cpu`] by default). `Gpu` is checked when the
+    /// service starts: no device, no service, with the reason.
+    pub engine: crate::Engine,
 }
 
 impl Default for ServeOptions {
@@ -84,6 +87,7 @@ impl Default for ServeOptions {
             salt: None,
             default_quality: 80,
             metrics: None,
+            engine: crate::Engine::Cpu,
         }
     }
 }
@@ -100,6 +104,7 @@ impl std::fmt::Debug for ServeOptions {
             .field("key", &self.key.as_ref().map(|_| "<set>"))
             .field("salt", &self.salt.as_ref().map(|_| "<set>"))
             .field("default_quality", &self.default_quality)
+            .field("engine", &self.engine)
             .field("metrics", &self.metrics)
             .finish()
     }
@@ -169,6 +174,10 @@ impl Server {
         if !(1..=100).contains(&opts.default_quality) {
             return Err(invalid("default quality must be 1 to 100"));
         }
+        // A GPU service without a device would fail every request: refuse to start instead.
+        opts.engine
+            .resampler()
+            .map_err(|e| invalid(&format!("engine {}: {e}", opts.engine)))?;
         let sources = source::Sources::new(
             opts.root.as_deref(),
             opts.allow.clone(),
@@ -184,6 +193,7 @@ impl Server {
             key: opts.key.clone().map(Arc::from),
             salt: opts.salt.clone().map(Arc::from),
             default_quality: opts.default_quality,
+            engine: opts.engine,
         };
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

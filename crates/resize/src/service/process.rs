@@ -88,11 +88,13 @@ pub(crate) fn imgproxy(
     req: &Request,
     limits: Limits,
     default_quality: u8,
+    engine: crate::Engine,
 ) -> Result<Done, Failure> {
     let (in_format, w, h) = displayed_size(input, req.auto_rotate).map_err(engine_failure)?;
     let Plan { resize, crop } = plan(req, w, h);
     let mut job = Job::parse(&format!("{}x{}!", resize.0, resize.1)).map_err(engine_failure)?;
     job.limits = limits;
+    job.engine = engine;
     job.strip = req.strip;
     job.auto_orient = req.auto_rotate;
     let quality = req.quality.unwrap_or(default_quality);

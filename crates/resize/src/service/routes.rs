@@ -30,6 +30,7 @@ pub(crate) struct App {
     pub key: Option<Arc<[u8]>>,
     pub salt: Option<Arc<[u8]>>,
     pub default_quality: u8,
+    pub engine: crate::Engine,
 }
 
 /// The failure's kind, carried to the metrics in the response's extensions.
@@ -172,12 +173,17 @@ fn parse_bool(key: &str, v: &str) -> Result<bool, Failure> {
 }
 
 /// The job a `POST /resize` query asks for.
-fn post_job(q: &HashMap<String, String>, limits: Limits) -> Result<Job, Failure> {
+fn post_job(
+    q: &HashMap<String, String>,
+    limits: Limits,
+    engine: crate::Engine,
+) -> Result<Job, Failure> {
     let geometry = q
         .get("geometry")
         .ok_or_else(|| Failure::bad_request("geometry is missing: /resize?geometry=500x500"))?;
     let mut job = Job::parse(geometry).map_err(process::engine_failure)?;
     job.limits = limits;
+    job.engine = engine;
     job.auto_orient = true;
     for (k, v) in q {
         match k.as_str() {
@@ -236,7 +242,7 @@ async fn post_resize(
         if body.is_empty() {
             return Err(Failure::bad_request("empty body: POST the image"));
         }
-        let job = post_job(&q, app.limits)?;
+        let job = post_job(&q, app.limits, app.engine)?;
         app.metrics
             .input_bytes
             .fetch_add(body.len() as u64, Ordering::Relaxed);
@@ -252,13 +258,13 @@ async fn get_imgproxy(State(app): State<App>, uri: Uri) -> Response {
         imgproxy::verify(&path, app.key.as_deref(), app.salt.as_deref()).map_err(url_failure)?;
         let req = imgproxy::parse(&path).map_err(url_failure)?;
         let (sources, metrics) = (app.sources.clone(), app.metrics.clone());
-        let (limits, quality) = (app.limits, app.default_quality);
+        let (limits, quality, engine) = (app.limits, app.default_quality, app.engine);
         let done = on_worker(&app, move || {
             let input = sources.load(&req.source)?;
             metrics
                 .input_bytes
                 .fetch_add(input.len() as u64, Ordering::Relaxed);
-            process::imgproxy(&input, &req, limits, quality)
+            process::imgproxy(&input, &req, limits, quality, engine)
         })
         .await?;
         Ok(image_response(&app, done))
