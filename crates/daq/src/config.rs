@@ -325,7 +325,8 @@ pub struct PipelineCfg {
     /// Run the pipeline (false: the receiver only counts frames).
     #[serde(default = "yes")]
     pub process: bool,
-    /// Engine (`cpu-simd`, `cpu-scalar`); default: the registry's first available.
+    /// Engine (`gpu-wgpu`, `cpu-simd`, `cpu-scalar`); default: the registry's first available
+    /// (a real GPU, else `cpu-simd`).
     pub engine: Option<String>,
     /// Engine threads (0: all cores).
     #[serde(default)]
