@@ -52,7 +52,8 @@ def match(query, train, ratio=0.6, cross_check=False, max_distance=None, threads
     ``query`` (n, dim) and ``train`` (m, dim): C-contiguous ``uint8`` (exact integer path) or
     ``float32`` arrays of the same dtype and dimension (1 to ``MAX_DIM``), borrowed without
     copies (read-only and memory-mapped arrays are fine). ``threads``: None for all cores.
-    ``kernel``: "auto", or one of ``kernels()`` (u8 path; all give identical results).
+    ``kernel``: "auto", one of ``kernels()``, or "gpu" (the Vulkan device ``REMORA_GPU``
+    allows; u8 descriptors only) — all give identical results.
 
     Returns an (k, 2) int64 array of ``[query_index, train_index]`` rows sorted by query index
     (OpenCV's ``queryIdx``/``trainIdx``), or with ``return_distances=True`` a tuple

@@ -263,6 +263,21 @@ def test_every_kernel_and_thread_count_gives_identical_results():
         rm.match(q, t, kernel="cuda")
 
 
+def test_gpu_kernel_gives_the_cpu_results():
+    """kernel="gpu" on the device REMORA_GPU allows (make test: lavapipe): the same matches and
+    neighbours as the CPU kernels; float descriptors are refused with the reason."""
+    if os.environ.get("REMORA_GPU", "off") == "off":
+        pytest.skip("REMORA_GPU is not set: no GPU engine asked for")
+    q, t, _, _ = pair(2)
+    base = rm.match(q, t, ratio=0.8, cross_check=True, kernel="portable")
+    got = rm.match(q, t, ratio=0.8, cross_check=True, kernel="gpu")
+    assert np.array_equal(got, base)
+    nb, want = rm.knn2(q, t, kernel="gpu"), rm.knn2(q, t, kernel="portable")
+    assert np.array_equal(nb[0], want[0]) and np.array_equal(nb[1], want[1])
+    with pytest.raises(ValueError, match="u8"):
+        rm.match(q.astype(np.float32), t.astype(np.float32), kernel="gpu")
+
+
 # ---------------------------------------------------------------------------------------------
 # Ties, empty and tiny sets.
 
