@@ -8,11 +8,15 @@
 //! [`out::Out`] that holds large values by reference) and [`server`] (TCP, unix and
 //! UDP sockets on io_uring or mio/epoll worker threads). [`config`] parses memcached's command line.
 //!
-//! Not here: slab classes and slab statistics (memory is accounted per item instead),
+//! [`arena`] is the relocatable slab-class item memory with warm restart that will replace
+//! `storage`'s heap allocations (issue 17); the server does not use it yet.
+//!
+//! Not here: slab classes and slab statistics in the server (memory is accounted per item),
 //! SASL, TLS, extstore, the LRU crawler and `watch`. Meta `E` (explicit
 //! CAS) is refused, as memcached 1.6.18 refuses it.
 #![warn(missing_docs)]
 
+pub mod arena;
 pub mod config;
 pub mod conns;
 pub mod handler;

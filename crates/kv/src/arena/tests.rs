@@ -1,0 +1,298 @@
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn small(memory: usize) -> ArenaConfig {
+    ArenaConfig {
+        memory,
+        page_size: 64 << 10,
+        hash_power: 8,
+        item_max: 64 << 10,
+        ..ArenaConfig::new(memory)
+    }
+}
+
+fn anon(cfg: &ArenaConfig) -> Arena {
+    let map = Mapping::new(Backing::Anonymous, cfg.memory).unwrap();
+    let (a, o) = Arena::open(map, cfg).unwrap();
+    assert_eq!(o, Opened::Cold(None));
+    a
+}
+
+#[test]
+fn classes_grow_by_the_factor_from_the_minimum_space_to_the_page() {
+    let c = ArenaConfig::new(64 << 20).classes().unwrap();
+    // memcached 1.6 with -n 48 -f 1.25: 96, 120, 152, 192, 240, ...
+    assert_eq!(&c[..5], &[96, 120, 152, 192, 240]);
+    assert_eq!(*c.last().unwrap(), 1 << 20);
+    assert!(c.windows(2).all(|w| w[0] < w[1] && w[0] % 8 == 0));
+    assert!(c.len() <= 63);
+    let bad = ArenaConfig {
+        growth_factor: 1.0,
+        ..ArenaConfig::new(1 << 20)
+    };
+    assert!(bad
+        .classes()
+        .unwrap_err()
+        .to_string()
+        .contains("growth factor"));
+}
+
+#[test]
+fn items_are_stored_found_replaced_and_deleted_by_offset() {
+    let mut a = anon(&small(1 << 20));
+    let c1 = a.set(b"alpha", b"one", 5, 0, 100).unwrap();
+    let c2 = a.set(b"beta", &[7u8; 3000], 0, 0, 100).unwrap();
+    assert!(c2 > c1);
+    assert_eq!(a.get(b"alpha", 100).unwrap().value, b"one");
+    let big = a.get(b"beta", 100).unwrap();
+    assert_eq!((big.value.len(), big.class > 0), (3000, true));
+    let c3 = a.set(b"alpha", b"two", 6, 0, 100).unwrap();
+    let it = a.get(b"alpha", 100).unwrap();
+    assert_eq!((it.value, it.flags, it.cas), (&b"two"[..], 6, c3));
+    assert!(a.delete(b"alpha") && !a.delete(b"alpha"));
+    assert!(a.get(b"alpha", 100).is_none());
+    assert_eq!(a.stats().items, 1);
+    a.check().unwrap();
+}
+
+#[test]
+fn expired_items_are_never_returned_and_are_reclaimed() {
+    let mut a = anon(&small(1 << 20));
+    a.set(b"short", b"x", 0, 150, 100).unwrap();
+    a.set(b"long", b"y", 0, 500, 100).unwrap();
+    assert!(a.get(b"short", 149).is_some());
+    assert!(a.get(b"short", 150).is_none());
+    assert!(a.touch(b"long", 160, 151));
+    assert_eq!(a.reclaim_expired(200), 1);
+    assert_eq!(a.stats().items, 0);
+    a.check().unwrap();
+}
+
+#[test]
+fn a_full_class_evicts_its_least_recently_used_item() {
+    // 4 pages of 64 KiB: 1000-byte items, 56 per 64 KiB page of the 1184-byte class.
+    let cfg = small(HEADER_BYTES + (8 << 8) + 4 * (64 << 10) + 8192);
+    let mut a = anon(&cfg);
+    let n = 400;
+    for i in 0..n {
+        a.set(format!("k{i}").as_bytes(), &[i as u8; 1000], 0, 0, 1)
+            .unwrap();
+        if i == 10 {
+            // k0 is used: it moves to the head and outlives the others.
+            assert!(a.get(b"k0", 1).is_some());
+        }
+    }
+    let st = a.stats();
+    assert!(st.evictions > 0 && st.items + st.evictions == n, "{st:?}");
+    assert!(a.get(b"k1", 1).is_none(), "the coldest went first");
+    assert!(a.get(format!("k{}", n - 1).as_bytes(), 1).is_some());
+    a.check().unwrap();
+}
+
+#[test]
+fn too_large_items_and_bad_keys_are_refused_and_lose_nothing() {
+    let mut a = anon(&small(1 << 20));
+    a.set(b"k", b"v", 0, 0, 1).unwrap();
+    assert!(matches!(
+        a.set(b"k", &vec![0; 70_000], 0, 0, 1),
+        Err(ArenaError::TooLarge(_))
+    ));
+    assert!(matches!(
+        a.set(&[b'x'; 251], b"v", 0, 0, 1),
+        Err(ArenaError::BadKey(251))
+    ));
+    assert!(matches!(
+        a.set(b"", b"v", 0, 0, 1),
+        Err(ArenaError::BadKey(0))
+    ));
+    assert_eq!(a.get(b"k", 1).unwrap().value, b"v");
+}
+
+#[test]
+fn a_class_without_pages_left_reports_no_memory_and_keeps_the_old_value() {
+    // One page, taken by small items: a large item has no page and nothing of its class.
+    let cfg = small(HEADER_BYTES + (8 << 8) + (64 << 10) + 8192);
+    let mut a = anon(&cfg);
+    assert_eq!(a.stats().pages, 1);
+    a.set(b"small", b"s", 0, 0, 1).unwrap();
+    a.set(b"big", b"old", 0, 0, 1).unwrap();
+    assert!(matches!(
+        a.set(b"big", &[1; 5000], 0, 0, 1),
+        Err(ArenaError::NoMemory(_))
+    ));
+    assert_eq!(a.get(b"big", 1).unwrap().value, b"old");
+}
+
+#[test]
+fn a_page_moves_between_classes_evicting_what_it_held() {
+    let cfg = small(HEADER_BYTES + (8 << 8) + 2 * (64 << 10) + 8192);
+    let mut a = anon(&cfg);
+    for i in 0..20 {
+        a.set(format!("s{i}").as_bytes(), b"small", 0, 0, 1)
+            .unwrap();
+    }
+    a.set(b"mid", &[2; 3000], 0, 0, 1).unwrap();
+    assert_eq!(a.stats().pages_used, 2);
+    let small_class = a.get(b"s0", 1).unwrap().class;
+    let Err(ArenaError::NoMemory(big_class)) = a.set(b"huge", &[3; 40_000], 0, 0, 1) else {
+        panic!("a class with no page and no free page must have no memory");
+    };
+    assert_eq!(a.move_page(small_class, big_class).unwrap(), 20);
+    a.check().unwrap();
+    a.set(b"huge", &[3; 40_000], 0, 0, 1).unwrap();
+    assert_eq!(a.get(b"mid", 1).unwrap().value.len(), 3000);
+    assert!(a.get(b"s3", 1).is_none());
+    let cs = a.class_stats();
+    assert_eq!((cs[small_class].pages, cs[big_class].pages), (0, 1));
+    assert!(a.move_page(small_class, big_class).is_err());
+    assert!(a.move_page(0, 99).is_err());
+    a.check().unwrap();
+}
+
+#[test]
+fn a_clean_close_restores_every_item_and_a_crash_or_other_settings_start_cold() {
+    let dir = std::env::temp_dir().join(format!("remora-arena-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("arena");
+    let _ = std::fs::remove_file(&path);
+    let cfg = small(1 << 20);
+    let open = |cfg: &ArenaConfig| {
+        let map = Mapping::new(Backing::File(path.clone()), cfg.memory).unwrap();
+        Arena::open(map, cfg).unwrap()
+    };
+    let (mut a, o) = open(&cfg);
+    assert_eq!(o, Opened::Cold(None));
+    let cas = a.set(b"kept", b"value", 9, 4000, 1).unwrap();
+    a.close().unwrap();
+    let (mut a, o) = open(&cfg);
+    assert_eq!(o, Opened::Restored { items: 1 });
+    let it = a.get(b"kept", 2).unwrap();
+    assert_eq!(
+        (it.value, it.flags, it.cas, it.exptime),
+        (&b"value"[..], 9, cas, 4000)
+    );
+    // CAS values keep growing after a restart.
+    assert!(a.set(b"next", b"v", 0, 0, 2).unwrap() > cas);
+    a.check().unwrap();
+    // Dropped without close: a crash. The next start is cold and says why.
+    drop(a);
+    let (a, o) = open(&cfg);
+    assert!(
+        matches!(&o, Opened::Cold(Some(r)) if r.contains("did not stop cleanly")),
+        "{o:?}"
+    );
+    assert_eq!(a.stats().items, 0);
+    a.close().unwrap();
+    // Other settings: cold, with the reason.
+    let other = ArenaConfig {
+        growth_factor: 1.5,
+        ..cfg.clone()
+    };
+    let (a, o) = open(&other);
+    assert!(
+        matches!(&o, Opened::Cold(Some(r)) if r.contains("other settings")),
+        "{o:?}"
+    );
+    drop(a);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_arena_reads_the_same_through_a_second_mapping_at_another_address() {
+    let cfg = small(1 << 20);
+    let map = Mapping::new(Backing::Memfd, cfg.memory).unwrap();
+    let (mut a, _) = Arena::open(map, &cfg).unwrap();
+    a.set(b"shared", b"bytes", 1, 0, 1).unwrap();
+    let fd = a.mapping().fd().unwrap().try_clone().unwrap();
+    let path = std::path::PathBuf::from(format!("/proc/self/fd/{}", {
+        use std::os::fd::AsRawFd;
+        fd.as_raw_fd()
+    }));
+    // A second, independent mapping of the same memory, marked clean as a graceful handover.
+    put_u32(a.mapping_bytes(), H_CLEAN, 1);
+    let other = Mapping::new(Backing::File(path), cfg.memory).unwrap();
+    let (mut b, o) = Arena::open(other, &cfg).unwrap();
+    assert_eq!(o, Opened::Restored { items: 1 });
+    assert_eq!(b.get(b"shared", 1).unwrap().value, b"bytes");
+    assert_ne!(a.mapping().view().as_ptr(), b.mapping().view().as_ptr());
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Set(u8, u16),
+    Get(u8),
+    Delete(u8),
+    Move(u8, u8),
+    Expire(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => (0u8..40, 0u16..9000).prop_map(|(k, n)| Op::Set(k, n)),
+        3 => (0u8..40).prop_map(Op::Get),
+        1 => (0u8..40).prop_map(Op::Delete),
+        1 => (0u8..12, 0u8..12).prop_map(|(a, b)| Op::Move(a, b)),
+        1 => (0u8..40).prop_map(Op::Expire),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Against a map: a value read is always the last one written under its key; a key is
+    /// missing only after an eviction, a page move, a delete or its expiry; every structure
+    /// stays consistent after every step.
+    #[test]
+    fn the_arena_agrees_with_a_map_through_evictions_and_page_moves(ops in proptest::collection::vec(op(), 1..160)) {
+        let cfg = small(HEADER_BYTES + (8 << 8) + 6 * (64 << 10) + 8192);
+        let mut a = anon(&cfg);
+        // key -> (value, evictions + moves when it was written)
+        let mut model: HashMap<u8, (Vec<u8>, u64)> = HashMap::new();
+        let losses = |a: &Arena| a.stats().evictions + a.stats().moves;
+        let now = 10;
+        for (step, o) in ops.into_iter().enumerate() {
+            match o {
+                Op::Set(k, n) => {
+                    let v: Vec<u8> = (0..n).map(|i| (i as u8).wrapping_add(k).wrapping_add(step as u8)).collect();
+                    match a.set(&[b'k', k], &v, u32::from(k), 0, now) {
+                        Ok(_) => { model.insert(k, (v, losses(&a))); }
+                        Err(ArenaError::NoMemory(_)) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                Op::Get(k) => {
+                    let got = a.get(&[b'k', k], now).map(|i| (i.value.to_vec(), i.flags));
+                    match (got, model.get(&k)) {
+                        (Some((v, f)), Some((want, _))) => {
+                            prop_assert_eq!(&v, want);
+                            prop_assert_eq!(f, u32::from(k));
+                        }
+                        (Some(_), None) => prop_assert!(false, "key {} came back", k),
+                        (None, Some((_, at))) => {
+                            prop_assert!(losses(&a) > *at, "key {} lost without an eviction", k);
+                            model.remove(&k);
+                        }
+                        (None, None) => {}
+                    }
+                }
+                Op::Delete(k) => {
+                    let had = a.delete(&[b'k', k]);
+                    if model.remove(&k).is_none() { prop_assert!(!had); }
+                }
+                Op::Move(from, to) => { let _ = a.move_page(from as usize, to as usize); }
+                Op::Expire(k) => {
+                    if a.touch(&[b'k', k], now, now) {
+                        prop_assert!(a.get(&[b'k', k], now).is_none());
+                    }
+                    model.remove(&k);
+                }
+            }
+            if let Err(e) = a.check() {
+                prop_assert!(false, "step {}: {}", step, e);
+            }
+        }
+    }
+}
