@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 REMORA := $(or $(CARGO_TARGET_DIR),target)/release/remora
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: build build-deps demo test test-rust test-python deps py bench lint fmt clean
+.PHONY: build build-deps demo test test-rust test-python test-kv-suite deps py bench lint fmt clean
 
 build: build-deps
 	$(CARGO) build --release -p remora-cli
@@ -27,7 +27,13 @@ test: deps
 	mkdir -p -m 700 $$XDG_RUNTIME_DIR
 	$(CARGO) build --release -p remora-cli
 	$(CARGO) test --workspace --no-fail-fast
+	$(MAKE) test-kv-suite
 	$(MAKE) test-python
+
+# memcached 1.6.18's own t/ files that pass against remora kv (scripts/memcached-suite.pass),
+# each under a timeout, two at a time; fetches memcached's source on the first run.
+test-kv-suite:
+	bash scripts/memcached-suite.sh --check $$(grep -v '^#' scripts/memcached-suite.pass)
 
 deps: build-deps
 	bash scripts/test-deps.sh

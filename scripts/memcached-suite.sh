@@ -5,7 +5,9 @@
 # Prints one line per file (ok / FAIL / TIMEOUT) and a summary; writes the per-file TAP output
 # under $WORK/out-<server>/.
 #
-# Usage: bash scripts/memcached-suite.sh [--reference] [--jobs N] [FILE.t ...]
+# Usage: bash scripts/memcached-suite.sh [--reference] [--jobs N] [--check] [FILE.t ...]
+#   --check: exit 1 when a file does not pass, after printing the end of its log
+#   (`make test` runs the files of scripts/memcached-suite.pass this way)
 #   REMORA=path/to/remora (default: $CARGO_TARGET_DIR/release/remora or target/release/remora)
 #   WORK=dir for the unpacked source (default: /var/cache/remora/memcached-suite)
 # Needs root for the first run (adds a deb-src entry and runs apt-get source), perl and prove.
@@ -13,11 +15,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 server=remora
 jobs=2
+check=0
 files=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --reference) server=memcached ;;
     --jobs) jobs=$2; shift ;;
+    --check) check=1 ;;
     *.t) files+=("$1") ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -79,3 +83,10 @@ run_one() {
 export -f run_one
 printf '%s\n' "${files[@]}" | xargs -P "$jobs" -I{} bash -c 'run_one "$@"' _ {} "$out" | sort -k2 | tee "$out/summary.txt"
 echo "$server: $(grep -c '^ok' "$out/summary.txt") ok, $(grep -c '^FAIL' "$out/summary.txt") failed, $(grep -c '^TIMEOUT' "$out/summary.txt") timed out of ${#files[@]} files (logs in $out)"
+if [ "$check" = 1 ] && grep -qv '^ok' "$out/summary.txt"; then
+  grep -v '^ok' "$out/summary.txt" | while read -r _ f; do
+    echo "--- $f (last lines of $out/$f.log)"
+    tail -n 15 "$out/$f.log"
+  done
+  exit 1
+fi

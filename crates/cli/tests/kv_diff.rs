@@ -26,6 +26,14 @@ const SCRIPTS: &[(&str, &[u8])] = &[
     ("flags", b"set a 4294967295 0 1\r\nx\r\nget a\r\nset b 4294967296 0 1\r\nx\r\nget b\r\nset c -1 0 1\r\nx\r\n"),
     ("flush_all forms", b"set a 0 0 1\r\nx\r\nflush_all\r\nget a\r\nflush_all 0\r\nflush_all x\r\nflush_all 0 noreply\r\nflush_all 1 2 3\r\n"),
     ("version verbosity misc", b"version\r\nversion foo\r\nverbosity\r\nverbosity 1\r\nverbosity x\r\nverbosity 1 2 3\r\nshutdown\r\nstats detail\r\nstats foo\r\n"),
+    // issue_3.t: memcached sets its noreply flag before checking arguments, so these errors are
+    // not sent; the `add` after the silent `delete a 10 noreply` must find `a` still there.
+    ("noreply silences argument errors", b"set a 0 0 1\r\nx\r\ndelete a 10 noreply\r\nadd a 0 0 1\r\ny\r\ndelete kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk noreply\r\nset b x 0 1 noreply\r\nset b 0 0 noreply\r\ncas b 0 0 1 noreply\r\nincr a x noreply\r\nincr a noreply\r\ntouch a x noreply\r\nflush_all x noreply\r\nverbosity x noreply\r\nget a\r\n"),
+    // malicious-commands.t: only lines that reach memcached's last dispatch branch hang up.
+    ("not quite HTTP", b"G / HTTP/1.0\r\ngx / HTTP/1.0\r\nxyz HTTP\r\nPOST / HTTP/1.1 x\r\nmz HTTP/1.1\r\nget HTTP/1.1\r\n"),
+    // strtol-testing.t
+    ("slabs automove", b"slabs automove invalid\r\nslabs automove 3\r\nslabs automove 1\r\nslabs automove ratio\r\nslabs automove ratio 0.5\r\nslabs automove ratio x\r\nslabs automove\r\nslabs foo\r\nslabs automove x noreply\r\nslabs automove 0 noreply\r\nslabs automove 1\r\n"),
+    ("shutdown without -A", b"shutdown foo\r\nshutdown graceful\r\nshutdown a b\r\n"),
     ("pipelined with LF only", b"set a 0 0 1\nx\r\nget a\nget a\r\n"),
     ("spaces", b"set  a  0 0 1\r\nx\r\nget   a   \r\n"),
     ("keys at the limit", b"set kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk 0 0 1\r\nx\r\nset kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk 0 0 1\r\nx\r\n"),
@@ -117,6 +125,113 @@ fn long_lines_match_memcached() {
         let got = read_until(&mut s, b"\n", Duration::from_secs(5));
         assert!(got.is_empty(), "{}: {:?}", srv.name, got);
     }
+}
+
+/// malicious-commands.t: an HTTP request line is answered by closing the connection, and
+/// replies not sent yet (a pipelined `version`) go with it.
+#[test]
+fn http_request_line_closes_like_memcached() {
+    let Some(mc) = memcached(&[]) else { return };
+    let rm = remora(&[]);
+    for script in [
+        &b"GET / HTTP/1.0\r\n"[..],
+        b"PUT /asdf/asd/fasdfasdf/sadf HTTP/1.1\r\n",
+        b"DELETE HTTP/1.1\r\n",
+        b"version\r\nGET / HTTP/1.1\r\nversion\r\n",
+    ] {
+        for srv in [&mc, &rm] {
+            let mut s = connect(srv.port);
+            s.write_all(script).unwrap();
+            let got = read_until(&mut s, b"\n", Duration::from_secs(5));
+            assert!(
+                got.is_empty(),
+                "{}: {:?} answered {:?}",
+                srv.name,
+                script,
+                got
+            );
+            let mut b = [0u8; 16];
+            let n = std::io::Read::read(&mut s, &mut b).unwrap_or(0);
+            assert_eq!(n, 0, "{}: {:?} left the connection open", srv.name, script);
+        }
+        healthy_both(&mc, &rm);
+    }
+}
+
+fn healthy_both(mc: &Srv, rm: &Srv) {
+    for srv in [mc, rm] {
+        let r = text_roundtrip(srv.port, b"version\r\n");
+        assert!(r.starts_with(b"VERSION "), "{}: {:?}", srv.name, r);
+    }
+}
+
+/// issue_152.t: a key over 250 bytes in a multiget: the error alone, without the values of
+/// the keys before it.
+#[test]
+fn get_with_a_key_too_long_sends_the_error_alone_like_memcached() {
+    let Some(mc) = memcached(&[]) else { return };
+    let rm = remora(&[]);
+    let mut bad = b"get a ".to_vec();
+    bad.extend(std::iter::repeat_n(b'a', 251));
+    bad.extend_from_slice(b" a\r\n");
+    let mut outs = Vec::new();
+    for srv in [&mc, &rm] {
+        let mut s = connect(srv.port);
+        s.write_all(b"set a 1 0 1\r\na\r\n").unwrap();
+        assert_eq!(
+            read_until(&mut s, b"\r\n", Duration::from_secs(5)),
+            b"STORED\r\n"
+        );
+        s.write_all(&bad).unwrap();
+        let r = read_until(&mut s, b"\r\n", Duration::from_secs(5));
+        s.write_all(b"get a\r\n").unwrap();
+        let after = read_until(&mut s, b"END\r\n", Duration::from_secs(5));
+        outs.push((r, after));
+    }
+    assert_eq!(outs[0], outs[1]);
+    assert_eq!(outs[1].0, b"CLIENT_ERROR bad command line format\r\n");
+}
+
+/// shutdown.t: with `-A`, an unknown mode is a client error; `shutdown graceful` stops the
+/// server as `shutdown` does.
+#[test]
+fn shutdown_modes_match_memcached() {
+    let Some(mut mc) = memcached(&["-A"]) else {
+        return;
+    };
+    let mut rm = remora(&["-A"]);
+    let script = b"shutdown foo\r\nshutdown a b\r\nversion\r\n";
+    let a = normalize_text(&text_roundtrip(mc.port, script));
+    let b = normalize_text(&text_roundtrip(rm.port, script));
+    assert_eq!(a, b);
+    assert!(
+        b.starts_with("CLIENT_ERROR invalid shutdown mode\r\n"),
+        "{b}"
+    );
+    for srv in [&mut mc, &mut rm] {
+        let mut s = connect(srv.port);
+        s.write_all(b"shutdown graceful\r\n").unwrap();
+        let t0 = Instant::now();
+        while srv.child.try_wait().unwrap().is_none() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{} kept running",
+                srv.name
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// flush-all.t: with `-F`, flush_all is refused (and silent under noreply).
+#[test]
+fn disabled_flush_all_matches_memcached() {
+    let Some(mc) = memcached(&["-F"]) else { return };
+    let rm = remora(&["-F"]);
+    let script = b"set a 0 0 1\r\nx\r\nflush_all\r\nflush_all noreply\r\nflush_all 0\r\nget a\r\n";
+    let a = normalize_text(&text_roundtrip(mc.port, script));
+    let b = normalize_text(&text_roundtrip(rm.port, script));
+    assert_eq!(a, b);
 }
 
 #[test]
@@ -259,6 +374,12 @@ fn binary_matches_memcached_on(remora_flags: &[&str]) {
     reqs.extend(bin(0x0c, &[], b"n", &[], 0)); // getk n after quiet arithmetic
     reqs.extend(bin(0x14, &[], b"q", &[], 0)); // deleteq: silent
     reqs.extend(bin(0x00, &[], b"q", &[], 0)); // gone
+
+    // binary.t: `stat` takes `detail on|off` in its key (memcached matches by prefix).
+    reqs.extend(bin(0x10, &[], b"detail on", &[], 0));
+    reqs.extend(bin(0x10, &[], b"detail bogus", &[], 0));
+    reqs.extend(bin(0x10, &[], b"detail off", &[], 0));
+    reqs.extend(bin(0x10, &[], b"resetting", &[], 0));
     reqs.extend(bin(0x50, &[], b"", &[], 0)); // unknown opcode
     reqs.extend(bin(0x0b, &[], &[], &[], 0)); // version
     let a = bin_roundtrip(mc.port, &reqs);

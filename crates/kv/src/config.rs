@@ -22,6 +22,54 @@ pub enum IoDriver {
     Epoll,
 }
 
+/// memcached `-o` suboptions that `stats` and `stats settings` report, and the two that change
+/// what the server does (`idle_timeout`, `read_buf_mem_limit`). Defaults are memcached
+/// 1.6.18's ("modern": slab reassignment, the LRU crawler and maintainer on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tunables {
+    /// `idle_timeout=N`: seconds a waiting connection may stay silent (0 = forever).
+    pub idle_timeout: u32,
+    /// `read_buf_mem_limit=MB`, in bytes (0 = unlimited): each worker thread's share bounds the
+    /// read buffers and response objects its connections hold, as in memcached.
+    pub read_buf_mem_limit: u64,
+    /// `slab_reassign` / `no_slab_reassign`.
+    pub slab_reassign: bool,
+    /// `slab_automove[=0|1|2]`.
+    pub slab_automove: u32,
+    /// `slab_chunk_max=N`.
+    pub slab_chunk_max: i64,
+    /// `lru_crawler` / `no_lru_crawler`.
+    pub lru_crawler: bool,
+    /// `lru_maintainer` / `no_lru_maintainer`.
+    pub lru_maintainer: bool,
+    /// `lru_segmented` / `no_lru_segmented`.
+    pub lru_segmented: bool,
+    /// `maxconns_fast` / `no_maxconns_fast`.
+    pub maxconns_fast: bool,
+    /// `hash_algorithm=murmur3|jenkins|xxh3`.
+    pub hash_algorithm: String,
+    /// `hashpower=N`.
+    pub hashpower_init: u32,
+}
+
+impl Default for Tunables {
+    fn default() -> Tunables {
+        Tunables {
+            idle_timeout: 0,
+            read_buf_mem_limit: 0,
+            slab_reassign: true,
+            slab_automove: 1,
+            slab_chunk_max: 512 * 1024,
+            lru_crawler: true,
+            lru_maintainer: true,
+            lru_segmented: true,
+            maxconns_fast: true,
+            hash_algorithm: "murmur3".into(),
+            hashpower_init: 0,
+        }
+    }
+}
+
 /// Everything `remora kv serve` was told.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -41,6 +89,8 @@ pub struct Config {
     pub info: Option<String>,
     /// Worker I/O loop.
     pub io: IoDriver,
+    /// `-o slab_chunk_max` was given (`no_modern` leaves it alone then).
+    chunk_max_given: bool,
 }
 
 fn err<T>(m: impl Into<String>) -> Result<T, ConfigError> {
@@ -122,6 +172,7 @@ impl Config {
             warnings: Vec::new(),
             info: None,
             io: IoDriver::default(),
+            chunk_max_given: false,
         };
         let mut opts: Vec<(char, Option<String>)> = Vec::new();
         let mut i = 0;
@@ -172,22 +223,19 @@ impl Config {
                 opts.push((c, None));
             }
         }
+        let (mut tcp_given, mut udp_given) = (false, false);
         for (c, v) in opts {
             let v = v.unwrap_or_default();
             match c {
+                // memcached takes atoi's value: -1 (or any negative) asks for an ephemeral
+                // port, 0 turns the transport off.
                 'p' => {
-                    let p = atoi(&v);
-                    if !(0..=65535).contains(&p) {
-                        return err(format!("ERROR: Invalid port number {p}."));
-                    }
-                    s.tcpport = p as u16;
+                    s.tcpport = atoi(&v).clamp(i32::MIN as i64, i32::MAX as i64) as i32;
+                    tcp_given = true;
                 }
                 'U' => {
-                    let p = atoi(&v);
-                    if !(0..=65535).contains(&p) {
-                        return err(format!("ERROR: Invalid port number {p}."));
-                    }
-                    s.udpport = p as u16;
+                    s.udpport = atoi(&v).clamp(i32::MIN as i64, i32::MAX as i64) as i32;
+                    udp_given = true;
                 }
                 'l' => cfg
                     .listen
@@ -277,11 +325,24 @@ impl Config {
                      per item, not as one preallocated arena that huge pages could back"
                         .into(),
                 ),
-                'r' | 'd' | 'e' | 'S' | 'X' | 'W' | 'Y' | 'N' | 'Z' => cfg
+                'W' => s.watch_enabled = false,
+                'r' | 'd' | 'e' | 'S' | 'X' | 'Y' | 'N' | 'Z' => cfg
                     .warnings
                     .push(format!("option -{c} is accepted but has no effect in remora")),
                 _ => return err(format!("Illegal argument \"{c}\"")),
             }
+        }
+        // memcached: `-U N` alone puts TCP on the same port.
+        if udp_given && s.udpport != 0 && !tcp_given {
+            s.tcpport = s.udpport;
+        }
+        // memcached refuses a TCP port above 65535 up front and fails to bind any other
+        // out-of-range value; -1 is its ephemeral port.
+        if s.tcpport > 65535 || s.tcpport < -1 {
+            return err(format!("ERROR: Invalid port number {}.", s.tcpport));
+        }
+        if s.udpport > 65535 || s.udpport < -1 {
+            return err(format!("ERROR: Invalid UDP port number {}.", s.udpport));
         }
         if s.item_size_max < 1024 {
             return err("Item max size cannot be less than 1024 bytes.");
@@ -304,6 +365,12 @@ impl Config {
                 Some((k, val)) => (k, Some(val)),
                 None => (sub, None),
             };
+            if REPORTED.contains(&k) {
+                self.warnings.push(format!(
+                    "suboption \"{sub}\" accepted; remora has no equivalent (stats settings \
+                     reports it)"
+                ));
+            }
             match (k, val) {
                 ("track_sizes", None) => s.track_sizes = true,
                 ("io", Some("uring")) => self.io = IoDriver::Uring,
@@ -312,6 +379,82 @@ impl Config {
                 ("item_size_max", Some(val)) => match parse_size(val) {
                     Some(n) => s.item_size_max = n,
                     None => return err(format!("Invalid value for item_size_max: {val}")),
+                },
+                // memcached's wording for each refusal.
+                ("idle_timeout", None) => {
+                    return err("Missing numeric argument for idle_timeout")
+                }
+                ("idle_timeout", Some(val)) => {
+                    s.tunables.idle_timeout = atoi(val).clamp(0, u32::MAX as i64) as u32
+                }
+                ("read_buf_mem_limit", None) => return err("Missing read_buf_mem_limit argument"),
+                ("read_buf_mem_limit", Some(val)) => match val.trim().parse::<u32>() {
+                    Ok(mb) => s.tunables.read_buf_mem_limit = u64::from(mb) << 20,
+                    Err(_) => return err("could not parse argument to read_buf_mem_limit"),
+                },
+                ("slab_reassign", None) => s.tunables.slab_reassign = true,
+                ("no_slab_reassign", None) => s.tunables.slab_reassign = false,
+                ("slab_automove", None) => s.tunables.slab_automove = 1,
+                ("slab_automove", Some(val)) => match atoi(val) {
+                    n @ 0..=2 => s.tunables.slab_automove = n as u32,
+                    _ => return err("slab_automove must be between 0 and 2"),
+                },
+                ("no_slab_automove", None) => s.tunables.slab_automove = 0,
+                ("slab_chunk_max", Some(val)) => match val.trim().parse::<i64>() {
+                    Ok(n) => {
+                        s.tunables.slab_chunk_max = n;
+                        self.chunk_max_given = true;
+                    }
+                    Err(_) => self
+                        .warnings
+                        .push("could not parse argument to slab_chunk_max".into()),
+                },
+                ("lru_crawler", None) => s.tunables.lru_crawler = true,
+                ("no_lru_crawler", None) => s.tunables.lru_crawler = false,
+                ("lru_maintainer", None) => {
+                    s.tunables.lru_maintainer = true;
+                    s.tunables.lru_segmented = true;
+                }
+                ("no_lru_maintainer", None) => {
+                    s.tunables.lru_maintainer = false;
+                    s.tunables.lru_segmented = false;
+                }
+                ("lru_segmented", None) => s.tunables.lru_segmented = true,
+                ("no_lru_segmented", None) => s.tunables.lru_segmented = false,
+                ("maxconns_fast", None) => s.tunables.maxconns_fast = true,
+                ("no_maxconns_fast", None) => s.tunables.maxconns_fast = false,
+                ("modern", None) => {}
+                ("no_modern", None) => {
+                    // memcached: chunks up to a whole page unless slab_chunk_max was given.
+                    if !self.chunk_max_given {
+                        s.tunables.slab_chunk_max = 1 << 20;
+                    }
+                    s.tunables.slab_reassign = false;
+                    s.tunables.slab_automove = 0;
+                    s.tunables.maxconns_fast = false;
+                    s.tunables.lru_segmented = false;
+                    s.tunables.lru_crawler = false;
+                    s.tunables.lru_maintainer = false;
+                    s.tunables.hash_algorithm = "jenkins".into();
+                }
+                ("hash_algorithm", Some(a @ ("murmur3" | "jenkins" | "xxh3"))) => {
+                    s.tunables.hash_algorithm = a.into()
+                }
+                ("hash_algorithm", _) => return err("Unknown hash_algorithm option (jenkins, murmur3, xxh3)"),
+                ("watcher_logbuf_size", None) => return err("Missing watcher_logbuf_size argument"),
+                ("watcher_logbuf_size", Some(val)) => match val.trim().parse::<u32>() {
+                    // Kilobytes, as memcached.
+                    Ok(kb) => s.watcher_logbuf_size = kb as usize * 1024,
+                    Err(_) => return err("could not parse argument to watcher_logbuf_size"),
+                },
+                ("hashpower", Some(val)) => match atoi(val) {
+                    n if n < 12 => {
+                        return err(format!("Initial hashtable multiplier of {n} is too low"))
+                    }
+                    n if n > 32 => {
+                        return err(format!("Initial hashtable multiplier of {n} is too high\nChoose a value based on \"STAT hash_power_level\" from a running instance"))
+                    }
+                    n => s.tunables.hashpower_init = n as u32,
                 },
                 (k, _) if NO_EFFECT.contains(&k) => self.warnings.push(format!(
                     "suboption \"{sub}\" accepted; remora has no equivalent"
@@ -325,8 +468,9 @@ impl Config {
     }
 }
 
-/// memcached `-o` suboptions accepted with a warning: remora has nothing they would change.
-const NO_EFFECT: &[&str] = &[
+/// memcached `-o` suboptions accepted with a warning and kept in [`Tunables`] for `stats`:
+/// remora's storage has nothing they would change.
+const REPORTED: &[&str] = &[
     "modern",
     "no_modern",
     "maxconns_fast",
@@ -335,24 +479,26 @@ const NO_EFFECT: &[&str] = &[
     "no_lru_crawler",
     "lru_maintainer",
     "no_lru_maintainer",
+    "lru_segmented",
+    "no_lru_segmented",
     "slab_reassign",
     "no_slab_reassign",
     "slab_automove",
+    "no_slab_automove",
+    "slab_chunk_max",
     "hashpower",
-    "tail_repair_time",
     "hash_algorithm",
-    "idle_timeout",
-    "watcher_logbuf_size",
+];
+
+/// memcached `-o` suboptions accepted with a warning: remora has nothing they would change.
+const NO_EFFECT: &[&str] = &[
+    "tail_repair_time",
     "worker_logbuf_size",
     "no_inline_ascii_resp",
     "temporary_ttl",
-    "lru_segmented",
-    "no_lru_segmented",
     "drop_privileges",
     "no_drop_privileges",
     "resp_obj_mem_limit",
-    "read_buf_mem_limit",
-    "slab_chunk_max",
 ];
 
 /// The `-h` text.
@@ -392,14 +538,20 @@ pub fn usage() -> String {
                                                falls back to epoll without a ring)
                           item_size_max=<num>  same as -I
                           track_sizes          keep the item size histogram (stats sizes)
+                          idle_timeout=<secs>  close connections silent for longer
+                                               (counted in stats idle_kicks)
+                          read_buf_mem_limit=<mb> per-thread share bounds buffered requests
+                                               and replies (SERVER_ERROR out of memory,
+                                               stats response_obj_oom)
                           accepted with a warning, no effect:
 "#,
     );
     let mut line = String::new();
-    for (i, n) in NO_EFFECT.iter().enumerate() {
+    let names: Vec<&str> = REPORTED.iter().chain(NO_EFFECT).copied().collect();
+    for (i, n) in names.iter().enumerate() {
         line.push_str(n);
-        line.push_str(if i + 1 < NO_EFFECT.len() { ", " } else { "" });
-        if line.len() > 55 || i + 1 == NO_EFFECT.len() {
+        line.push_str(if i + 1 < names.len() { ", " } else { "" });
+        if line.len() > 55 || i + 1 == names.len() {
             u.push_str(&format!("{:26}{}\n", "", line.trim_end()));
             line.clear();
         }
@@ -450,6 +602,82 @@ mod tests {
         );
         let c = Config::parse(&["--port=99", "--threads", "3"]).unwrap();
         assert_eq!((c.settings.tcpport, c.settings.threads), (99, 3));
+    }
+
+    /// Regression (memcached's `issue_67.t`): `-p -1` (an ephemeral port) was refused and `-U`
+    /// alone left TCP on 11211; memcached takes atoi's value and moves TCP to the UDP port.
+    #[test]
+    fn ports_follow_memcached() {
+        let p = |a: &[&str]| {
+            let c = Config::parse(a).unwrap();
+            (c.settings.tcpport, c.settings.udpport)
+        };
+        assert_eq!(p(&["-p", "-1"]), (-1, 0));
+        assert_eq!(p(&["-p", "0"]), (0, 0));
+        assert_eq!(p(&["-U", "11222"]), (11222, 11222));
+        assert_eq!(p(&["-U", "-1"]), (-1, -1));
+        assert_eq!(p(&["-U", "0"]), (11211, 0));
+        assert_eq!(p(&["-p", "-1", "-U", "11252"]), (-1, 11252));
+        assert_eq!(p(&["-U", "5", "-p", "6"]), (6, 5));
+        let e = |a: &[&str]| Config::parse(a).unwrap_err().0;
+        assert_eq!(e(&["-p", "-2"]), "ERROR: Invalid port number -2.");
+        assert_eq!(
+            e(&["-p", "1", "-U", "70000"]),
+            "ERROR: Invalid UDP port number 70000."
+        );
+    }
+
+    /// Regression (memcached's `idle-timeout.t`, `conn-limits.t`, `stats.t`): `idle_timeout`
+    /// and `read_buf_mem_limit` were ignored, and the suboptions `stats settings` reports were
+    /// not kept.
+    #[test]
+    fn tunables_are_kept_and_checked_like_memcached() {
+        let t = |a: &[&str]| Config::parse(a).unwrap().settings.tunables;
+        assert_eq!(t(&[]), Tunables::default());
+        let x = t(&[
+            "-o",
+            "idle_timeout=3,read_buf_mem_limit=1,no_lru_crawler,no_lru_maintainer",
+        ]);
+        assert_eq!((x.idle_timeout, x.read_buf_mem_limit), (3, 1 << 20));
+        assert!(!x.lru_crawler && !x.lru_maintainer && !x.lru_segmented && x.slab_reassign);
+        let x = t(&["-o", "no_modern"]);
+        assert!(!x.slab_reassign && !x.maxconns_fast && !x.lru_crawler);
+        assert_eq!(
+            (x.slab_chunk_max, x.hash_algorithm.as_str()),
+            (1 << 20, "jenkins")
+        );
+        let x = t(&[
+            "-o",
+            "slab_chunk_max=1024,no_modern,hashpower=20,slab_automove=2",
+        ]);
+        assert_eq!(
+            (x.slab_chunk_max, x.hashpower_init, x.slab_automove),
+            (1024, 20, 2)
+        );
+        let e = |a: &[&str]| Config::parse(a).unwrap_err().0;
+        assert_eq!(
+            e(&["-o", "idle_timeout"]),
+            "Missing numeric argument for idle_timeout"
+        );
+        assert_eq!(
+            e(&["-o", "read_buf_mem_limit=lots"]),
+            "could not parse argument to read_buf_mem_limit"
+        );
+        assert_eq!(
+            e(&["-o", "slab_automove=3"]),
+            "slab_automove must be between 0 and 2"
+        );
+        assert_eq!(
+            e(&["-o", "hashpower=4"]),
+            "Initial hashtable multiplier of 4 is too low"
+        );
+        // Reported only: accepted with a warning that says so.
+        let c = Config::parse(&["-o", "no_lru_crawler"]).unwrap();
+        assert!(
+            c.warnings.iter().any(|w| w.contains("no_lru_crawler")),
+            "{:?}",
+            c.warnings
+        );
     }
 
     #[test]

@@ -20,11 +20,13 @@ pub enum ConnKind {
 }
 
 /// memcached state names, by the values stored in [`ConnEntry`].
-const STATES: [&str; 4] = [
+const STATES: [&str; 6] = [
     "conn_listening",
     "conn_read",
     "conn_new_cmd",
     "conn_parse_cmd",
+    "conn_nread",
+    "conn_swallow",
 ];
 /// A connection waiting for its next request.
 pub const STATE_READ: u8 = 1;
@@ -32,6 +34,10 @@ pub const STATE_READ: u8 = 1;
 pub const STATE_NEW_CMD: u8 = 2;
 /// A connection whose requests are being run.
 pub const STATE_PARSE_CMD: u8 = 3;
+/// A connection that sent a command and waits for the rest of its data (a value).
+pub const STATE_NREAD: u8 = 4;
+/// A connection discarding the value of a refused store.
+pub const STATE_SWALLOW: u8 = 5;
 
 /// One socket's line group.
 #[derive(Debug)]
@@ -53,6 +59,22 @@ impl ConnEntry {
     /// Records that the connection waits for more input.
     pub fn idle(&self) {
         self.state.store(STATE_READ, Relaxed);
+    }
+
+    /// Records what a connection waits for after its input was run: the data of a command
+    /// already received (`conn_nread`), the rest of a refused value (`conn_swallow`), or a new
+    /// command.
+    pub fn waiting(&self, state: u8) {
+        self.state.store(state, Relaxed);
+    }
+
+    /// When the connection last ran a command, if it now waits for a new one (memcached's
+    /// idle timeout only closes connections in `conn_new_cmd` or `conn_read`).
+    pub fn idle_since(&self) -> Option<u32> {
+        match self.state.load(Relaxed) {
+            STATE_READ | STATE_NEW_CMD => Some(self.last_cmd.load(Relaxed)),
+            _ => None,
+        }
     }
 }
 

@@ -12,14 +12,15 @@
 //! `storage`'s heap allocations (issue 17); the server does not use it yet.
 //!
 //! Not here: slab classes and slab statistics in the server (memory is accounted per item),
-//! SASL, TLS, extstore, the LRU crawler and `watch`. Meta `E` (explicit
-//! CAS) is refused, as memcached 1.6.18 refuses it.
+//! SASL, TLS, extstore and the LRU crawler. Meta `E` (explicit CAS) is refused, as memcached
+//! 1.6.18 refuses it. [`logger`] holds the `watch` log streams.
 #![warn(missing_docs)]
 
 pub mod arena;
 pub mod config;
 pub mod conns;
 pub mod handler;
+pub mod logger;
 pub mod out;
 pub mod prefix;
 pub mod protocol;

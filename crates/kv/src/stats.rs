@@ -51,6 +51,9 @@ counters!(
     bytes_read,
     bytes_written,
     conn_yields,
+    idle_kicks,
+    response_obj_oom,
+    read_buf_oom,
 );
 
 /// Adds `n` to a counter owned by the calling thread.

@@ -34,6 +34,7 @@ pub(super) fn run_binary(
     out: &mut Out,
 ) -> bool {
     let c = &*s.counters;
+    let cfd = s.cfd();
     let h = &req.header;
     let (el, kl, vl) = (req.extras.len(), req.key.len(), req.value.len());
     // memcached answers invalid arguments and then closes the connection.
@@ -67,17 +68,17 @@ pub(super) fn run_binary(
             if touch {
                 inc(&c.cmd_touch);
             }
-            let hit = eng
-                .store
-                .get(req.key, now, opts, exp, |it| {
-                    let k: &[u8] = if with_key { it.key } else { &[] };
-                    let flags = it.flags.to_be_bytes();
-                    let (op, st) = (h.opcode, status::OK);
-                    let v = it.value.len();
-                    binary::put_response_head(out, op, st, h.opaque, it.cas, &flags, k, v);
-                    out.value(it.value, it.shared, it.key.len());
-                })
-                .is_some();
+            let found = eng.store.get(req.key, now, opts, exp, |it| {
+                let k: &[u8] = if with_key { it.key } else { &[] };
+                let flags = it.flags.to_be_bytes();
+                let (op, st) = (h.opcode, status::OK);
+                let v = it.value.len();
+                binary::put_response_head(out, op, st, h.opaque, it.cas, &flags, k, v);
+                out.value(it.value, it.shared, it.key.len());
+                v
+            });
+            eng.logger.item_get(req.key, found, cfd);
+            let hit = found.is_some();
             eng.prefixes.record(req.key, PrefixOp::Get(hit));
             inc(if hit { &c.get_hits } else { &c.get_misses });
             if touch {
@@ -111,7 +112,9 @@ pub(super) fn run_binary(
             };
             let quiet = matches!(h.opcode, op::SETQ | op::ADDQ | op::REPLACEQ);
             let exp = eng.exptime(exptime, now);
+            log_lookup(eng, req.key, now, cfd);
             let r = eng.store.store(mode, req.key, flags, exp, req.value, now);
+            log_store(eng, req.key, &r, mode, exp, now, req.value.len(), cfd);
             bin_store_reply(c, out, h, base, r, quiet);
         }
         op::APPEND | op::APPENDQ | op::PREPEND | op::PREPENDQ => {
@@ -126,7 +129,9 @@ pub(super) fn run_binary(
                 StoreMode::Prepend
             };
             let quiet = matches!(h.opcode, op::APPENDQ | op::PREPENDQ);
+            log_lookup(eng, req.key, now, cfd);
             let r = eng.store.store(mode, req.key, 0, 0, req.value, now);
+            log_store(eng, req.key, &r, mode, 0, now, req.value.len(), cfd);
             bin_store_reply(c, out, h, mode, r, quiet);
         }
         op::DELETE | op::DELETEQ => {
@@ -136,6 +141,7 @@ pub(super) fn run_binary(
             let quiet = h.opcode == op::DELETEQ;
             eng.prefixes.record(req.key, PrefixOp::Delete);
             let cas = (h.cas != 0).then_some(h.cas);
+            log_lookup(eng, req.key, now, cfd);
             match eng.store.delete(req.key, now, cas) {
                 DeleteOutcome::Deleted => {
                     inc(&c.delete_hits);
@@ -160,6 +166,7 @@ pub(super) fn run_binary(
             let initial = be64(&req.extras[8..16]);
             let exptime = be32(&req.extras[16..20]);
             let cas = (h.cas != 0).then_some(h.cas);
+            log_lookup(eng, req.key, now, cfd);
             let mut r = eng.store.arith(req.key, incr, delta, now, cas);
             if r == ArithOutcome::NotFound {
                 inc(if incr { &c.incr_misses } else { &c.decr_misses });
@@ -208,7 +215,7 @@ pub(super) fn run_binary(
                 eng.store
                     .flush(Some(eng.exptime(delay, now).saturating_sub(1)));
             } else {
-                eng.store.flush(None);
+                eng.store.flush_now(now);
             }
             if h.opcode == op::FLUSH {
                 resp(out, status::OK, 0, &[], &[], &[]);
@@ -240,15 +247,31 @@ pub(super) fn run_binary(
             }
         }
         op::STAT => {
-            let group = (kl > 0).then_some(req.key);
-            if group == Some(b"reset") {
-                for w in eng.lock_workers().iter() {
-                    w.reset();
-                }
-                eng.prefixes.clear();
+            // memcached matches `reset`, `settings` and `detail` by prefix (`strncmp`), and
+            // `detail` takes its mode after a space in the same key: `detail on`.
+            let key = req.key;
+            let group = if key.starts_with(b"reset") {
+                eng.reset_stats();
                 resp(out, status::OK, 0, &[], &[], &[]);
                 return false;
-            }
+            } else if key.starts_with(b"settings") {
+                Some(&b"settings"[..])
+            } else if let Some(mode) = key.strip_prefix(b"detail") {
+                if mode.starts_with(b" dump") {
+                    let mut dump = Vec::new();
+                    eng.prefixes.dump(&mut dump);
+                    resp(out, status::OK, 0, &[], b"detailed", &dump);
+                } else if mode.starts_with(b" on") || mode.starts_with(b" off") {
+                    eng.prefixes.set_enabled(mode.starts_with(b" on"));
+                } else {
+                    put_bin_error(out, h, status::KEY_ENOENT);
+                    return false;
+                }
+                resp(out, status::OK, 0, &[], &[], &[]);
+                return false;
+            } else {
+                (kl > 0).then_some(key)
+            };
             match eng.stats(group) {
                 Some(lines) => {
                     for (k, v) in lines {

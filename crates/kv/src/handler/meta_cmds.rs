@@ -133,9 +133,12 @@ pub(super) fn run_meta(eng: &Engine, s: &mut Session, m: MetaCommand<'_>, now: u
                 Reply::Fail(Fail::BadFormat).write(out);
             } else {
                 let start = out.mark();
+                // memcached's mg, ms, md and ma all look the item up first (`watch fetchers`).
+                let cfd = s.cfd();
+                log_lookup(eng, key, now, cfd);
                 match kind {
                     MetaKind::Get => meta_get(eng, &c, key, key_sent, &f, now, out),
-                    MetaKind::Set => meta_set(eng, &c, key, key_sent, data, &f, now, out),
+                    MetaKind::Set => meta_set(eng, &c, key, key_sent, data, &f, now, out, cfd),
                     MetaKind::Delete => meta_delete(eng, &c, key, key_sent, &f, now, out),
                     MetaKind::Arith => meta_arith(eng, &c, key, key_sent, &f, now, out),
                 }
@@ -254,6 +257,7 @@ fn meta_set(
     f: &MetaFlags<'_>,
     now: u32,
     out: &mut Out,
+    cfd: i64,
 ) {
     inc(&c.cmd_set);
     let mut mode = match f.mode.unwrap_or(b'S') {
@@ -274,7 +278,9 @@ fn meta_set(
     }
     let exp = eng.exptime(f.ttl.unwrap_or(0), now);
     let flags = f.client_flags.unwrap_or(0);
-    let (code, cas) = match eng.store.store(mode, key, flags, exp, data, now) {
+    let outcome = eng.store.store(mode, key, flags, exp, data, now);
+    log_store(eng, key, &outcome, mode, exp, now, data.len(), cfd);
+    let (code, cas) = match outcome {
         StoreOutcome::Stored(cas) => (b"HD", cas),
         StoreOutcome::NotStored => (b"NS", 0),
         StoreOutcome::Exists => {

@@ -10,12 +10,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::conns::{ConnEntry, ConnTable};
+use crate::logger::{CloseReason, Logger, StoreStatus};
 use crate::out::Out;
 use crate::prefix::{PrefixOp, PrefixStats};
 use crate::protocol::binary::{self, op, status};
 use crate::protocol::meta::{self, MetaCommand, MetaFlags, MetaKind};
 use crate::protocol::reply::{put_i64, put_u64, put_value_header, Fail, Reply};
-use crate::protocol::text::{self, Command, GetKind, StoreCmd};
+use crate::protocol::text::{self, Automove, Command, GetKind, ShutdownMode, StoreCmd};
 use crate::protocol::Limits;
 use crate::stats::{inc, ConnCounters, Counters};
 use crate::storage::{
@@ -41,10 +42,10 @@ pub struct Settings {
     pub maxbytes: usize,
     /// `-c`.
     pub maxconns: usize,
-    /// `-p`.
-    pub tcpport: u16,
-    /// `-U`.
-    pub udpport: u16,
+    /// `-p` (0 = no TCP, -1 = an ephemeral port).
+    pub tcpport: i32,
+    /// `-U` (0 = no UDP, -1 = an ephemeral port).
+    pub udpport: i32,
     /// `-t`.
     pub threads: usize,
     /// `-I`.
@@ -83,6 +84,12 @@ pub struct Settings {
     pub track_sizes: bool,
     /// `-k`: lock all pages in memory.
     pub lock_memory: bool,
+    /// `-o` suboptions reported by `stats` / `stats settings` (idle timeout, buffer limit, …).
+    pub tunables: crate::config::Tunables,
+    /// `-W` not given: `watch` is allowed.
+    pub watch_enabled: bool,
+    /// `-o watcher_logbuf_size=KB`, in bytes: each watcher's log buffer.
+    pub watcher_logbuf_size: usize,
 }
 
 impl Default for Settings {
@@ -111,6 +118,9 @@ impl Default for Settings {
             detail_enabled: false,
             track_sizes: false,
             lock_memory: false,
+            tunables: crate::config::Tunables::default(),
+            watch_enabled: true,
+            watcher_logbuf_size: crate::logger::DEFAULT_BUF_SIZE,
         }
     }
 }
@@ -131,6 +141,12 @@ pub struct Engine {
     process_started: i64,
     workers: Mutex<Vec<Arc<Counters>>>,
     verbosity: AtomicU64,
+    /// `slab_automove` as `slabs automove N` last set it (`stats settings`).
+    slab_automove: AtomicU64,
+    /// `slab_automove_ratio` (an `f64`'s bits) as `slabs automove ratio R` last set it.
+    slab_automove_ratio: AtomicU64,
+    /// The `watch` log streams.
+    pub logger: Arc<Logger>,
     /// Set by `shutdown` (with `-A`): servers stop.
     pub shutdown: std::sync::atomic::AtomicBool,
 }
@@ -145,7 +161,7 @@ fn unix_now() -> i64 {
 impl Engine {
     /// Creates the engine for these settings.
     pub fn new(settings: Settings) -> Engine {
-        let store = Store::new(StoreConfig {
+        let mut store = Store::new(StoreConfig {
             mem_limit: settings.maxbytes,
             item_max: settings.item_size_max,
             no_evict: !settings.evictions,
@@ -154,6 +170,12 @@ impl Engine {
         });
         let prefixes = PrefixStats::new(settings.prefix_delimiter);
         prefixes.set_enabled(settings.detail_enabled);
+        let automove = settings.tunables.slab_automove as u64;
+        let logger = Logger::new(settings.watcher_logbuf_size);
+        {
+            let l = logger.clone();
+            store.set_evict_hook(Box::new(move |e| l.eviction(e)));
+        }
         Engine {
             store,
             settings,
@@ -165,6 +187,9 @@ impl Engine {
             process_started: unix_now() - 2,
             workers: Mutex::new(Vec::new()),
             verbosity: AtomicU64::new(0),
+            logger,
+            slab_automove: AtomicU64::new(automove),
+            slab_automove_ratio: AtomicU64::new(0.8f64.to_bits()),
             shutdown: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -231,6 +256,22 @@ pub struct Session {
     /// reaches its limit and resumes from here once it drained.
     get_done: usize,
     scratch: Vec<u8>,
+    /// Response objects this connection may hold unsent (`-o read_buf_mem_limit`: memcached's
+    /// per-thread share of response bundles); `usize::MAX` = unlimited.
+    pub resp_limit: usize,
+    /// Response objects taken since the output was last empty.
+    pub(crate) resps: std::cell::Cell<usize>,
+    /// Where the current [`process`] call's replies begin: they are dropped when a response
+    /// object cannot be had, as memcached culls unsent responses.
+    batch: Option<crate::out::Mark>,
+    /// The connection's socket (TCP or unix; `None` for UDP and in-process sessions): `watch`
+    /// hands a duplicate of it to the log streams.
+    pub fd: Option<i32>,
+    /// The client's address (`None` for a unix-socket peer), for `conn_new` / `conn_close`.
+    pub peer: Option<std::net::SocketAddr>,
+    /// How the connection ends, for `conn_close` lines (`None` once handed to the log
+    /// streams by `watch`, which memcached does not log as a close).
+    pub close_reason: Option<CloseReason>,
 }
 
 /// What the connection should do after processing.
@@ -257,6 +298,54 @@ impl Session {
             max_reqs: usize::MAX,
             get_done: 0,
             scratch: Vec::new(),
+            resp_limit: usize::MAX,
+            resps: std::cell::Cell::new(0),
+            batch: None,
+            fd: None,
+            peer: None,
+            close_reason: Some(CloseReason::Normal),
+        }
+    }
+
+    /// A TCP or unix-socket connection on descriptor `fd` was accepted: remembers the socket
+    /// and its peer and logs `conn_new` to `watch connevents`.
+    pub fn opened(&mut self, eng: &Engine, fd: i32) {
+        self.fd = Some(fd);
+        // SAFETY: `fd` is the connection's open socket; ManuallyDrop keeps it open.
+        let sock = std::mem::ManuallyDrop::new(unsafe {
+            <std::net::TcpStream as std::os::fd::FromRawFd>::from_raw_fd(fd)
+        });
+        self.peer = sock.peer_addr().ok();
+        eng.logger.conn_new(self.peer, fd as i64);
+    }
+
+    /// The connection is being closed: logs `conn_close` to `watch connevents`.
+    pub fn closed(&self, eng: &Engine) {
+        if let (Some(fd), Some(reason)) = (self.fd, self.close_reason) {
+            eng.logger.conn_close(self.peer, reason, fd as i64);
+        }
+    }
+
+    /// The connection number watchers see (`cfd=`): its descriptor, -1 without one.
+    fn cfd(&self) -> i64 {
+        self.fd.map_or(-1, i64::from)
+    }
+
+    /// Takes a response object for one request or one more key of a multiget; false (counted
+    /// in `response_obj_oom`) when the connection holds its limit of unsent ones.
+    pub(crate) fn take_resp(&self) -> bool {
+        if self.resps.get() >= self.resp_limit {
+            inc(&self.counters.response_obj_oom);
+            return false;
+        }
+        self.resps.set(self.resps.get() + 1);
+        true
+    }
+
+    /// Drops the replies queued by the current [`process`] call.
+    pub(crate) fn drop_batch(&self, out: &mut Out) {
+        if let Some(m) = self.batch {
+            out.truncate(m);
         }
     }
 }
@@ -306,6 +395,11 @@ fn run(
     if let Some(e) = &s.conn {
         e.busy(now);
     }
+    // Response objects are freed once their replies were sent.
+    if out.is_empty() {
+        s.resps.set(0);
+    }
+    s.batch = Some(out.mark());
     let vv = eng.settings.verbose >= 2;
     while pos < input.len() && out.len() < out_limit {
         if one && reqs > 0 {
@@ -352,6 +446,7 @@ fn run(
             match binary::parse(buf, &lim) {
                 binary::Parse::Incomplete => break,
                 binary::Parse::Close => {
+                    s.close_reason = Some(CloseReason::Error);
                     close = true;
                     break;
                 }
@@ -363,6 +458,13 @@ fn run(
                     s.swallow = body;
                 }
                 binary::Parse::Done(req, n) => {
+                    if !s.take_resp() {
+                        // memcached closes a connection it cannot give a response object,
+                        // unsent replies and all.
+                        s.drop_batch(out);
+                        close = true;
+                        break;
+                    }
                     pos += n;
                     reqs += 1;
                     if run_binary(eng, s, &req, now, out) {
@@ -376,16 +478,25 @@ fn run(
                 text::Parse::Incomplete => break,
                 text::Parse::Close => {
                     // memcached closes without a reply.
+                    s.close_reason = Some(CloseReason::Error);
                     close = true;
                     break;
                 }
                 text::Parse::Done(cmd, n) => {
+                    // A resumed multiget holds its response objects already.
+                    if s.get_done == 0 && !s.take_resp() {
+                        s.drop_batch(out);
+                        close = true;
+                        break;
+                    }
                     // A resumed multiget was echoed when it started.
                     if vv && s.get_done == 0 {
                         let l = text::line(buf).map_or(&buf[..0], |(l, _)| l);
                         eprintln!("<{} {}", s.id, String::from_utf8_lossy(l));
                     }
                     let echo = vv && echoes_reply(&cmd);
+                    // memcached sends what is queued at an `mn`, which frees its responses.
+                    let flushes = matches!(cmd, Command::Meta(MetaCommand::Noop));
                     let mark = out.mark();
                     match run_text(eng, s, cmd, now, out, out_limit) {
                         Next::Later => break,
@@ -397,6 +508,10 @@ fn run(
                         Next::Go => {
                             pos += n;
                             reqs += 1;
+                            if flushes {
+                                s.resps.set(0);
+                                s.batch = Some(out.mark());
+                            }
                         }
                     }
                     if echo {
@@ -421,7 +536,7 @@ fn run(
 /// their own lines, meta commands other than `mn` print none.
 fn echoes_reply(cmd: &Command<'_>) -> bool {
     match cmd {
-        Command::Get { .. } => false,
+        Command::Get { .. } | Command::Hangup => false,
         Command::Meta(m) => matches!(m, MetaCommand::Noop),
         _ => true,
     }
@@ -438,6 +553,58 @@ fn echo_reply(id: u64, out: &Out, mark: crate::out::Mark) {
             eprintln!(">{id} {}", String::from_utf8_lossy(line));
         }
     }
+}
+
+/// `watch fetchers`: logs the lookup memcached makes of `key` before it changes the item
+/// (stores, deletes, incr/decr and touch all read it first), without bumping it.
+fn log_lookup(eng: &Engine, key: &[u8], now: u32, cfd: i64) {
+    if eng.logger.wants(crate::logger::watch::FETCHERS) {
+        let peek = ReadOpts {
+            no_bump: true,
+            ..ReadOpts::default()
+        };
+        let size = eng.store.get(key, now, peek, 0, |it| it.value.len());
+        eng.logger.item_get(key, size, cfd);
+    }
+}
+
+/// `watch mutations`: logs a store's outcome (`exptime_abs` on the relative clock).
+#[allow(clippy::too_many_arguments)]
+fn log_store(
+    eng: &Engine,
+    key: &[u8],
+    outcome: &StoreOutcome,
+    mode: StoreMode,
+    exptime_abs: u32,
+    now: u32,
+    size: usize,
+    cfd: i64,
+) {
+    if !eng.logger.wants(crate::logger::watch::MUTATIONS) {
+        return;
+    }
+    let status = match outcome {
+        StoreOutcome::Stored(_) => StoreStatus::Stored,
+        StoreOutcome::NotStored => StoreStatus::NotStored,
+        StoreOutcome::Exists => StoreStatus::Exists,
+        StoreOutcome::NotFound => StoreStatus::NotFound,
+        StoreOutcome::TooLarge => StoreStatus::TooLarge,
+        StoreOutcome::NoMemory => StoreStatus::NoMemory,
+    };
+    let cmd = match mode {
+        StoreMode::Set => "set",
+        StoreMode::Add => "add",
+        StoreMode::Replace => "replace",
+        StoreMode::Append => "append",
+        StoreMode::Prepend => "prepend",
+        _ => "cas",
+    };
+    let ttl = if exptime_abs == 0 {
+        0
+    } else {
+        exptime_abs.saturating_sub(now)
+    };
+    eng.logger.item_store(key, status, cmd, ttl, size, cfd);
 }
 
 /// Writes a reply unless `noreply`; under `-vv` (`vv` = the connection's id) a suppressed

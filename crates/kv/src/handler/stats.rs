@@ -15,14 +15,26 @@ impl Engine {
         acc
     }
 
+    /// `stats`: memcached 1.6.18's names in its order, with the groups it prints only under
+    /// some settings (`idle_kicks` with an idle timeout, `rejected_connections` with
+    /// `maxconns_fast`, slab reassignment, LRU crawler and maintainer counters while those are
+    /// on). Counters of parts remora does not have (slab arena, LRU crawler and maintainer,
+    /// logger, NAPI) read 0.
     fn stats_general(&self, now: u32) -> Vec<(String, String)> {
         let mut v: Vec<(String, String)> = Vec::new();
         let mut put = |k: &str, val: String| v.push((k.to_string(), val));
+        let tun = &self.settings.tunables;
         let (ut, st) = rusage();
         put("pid", std::process::id().to_string());
         put("uptime", (now - 2).to_string());
         put("time", unix_now().to_string());
         put("version", VERSION.to_string());
+        // memcached reports its event library; remora has none (its loops are mio and
+        // io_uring), so it names itself.
+        put(
+            "libevent",
+            concat!("remora-", env!("CARGO_PKG_VERSION")).into(),
+        );
         put(
             "pointer_size",
             (8 * std::mem::size_of::<usize>()).to_string(),
@@ -38,90 +50,251 @@ impl Engine {
             "total_connections",
             self.conns.total.load(Relaxed).to_string(),
         );
-        put(
-            "rejected_connections",
-            self.conns.rejected.load(Relaxed).to_string(),
-        );
+        if tun.maxconns_fast {
+            put(
+                "rejected_connections",
+                self.conns.rejected.load(Relaxed).to_string(),
+            );
+        }
         put(
             "connection_structures",
             self.conns.curr.load(Relaxed).to_string(),
         );
-        let t = self.totals();
-        let mut yields = 0;
-        for (k, val) in &t {
-            // Counted per worker like the others, but printed where memcached prints it.
-            if *k == "conn_yields" {
-                yields = *val;
-                continue;
-            }
-            put(k, val.to_string());
+        let t: std::collections::HashMap<&str, u64> = self.totals().into_iter().collect();
+        let n = |k: &str| t.get(k).copied().unwrap_or(0).to_string();
+        let c = self.store.counters();
+        put("response_obj_oom", n("response_obj_oom"));
+        put("response_obj_count", "0".into());
+        put("response_obj_bytes", "0".into());
+        put("read_buf_count", "0".into());
+        put("read_buf_bytes", "0".into());
+        put("read_buf_bytes_free", "0".into());
+        put("read_buf_oom", n("read_buf_oom"));
+        // memcached keeps this many descriptors back from -c for its own use.
+        put("reserved_fds", "20".into());
+        for k in [
+            "cmd_get",
+            "cmd_set",
+            "cmd_flush",
+            "cmd_touch",
+            "cmd_meta",
+            "get_hits",
+            "get_misses",
+        ] {
+            put(k, n(k));
         }
+        // Counted by the store, which knows why a read missed.
+        put("get_expired", c.get_expired.to_string());
+        put("get_flushed", c.get_flushed.to_string());
+        for k in [
+            "delete_misses",
+            "delete_hits",
+            "incr_misses",
+            "incr_hits",
+            "decr_misses",
+            "decr_hits",
+            "cas_misses",
+            "cas_hits",
+            "cas_badval",
+            "touch_hits",
+            "touch_misses",
+            "store_too_large",
+            "store_no_memory",
+            "auth_cmds",
+            "auth_errors",
+        ] {
+            put(k, n(k));
+        }
+        if tun.idle_timeout > 0 {
+            put("idle_kicks", n("idle_kicks"));
+        }
+        put("bytes_read", n("bytes_read"));
+        put("bytes_written", n("bytes_written"));
         put("limit_maxbytes", self.store.mem_limit().to_string());
         put("accepting_conns", "1".into());
         put("listen_disabled_num", "0".into());
+        put("time_in_listen_disabled_us", "0".into());
         put("threads", self.settings.threads.to_string());
-        put("conn_yields", yields.to_string());
-        put("hash_power_level", "16".into());
-        put("hash_bytes", "524288".into());
+        put("conn_yields", n("conn_yields"));
+        // memcached's table starts at 2^16 buckets (or `-o hashpower`) and grows; remora's
+        // tables are per shard, so this reports the starting size.
+        let power = if tun.hashpower_init > 0 {
+            tun.hashpower_init
+        } else {
+            16
+        };
+        put("hash_power_level", power.to_string());
+        put("hash_bytes", (8u64 << power).to_string());
         put("hash_is_expanding", "0".into());
-        let c = self.store.counters();
+        let zero = |put: &mut dyn FnMut(&str, String), names: &[&str]| {
+            for k in names {
+                put(k, "0".into());
+            }
+        };
+        if tun.slab_reassign {
+            zero(
+                &mut put,
+                &[
+                    "slab_reassign_rescues",
+                    "slab_reassign_chunk_rescues",
+                    "slab_reassign_evictions_nomem",
+                    "slab_reassign_inline_reclaim",
+                    "slab_reassign_busy_items",
+                    "slab_reassign_busy_deletes",
+                    "slab_reassign_running",
+                    "slabs_moved",
+                ],
+            );
+        }
+        if tun.lru_crawler {
+            zero(&mut put, &["lru_crawler_running", "lru_crawler_starts"]);
+        }
+        if tun.lru_maintainer {
+            zero(&mut put, &["lru_maintainer_juggles"]);
+        }
+        zero(&mut put, &["malloc_fails", "log_worker_dropped"]);
+        put("log_worker_written", self.logger.written().to_string());
+        put("log_watcher_skipped", self.logger.skipped().to_string());
+        put("log_watcher_sent", self.logger.sent().to_string());
+        put("log_watchers", self.logger.watcher_count().to_string());
+        zero(&mut put, &["unexpected_napi_ids", "round_robin_fallback"]);
         put("bytes", c.bytes.to_string());
         put("curr_items", c.curr_items.to_string());
         put("total_items", c.total_items.to_string());
+        put("slab_global_page_pool", "0".into());
         put("expired_unfetched", c.expired_unfetched.to_string());
         put("evicted_unfetched", c.evicted_unfetched.to_string());
+        if tun.lru_maintainer {
+            put("evicted_active", "0".into());
+        }
         put("evictions", c.evictions.to_string());
         put("reclaimed", c.reclaimed.to_string());
+        put("crawler_reclaimed", "0".into());
+        put("crawler_items_checked", "0".into());
+        put("lrutail_reflocked", "0".into());
+        if tun.lru_maintainer {
+            zero(
+                &mut put,
+                &[
+                    "moves_to_cold",
+                    "moves_to_warm",
+                    "moves_within_lru",
+                    "direct_reclaims",
+                    "lru_bumps_dropped",
+                ],
+            );
+        }
         v
     }
 
+    /// `stats settings`: memcached 1.6.18's lines (as Debian builds it, with extstore and TLS
+    /// settings at their defaults).
     fn stats_settings(&self) -> Vec<(String, String)> {
         let s = &self.settings;
+        let tun = &s.tunables;
         let yn = |b: bool| if b { "yes" } else { "no" }.to_string();
         let oo = |b: bool| if b { "on" } else { "off" }.to_string();
-        vec![
-            ("maxbytes".into(), self.store.mem_limit().to_string()),
-            ("maxconns".into(), s.maxconns.to_string()),
-            ("tcpport".into(), s.tcpport.to_string()),
-            ("udpport".into(), s.udpport.to_string()),
+        let lines: Vec<(&str, String)> = vec![
+            ("maxbytes", self.store.mem_limit().to_string()),
+            ("maxconns", s.maxconns.to_string()),
+            ("tcpport", s.tcpport.to_string()),
+            ("udpport", s.udpport.to_string()),
             (
-                "inter".into(),
+                "inter",
                 if s.interfaces.is_empty() {
                     "NULL".into()
                 } else {
                     s.interfaces.join(",")
                 },
             ),
-            ("verbosity".into(), self.verbosity.load(Relaxed).to_string()),
-            ("oldest".into(), "0".into()),
-            ("evictions".into(), oo(s.evictions)),
+            ("verbosity", self.verbosity.load(Relaxed).to_string()),
+            ("oldest", "0".into()),
+            ("evictions", oo(s.evictions)),
             (
-                "domain_socket".into(),
+                "domain_socket",
                 s.domain_socket.clone().unwrap_or_else(|| "NULL".into()),
             ),
-            ("umask".into(), format!("{:o}", s.umask)),
-            ("growth_factor".into(), format!("{:.2}", s.growth_factor)),
-            ("chunk_size".into(), s.chunk_size.to_string()),
-            ("num_threads".into(), s.threads.to_string()),
+            ("umask", format!("{:o}", s.umask)),
+            ("shutdown_command", yn(s.shutdown_enabled)),
+            ("growth_factor", format!("{:.2}", s.growth_factor)),
+            ("chunk_size", s.chunk_size.to_string()),
+            ("num_threads", s.threads.to_string()),
+            ("num_threads_per_udp", s.threads.to_string()),
             (
-                "stat_key_prefix".into(),
+                "stat_key_prefix",
                 char::from(s.prefix_delimiter).to_string(),
             ),
-            ("detail_enabled".into(), yn(self.prefixes.enabled())),
-            ("reqs_per_event".into(), s.reqs_per_event.to_string()),
-            ("cas_enabled".into(), yn(s.cas_enabled)),
-            ("tcp_backlog".into(), s.backlog.to_string()),
-            ("binding_protocol".into(), s.binding_protocol.clone()),
-            ("auth_enabled_sasl".into(), "no".into()),
-            ("item_size_max".into(), s.item_size_max.to_string()),
-            ("maxconns_fast".into(), "yes".into()),
-            ("hashpower_init".into(), "0".into()),
-            ("slab_reassign".into(), "no".into()),
-            ("lru_crawler".into(), "no".into()),
-            ("lru_maintainer_thread".into(), "no".into()),
-            ("temp_lru".into(), "no".into()),
-            ("track_sizes".into(), yn(s.track_sizes)),
-        ]
+            ("detail_enabled", yn(self.prefixes.enabled())),
+            ("reqs_per_event", s.reqs_per_event.to_string()),
+            ("cas_enabled", yn(s.cas_enabled)),
+            ("tcp_backlog", s.backlog.to_string()),
+            ("binding_protocol", s.binding_protocol.clone()),
+            ("auth_enabled_sasl", "no".into()),
+            ("auth_enabled_ascii", "no".into()),
+            ("item_size_max", s.item_size_max.to_string()),
+            ("maxconns_fast", yn(tun.maxconns_fast)),
+            ("hashpower_init", tun.hashpower_init.to_string()),
+            ("slab_reassign", yn(tun.slab_reassign)),
+            (
+                "slab_automove",
+                self.slab_automove.load(Relaxed).to_string(),
+            ),
+            (
+                "slab_automove_ratio",
+                format!(
+                    "{:.2}",
+                    f64::from_bits(self.slab_automove_ratio.load(Relaxed))
+                ),
+            ),
+            ("slab_automove_window", "30".into()),
+            ("slab_chunk_max", tun.slab_chunk_max.to_string()),
+            ("lru_crawler", yn(tun.lru_crawler)),
+            ("lru_crawler_sleep", "100".into()),
+            ("lru_crawler_tocrawl", "0".into()),
+            ("tail_repair_time", "0".into()),
+            ("flush_enabled", yn(s.flush_enabled)),
+            ("dump_enabled", "yes".into()),
+            ("hash_algorithm", tun.hash_algorithm.clone()),
+            ("lru_maintainer_thread", yn(tun.lru_maintainer)),
+            ("lru_segmented", yn(tun.lru_segmented)),
+            ("hot_lru_pct", "20".into()),
+            ("warm_lru_pct", "40".into()),
+            ("hot_max_factor", "0.20".into()),
+            ("warm_max_factor", "2.00".into()),
+            ("temp_lru", "no".into()),
+            ("temporary_ttl", "61".into()),
+            ("idle_timeout", tun.idle_timeout.to_string()),
+            ("watcher_logbuf_size", s.watcher_logbuf_size.to_string()),
+            ("worker_logbuf_size", "65536".into()),
+            ("read_buf_mem_limit", tun.read_buf_mem_limit.to_string()),
+            ("track_sizes", yn(s.track_sizes)),
+            ("inline_ascii_response", "no".into()),
+            ("ext_item_size", "512".into()),
+            ("ext_item_age", "4294967295".into()),
+            ("ext_low_ttl", "0".into()),
+            ("ext_recache_rate", "2000".into()),
+            ("ext_wbuf_size", "4194304".into()),
+            ("ext_compact_under", "0".into()),
+            ("ext_drop_under", "0".into()),
+            ("ext_max_sleep", "1000000".into()),
+            ("ext_max_frag", "0.80".into()),
+            ("slab_automove_freeratio", "0.010".into()),
+            ("ext_drop_unread", "no".into()),
+            ("ssl_enabled", "no".into()),
+            ("ssl_chain_cert", "(null)".into()),
+            ("ssl_key", "(null)".into()),
+            ("ssl_verify_mode", "0".into()),
+            ("ssl_keyformat", "1".into()),
+            ("ssl_ciphers", "NULL".into()),
+            ("ssl_ca_cert", "NULL".into()),
+            ("ssl_wbuf_size", "16384".into()),
+            ("ssl_session_cache", "no".into()),
+            ("ssl_kernel_tls", "no".into()),
+            ("ssl_min_version", "tlsv1.2".into()),
+            ("num_napi_ids", "(null)".into()),
+            ("memory_file", "(null)".into()),
+        ];
+        lines.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }
 
     fn stats_items(&self) -> Vec<(String, String)> {
@@ -154,6 +327,63 @@ impl Engine {
             ),
             ("total_malloced".into(), c.bytes.to_string()),
         ]
+    }
+
+    /// `stats reset`: zeroes the per-thread counters (and the store's read counters), as
+    /// memcached does; item counts and totals stay.
+    pub fn reset_stats(&self) {
+        for w in self.lock_workers().iter() {
+            w.reset();
+        }
+        self.store.reset_read_counters();
+        self.prefixes.clear();
+    }
+
+    /// `stats cachedump <class> <limit>`: memcached's `ITEM <key> [<bytes> b; <exptime> s]` lines
+    /// (exptime as a Unix time, 0 = never) and `END`, at most `limit` items (0 = all) and 2 MB.
+    /// remora has one pseudo slab class (as `stats items` shows): class 1 lists every item, the
+    /// other valid classes are empty.
+    pub fn cachedump(&self, class: Option<&[u8]>, limit: Option<&[u8]>, now: u32, out: &mut Out) {
+        /// memcached's MAX_NUMBER_OF_SLAB_CLASSES.
+        const CLASSES: u32 = 64;
+        /// memcached's cap on one dump's reply.
+        const MEMLIMIT: usize = 2 << 20;
+        let (Some(class), Some(limit)) = (class, limit) else {
+            Reply::Fail(Fail::BadCommandLine).write(out);
+            return;
+        };
+        let num = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<u32>().ok();
+        let (Some(class), Some(limit)) = (num(class), num(limit)) else {
+            Reply::Fail(Fail::BadFormat).write(out);
+            return;
+        };
+        if class >= CLASSES {
+            Reply::Fail(Fail::IllegalSlabId).write(out);
+            return;
+        }
+        let items = if class == 1 {
+            self.store.dump(limit as usize, now)
+        } else {
+            Vec::new()
+        };
+        let mut len = 0;
+        for (key, bytes, exptime) in items {
+            let exp = if exptime == 0 {
+                0
+            } else {
+                i64::from(exptime) + self.process_started
+            };
+            let line = format!(" [{bytes} b; {exp} s]\r\n");
+            let n = 5 + key.len() + line.len();
+            if len + n + 6 > MEMLIMIT {
+                break;
+            }
+            len += n;
+            out.extend_from_slice(b"ITEM ");
+            out.extend_from_slice(&key);
+            out.extend_from_slice(line.as_bytes());
+        }
+        Reply::End.write(out);
     }
 
     /// The stats lines for a group, or `None` for an unknown group.

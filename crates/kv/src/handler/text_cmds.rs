@@ -12,6 +12,7 @@ pub(super) fn run_text(
     out_limit: usize,
 ) -> Next {
     let vv = (eng.settings.verbose >= 2).then_some(s.id);
+    let cfd = s.cfd();
     let c = &*s.counters;
     match cmd {
         Command::Get {
@@ -27,6 +28,9 @@ pub(super) fn run_text(
             };
             let exp = if touch { eng.exptime(exptime, now) } else { 0 };
             let skip = s.get_done;
+            // A key too long drops what this line already queued and the unsent replies before
+            // it (memcached releases the connection's pending responses) and sends the error.
+            let start = out.mark();
             for (i, k) in text::keys(keys).enumerate().skip(skip) {
                 if i > skip && out.len() >= out_limit {
                     // Output full: the rest is answered once it drained (the line stays
@@ -34,25 +38,36 @@ pub(super) fn run_text(
                     s.get_done = i;
                     return Next::Later;
                 }
+                // One response object per key after the first (the command took one).
+                if i > 0 && !s.take_resp() {
+                    s.get_done = 0;
+                    s.drop_batch(out);
+                    s.resps.set(1);
+                    Reply::Fail(Fail::GetOutOfMemory).write(out);
+                    return Next::Go;
+                }
                 if !text::get_key_ok(k) {
                     s.get_done = 0;
+                    out.truncate(start);
+                    s.drop_batch(out);
+                    s.resps.set(1);
                     Reply::Fail(Fail::BadFormat).write(out);
                     return Next::Go;
                 }
-                let hit = eng
-                    .store
-                    .get(k, now, opts, exp, |it| {
-                        put_value_header(
-                            out,
-                            it.key,
-                            it.flags,
-                            it.value.len(),
-                            with_cas.then_some(it.cas),
-                        );
-                        out.value(it.value, it.shared, it.key.len());
-                        out.extend_from_slice(b"\r\n");
-                    })
-                    .is_some();
+                let found = eng.store.get(k, now, opts, exp, |it| {
+                    put_value_header(
+                        out,
+                        it.key,
+                        it.flags,
+                        it.value.len(),
+                        with_cas.then_some(it.cas),
+                    );
+                    out.value(it.value, it.shared, it.key.len());
+                    out.extend_from_slice(b"\r\n");
+                    it.value.len()
+                });
+                eng.logger.item_get(k, found, cfd);
+                let hit = found.is_some();
                 if let (true, Some(id)) = (hit, vv) {
                     eprintln!(">{id} sending key {}", String::from_utf8_lossy(k));
                 }
@@ -90,7 +105,10 @@ pub(super) fn run_text(
                 StoreCmd::Cas => StoreMode::Cas(cas),
             };
             let exp = eng.exptime(exptime, now);
-            let r = match eng.store.store(mode, key, flags, exp, data, now) {
+            log_lookup(eng, key, now, cfd);
+            let outcome = eng.store.store(mode, key, flags, exp, data, now);
+            log_store(eng, key, &outcome, mode, exp, now, data.len(), cfd);
+            let r = match outcome {
                 StoreOutcome::Stored(_) => {
                     if cmd == StoreCmd::Cas {
                         inc(&c.cas_hits);
@@ -137,6 +155,7 @@ pub(super) fn run_text(
         }
         Command::Delete { key, noreply } => {
             eng.prefixes.record(key, PrefixOp::Delete);
+            log_lookup(eng, key, now, cfd);
             let r = match eng.store.delete(key, now, None) {
                 DeleteOutcome::Deleted => {
                     inc(&c.delete_hits);
@@ -154,28 +173,32 @@ pub(super) fn run_text(
             key,
             delta,
             noreply,
-        } => match eng.store.arith(key, incr, delta, now, None) {
-            ArithOutcome::Value(v, _) => {
-                inc(if incr { &c.incr_hits } else { &c.decr_hits });
-                if !noreply {
-                    put_u64(out, v);
-                    out.extend_from_slice(b"\r\n");
-                } else if let Some(id) = vv {
-                    eprintln!(">{id} NOREPLY {v}");
+        } => {
+            log_lookup(eng, key, now, cfd);
+            match eng.store.arith(key, incr, delta, now, None) {
+                ArithOutcome::Value(v, _) => {
+                    inc(if incr { &c.incr_hits } else { &c.decr_hits });
+                    if !noreply {
+                        put_u64(out, v);
+                        out.extend_from_slice(b"\r\n");
+                    } else if let Some(id) = vv {
+                        eprintln!(">{id} NOREPLY {v}");
+                    }
                 }
+                ArithOutcome::NotFound | ArithOutcome::Exists => {
+                    inc(if incr { &c.incr_misses } else { &c.decr_misses });
+                    reply(vv, out, noreply, Reply::NotFound);
+                }
+                ArithOutcome::NonNumeric => reply(vv, out, noreply, Reply::Fail(Fail::NonNumeric)),
             }
-            ArithOutcome::NotFound | ArithOutcome::Exists => {
-                inc(if incr { &c.incr_misses } else { &c.decr_misses });
-                reply(vv, out, noreply, Reply::NotFound);
-            }
-            ArithOutcome::NonNumeric => reply(vv, out, noreply, Reply::Fail(Fail::NonNumeric)),
-        },
+        }
         Command::Touch {
             key,
             exptime,
             noreply,
         } => {
             inc(&c.cmd_touch);
+            log_lookup(eng, key, now, cfd);
             let hit = eng.store.touch(key, eng.exptime(exptime, now), now);
             inc(if hit { &c.touch_hits } else { &c.touch_misses });
             reply(
@@ -186,16 +209,17 @@ pub(super) fn run_text(
             );
         }
         Command::FlushAll { delay, noreply } => {
+            // memcached counts the command before it checks `-F`.
+            inc(&c.cmd_flush);
             if !eng.settings.flush_enabled {
-                Reply::Fail(Fail::FlushDisabled).write(out);
+                reply(vv, out, noreply, Reply::Fail(Fail::FlushDisabled));
                 return Next::Go;
             }
-            inc(&c.cmd_flush);
             if delay > 0 {
                 eng.store
                     .flush(Some(eng.exptime(delay, now).saturating_sub(1)));
             } else {
-                eng.store.flush(None);
+                eng.store.flush_now(now);
             }
             reply(vv, out, noreply, Reply::Ok);
         }
@@ -204,14 +228,33 @@ pub(super) fn run_text(
             out.extend_from_slice(VERSION.as_bytes());
             out.extend_from_slice(b"\r\n");
         }
-        Command::Verbosity { noreply } => reply(vv, out, noreply, Reply::Ok),
+        Command::Verbosity { level, noreply } => {
+            if let Some(l) = level {
+                // memcached caps the level at MAX_VERBOSITY_LEVEL (2).
+                eng.verbosity.store(l.min(2), Relaxed);
+            }
+            reply(vv, out, noreply, Reply::Ok)
+        }
         Command::Quit => return Next::Close,
-        Command::Shutdown => {
-            if eng.settings.shutdown_enabled {
+        Command::Shutdown(mode) => {
+            if !eng.settings.shutdown_enabled {
+                Reply::Fail(Fail::ShutdownDisabled).write(out);
+            } else if mode == ShutdownMode::Invalid {
+                Reply::Fail(Fail::InvalidShutdownMode).write(out);
+            } else {
+                // Both modes stop the server; `graceful` would also save a `-e` memory file,
+                // which remora does not have yet.
+                s.close_reason = Some(CloseReason::Shutdown);
                 eng.shutdown.store(true, Relaxed);
                 return Next::Close;
             }
-            Reply::Fail(Fail::ShutdownDisabled).write(out);
+        }
+        Command::SlabsAutomove { set, noreply } => {
+            match set {
+                Automove::Mode(m) => eng.slab_automove.store(m as u64, Relaxed),
+                Automove::Ratio(r) => eng.slab_automove_ratio.store(r.to_bits(), Relaxed),
+            }
+            reply(vv, out, noreply, Reply::Ok);
         }
         Command::CacheMemlimit { mb, noreply } => {
             match usize::try_from(mb)
@@ -225,12 +268,10 @@ pub(super) fn run_text(
                 _ => reply(vv, out, noreply, Reply::Fail(Fail::BadFormat)),
             }
         }
-        Command::Stats { arg, arg2 } => match arg {
+        Command::Stats { arg, arg2, arg3 } => match arg {
+            Some(b"cachedump") => eng.cachedump(arg2, arg3, now, out),
             Some(b"reset") => {
-                for w in eng.lock_workers().iter() {
-                    w.reset();
-                }
-                eng.prefixes.clear();
+                eng.reset_stats();
                 Reply::Reset.write(out);
             }
             Some(b"detail") => match arg2 {
@@ -260,6 +301,49 @@ pub(super) fn run_text(
             run_meta(eng, s, m, now, out);
         }
         Command::Fail(f) => Reply::Fail(f).write(out),
+        Command::FailQuiet(f) => reply(vv, out, true, Reply::Fail(f)),
+        Command::Hangup => {
+            s.close_reason = Some(CloseReason::Error);
+            // memcached closes at once: replies it had not sent yet are dropped too.
+            s.drop_batch(out);
+            return Next::Close;
+        }
+        Command::Watch { streams, noreply } => {
+            let r = if !eng.settings.watch_enabled {
+                Fail::WatchDisabled
+            } else if !out.is_empty() {
+                Fail::WatchPipelined
+            } else if let Some(streams) = streams {
+                match watch(eng, s, streams) {
+                    Ok(()) => return Next::Close,
+                    Err(f) => f,
+                }
+            } else {
+                Fail::Error
+            };
+            reply(vv, out, noreply, Reply::Fail(r));
+        }
     }
     Next::Go
+}
+
+/// Hands a duplicate of the connection's socket to the log streams; the caller then lets the
+/// connection go without shutting the socket down (the duplicate keeps it open), so only the
+/// log stream writes to it from here on, as memcached's logger thread does.
+fn watch(eng: &Engine, s: &mut Session, streams: u16) -> Result<(), Fail> {
+    use std::os::fd::FromRawFd;
+    let fd = s.fd.ok_or(Fail::WatcherFailed)?;
+    // SAFETY: duplicating the connection's open descriptor.
+    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(Fail::WatcherFailed);
+    }
+    // SAFETY: `dup` is a new descriptor nothing else owns.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(dup) };
+    eng.logger
+        .add_watcher(owned, streams)
+        .map_err(|_| Fail::WatcherTooMany)?;
+    // Handed over, not closed: memcached logs no conn_close for it.
+    s.close_reason = None;
+    Ok(())
 }

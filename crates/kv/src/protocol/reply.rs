@@ -27,6 +27,8 @@ pub enum Fail {
     StatsDetailUsage,
     /// `shutdown` without `-A`.
     ShutdownDisabled,
+    /// `shutdown` with an argument other than `graceful`.
+    InvalidShutdownMode,
     /// meta: unknown flag.
     InvalidFlag,
     /// meta: bad flag token.
@@ -51,6 +53,20 @@ pub enum Fail {
     InvalidMaMode,
     /// `flush_all` with `-F`.
     FlushDisabled,
+    /// `watch` with `-W`.
+    WatchDisabled,
+    /// `watch` after other pipelined commands whose replies are not sent yet.
+    WatchPipelined,
+    /// `watch` with 20 watchers already.
+    WatcherTooMany,
+    /// `watch` on a connection that cannot become a log stream (UDP).
+    WatcherFailed,
+    /// A multiget past the response objects a connection may hold (`-o read_buf_mem_limit`).
+    GetOutOfMemory,
+    /// `stats cachedump` without its two arguments.
+    BadCommandLine,
+    /// `stats cachedump` of a class number beyond memcached's 63.
+    IllegalSlabId,
 }
 
 impl Fail {
@@ -70,6 +86,7 @@ impl Fail {
             }
             Fail::StatsDetailUsage => "CLIENT_ERROR usage: stats detail on|off|dump",
             Fail::ShutdownDisabled => "ERROR: shutdown not enabled",
+            Fail::InvalidShutdownMode => "CLIENT_ERROR invalid shutdown mode",
             Fail::InvalidFlag => "CLIENT_ERROR invalid flag",
             Fail::InvalidOrDuplicateFlag => "CLIENT_ERROR invalid or duplicate flag",
             Fail::DuplicateFlag => "CLIENT_ERROR duplicate flag",
@@ -82,6 +99,13 @@ impl Fail {
             Fail::InvalidMsMode => "CLIENT_ERROR invalid mode for ms M token",
             Fail::InvalidMaMode => "CLIENT_ERROR invalid mode for ma M token",
             Fail::FlushDisabled => "CLIENT_ERROR flush_all not allowed",
+            Fail::WatchDisabled => "CLIENT_ERROR watch commands not allowed",
+            Fail::WatchPipelined => "ERROR cannot pipeline other commands before watch",
+            Fail::WatcherTooMany => "WATCHER_TOO_MANY log watcher limit reached",
+            Fail::WatcherFailed => "WATCHER_FAILED failed to add log watcher",
+            Fail::GetOutOfMemory => "SERVER_ERROR out of memory writing get response",
+            Fail::BadCommandLine => "CLIENT_ERROR bad command line",
+            Fail::IllegalSlabId => "CLIENT_ERROR Illegal slab id",
         }
     }
 }

@@ -42,7 +42,7 @@ pub enum StoreCmd {
 }
 
 /// One parsed text-protocol request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Command<'a> {
     /// get/gets/gat/gats: `keys` is the rest of the line, space separated.
     Get {
@@ -122,13 +122,30 @@ pub enum Command<'a> {
     Version,
     /// verbosity N
     Verbosity {
+        /// The level asked for (`None` for `verbosity noreply`, which memcached leaves alone).
+        level: Option<u64>,
         /// Suppress the reply.
         noreply: bool,
     },
     /// quit
     Quit,
-    /// shutdown (refused unless `-A`).
-    Shutdown,
+    /// `shutdown` or `shutdown graceful` (refused unless `-A`).
+    Shutdown(ShutdownMode),
+    /// slabs automove 0|1|2 or slabs automove ratio R.
+    SlabsAutomove {
+        /// The new mode, or the new ratio.
+        set: Automove,
+        /// Suppress the reply.
+        noreply: bool,
+    },
+    /// `watch STREAM…`: turn the connection into a log stream.
+    Watch {
+        /// The streams asked for (the [`watch`] bits); `None` names an unknown one, which
+        /// memcached answers `ERROR` after checking that `watch` is allowed.
+        streams: Option<u16>,
+        /// Suppress an error reply.
+        noreply: bool,
+    },
     /// cache_memlimit N
     CacheMemlimit {
         /// Megabytes.
@@ -142,15 +159,52 @@ pub enum Command<'a> {
         arg: Option<&'a [u8]>,
         /// Second argument, if any.
         arg2: Option<&'a [u8]>,
+        /// Third argument, if any (`stats cachedump <class> <limit>`).
+        arg3: Option<&'a [u8]>,
     },
     /// A meta command.
     Meta(MetaCommand<'a>),
     /// A malformed request: reply with this error and go on.
     Fail(Fail),
+    /// A malformed request whose line ends in `noreply`: memcached sets its noreply flag before
+    /// it checks the arguments, so the error is not sent either.
+    FailQuiet(Fail),
+    /// An HTTP request line (an unknown command whose last token starts with `HTTP/`):
+    /// memcached closes the connection without a reply.
+    Hangup,
+}
+
+/// What `shutdown` asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// `shutdown`: stop now (memcached raises SIGINT).
+    Now,
+    /// `shutdown graceful`: stop as on SIGUSR1 (memcached saves a `-e` memory file).
+    Graceful,
+    /// Any other argument: `CLIENT_ERROR invalid shutdown mode` (when shutdown is enabled).
+    Invalid,
+}
+
+/// The argument of `slabs automove`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Automove {
+    /// `slabs automove 0|1|2`.
+    Mode(u8),
+    /// `slabs automove ratio R`.
+    Ratio(f64),
+}
+
+/// An error that `noreply` as the line's last token silences (see [`Command::FailQuiet`]).
+fn fail(f: Fail, noreply: bool) -> Command<'static> {
+    if noreply {
+        Command::FailQuiet(f)
+    } else {
+        Command::Fail(f)
+    }
 }
 
 /// Parser result.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Parse<'a> {
     /// Need more bytes.
     Incomplete,
@@ -294,23 +348,23 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
             let noreply = n == base + 1 && noreply_last;
             let key = t[1];
             if key.len() > super::KEY_MAX {
-                return done(Command::Fail(Fail::BadFormat));
+                return done(fail(Fail::BadFormat, noreply_last));
             }
             let (Some(flags), Some(exptime), Some(vlen)) =
                 (parse_u64(t[2]), parse_i64(t[3]), parse_i64(t[4]))
             else {
-                return done(Command::Fail(Fail::BadFormat));
+                return done(fail(Fail::BadFormat, noreply_last));
             };
             let cas = if cmd == StoreCmd::Cas {
                 match parse_u64(t[5]) {
                     Some(c) => c,
-                    None => return done(Command::Fail(Fail::BadFormat)),
+                    None => return done(fail(Fail::BadFormat, noreply_last)),
                 }
             } else {
                 0
             };
             if vlen < 0 || vlen > (i32::MAX as i64 - 2) {
-                return done(Command::Fail(Fail::BadFormat));
+                return done(fail(Fail::BadFormat, noreply_last));
             }
             let vlen = vlen as usize;
             if vlen + key.len() + super::super::storage::ITEM_OVERHEAD > lim.item_max {
@@ -347,17 +401,19 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
             if !(2..=4).contains(&n) {
                 return done(Command::Fail(Fail::Error));
             }
-            if t[1].len() > super::KEY_MAX {
-                return done(Command::Fail(Fail::BadFormat));
-            }
+            // memcached checks the arguments before the key's length, and only looks for
+            // `noreply` when there are any.
             let mut noreply = false;
             if n > 2 {
                 let hold_zero = t[2] == b"0";
                 noreply = noreply_last;
                 let valid = (n == 3 && (hold_zero || noreply)) || (n == 4 && hold_zero && noreply);
                 if !valid {
-                    return done(Command::Fail(Fail::DeleteUsage));
+                    return done(fail(Fail::DeleteUsage, noreply));
                 }
+            }
+            if t[1].len() > super::KEY_MAX {
+                return done(fail(Fail::BadFormat, noreply));
             }
             done(Command::Delete { key: t[1], noreply })
         }
@@ -366,10 +422,10 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
                 return done(Command::Fail(Fail::Error));
             }
             if t[1].len() > super::KEY_MAX {
-                return done(Command::Fail(Fail::BadFormat));
+                return done(fail(Fail::BadFormat, noreply_last));
             }
             let Some(delta) = parse_u64(t[2]) else {
-                return done(Command::Fail(Fail::InvalidDelta));
+                return done(fail(Fail::InvalidDelta, noreply_last));
             };
             done(Command::Arith {
                 incr: t[0] == b"incr",
@@ -383,10 +439,10 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
                 return done(Command::Fail(Fail::Error));
             }
             if t[1].len() > super::KEY_MAX {
-                return done(Command::Fail(Fail::BadFormat));
+                return done(fail(Fail::BadFormat, noreply_last));
             }
             let Some(exptime) = parse_i64(t[2]) else {
-                return done(Command::Fail(Fail::InvalidExptime));
+                return done(fail(Fail::InvalidExptime, noreply_last));
             };
             done(Command::Touch {
                 key: t[1],
@@ -405,7 +461,7 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
             } else {
                 match parse_i64(t[1]) {
                     Some(d) => d,
-                    None => return done(Command::Fail(Fail::InvalidExptime)),
+                    None => return done(fail(Fail::InvalidExptime, noreply)),
                 }
             };
             done(Command::FlushAll { delay, noreply })
@@ -413,14 +469,47 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
         // memcached ignores extra tokens after these two.
         b"version" => done(Command::Version),
         b"quit" => done(Command::Quit),
-        b"shutdown" if n <= 2 => done(Command::Shutdown),
+        b"shutdown" => done(Command::Shutdown(match &t[1..n] {
+            [] => ShutdownMode::Now,
+            [m] if *m == b"graceful" => ShutdownMode::Graceful,
+            _ => ShutdownMode::Invalid,
+        })),
         b"verbosity" if (2..=3).contains(&n) => {
             let noreply = noreply_last;
-            if parse_u64(t[1]).is_none() && !(noreply && n == 2) {
-                return done(Command::Fail(Fail::BadFormat));
+            // memcached parses a 32-bit level; `verbosity noreply` is a silent parse error.
+            let level = parse_u64(t[1]).filter(|&l| l <= u32::MAX as u64);
+            if level.is_none() && !(noreply && n == 2) {
+                return done(fail(Fail::BadFormat, noreply));
             }
-            done(Command::Verbosity { noreply })
+            done(Command::Verbosity { level, noreply })
         }
+        // memcached: `slabs automove` needs at least one more token; anything else under
+        // `slabs` but `reassign` (which needs slab classes) is an unknown command.
+        b"slabs" if n >= 3 && t[1] == b"automove" => {
+            let noreply = noreply_last;
+            if t[2] == b"ratio" {
+                match (n >= 4).then(|| parse_f64(t[3])).flatten() {
+                    Some(r) => done(Command::SlabsAutomove {
+                        set: Automove::Ratio(r),
+                        noreply,
+                    }),
+                    None => done(fail(Fail::Error, noreply)),
+                }
+            } else {
+                match parse_u64(t[2]).filter(|&l| l <= u32::MAX as u64) {
+                    None => done(fail(Fail::BadFormat, noreply)),
+                    Some(m @ 0..=2) => done(Command::SlabsAutomove {
+                        set: Automove::Mode(m as u8),
+                        noreply,
+                    }),
+                    Some(_) => done(fail(Fail::Error, noreply)),
+                }
+            }
+        }
+        b"watch" => done(Command::Watch {
+            streams: watch_streams(&t[1..n]),
+            noreply: noreply_last,
+        }),
         b"cache_memlimit" if n == 2 || n == 3 => match parse_u64(t[1]) {
             Some(mb) => done(Command::CacheMemlimit {
                 mb,
@@ -431,10 +520,84 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
         b"stats" => done(Command::Stats {
             arg: (n > 1).then(|| t[1]),
             arg2: (n > 2).then(|| t[2]),
+            arg3: (n > 3).then(|| t[3]),
         }),
         b"mg" | b"ms" | b"md" | b"ma" | b"mn" | b"me" => meta::parse(buf, used, &tk, lim),
-        _ => done(Command::Fail(Fail::Error)),
+        other => done(unknown(other, l)),
     }
+}
+
+/// An unknown command: `ERROR`, except that memcached hangs up on what looks like an HTTP
+/// request. Its check (proto_text.c) only runs for commands that do not start like a known
+/// one (`g s a c i d t`, or a two-letter `m…`), are at least two bytes long, and whose last
+/// token (of at most 23: memcached's `MAX_TOKENS` less its terminator) starts with `HTTP/`.
+fn unknown(cmd: &[u8], line: &[u8]) -> Command<'static> {
+    let dispatched = match cmd.first() {
+        Some(b'g' | b's' | b'a' | b'c' | b'i' | b'd' | b't') => true,
+        Some(b'm') => cmd.len() == 2,
+        _ => false,
+    };
+    if cmd.len() < 2 || dispatched {
+        return Command::Fail(Fail::Error);
+    }
+    let tk = tokenize(line, MAX_TOKENS - 1);
+    if tk.t[tk.n - 1].starts_with(b"HTTP/") {
+        Command::Hangup
+    } else {
+        Command::Fail(Fail::Error)
+    }
+}
+
+/// `LOG_*` stream bits of memcached's logger.h, in `watch`'s argument names.
+pub mod watch {
+    /// `rawcmds`
+    pub const RAWCMDS: u16 = 1 << 0;
+    /// `evictions`
+    pub const EVICTIONS: u16 = 1 << 1;
+    /// `fetchers`
+    pub const FETCHERS: u16 = 1 << 2;
+    /// `mutations`
+    pub const MUTATIONS: u16 = 1 << 3;
+    /// `sysevents`
+    pub const SYSEVENTS: u16 = 1 << 4;
+    /// `connevents`
+    pub const CONNEVENTS: u16 = 1 << 5;
+    /// `proxyreqs`
+    pub const PROXYREQS: u16 = 1 << 6;
+    /// `proxyevents`
+    pub const PROXYEVENTS: u16 = 1 << 7;
+    /// `proxyuser`
+    pub const PROXYUSER: u16 = 1 << 8;
+}
+
+/// The streams of `watch ARGS` (`fetchers` when none are named); `None` for an unknown name
+/// (`noreply` included: memcached answers it `ERROR`, which the noreply flag then silences).
+fn watch_streams(args: &[&[u8]]) -> Option<u16> {
+    if args.is_empty() {
+        return Some(watch::FETCHERS);
+    }
+    let mut f = 0;
+    for a in args {
+        f |= match *a {
+            b"rawcmds" => watch::RAWCMDS,
+            b"evictions" => watch::EVICTIONS,
+            b"fetchers" => watch::FETCHERS,
+            b"mutations" => watch::MUTATIONS,
+            b"sysevents" => watch::SYSEVENTS,
+            b"connevents" => watch::CONNEVENTS,
+            b"proxyreqs" => watch::PROXYREQS,
+            b"proxyevents" => watch::PROXYEVENTS,
+            b"proxyuser" => watch::PROXYUSER,
+            _ => return None,
+        };
+    }
+    Some(f)
+}
+
+/// memcached's `safe_strtod`: a finite decimal number taking the whole token.
+fn parse_f64(t: &[u8]) -> Option<f64> {
+    let s = std::str::from_utf8(t).ok()?;
+    s.parse::<f64>().ok().filter(|v| v.is_finite())
 }
 
 /// Iterates the keys of a get line.

@@ -13,8 +13,8 @@ use mio::{event::Source, Events, Interest, Poll, Registry, Token};
 
 use std::os::fd::AsRawFd;
 
-use crate::conns::{addr_text, ConnEntry, ConnKind};
-use crate::handler::{process, Engine, Session};
+use crate::conns::{addr_text, ConnEntry, ConnKind, STATE_NREAD, STATE_SWALLOW};
+use crate::handler::{process, Engine, Proto, Session};
 use crate::out::Out;
 use crate::stats;
 
@@ -166,6 +166,7 @@ impl Conn {
                 }
                 self.yielded = o.yielded;
                 stalled = self.wbuf.len() >= OUT_LIMIT;
+                note_wait(&self.session, self.rbuf.pending(), stalled);
             }
             match self.flush(&counters) {
                 Err(_) => return false,
@@ -259,6 +260,56 @@ pub(super) fn list_conn(eng: &Engine, s: &Stream) -> Option<(i32, Arc<ConnEntry>
     Some((fd, e))
 }
 
+/// After a connection's input was run: what `stats conns` shows it waiting for, as memcached's
+/// state machine would (`conn_nread` with a command line received and its data not, or a
+/// binary header without its body; `conn_swallow` while discarding a refused value).
+pub(super) fn note_wait(s: &Session, pending: &[u8], stalled: bool) {
+    let Some(e) = &s.conn else {
+        return;
+    };
+    if s.swallow > 0 {
+        e.waiting(STATE_SWALLOW);
+    } else if !stalled
+        && match s.proto {
+            Proto::Binary => pending.len() >= crate::protocol::binary::HEADER_LEN,
+            _ => pending.contains(&b'\n'),
+        }
+    {
+        e.waiting(STATE_NREAD);
+    }
+}
+
+/// `-o idle_timeout`: whether a connection waiting for a command has been silent for longer
+/// than the timeout (memcached's check: `current_time - last_cmd_time > idle_timeout`).
+pub(super) fn idle_expired(eng: &Engine, s: &Session, now: u32) -> bool {
+    let t = eng.settings.tunables.idle_timeout;
+    t > 0
+        && s.conn
+            .as_ref()
+            .and_then(|e| e.idle_since())
+            .is_some_and(|since| now.saturating_sub(since) > t)
+}
+
+/// memcached's `READ_BUFFER_SIZE`: the unit its per-thread buffer cache hands out, to read
+/// buffers and to bundles of response objects alike.
+const MC_BUFFER: u64 = 16384;
+/// Response objects in one memcached bundle (`MAX_RESP_PER_BUNDLE` on 64-bit Linux:
+/// (16384 - 24) / 1184).
+const MC_RESP_PER_BUNDLE: usize = 13;
+
+/// `-o read_buf_mem_limit`: the response objects a connection may hold unsent. memcached
+/// splits the limit between its worker threads in 16 KiB buffers (at least one); a connection
+/// busy with a request holds one as its read buffer, and each other one holds 13 responses.
+/// remora applies the share per connection.
+pub(super) fn resp_limit(eng: &Engine) -> usize {
+    let limit = eng.settings.tunables.read_buf_mem_limit;
+    if limit == 0 {
+        return usize::MAX;
+    }
+    let bufs = (limit / eng.settings.threads.max(1) as u64 / MC_BUFFER).max(1);
+    (bufs as usize - 1).saturating_mul(MC_RESP_PER_BUNDLE)
+}
+
 /// A new connection's session, listed in `stats conns` when `entry` is given.
 pub(super) fn new_session(
     eng: &Engine,
@@ -271,9 +322,12 @@ pub(super) fn new_session(
     s.id = fd as u64;
     s.conn = entry.cloned();
     s.max_reqs = eng.settings.reqs_per_event;
+    s.resp_limit = resp_limit(eng);
     if eng.settings.verbose >= 2 {
         eprintln!("<{fd} new auto-negotiating client connection");
     }
+    // `watch connevents`: conn_new.
+    s.opened(eng, fd);
     s
 }
 
@@ -282,6 +336,8 @@ pub(super) fn echo_closed(eng: &Engine, s: &Session) {
     if eng.settings.verbose >= 2 {
         eprintln!("<{} connection closed.", s.id);
     }
+    // `watch connevents`: conn_close.
+    s.closed(eng);
 }
 
 /// A worker thread's loop.
@@ -293,9 +349,15 @@ pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<
     // Connections that yielded under -R: no new edge will come for the input they hold.
     let mut ready: Vec<usize> = Vec::new();
     let mut again: Vec<usize> = Vec::new();
+    let mut idle_checked = eng.now();
     loop {
         if stop.load(Ordering::Relaxed) {
             return;
+        }
+        let now = eng.now();
+        if eng.settings.tunables.idle_timeout > 0 && now != idle_checked {
+            idle_checked = now;
+            kick_idle(&mut conns, &eng, poll.registry(), &counters, now);
         }
         let timeout = if ready.is_empty() {
             Duration::from_millis(200)
@@ -368,6 +430,37 @@ pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<
     }
 }
 
+/// Closes every connection idle for longer than `-o idle_timeout` (counted in `idle_kicks`).
+fn kick_idle(
+    conns: &mut HashMap<usize, Conn>,
+    eng: &Engine,
+    registry: &Registry,
+    counters: &stats::Counters,
+    now: u32,
+) {
+    let idle: Vec<usize> = conns
+        .iter()
+        .filter(|(_, c)| idle_expired(eng, &c.session, now))
+        .map(|(&t, _)| t)
+        .collect();
+    for t in idle {
+        if let Some(c) = conns.remove(&t) {
+            stats::inc(&counters.idle_kicks);
+            close(eng, registry, c);
+        }
+    }
+}
+
+/// Forgets a connection and closes its socket.
+fn close(eng: &Engine, registry: &Registry, mut c: Conn) {
+    echo_closed(eng, &c.session);
+    let _ = c.stream.deregister(registry);
+    if let Some(fd) = c.table_fd {
+        eng.conn_table.remove(fd);
+    }
+    eng.conns.curr.fetch_sub(1, Ordering::Relaxed);
+}
+
 /// Drives one connection; drops it when done, queues it in `again` when it yielded.
 fn drive(
     conns: &mut HashMap<usize, Conn>,
@@ -387,13 +480,8 @@ fn drive(
         None => return,
     };
     if !keep {
-        if let Some(mut c) = conns.remove(&t) {
-            echo_closed(eng, &c.session);
-            let _ = c.stream.deregister(registry);
-            if let Some(fd) = c.table_fd {
-                eng.conn_table.remove(fd);
-            }
-            eng.conns.curr.fetch_sub(1, Ordering::Relaxed);
+        if let Some(c) = conns.remove(&t) {
+            close(eng, registry, c);
         }
     }
 }

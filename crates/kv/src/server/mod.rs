@@ -141,7 +141,9 @@ fn spawn_worker(
     Ok((t, wake, used))
 }
 
-fn resolve(cfg: &Config, port: u16) -> Result<Vec<SocketAddr>, ServerError> {
+/// The addresses to bind for `port` (memcached's `-1`, an ephemeral port, binds port 0).
+fn resolve(cfg: &Config, port: i32) -> Result<Vec<SocketAddr>, ServerError> {
+    let port = u16::try_from(port.max(0)).map_err(|_| ServerError::BadAddress(port.to_string()))?;
     if cfg.listen.is_empty() {
         return Ok(vec![SocketAddr::new(IpAddr::from([0u8; 4]), port)]);
     }
@@ -158,6 +160,40 @@ fn resolve(cfg: &Config, port: u16) -> Result<Vec<SocketAddr>, ServerError> {
         }
     }
     Ok(v)
+}
+
+/// memcached's `MEMCACHED_PORT_FILENAME`: one `TCP INET: <port>` / `UDP INET6: <port>` line per
+/// bound socket (each UDP socket once, not per worker's descriptor), written to `<path>.lck` and
+/// renamed into place, so a reader sees the whole file or none.
+fn write_port_file(
+    path: &std::path::Path,
+    tcp: &[TcpListener],
+    udp: &[std::net::UdpSocket],
+    threads: usize,
+) -> Result<(), ServerError> {
+    let mut text = String::new();
+    let mut line = |proto: &str, a: SocketAddr| {
+        let fam = if a.is_ipv4() { "INET" } else { "INET6" };
+        text.push_str(&format!("{proto} {fam}: {}\n", a.port()));
+    };
+    for l in tcp {
+        line("TCP", l.local_addr()?);
+    }
+    // `udp` holds each socket's descriptors (one per worker) together, the original last.
+    for u in udp.iter().skip(threads.max(1) - 1).step_by(threads.max(1)) {
+        line("UDP", u.local_addr()?);
+    }
+    let mut lck = path.as_os_str().to_owned();
+    lck.push(".lck");
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&lck)?;
+    f.write_all(text.as_bytes())?;
+    drop(f);
+    std::fs::rename(&lck, path)?;
+    Ok(())
 }
 
 /// `-b`: listen() again with the asked backlog (Linux updates a listening socket's backlog).
@@ -246,7 +282,7 @@ impl Server {
                 now,
             );
             unix = Some(l);
-        } else {
+        } else if s.tcpport != 0 {
             for a in resolve(cfg, s.tcpport)? {
                 let l = TcpListener::bind(a).map_err(|e| ServerError::Bind {
                     addr: a.to_string(),
@@ -258,22 +294,27 @@ impl Server {
                 })?;
                 tcp.push(l);
             }
-            if s.udpport != 0 {
-                for a in resolve(cfg, s.udpport)? {
-                    let u = std::net::UdpSocket::bind(a).map_err(|e| ServerError::Bind {
-                        addr: a.to_string(),
-                        source: e,
-                    })?;
-                    // Like memcached, each worker thread serves the socket through its own
-                    // descriptor (a dup), listed separately by `stats conns`.
-                    for _ in 1..s.threads {
-                        udp_socks.push(u.try_clone()?);
-                    }
-                    udp_socks.push(u);
+        }
+        if s.domain_socket.is_none() && s.udpport != 0 {
+            for a in resolve(cfg, s.udpport)? {
+                let u = std::net::UdpSocket::bind(a).map_err(|e| ServerError::Bind {
+                    addr: a.to_string(),
+                    source: e,
+                })?;
+                // Like memcached, each worker thread serves the socket through its own
+                // descriptor (a dup), listed separately by `stats conns`.
+                for _ in 1..s.threads {
+                    udp_socks.push(u.try_clone()?);
                 }
+                udp_socks.push(u);
             }
         }
         drop_privileges(cfg)?;
+        if s.domain_socket.is_none() {
+            if let Some(path) = std::env::var_os("MEMCACHED_PORT_FILENAME") {
+                write_port_file(path.as_ref(), &tcp, &udp_socks, s.threads)?;
+            }
+        }
         for l in &tcp {
             if let Ok(a) = l.local_addr() {
                 let (fd, now) = (l.as_raw_fd(), engine.now());

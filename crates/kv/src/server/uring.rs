@@ -19,7 +19,9 @@ use std::sync::Arc;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
-use super::conn::{echo_closed, list_conn, new_session, Stream, IOV_BATCH, OUT_LIMIT};
+use super::conn::{
+    echo_closed, idle_expired, list_conn, new_session, note_wait, Stream, IOV_BATCH, OUT_LIMIT,
+};
 use super::readbuf::ReadBuf;
 use crate::handler::{process, Engine, Session};
 use crate::out::Out;
@@ -203,6 +205,7 @@ impl Worker {
             c.rbuf.consume(o.consumed);
             c.closing |= o.close;
             yielded = o.yielded;
+            note_wait(&c.session, c.rbuf.pending(), c.wbuf.len() >= OUT_LIMIT);
         }
         let stalled = c.wbuf.len() >= OUT_LIMIT;
         self.start_send(slot);
@@ -362,14 +365,48 @@ pub fn worker(
     };
     arm_wake(&mut w, &mut wake_buf);
     let mut cqes: Vec<(u64, i32)> = Vec::with_capacity(ENTRIES as usize * 2);
+    let idle_timeout = eng.settings.tunables.idle_timeout;
+    let mut idle_checked = eng.now();
+    // With `-o idle_timeout` the wait wakes up every second to look for idle connections
+    // (a wait with a timeout needs Linux 5.11; before, idle ones are found when the loop turns).
+    let tick = types::Timespec::new().sec(1);
+    let timed_wait = idle_timeout > 0 && w.ring.params().is_feature_ext_arg();
+    if idle_timeout > 0 && !timed_wait {
+        tracing::warn!(
+            "io_uring cannot wait with a timeout here: idle_timeout checks only on activity"
+        );
+    }
     loop {
         if stop.load(Ordering::Relaxed) {
             break;
         }
+        let now = eng.now();
+        if idle_timeout > 0 && now != idle_checked {
+            idle_checked = now;
+            for slot in 0..w.conns.len() {
+                let expired = w.conns[slot]
+                    .as_ref()
+                    .is_some_and(|c| !c.dead && idle_expired(&eng, &c.session, now));
+                if expired {
+                    stats::inc(&counters.idle_kicks);
+                    w.kill(slot);
+                    w.reap(&eng, slot);
+                }
+            }
+        }
         w.refill();
         // Connections that yielded run again right away, after one non-blocking reap.
         let want = if w.ready.is_empty() { 1 } else { 0 };
-        match w.ring.submit_and_wait(want) {
+        let waited = if timed_wait && want == 1 {
+            let args = types::SubmitArgs::new().timespec(&tick);
+            match w.ring.submitter().submit_with_args(1, &args) {
+                Err(e) if e.raw_os_error() == Some(libc::ETIME) => Ok(0),
+                r => r,
+            }
+        } else {
+            w.ring.submit_and_wait(want)
+        };
+        match waited {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}

@@ -11,7 +11,7 @@
 mod shard;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub use shard::ItemRef;
 use shard::Shard;
@@ -98,6 +98,10 @@ pub struct StoreCounters {
     pub reclaimed: u64,
     /// Expired items that were never fetched.
     pub expired_unfetched: u64,
+    /// Reads that found an expired item.
+    pub get_expired: u64,
+    /// Reads that found an item invalidated by `flush_all`.
+    pub get_flushed: u64,
     /// Evicted items that were never fetched.
     pub evicted_unfetched: u64,
 }
@@ -130,6 +134,9 @@ pub struct Store {
     oldest_live: AtomicU64,
     mem_limit: std::sync::atomic::AtomicUsize,
 }
+
+/// Called with each item evicted to make room (under its shard's lock: keep it short).
+pub type EvictHook = Box<dyn Fn(&crate::logger::Evicted<'_>) + Send + Sync>;
 
 /// Outcome of `get`-like reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +182,17 @@ impl Store {
             flush_cas: AtomicU64::new(0),
             oldest_live: AtomicU64::new(u64::MAX),
             mem_limit: std::sync::atomic::AtomicUsize::new(config.mem_limit),
+        }
+    }
+
+    /// Sets what is told about evictions (`watch evictions`).
+    pub fn set_evict_hook(&mut self, hook: EvictHook) {
+        let hook: Arc<EvictHook> = Arc::new(hook);
+        for s in self.shards.iter_mut() {
+            match s.get_mut() {
+                Ok(g) => g.evict_hook = Some(hook.clone()),
+                Err(p) => p.into_inner().evict_hook = Some(hook.clone()),
+            }
         }
     }
 
@@ -252,6 +270,31 @@ impl Store {
                 .map(|(b, n)| (b * 32, n))
                 .collect(),
         )
+    }
+
+    /// `stats reset`: zeroes `get_expired` and `get_flushed`.
+    pub fn reset_read_counters(&self) {
+        for s in self.shards.iter() {
+            s.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .reset_read_counters();
+        }
+    }
+
+    /// `stats cachedump`: up to `limit` live items (0 = all) as (key, value length, relative
+    /// exptime), each shard's from most to least recently used.
+    pub fn dump(&self, limit: usize, now: u32) -> Vec<(Vec<u8>, usize, u32)> {
+        let ctx = self.ctx(now);
+        let limit = if limit == 0 { usize::MAX } else { limit };
+        let mut v = Vec::new();
+        for s in self.shards.iter() {
+            if v.len() >= limit {
+                break;
+            }
+            let g = s.lock().unwrap_or_else(|p| p.into_inner());
+            g.dump(&ctx, limit, &mut v);
+        }
+        v
     }
 
     /// Whether an item of this size fits at all.
@@ -355,6 +398,17 @@ impl Store {
         self.get(key, now, opts, exptime_abs, |_| ()).is_some()
     }
 
+    /// `flush_all` without a delay at relative time `now`. With CAS values (the default) items
+    /// stored later in the same second survive (their CAS is higher); without them (`-C`)
+    /// memcached can only compare times, so items stored in the same second as the flush are
+    /// flushed too, as memcached does.
+    pub fn flush_now(&self, now: u32) {
+        self.flush(None);
+        if !self.config.use_cas {
+            self.oldest_live.store(now as u64, Ordering::Relaxed);
+        }
+    }
+
     /// Invalidates every item now (`delay_until` = None) or once `now` reaches the given time.
     pub fn flush(&self, delay_until: Option<u32>) {
         match delay_until {
@@ -362,6 +416,13 @@ impl Store {
                 let c = self.next_cas.load(Ordering::Relaxed);
                 self.flush_cas.store(c, Ordering::Relaxed);
                 self.oldest_live.store(u64::MAX, Ordering::Relaxed);
+                // With CAS values the flushed items stay, dead, until a read finds them (and
+                // counts `get_flushed`) or the LRU reclaims them, as in memcached. Without
+                // them (`-C`) liveness rests on `oldest_live` alone, which a later delayed
+                // flush moves: the items go now.
+                if self.config.use_cas {
+                    return;
+                }
                 for s in self.shards.iter() {
                     let mut g = match s.lock() {
                         Ok(g) => g,

@@ -64,13 +64,16 @@ impl Entry {
         if self.exptime != 0 && self.exptime <= ctx.now {
             return false;
         }
+        !self.flushed(ctx)
+    }
+
+    /// Invalidated by a `flush_all` (memcached counts a read of it in `get_flushed`, of an
+    /// expired one in `get_expired`, and checks the flush first).
+    fn flushed(&self, ctx: &Ctx) -> bool {
         if self.cas < ctx.flush_cas && self.cas != 0 {
-            return false;
+            return true;
         }
-        if ctx.oldest_live <= ctx.now as u64 && self.time as u64 <= ctx.oldest_live {
-            return false;
-        }
-        true
+        ctx.oldest_live <= ctx.now as u64 && self.time as u64 <= ctx.oldest_live
     }
 }
 
@@ -175,8 +178,13 @@ pub(super) struct Shard {
     reclaimed: u64,
     expired_unfetched: u64,
     evicted_unfetched: u64,
+    /// Reads that found an expired item (`get_expired`) or a flushed one (`get_flushed`).
+    get_expired: u64,
+    get_flushed: u64,
     /// `-o track_sizes`: items per 32-byte size bucket, and whether items carry a CAS.
     sizes: Option<(BTreeMap<usize, u64>, bool)>,
+    /// Told about each eviction (`watch evictions`).
+    pub evict_hook: Option<std::sync::Arc<super::EvictHook>>,
 }
 
 /// memcached's `sizeof(item)` on 64-bit: the item header its histogram counts.
@@ -198,7 +206,10 @@ impl Shard {
             reclaimed: 0,
             expired_unfetched: 0,
             evicted_unfetched: 0,
+            get_expired: 0,
+            get_flushed: 0,
             sizes: sizes.map(|cas| (BTreeMap::new(), cas)),
+            evict_hook: None,
         }
     }
 
@@ -310,16 +321,23 @@ impl Shard {
 
     /// Finds a live item, dropping it if it is expired or flushed.
     fn lookup(&mut self, hash: u64, key: &[u8], ctx: &Ctx) -> Option<u32> {
-        let i = self.find(hash, key)?;
+        self.lookup_why(hash, key, ctx).ok()
+    }
+
+    /// [`Shard::lookup`], saying on a miss whether a dead item was dropped:
+    /// `Err(Some(true))` flushed, `Err(Some(false))` expired, `Err(None)` absent.
+    fn lookup_why(&mut self, hash: u64, key: &[u8], ctx: &Ctx) -> Result<u32, Option<bool>> {
+        let i = self.find(hash, key).ok_or(None)?;
         if self.entry(i).live(ctx) {
-            Some(i)
+            Ok(i)
         } else {
+            let flushed = self.entry(i).flushed(ctx);
             let e = self.remove(i);
             if !e.fetched {
                 self.expired_unfetched += 1;
             }
             self.reclaimed += 1;
-            None
+            Err(Some(flushed))
         }
     }
 
@@ -337,6 +355,19 @@ impl Shard {
             }
             let e = self.remove(t);
             if live {
+                if let Some(h) = &self.evict_hook {
+                    h(&crate::logger::Evicted {
+                        key: e.key(),
+                        fetched: e.fetched,
+                        ttl: if e.exptime == 0 {
+                            -1
+                        } else {
+                            e.exptime as i64 - ctx.now as i64
+                        },
+                        last_access: ctx.now.saturating_sub(e.time),
+                        size: e.value().len(),
+                    });
+                }
                 self.evictions += 1;
                 if !e.fetched {
                     self.evicted_unfetched += 1;
@@ -380,7 +411,17 @@ impl Shard {
         exptime_abs: u32,
         f: impl FnOnce(ItemRef<'_>) -> R,
     ) -> Option<R> {
-        let i = self.lookup(hash, key, ctx)?;
+        let i = match self.lookup_why(hash, key, ctx) {
+            Ok(i) => i,
+            Err(dead) => {
+                match dead {
+                    Some(true) => self.get_flushed += 1,
+                    Some(false) => self.get_expired += 1,
+                    None => {}
+                }
+                return None;
+            }
+        };
         if !opts.no_bump && ctx.now.saturating_sub(self.entry(i).time) >= BUMP_INTERVAL {
             self.bump(i);
         }
@@ -621,6 +662,19 @@ impl Shard {
         }
     }
 
+    /// `stats cachedump`: live items from most to least recently used as (key, value length,
+    /// exptime), appended to `out` until it holds `limit`.
+    pub fn dump(&self, ctx: &Ctx, limit: usize, out: &mut Vec<(Vec<u8>, usize, u32)>) {
+        let mut i = self.head;
+        while i != NIL && out.len() < limit {
+            let e = self.entry(i);
+            if e.live(ctx) {
+                out.push((e.key().to_vec(), e.value().len(), e.exptime));
+            }
+            i = e.next;
+        }
+    }
+
     pub fn add_counters(&self, c: &mut StoreCounters) {
         c.curr_items += self.table.len() as u64;
         c.total_items += self.total_items;
@@ -629,6 +683,14 @@ impl Shard {
         c.reclaimed += self.reclaimed;
         c.expired_unfetched += self.expired_unfetched;
         c.evicted_unfetched += self.evicted_unfetched;
+        c.get_expired += self.get_expired;
+        c.get_flushed += self.get_flushed;
+    }
+
+    /// `stats reset`: zeroes the read counters memcached keeps per thread.
+    pub fn reset_read_counters(&mut self) {
+        self.get_expired = 0;
+        self.get_flushed = 0;
     }
 }
 

@@ -96,6 +96,136 @@ fn delete_forms() {
     );
 }
 
+/// malicious-commands.t: memcached hangs up on HTTP request lines instead of answering
+/// `ERROR`, but only where its dispatch reaches the final `else` (proto_text.c).
+#[test]
+fn http_request_lines_hang_up() {
+    for l in [
+        &b"GET / HTTP/1.0\r\n"[..],
+        b"PUT /asdf/asd/fasdfasdf/sadf HTTP/1.1\r\n",
+        b"DELETE HTTP/1.1\r\n",
+        b"OPTIONS * HTTP/2\n",
+    ] {
+        assert_eq!(p(l), Parse::Done(Command::Hangup, l.len()), "{l:?}");
+    }
+    // A known first letter, a one-byte command, or no `HTTP/` last: ERROR as before.
+    for l in [
+        &b"get / HTTP/1.0\r\n"[..],
+        b"gx / HTTP/1.0\r\n",
+        b"the HTTP/1.1\r\n",
+        b"G HTTP/1.1\r\n",
+        b"GET / HTTP\r\n",
+        b"GET HTTP/1.1 x\r\n",
+        b"mz HTTP/1.1\r\n",
+    ] {
+        assert!(!matches!(p(l), Parse::Done(Command::Hangup, _)), "{l:?}");
+    }
+    // memcached looks at the 23rd token of a longer line.
+    let mut long = b"XY".to_vec();
+    for i in 1..30 {
+        long.extend_from_slice(if i == 22 { b" HTTP/1.1" } else { b" a" });
+    }
+    long.extend_from_slice(b"\r\n");
+    assert!(matches!(p(&long), Parse::Done(Command::Hangup, _)));
+}
+
+/// shutdown.t: `shutdown`, `shutdown graceful`, anything else an invalid mode.
+#[test]
+fn shutdown_modes() {
+    use super::ShutdownMode::*;
+    for (l, m) in [
+        (&b"shutdown\r\n"[..], Now),
+        (b"shutdown graceful\r\n", Graceful),
+        (b"shutdown foo\r\n", Invalid),
+        (b"shutdown graceful now\r\n", Invalid),
+    ] {
+        assert_eq!(p(l), Parse::Done(Command::Shutdown(m), l.len()));
+    }
+}
+
+/// issue_3.t: memcached sets its noreply flag before checking the arguments, so errors of
+/// lines ending in `noreply` are not sent either.
+#[test]
+fn noreply_silences_argument_errors() {
+    let quiet = |l: &[u8], f: Fail| assert_eq!(p(l), Parse::Done(Command::FailQuiet(f), l.len()));
+    quiet(b"delete k 10 noreply\r\n", Fail::DeleteUsage);
+    quiet(b"set k x 0 1 noreply\r\n", Fail::BadFormat);
+    quiet(b"set k 0 0 noreply\r\n", Fail::BadFormat);
+    quiet(b"incr k x noreply\r\n", Fail::InvalidDelta);
+    quiet(b"incr k noreply\r\n", Fail::InvalidDelta);
+    quiet(b"touch k x noreply\r\n", Fail::InvalidExptime);
+    quiet(b"flush_all x noreply\r\n", Fail::InvalidExptime);
+    quiet(b"verbosity x noreply\r\n", Fail::BadFormat);
+    let mut long = b"delete ".to_vec();
+    long.extend_from_slice(&[b'k'; 251]);
+    long.extend_from_slice(b" noreply\r\n");
+    quiet(&long, Fail::BadFormat);
+    // Without noreply they are sent; `delete k 10` is a usage error before any key check.
+    assert_eq!(
+        p(b"delete k 10\r\n"),
+        Parse::Done(Command::Fail(Fail::DeleteUsage), 13)
+    );
+}
+
+/// strtol-testing.t: `slabs automove` takes 0, 1, 2 or `ratio R`.
+#[test]
+fn slabs_automove() {
+    assert_eq!(
+        p(b"slabs automove invalid\r\n"),
+        Parse::Done(Command::Fail(Fail::BadFormat), 24)
+    );
+    assert_eq!(
+        p(b"slabs automove 3\r\n"),
+        Parse::Done(Command::Fail(Fail::Error), 18)
+    );
+    assert_eq!(
+        p(b"slabs automove 2 noreply\r\n"),
+        Parse::Done(
+            Command::SlabsAutomove {
+                set: Automove::Mode(2),
+                noreply: true
+            },
+            26
+        )
+    );
+    assert_eq!(
+        p(b"slabs automove ratio 0.5\r\n"),
+        Parse::Done(
+            Command::SlabsAutomove {
+                set: Automove::Ratio(0.5),
+                noreply: false
+            },
+            26
+        )
+    );
+    assert_eq!(
+        p(b"slabs automove ratio\r\n"),
+        Parse::Done(Command::Fail(Fail::Error), 22)
+    );
+    assert_eq!(
+        p(b"slabs automove\r\n"),
+        Parse::Done(Command::Fail(Fail::Error), 16)
+    );
+}
+
+/// watcher.t: `watch` alone is `fetchers`; names combine; an unknown one is kept for the
+/// handler to refuse (after its `-W` check).
+#[test]
+fn watch_streams() {
+    use super::watch::*;
+    let w = |l: &[u8]| match p(l) {
+        Parse::Done(Command::Watch { streams, .. }, _) => streams,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(w(b"watch\r\n"), Some(FETCHERS));
+    assert_eq!(
+        w(b"watch mutations evictions\n"),
+        Some(MUTATIONS | EVICTIONS)
+    );
+    assert_eq!(w(b"watch connevents\r\n"), Some(CONNEVENTS));
+    assert_eq!(w(b"watch fetchers bogus\r\n"), None);
+}
+
 #[test]
 fn meta_commands() {
     let Parse::Done(Command::Meta(MetaCommand::Op { flags, .. }), _) =
