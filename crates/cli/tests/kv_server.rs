@@ -455,3 +455,93 @@ fn stats_conns_shows_conn_nread_while_a_value_is_awaited() {
         assert_eq!(ask(&mut waiting, b"foobar\r\n", b"\r\n"), "STORED\r\n");
     }
 }
+
+/// `-Y FILE` (memcached's `ascii-auth.t`): nothing is served before a `set` carrying a known
+/// `user password`; every reply, the auth counters and `stats settings` match memcached; a
+/// binary-protocol client is dropped; `-Y` with UDP or `-B binary`, or a malformed file, is
+/// refused at start.
+#[test]
+fn ascii_authentication_matches_memcached() {
+    let dir = std::env::temp_dir().join(format!("remora-kv-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("authfile");
+    std::fs::write(&file, "foo:bar\nbaaaz:quux\n").unwrap();
+    let f = file.to_str().unwrap();
+    let steps: &[(&[u8], &[u8])] = &[
+        (b"set foo 0 0 2\r\nhi\r\n", b"\r\n"),
+        (b"get foo\r\n", b"\r\n"),
+        (b"set foo 0 0 7\r\nfoo bab\r\n", b"\r\n"),
+        (b"set k 0 0 3\r\nfoo\r\n", b"\r\n"),
+        (b"set foo 0 0 7\r\nfoo bar\r\n", b"\r\n"),
+        (b"set toast 0 0 2\r\nhi\r\n", b"\r\n"),
+        (b"get toast\r\n", b"END\r\n"),
+    ];
+    // (server, replies, auth counters and settings)
+    type Seen = (String, Vec<String>, Vec<(String, String)>);
+    let mut seen: Vec<Seen> = Vec::new();
+    for (prog, pre, name) in servers() {
+        let (_k, port) = start(&prog, &pre, &["-Y", f]);
+        let mut s = connect(port);
+        let replies: Vec<String> = steps
+            .iter()
+            .map(|(req, end)| ask(&mut s, req, end))
+            .collect();
+        assert_eq!(replies[4], "STORED\r\n", "{name}: {replies:?}");
+        assert_eq!(replies[6], "VALUE toast 0 2\r\nhi\r\nEND\r\n", "{name}");
+        // A second connection starts unauthenticated.
+        let mut s2 = connect(port);
+        assert_eq!(
+            ask(&mut s2, b"get toast\r\n", b"\r\n"),
+            "CLIENT_ERROR unauthenticated\r\n"
+        );
+        let counts: Vec<(String, String)> = stats(port, "")
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("auth_"))
+            .chain(
+                stats(port, " settings")
+                    .into_iter()
+                    .filter(|(k, _)| k == "auth_enabled_ascii" || k == "binding_protocol"),
+            )
+            .collect();
+        // A binary-protocol request is not served.
+        let mut b = connect(port);
+        b.write_all(&[
+            0x80, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ])
+        .unwrap();
+        let got = read_until(&mut b, b"\r\n", Duration::from_secs(2));
+        assert!(
+            !got.starts_with(&[0x81]),
+            "{name} answered a binary request"
+        );
+        seen.push((name.to_string(), replies, counts));
+    }
+    if let [(_, ra, ca), (_, rb, cb)] = &seen[..] {
+        assert_eq!(ra, rb, "replies differ from memcached's");
+        assert_eq!(ca, cb, "auth counters or settings differ from memcached's");
+    }
+    // Refused at start, as memcached refuses them.
+    let remora = env!("CARGO_BIN_EXE_remora");
+    for (args, why) in [
+        (vec!["-Y", f, "-U", "11311"], "Cannot use UDP"),
+        (vec!["-Y", f, "-B", "binary"], "BINARY protocol"),
+    ] {
+        let out = Command::new(remora)
+            .args(["kv", "serve"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(why),
+            "{args:?}: {err}"
+        );
+    }
+    std::fs::write(&file, "nocolon\n").unwrap();
+    let out = Command::new(remora)
+        .args(["kv", "serve", "-Y", f])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("malformed entry"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

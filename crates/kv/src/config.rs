@@ -153,10 +153,11 @@ const LONG: &[(&str, char)] = &[
     ("lock-memory", 'k'),
     ("enable-coredumps", 'r'),
     ("enable-largepages", 'L'),
+    ("auth-file", 'Y'),
 ];
 
 fn takes_value(c: char) -> bool {
-    "pUlsamctIbBRuoPfnDe".contains(c)
+    "pUlsamctIbBRuoPfnDeY".contains(c)
 }
 
 impl Config {
@@ -326,10 +327,27 @@ impl Config {
                         .into(),
                 ),
                 'W' => s.watch_enabled = false,
-                'r' | 'd' | 'e' | 'S' | 'X' | 'Y' | 'N' | 'Z' => cfg
+                'Y' => {
+                    let file = crate::handler::auth::AuthFile::load(std::path::Path::new(&v))
+                        .map_err(ConfigError)?;
+                    s.auth = Some((v.clone(), std::sync::Arc::new(file)));
+                }
+                'r' | 'd' | 'e' | 'S' | 'X' | 'N' | 'Z' => cfg
                     .warnings
                     .push(format!("option -{c} is accepted but has no effect in remora")),
                 _ => return err(format!("Illegal argument \"{c}\"")),
+            }
+        }
+        // memcached: ASCII authentication speaks only ASCII, over TCP and unix sockets.
+        if s.auth.is_some() {
+            if s.udpport != 0 {
+                return err("Cannot use UDP with ascii authentication enabled (-U 0 to disable)");
+            }
+            match s.binding_protocol.as_str() {
+                "binary" => {
+                    return err("ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens.")
+                }
+                _ => s.binding_protocol = "ascii".into(),
             }
         }
         // memcached: `-U N` alone puts TCP on the same port.
@@ -520,6 +538,8 @@ pub fn usage() -> String {
      -R, --max-reqs-per-event  maximum number of requests per event (default: 20)\n\
      -F, --disable-flush-all   disable flush_all command\n\
      -A, --enable-shutdown     enable ascii \"shutdown\" command\n\
+     -Y, --auth-file=<file>    (EXPERIMENTAL) enable ASCII protocol authentication. format:\n\
+                               user:pass\\nuser2:pass2\\n\n\
      -u, --user=<user>         assume identity of <username> (only when run as root)\n\
      -v, --verbose             verbose (print errors/warnings while in event loop)\n\
      -o, --extended            comma separated list of extended options (below)\n"

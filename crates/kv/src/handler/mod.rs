@@ -23,6 +23,7 @@ use crate::storage::{
     ArithOutcome, DeleteOutcome, ReadOpts, Store, StoreConfig, StoreMode, StoreOutcome,
 };
 
+pub mod auth;
 mod binary_cmds;
 mod meta_cmds;
 mod stats;
@@ -90,6 +91,8 @@ pub struct Settings {
     pub watch_enabled: bool,
     /// `-o watcher_logbuf_size=KB`, in bytes: each watcher's log buffer.
     pub watcher_logbuf_size: usize,
+    /// `-Y FILE`: ASCII authentication, the file's path and its entries.
+    pub auth: Option<(String, std::sync::Arc<auth::AuthFile>)>,
 }
 
 impl Default for Settings {
@@ -121,6 +124,7 @@ impl Default for Settings {
             tunables: crate::config::Tunables::default(),
             watch_enabled: true,
             watcher_logbuf_size: crate::logger::DEFAULT_BUF_SIZE,
+            auth: None,
         }
     }
 }
@@ -272,6 +276,8 @@ pub struct Session {
     /// How the connection ends, for `conn_close` lines (`None` once handed to the log
     /// streams by `watch`, which memcached does not log as a close).
     pub close_reason: Option<CloseReason>,
+    /// Passed `-Y`'s ASCII authentication (meaningless without `-Y`).
+    pub authenticated: bool,
 }
 
 /// What the connection should do after processing.
@@ -304,6 +310,7 @@ impl Session {
             fd: None,
             peer: None,
             close_reason: Some(CloseReason::Normal),
+            authenticated: false,
         }
     }
 
@@ -417,6 +424,28 @@ fn run(
             s.swallow -= n;
             pos += n;
             continue;
+        }
+        if let Some((_, file)) = eng.settings.auth.as_ref().filter(|_| !s.authenticated) {
+            match auth::step(file, &input[pos..], out) {
+                auth::Step::Incomplete => break,
+                auth::Step::Answered {
+                    consumed,
+                    verdict,
+                    swallow,
+                } => {
+                    pos += consumed;
+                    reqs += 1;
+                    s.swallow = swallow;
+                    if let Some(ok) = verdict {
+                        inc(&s.counters.auth_cmds);
+                        if !ok {
+                            inc(&s.counters.auth_errors);
+                        }
+                        s.authenticated = ok;
+                    }
+                    continue;
+                }
+            }
         }
         if s.proto == Proto::Unknown {
             s.proto = if input[pos] == binary::MAGIC_REQ {

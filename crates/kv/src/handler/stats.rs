@@ -230,7 +230,12 @@ impl Engine {
             ("tcp_backlog", s.backlog.to_string()),
             ("binding_protocol", s.binding_protocol.clone()),
             ("auth_enabled_sasl", "no".into()),
-            ("auth_enabled_ascii", "no".into()),
+            (
+                "auth_enabled_ascii",
+                s.auth
+                    .as_ref()
+                    .map_or("no".into(), |(path, _)| path.clone()),
+            ),
             ("item_size_max", s.item_size_max.to_string()),
             ("maxconns_fast", yn(tun.maxconns_fast)),
             ("hashpower_init", tun.hashpower_init.to_string()),
