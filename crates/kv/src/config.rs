@@ -332,7 +332,10 @@ impl Config {
                         .map_err(ConfigError)?;
                     s.auth = Some((v.clone(), std::sync::Arc::new(file)));
                 }
-                'r' | 'd' | 'e' | 'S' | 'X' | 'N' | 'Z' => cfg
+                // Running without the authentication asked for would leave the cache open:
+                // refused, as a memcached built without SASL refuses it.
+                'S' => return err("This server is not built with SASL support."),
+                'r' | 'd' | 'e' | 'X' | 'N' | 'Z' => cfg
                     .warnings
                     .push(format!("option -{c} is accepted but has no effect in remora")),
                 _ => return err(format!("Illegal argument \"{c}\"")),
@@ -718,6 +721,8 @@ mod tests {
         );
         assert_eq!(e(&["-p", "70000"]), "ERROR: Invalid port number 70000.");
         assert!(e(&["-B", "xx"]).starts_with("Invalid value for binding protocol: xx"));
+        // Authentication that cannot be given is refused, never ignored.
+        assert_eq!(e(&["-S"]), "This server is not built with SASL support.");
         assert_eq!(
             e(&["-R", "0"]),
             "Number of requests per event must be greater than 0"
