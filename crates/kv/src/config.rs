@@ -335,7 +335,9 @@ impl Config {
                 // Running without the authentication asked for would leave the cache open:
                 // refused, as a memcached built without SASL refuses it.
                 'S' => return err("This server is not built with SASL support."),
-                'r' | 'd' | 'e' | 'X' | 'N' | 'Z' => cfg
+                // Likewise TLS: plaintext where encryption was asked for is refused.
+                'Z' => return err("This server is not built with TLS support."),
+                'r' | 'd' | 'e' | 'X' | 'N' => cfg
                     .warnings
                     .push(format!("option -{c} is accepted but has no effect in remora")),
                 _ => return err(format!("Illegal argument \"{c}\"")),
@@ -723,6 +725,7 @@ mod tests {
         assert!(e(&["-B", "xx"]).starts_with("Invalid value for binding protocol: xx"));
         // Authentication that cannot be given is refused, never ignored.
         assert_eq!(e(&["-S"]), "This server is not built with SASL support.");
+        assert_eq!(e(&["-Z"]), "This server is not built with TLS support.");
         assert_eq!(
             e(&["-R", "0"]),
             "Number of requests per event must be greater than 0"
