@@ -14,20 +14,8 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) l:
 }
 "#;
 
-/// The device the tests use: any adapter (a CPU-type one included), unless `REMORA_GPU` says
-/// otherwise. `None` (skip) only when no adapter exists and the run did not ask for one.
 fn gpu() -> Option<std::sync::Arc<Gpu>> {
-    let policy = GpuPolicy::from_env().unwrap();
-    let asked = std::env::var_os("REMORA_GPU").is_some();
-    let policy = if asked { policy } else { GpuPolicy::Any };
-    match Gpu::open(policy) {
-        Ok(g) => Some(g),
-        Err(e) if !asked => {
-            eprintln!("skipped: {e}");
-            None
-        }
-        Err(e) => panic!("REMORA_GPU is set but no device opened: {e}"),
-    }
+    Gpu::for_tests()
 }
 
 #[test]

@@ -11,23 +11,14 @@ use remora_daq::synth::{Synth, SynthConfig};
 /// path). When `REMORA_GPU` is set (as `make test` does) a missing device fails the test
 /// instead of skipping it.
 fn gpu_engines() -> Vec<Box<dyn Engine>> {
-    match remora_daq::engine::GpuEngine::new() {
-        Ok(e) => {
-            // Bands of 64 rows (tables), 192 K pixels (frames and images), and matrix chunks of
-            // a few bins.
-            let small = remora_daq::engine::GpuEngine::new()
-                .unwrap()
-                .with_max_binding(64 * 1024 * 12);
-            vec![Box::new(e), Box::new(small)]
-        }
-        Err(e) if std::env::var_os("REMORA_GPU").is_some() => {
-            panic!("REMORA_GPU is set but the gpu-wgpu engine is unavailable: {e}")
-        }
-        Err(e) => {
-            eprintln!("gpu-wgpu not tested: {e}");
-            Vec::new()
-        }
-    }
+    use remora_daq::engine::GpuEngine;
+    let Some(g) = remora_accel::gpu::Gpu::for_tests() else {
+        return Vec::new();
+    };
+    // Bands of 64 rows (tables), 192 K pixels (frames and images), and matrix chunks of a few
+    // bins.
+    let small = GpuEngine::on(g.clone()).with_max_binding(64 * 1024 * 12);
+    vec![Box::new(GpuEngine::on(g)), Box::new(small)]
 }
 
 /// Every engine the registry can make on this machine (the GPU's included when a device is
@@ -582,11 +573,9 @@ fn frames_in_flight_on_the_gpu_give_the_results_of_one_at_a_time() {
         ..Default::default()
     };
     let m = AzMatrix::build(&s.config().poni, (map.rows, map.cols), Some(&map.mask), &az).unwrap();
-    let Some(g) = gpu_engines().into_iter().next() else {
+    let Some(g) = remora_accel::gpu::Gpu::for_tests().map(GpuEngine::on) else {
         return;
     };
-    drop(g);
-    let g = GpuEngine::new().unwrap();
     let plan = FramePlan {
         veto_kev: 50.0,
         veto_min: 5,

@@ -6,35 +6,16 @@
 //! `REMORA_GPU` they open any adapter themselves and skip, saying why, only when none exists.
 #![cfg(feature = "gpu")]
 
-use std::sync::{Arc, OnceLock};
-
 use remora_accel::gpu::{Gpu, GpuPolicy};
 use remora_match::{
     knn2_f32, knn2_u8, match_f32, match_u8, Error, GpuMatcher, Kernel, Match, Neighbours, Options,
     MAX_DIM,
 };
 
-/// The engine the tests use: any adapter (a CPU-type one included), unless `REMORA_GPU` says
-/// otherwise. `None` (skip) only when no adapter exists and the run did not ask for one.
+/// The engine on the tests' device ([`Gpu::for_tests`]: `None` only when no adapter exists
+/// and `REMORA_GPU` is unset).
 fn gpu() -> Option<GpuMatcher> {
-    static DEVICE: OnceLock<Option<Arc<Gpu>>> = OnceLock::new();
-    let device = DEVICE.get_or_init(|| {
-        let asked = std::env::var_os("REMORA_GPU").is_some();
-        let policy = if asked {
-            GpuPolicy::from_env().unwrap()
-        } else {
-            GpuPolicy::Any
-        };
-        match Gpu::open(policy) {
-            Ok(g) => Some(g),
-            Err(e) if !asked => {
-                eprintln!("skipped: {e}");
-                None
-            }
-            Err(e) => panic!("REMORA_GPU is set but no device opened: {e}"),
-        }
-    });
-    device.clone().map(GpuMatcher::new)
+    Gpu::for_tests().map(GpuMatcher::new)
 }
 
 /// Deterministic bytes (splitmix64), drawn from `alphabet` when given.

@@ -3,10 +3,10 @@
 //! engine runs on whatever Vulkan device the machine has (lavapipe in CI: `make test` sets
 //! `REMORA_GPU=any`, and these tests then fail, not skip, when no adapter appears).
 #![cfg(feature = "gpu")]
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use rayon::prelude::*;
-use remora_resize::gpu::{use_device, Gpu, GpuPolicy, GpuResampler, GPU_ENGINE};
+use remora_resize::gpu::{use_device, Gpu, GpuResampler, GPU_ENGINE};
 use remora_resize::resample::{resamplers, CpuResampler, Resampler, CPU_ENGINE};
 use remora_resize::{Engine, Error, Filter, Format, Job};
 
@@ -21,31 +21,12 @@ const FILTERS: [Filter; 8] = [
     Filter::LanczosSharp,
 ];
 
-/// The device the tests use, opened once and given to the engine: any adapter (a CPU-type one
-/// included) unless `REMORA_GPU` says otherwise. `None` (skip) only when no adapter exists and
-/// the run did not ask for one.
+/// The tests' device ([`Gpu::for_tests`]), given to the engine so that `Engine::Gpu` uses it
+/// even where `REMORA_GPU` is unset.
 fn gpu() -> Option<Arc<Gpu>> {
-    static GPU: OnceLock<Option<Arc<Gpu>>> = OnceLock::new();
-    GPU.get_or_init(|| {
-        let asked = std::env::var_os("REMORA_GPU").is_some();
-        let policy = if asked {
-            GpuPolicy::from_env().unwrap()
-        } else {
-            GpuPolicy::Any
-        };
-        match Gpu::open(policy) {
-            Ok(g) => {
-                use_device(g.clone());
-                Some(g)
-            }
-            Err(e) if !asked => {
-                eprintln!("skipped: {e}");
-                None
-            }
-            Err(e) => panic!("REMORA_GPU is set but no device opened: {e}"),
-        }
-    })
-    .clone()
+    let g = Gpu::for_tests()?;
+    use_device(g.clone());
+    Some(g)
 }
 
 /// Noise with every alpha from 0 to 255 (fully transparent and opaque pixels included), so

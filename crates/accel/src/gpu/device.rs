@@ -162,6 +162,32 @@ impl Gpu {
             .clone()
     }
 
+    /// The device tests run on, opened once per process: `REMORA_GPU`'s choice when the
+    /// variable is set (and a panic, failing the test, when that opens nothing: `make test`
+    /// sets `REMORA_GPU=any` so GPU tests never skip silently), else any adapter, a CPU-type
+    /// one included. `None`, with the reason printed, only when the variable is unset and no
+    /// adapter exists.
+    pub fn for_tests() -> Option<Arc<Gpu>> {
+        static TEST: OnceLock<Option<Arc<Gpu>>> = OnceLock::new();
+        TEST.get_or_init(|| {
+            let asked = std::env::var_os("REMORA_GPU").is_some();
+            let policy = match GpuPolicy::from_env() {
+                Ok(p) if asked => p,
+                Ok(_) => GpuPolicy::Any,
+                Err(e) => panic!("{e}"),
+            };
+            match Gpu::open(policy) {
+                Ok(g) => Some(g),
+                Err(e) if !asked => {
+                    eprintln!("GPU tests skipped: {e}");
+                    None
+                }
+                Err(e) => panic!("REMORA_GPU is set but no device opened: {e}"),
+            }
+        })
+        .clone()
+    }
+
     /// Opens the best adapter the policy allows.
     pub fn open(policy: GpuPolicy) -> Result<Arc<Gpu>, GpuError> {
         if policy == GpuPolicy::Off {
