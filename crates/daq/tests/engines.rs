@@ -611,3 +611,44 @@ fn frames_in_flight_on_the_gpu_give_the_results_of_one_at_a_time() {
     let f = g.begin_frame(&raws[0], &tables, &plan).unwrap();
     assert!(g.finish_frame(f, &mut [0f32; 3], &mut [0f32; 3]).is_err());
 }
+
+/// Odd shapes on every engine: CSR of frames whose rows are not a multiple of any workgroup or
+/// band (1 × 1, 7 × 13, 300 × 1021 with empty rows and all-empty frames), and counts over
+/// lengths that are not multiples of a workgroup; all equal to the scalar reference.
+#[test]
+fn odd_shapes_and_empty_rows_give_the_reference_results_on_every_engine() {
+    let reference = remora_daq::engine::ScalarEngine;
+    let shapes = [(1usize, 1usize), (7, 13), (300, 1021), (5, 256), (2, 257)];
+    for e in engines() {
+        for &(rows, cols) in &shapes {
+            let frame: Vec<f32> = (0..rows * cols)
+                .map(|i| match (i / cols) % 4 {
+                    // Every fourth row empty, special values elsewhere.
+                    0 => 0.0,
+                    _ if i % 97 == 0 => f32::NAN,
+                    _ if i % 89 == 0 => f32::INFINITY,
+                    _ => ((i * 37) % 23) as f32,
+                })
+                .collect();
+            let want = reference.compress(&frame, rows, cols, 6.0).unwrap();
+            let got = e.compress(&frame, rows, cols, 6.0).unwrap();
+            let name = e.info().name;
+            assert_eq!(got.row_ptr, want.row_ptr, "{name} {rows}x{cols}");
+            assert_eq!(got.col, want.col, "{name} {rows}x{cols}");
+            assert!(got
+                .values
+                .iter()
+                .zip(&want.values)
+                .all(|(a, b)| a.to_bits() == b.to_bits()));
+            let none = e.compress(&frame, rows, cols, f32::INFINITY).unwrap();
+            assert_eq!(none.nnz(), 0, "{name}");
+            for n in [0, 1, 255, 257, frame.len()] {
+                assert_eq!(
+                    e.count_above(&frame[..n.min(frame.len())], 6.0),
+                    reference.count_above(&frame[..n.min(frame.len())], 6.0),
+                    "{name} count over {n}"
+                );
+            }
+        }
+    }
+}

@@ -478,7 +478,7 @@ pub(super) fn finish(
     };
     if plan.host_pixels {
         for (band, b) in f.bands.iter().zip(&back[at..]) {
-            energy[band].copy_from_slice(floats(b));
+            energy[band].copy_from_slice(&floats(b));
         }
     }
     if stats_v.above < plan.veto_min {
@@ -503,7 +503,7 @@ pub(super) fn finish(
                 .collect();
             let imgs = gpu.read(gpu.encoder(), &r).map_err(gpu_err)?;
             for (band, b) in ib.iter().zip(&imgs) {
-                image[band].copy_from_slice(floats(b));
+                image[band].copy_from_slice(&floats(b));
             }
         }
     }

@@ -134,12 +134,21 @@ fn f32_bits(x: f32) -> u32 {
     x.to_bits()
 }
 
-fn words(bytes: &[u8]) -> &[u32] {
-    bytemuck::cast_slice(bytes)
+/// Read-back bytes as u32 words: borrowed when aligned, copied when not (an empty read-back is
+/// a dangling, 1-aligned `Vec<u8>`).
+fn words(bytes: &[u8]) -> std::borrow::Cow<'_, [u32]> {
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(w) => std::borrow::Cow::Borrowed(w),
+        Err(_) => std::borrow::Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
+    }
 }
 
-fn floats(bytes: &[u8]) -> &[f32] {
-    bytemuck::cast_slice(bytes)
+/// Read-back bytes as f32 values (see [`words`]).
+fn floats(bytes: &[u8]) -> std::borrow::Cow<'_, [f32]> {
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(w) => std::borrow::Cow::Borrowed(w),
+        Err(_) => std::borrow::Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
+    }
 }
 
 fn stats_of(bytes: &[u8]) -> ConvStats {
@@ -200,12 +209,14 @@ impl Engine for GpuEngine {
         match out {
             ConvOut::Energy(o) => {
                 for (band, b) in parts {
-                    o[band].copy_from_slice(floats(b));
+                    o[band].copy_from_slice(&floats(b));
                 }
             }
             ConvOut::Photons { out, .. } => {
                 for (band, b) in parts {
-                    out[band].copy_from_slice(bytemuck::cast_slice(b));
+                    for (o, w) in out[band].iter_mut().zip(words(b).iter()) {
+                        *o = *w as i32;
+                    }
                 }
             }
         }
@@ -268,8 +279,11 @@ impl Engine for GpuEngine {
         }
         let back = self.gpu.read(enc, &ranges).map_err(gpu_err)?;
         for (k, band) in dev.bands.iter().enumerate() {
-            tables.pedestal[0][band.clone()].copy_from_slice(floats(&back[2 * k]));
-            for (c, &n) in counts[band.clone()].iter_mut().zip(words(&back[2 * k + 1])) {
+            tables.pedestal[0][band.clone()].copy_from_slice(&floats(&back[2 * k]));
+            for (c, &n) in counts[band.clone()]
+                .iter_mut()
+                .zip(words(&back[2 * k + 1]).iter())
+            {
                 *c = n as u16;
             }
         }
@@ -317,7 +331,7 @@ impl Engine for GpuEngine {
             .collect();
         let back = self.gpu.read(enc, &ranges).map_err(gpu_err)?;
         for (band, b) in dm.bands.iter().zip(&back) {
-            out[band].copy_from_slice(floats(b));
+            out[band].copy_from_slice(&floats(b));
         }
         Ok(())
     }
