@@ -1,10 +1,10 @@
 //! The handler without sockets: pipelined input in, all replies out in one buffer.
 
-use remora_kv::handler::{process, Engine, Session, Settings};
+use remora_kv::handler::{process, Cache, Session, Settings};
 use remora_kv::out::Out;
 
-fn engine() -> Engine {
-    Engine::new(Settings::default())
+fn engine() -> Cache {
+    Cache::new(Settings::default())
 }
 
 #[test]

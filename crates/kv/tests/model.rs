@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use remora_kv::handler::{process, Engine, Session, Settings};
+use remora_kv::handler::{process, Cache, Session, Settings};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -57,14 +57,14 @@ fn counter(v: &[u8]) -> Option<u64> {
     std::str::from_utf8(&v[..end]).ok()?.parse().ok()
 }
 
-fn run(eng: &Engine, s: &mut Session, req: &[u8]) -> Vec<u8> {
+fn run(eng: &Cache, s: &mut Session, req: &[u8]) -> Vec<u8> {
     let mut out = remora_kv::out::Out::new();
     let o = process(eng, s, req, &mut out, 1 << 20);
     assert_eq!(o.consumed, req.len());
     out.to_vec()
 }
 
-fn gets_cas(eng: &Engine, s: &mut Session, k: u8) -> Option<u64> {
+fn gets_cas(eng: &Cache, s: &mut Session, k: u8) -> Option<u64> {
     let r = run(eng, s, format!("gets k{k}\r\n").as_bytes());
     let line = r.split(|&b| b == b'\r').next()?;
     let text = std::str::from_utf8(line).ok()?;
@@ -75,7 +75,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
     #[test]
     fn replies_match_model(ops in proptest::collection::vec(op(), 1..60)) {
-        let eng = Engine::new(Settings::default());
+        let eng = Cache::new(Settings::default());
         let mut s = Session::new(eng.register_worker());
         let mut m = Model { items: HashMap::new() };
         for op in ops {

@@ -27,7 +27,7 @@ fn be64(b: &[u8]) -> u64 {
 
 /// Runs one binary request; returns true to close.
 pub(super) fn run_binary(
-    eng: &Engine,
+    eng: &Cache,
     s: &mut Session,
     req: &binary::Request<'_>,
     now: u32,

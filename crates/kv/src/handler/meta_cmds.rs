@@ -78,7 +78,7 @@ fn ttl_left(exptime: u32, now: u32) -> i64 {
     }
 }
 
-pub(super) fn run_meta(eng: &Engine, s: &mut Session, m: MetaCommand<'_>, now: u32, out: &mut Out) {
+pub(super) fn run_meta(eng: &Cache, s: &mut Session, m: MetaCommand<'_>, now: u32, out: &mut Out) {
     let c = s.counters.clone();
     match m {
         MetaCommand::Noop => out.extend_from_slice(b"MN\r\n"),
@@ -153,7 +153,7 @@ pub(super) fn run_meta(eng: &Engine, s: &mut Session, m: MetaCommand<'_>, now: u
 }
 
 fn meta_get(
-    eng: &Engine,
+    eng: &Cache,
     c: &Counters,
     key: &[u8],
     key_sent: &[u8],
@@ -249,7 +249,7 @@ fn meta_get(
 
 #[allow(clippy::too_many_arguments)]
 fn meta_set(
-    eng: &Engine,
+    eng: &Cache,
     c: &Counters,
     key: &[u8],
     key_sent: &[u8],
@@ -311,7 +311,7 @@ fn meta_set(
 }
 
 fn meta_delete(
-    eng: &Engine,
+    eng: &Cache,
     c: &Counters,
     key: &[u8],
     key_sent: &[u8],
@@ -345,7 +345,7 @@ fn meta_delete(
 }
 
 fn meta_arith(
-    eng: &Engine,
+    eng: &Cache,
     c: &Counters,
     key: &[u8],
     key_sent: &[u8],

@@ -1,7 +1,7 @@
 //! The adapter between protocols and storage: runs parsed requests against the [`Store`],
 //! counts them, and appends replies to a connection's output buffer.
 //!
-//! This module holds the settings, the shared [`Engine`], the per-connection [`Session`] and the
+//! This module holds the settings, the shared [`Cache`], the per-connection [`Session`] and the
 //! dispatch loop ([`process`]); each protocol's executor has its own module (`text_cmds`,
 //! `meta_cmds`, `binary_cmds`), and `stats` builds the `stats` groups.
 
@@ -130,7 +130,7 @@ impl Default for Settings {
 }
 
 /// Shared server state: the store, clocks, settings and counters.
-pub struct Engine {
+pub struct Cache {
     /// The items.
     pub store: Store,
     /// Settings.
@@ -162,9 +162,9 @@ fn unix_now() -> i64 {
         .unwrap_or(0)
 }
 
-impl Engine {
+impl Cache {
     /// Creates the engine for these settings.
-    pub fn new(settings: Settings) -> Engine {
+    pub fn new(settings: Settings) -> Cache {
         let mut store = Store::new(StoreConfig {
             mem_limit: settings.maxbytes,
             item_max: settings.item_size_max,
@@ -180,7 +180,7 @@ impl Engine {
             let l = logger.clone();
             store.set_evict_hook(Box::new(move |e| l.eviction(e)));
         }
-        Engine {
+        Cache {
             store,
             settings,
             conns: ConnCounters::default(),
@@ -316,7 +316,7 @@ impl Session {
 
     /// A TCP or unix-socket connection on descriptor `fd` was accepted: remembers the socket
     /// and its peer and logs `conn_new` to `watch connevents`.
-    pub fn opened(&mut self, eng: &Engine, fd: i32) {
+    pub fn opened(&mut self, eng: &Cache, fd: i32) {
         self.fd = Some(fd);
         // SAFETY: `fd` is the connection's open socket; ManuallyDrop keeps it open.
         let sock = std::mem::ManuallyDrop::new(unsafe {
@@ -327,7 +327,7 @@ impl Session {
     }
 
     /// The connection is being closed: logs `conn_close` to `watch connevents`.
-    pub fn closed(&self, eng: &Engine) {
+    pub fn closed(&self, eng: &Cache) {
         if let (Some(fd), Some(reason)) = (self.fd, self.close_reason) {
             eng.logger.conn_close(self.peer, reason, fd as i64);
         }
@@ -362,7 +362,7 @@ impl Session {
 /// requests, and inside a text multiget, which leaves its line unconsumed and resumes with the
 /// next key when called again on the same input.
 pub fn process(
-    eng: &Engine,
+    eng: &Cache,
     s: &mut Session,
     input: &[u8],
     out: &mut Out,
@@ -373,7 +373,7 @@ pub fn process(
 
 /// Runs the first request of `input` (after any bytes left to swallow) with no output limit:
 /// a UDP reply must be whole before its datagrams can be numbered.
-pub fn process_one(eng: &Engine, s: &mut Session, input: &[u8], out: &mut Out) -> Outcome {
+pub fn process_one(eng: &Cache, s: &mut Session, input: &[u8], out: &mut Out) -> Outcome {
     run(eng, s, input, out, usize::MAX, true)
 }
 
@@ -386,7 +386,7 @@ enum Next {
 }
 
 fn run(
-    eng: &Engine,
+    eng: &Cache,
     s: &mut Session,
     input: &[u8],
     out: &mut Out,
@@ -586,7 +586,7 @@ fn echo_reply(id: u64, out: &Out, mark: crate::out::Mark) {
 
 /// `watch fetchers`: logs the lookup memcached makes of `key` before it changes the item
 /// (stores, deletes, incr/decr and touch all read it first), without bumping it.
-fn log_lookup(eng: &Engine, key: &[u8], now: u32, cfd: i64) {
+fn log_lookup(eng: &Cache, key: &[u8], now: u32, cfd: i64) {
     if eng.logger.wants(crate::logger::watch::FETCHERS) {
         let peek = ReadOpts {
             no_bump: true,
@@ -600,7 +600,7 @@ fn log_lookup(eng: &Engine, key: &[u8], now: u32, cfd: i64) {
 /// `watch mutations`: logs a store's outcome (`exptime_abs` on the relative clock).
 #[allow(clippy::too_many_arguments)]
 fn log_store(
-    eng: &Engine,
+    eng: &Cache,
     key: &[u8],
     outcome: &StoreOutcome,
     mode: StoreMode,

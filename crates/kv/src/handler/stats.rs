@@ -2,7 +2,7 @@
 
 use super::*;
 
-impl Engine {
+impl Cache {
     /// Sums counters over workers.
     pub fn totals(&self) -> Vec<(&'static str, u64)> {
         let w = self.lock_workers();

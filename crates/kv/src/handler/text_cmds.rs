@@ -4,7 +4,7 @@ use super::*;
 
 /// Runs one text command.
 pub(super) fn run_text(
-    eng: &Engine,
+    eng: &Cache,
     s: &mut Session,
     cmd: Command<'_>,
     now: u32,
@@ -330,7 +330,7 @@ pub(super) fn run_text(
 /// Hands a duplicate of the connection's socket to the log streams; the caller then lets the
 /// connection go without shutting the socket down (the duplicate keeps it open), so only the
 /// log stream writes to it from here on, as memcached's logger thread does.
-fn watch(eng: &Engine, s: &mut Session, streams: u16) -> Result<(), Fail> {
+fn watch(eng: &Cache, s: &mut Session, streams: u16) -> Result<(), Fail> {
     use std::os::fd::FromRawFd;
     let fd = s.fd.ok_or(Fail::WatcherFailed)?;
     // SAFETY: duplicating the connection's open descriptor.

@@ -2,83 +2,10 @@
 //! token (`T30`, `Oabc`). Return flags are echoed in the order the client gave them.
 
 use super::reply::Fail;
-use super::text::{Command, Parse, Tokens, MAX_TOKENS};
+use super::request::{Command, Parse, StoreCmd, Tokens, MAX_TOKENS};
+pub use super::request::{MetaCommand, MetaFlags, MetaKind};
 use super::{parse_i64, parse_u32, parse_u64, Limits, KEY_MAX};
 use crate::out::Put;
-
-/// Which meta command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetaKind {
-    /// `mg`
-    Get,
-    /// `ms`
-    Set,
-    /// `md`
-    Delete,
-    /// `ma`
-    Arith,
-}
-
-/// Parsed flags of one meta command.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MetaFlags<'a> {
-    /// Raw flag tokens in client order (for echoing return flags).
-    pub raw: [&'a [u8]; MAX_TOKENS],
-    /// Number of raw tokens.
-    pub n: usize,
-    /// `q`: hide the "nothing happened" reply.
-    pub quiet: bool,
-    /// `b`: key is base64.
-    pub base64: bool,
-    /// `v`: return the value.
-    pub value: bool,
-    /// `u`: do not bump LRU.
-    pub no_bump: bool,
-    /// `I`: invalidate (mark stale) instead of removing / allow stale CAS.
-    pub invalidate: bool,
-    /// `T`: new TTL.
-    pub ttl: Option<i64>,
-    /// `N`: vivify on miss with this TTL.
-    pub vivify: Option<i64>,
-    /// `R`: win the recache race if TTL is below this.
-    pub recache: Option<i64>,
-    /// `C`: compare CAS.
-    pub compare_cas: Option<u64>,
-    /// `F`: client flags.
-    pub client_flags: Option<u32>,
-    /// `M`: mode letter.
-    pub mode: Option<u8>,
-    /// `D`: delta.
-    pub delta: Option<u64>,
-    /// `J`: initial value for auto-created counters.
-    pub initial: Option<u64>,
-    /// An `O` token over 32 bytes: mg and ma still run, then answer
-    /// `CLIENT_ERROR opaque token too long` (memcached checks it while writing the reply).
-    pub opaque_too_long: bool,
-}
-
-/// One meta request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MetaCommand<'a> {
-    /// `mn`
-    Noop,
-    /// `me <key>`
-    Debug {
-        /// Key.
-        key: &'a [u8],
-    },
-    /// mg / ms / md / ma.
-    Op {
-        /// Which.
-        kind: MetaKind,
-        /// Key as sent (base64 if `b`).
-        key: &'a [u8],
-        /// Data block (ms only).
-        data: &'a [u8],
-        /// Flags.
-        flags: Box<MetaFlags<'a>>,
-    },
-}
 
 /// Flags the command acts on or echoes back.
 fn allowed(kind: MetaKind) -> &'static [u8] {
@@ -265,7 +192,7 @@ pub(super) fn parse<'a>(buf: &'a [u8], used: usize, tk: &Tokens<'a>, lim: &Limit
         if datalen + key.len() + crate::storage::ITEM_OVERHEAD > lim.item_max {
             return done(Command::TooLarge {
                 key,
-                cmd: super::text::StoreCmd::Set,
+                cmd: StoreCmd::Set,
                 swallow: datalen + 2,
                 noreply: false,
                 meta: true,

@@ -5,12 +5,15 @@
 //! - [`text`]: the classic ASCII commands (`get set cas incr stats …`).
 //! - [`meta`]: the meta commands (`mg ms md ma mn me`), parsed from the same text lines.
 //! - [`binary`]: the binary protocol (24-byte headers).
+//! - [`request`]: the requests both text parsers produce ([`text::Command`] and the meta
+//!   commands inside it), so that [`text`] uses [`meta`]'s parser and not the reverse.
 //! - [`reply`]: the exact reply and error strings.
 //! - [`udp`]: the 8-byte UDP frame header.
 
 pub mod binary;
 pub mod meta;
 pub mod reply;
+pub mod request;
 pub mod text;
 pub mod udp;
 

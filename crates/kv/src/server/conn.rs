@@ -14,7 +14,7 @@ use mio::{event::Source, Events, Interest, Poll, Registry, Token};
 use std::os::fd::AsRawFd;
 
 use crate::conns::{addr_text, ConnEntry, ConnKind, STATE_NREAD, STATE_SWALLOW};
-use crate::handler::{process, Engine, Proto, Session};
+use crate::handler::{process, Cache, Proto, Session};
 use crate::out::Out;
 use crate::stats;
 
@@ -147,7 +147,7 @@ impl Conn {
     }
 
     /// Runs the connection until it would block; false = drop it.
-    fn drive(&mut self, eng: &Engine, registry: &Registry) -> bool {
+    fn drive(&mut self, eng: &Cache, registry: &Registry) -> bool {
         let counters = self.session.counters.clone();
         self.yielded = false;
         loop {
@@ -227,7 +227,7 @@ impl Conn {
 }
 
 /// Lists a TCP or unix-socket connection in the `stats conns` table.
-pub(super) fn list_conn(eng: &Engine, s: &Stream) -> Option<(i32, Arc<ConnEntry>)> {
+pub(super) fn list_conn(eng: &Cache, s: &Stream) -> Option<(i32, Arc<ConnEntry>)> {
     let t = match s {
         Stream::Tcp(t) => t,
         Stream::Unix(u) => {
@@ -281,7 +281,7 @@ pub(super) fn note_wait(s: &Session, pending: &[u8], stalled: bool) {
 
 /// `-o idle_timeout`: whether a connection waiting for a command has been silent for longer
 /// than the timeout (memcached's check: `current_time - last_cmd_time > idle_timeout`).
-pub(super) fn idle_expired(eng: &Engine, s: &Session, now: u32) -> bool {
+pub(super) fn idle_expired(eng: &Cache, s: &Session, now: u32) -> bool {
     let t = eng.settings.tunables.idle_timeout;
     t > 0
         && s.conn
@@ -301,7 +301,7 @@ const MC_RESP_PER_BUNDLE: usize = 13;
 /// splits the limit between its worker threads in 16 KiB buffers (at least one); a connection
 /// busy with a request holds one as its read buffer, and each other one holds 13 responses.
 /// remora applies the share per connection.
-pub(super) fn resp_limit(eng: &Engine) -> usize {
+pub(super) fn resp_limit(eng: &Cache) -> usize {
     let limit = eng.settings.tunables.read_buf_mem_limit;
     if limit == 0 {
         return usize::MAX;
@@ -312,7 +312,7 @@ pub(super) fn resp_limit(eng: &Engine) -> usize {
 
 /// A new connection's session, listed in `stats conns` when `entry` is given.
 pub(super) fn new_session(
-    eng: &Engine,
+    eng: &Cache,
     counters: &Arc<stats::Counters>,
     fd: i32,
     entry: Option<&Arc<ConnEntry>>,
@@ -332,7 +332,7 @@ pub(super) fn new_session(
 }
 
 /// `-vv`: memcached's line for a closed connection.
-pub(super) fn echo_closed(eng: &Engine, s: &Session) {
+pub(super) fn echo_closed(eng: &Cache, s: &Session) {
     if eng.settings.verbose >= 2 {
         eprintln!("<{} connection closed.", s.id);
     }
@@ -341,7 +341,7 @@ pub(super) fn echo_closed(eng: &Engine, s: &Session) {
 }
 
 /// A worker thread's loop.
-pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<AtomicBool>) {
+pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Cache>, stop: Arc<AtomicBool>) {
     let counters = eng.register_worker();
     let mut conns: HashMap<usize, Conn> = HashMap::new();
     let mut next_token = 0usize;
@@ -433,7 +433,7 @@ pub fn worker(mut poll: Poll, rx: Receiver<Stream>, eng: Arc<Engine>, stop: Arc<
 /// Closes every connection idle for longer than `-o idle_timeout` (counted in `idle_kicks`).
 fn kick_idle(
     conns: &mut HashMap<usize, Conn>,
-    eng: &Engine,
+    eng: &Cache,
     registry: &Registry,
     counters: &stats::Counters,
     now: u32,
@@ -452,7 +452,7 @@ fn kick_idle(
 }
 
 /// Forgets a connection and closes its socket.
-fn close(eng: &Engine, registry: &Registry, mut c: Conn) {
+fn close(eng: &Cache, registry: &Registry, mut c: Conn) {
     echo_closed(eng, &c.session);
     let _ = c.stream.deregister(registry);
     if let Some(fd) = c.table_fd {
@@ -465,7 +465,7 @@ fn close(eng: &Engine, registry: &Registry, mut c: Conn) {
 fn drive(
     conns: &mut HashMap<usize, Conn>,
     t: usize,
-    eng: &Engine,
+    eng: &Cache,
     registry: &Registry,
     again: &mut Vec<usize>,
 ) {

@@ -27,7 +27,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::config::{Config, IoDriver};
 use crate::conns::ConnKind;
-use crate::handler::Engine;
+use crate::handler::Cache;
 use conn::Stream;
 
 /// Start-up failures.
@@ -58,7 +58,7 @@ pub enum ServerError {
 /// A running server.
 pub struct Server {
     /// Shared state.
-    pub engine: Arc<Engine>,
+    pub cache: Arc<Cache>,
     /// Bound TCP addresses.
     pub tcp_addrs: Vec<SocketAddr>,
     /// Bound UDP addresses.
@@ -95,7 +95,7 @@ fn spawn_worker(
     i: usize,
     driver: IoDriver,
     rx: mpsc::Receiver<Stream>,
-    eng: Arc<Engine>,
+    eng: Arc<Cache>,
     stop: Arc<AtomicBool>,
 ) -> Result<(JoinHandle<()>, Wake, IoDriver), ServerError> {
     let (wtx, wrx) = mpsc::sync_channel::<io::Result<(Wake, IoDriver)>>(1);
@@ -251,7 +251,7 @@ fn drop_privileges(cfg: &Config) -> Result<(), ServerError> {
 impl Server {
     /// Binds every listener, drops privileges, and starts the threads.
     pub fn start(cfg: &Config) -> Result<Server, ServerError> {
-        let engine = Arc::new(Engine::new(cfg.settings.clone()));
+        let engine = Arc::new(Cache::new(cfg.settings.clone()));
         let stop = Arc::new(AtomicBool::new(false));
         let s = &cfg.settings;
         let mut tcp = Vec::new();
@@ -363,7 +363,7 @@ impl Server {
                 .spawn(move || acceptor(poll, tcp, unix, handoff, eng, st))?,
         );
         Ok(Server {
-            engine,
+            cache: engine,
             tcp_addrs,
             udp_addrs,
             io_driver,
@@ -390,7 +390,7 @@ fn acceptor(
     mut tcp: Vec<TcpListener>,
     mut unix: Option<UnixListener>,
     handoff: Vec<(mpsc::Sender<Stream>, Wake)>,
-    eng: Arc<Engine>,
+    eng: Arc<Cache>,
     stop: Arc<AtomicBool>,
 ) {
     for (i, l) in tcp.iter_mut().enumerate() {

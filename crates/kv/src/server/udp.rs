@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::handler::{process_one, Engine, Session};
+use crate::handler::{process_one, Cache, Session};
 use crate::out::Out;
 use crate::protocol::udp::{datagrams, Frame, HEADER_LEN};
 
 /// Serves one UDP socket until `stop`.
-pub fn serve(sock: UdpSocket, eng: Arc<Engine>, stop: Arc<AtomicBool>) {
+pub fn serve(sock: UdpSocket, eng: Arc<Cache>, stop: Arc<AtomicBool>) {
     let counters = eng.register_worker();
     if let Err(e) = sock.set_read_timeout(Some(Duration::from_millis(200))) {
         tracing::error!("udp socket: {e}");

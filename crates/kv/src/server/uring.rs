@@ -23,7 +23,7 @@ use super::conn::{
     echo_closed, idle_expired, list_conn, new_session, note_wait, Stream, IOV_BATCH, OUT_LIMIT,
 };
 use super::readbuf::ReadBuf;
-use crate::handler::{process, Engine, Session};
+use crate::handler::{process, Cache, Session};
 use crate::out::Out;
 use crate::stats;
 
@@ -181,7 +181,7 @@ impl Worker {
     }
 
     /// Runs buffered requests, sends replies, and re-arms the receive.
-    fn run(&mut self, eng: &Engine, slot: usize) {
+    fn run(&mut self, eng: &Cache, slot: usize) {
         let Some(c) = self.conns[slot].as_mut() else {
             return;
         };
@@ -242,7 +242,7 @@ impl Worker {
         }
     }
 
-    fn reap(&mut self, eng: &Engine, slot: usize) {
+    fn reap(&mut self, eng: &Cache, slot: usize) {
         let gone = matches!(&self.conns[slot], Some(c) if c.dead && !c.inflight());
         if gone {
             if let Some(c) = self.conns[slot].take() {
@@ -256,7 +256,7 @@ impl Worker {
         }
     }
 
-    fn complete(&mut self, eng: &Engine, ud: u64, res: i32) {
+    fn complete(&mut self, eng: &Cache, ud: u64, res: i32) {
         let slot = (ud >> 1) as usize;
         let op = ud & 1;
         let Some(c) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
@@ -295,7 +295,7 @@ impl Worker {
         self.reap(eng, slot);
     }
 
-    fn adopt(&mut self, eng: &Engine, s: Stream, counters: &Arc<stats::Counters>) {
+    fn adopt(&mut self, eng: &Cache, s: Stream, counters: &Arc<stats::Counters>) {
         let listed = list_conn(eng, &s);
         let raw: RawFd = match s {
             Stream::Tcp(t) => t.into_raw_fd(),
@@ -344,7 +344,7 @@ pub fn worker(
     ring: IoUring,
     wake_fd: Arc<OwnedFd>,
     rx: Receiver<Stream>,
-    eng: Arc<Engine>,
+    eng: Arc<Cache>,
     stop: Arc<AtomicBool>,
 ) {
     let counters = eng.register_worker();
@@ -444,7 +444,7 @@ pub fn worker(
 }
 
 /// Closes every connection and waits (bounded) for the kernel to let go of their buffers.
-fn shutdown(mut w: Worker, eng: &Engine, wake_fd: Arc<OwnedFd>, wake_buf: Box<[u8; 8]>) {
+fn shutdown(mut w: Worker, eng: &Cache, wake_fd: Arc<OwnedFd>, wake_buf: Box<[u8; 8]>) {
     for slot in 0..w.conns.len() {
         w.kill(slot);
         w.reap(eng, slot);

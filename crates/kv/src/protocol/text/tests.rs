@@ -1,5 +1,6 @@
 use super::*;
 use crate::protocol::reply::Fail;
+use crate::protocol::request::MetaCommand;
 use proptest::prelude::*;
 
 fn p(b: &[u8]) -> Parse<'_> {
