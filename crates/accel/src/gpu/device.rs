@@ -121,6 +121,17 @@ fn kind_name(t: wgpu::DeviceType) -> &'static str {
     }
 }
 
+/// Whether the machine exposes a GPU to user space: a DRM render node (Intel, AMD, NVIDIA's
+/// open driver and others), NVIDIA's proprietary device nodes, or AMD's compute node.
+fn hardware_present() -> bool {
+    let nodes = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/kfd"];
+    nodes.iter().any(|n| std::path::Path::new(n).exists())
+        || std::fs::read_dir("/dev/dri").is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("renderD"))
+        })
+}
+
 /// Preference among adapters that fit the policy (lower first).
 fn rank(t: wgpu::DeviceType) -> u8 {
     match t {
@@ -192,6 +203,15 @@ impl Gpu {
     pub fn open(policy: GpuPolicy) -> Result<Arc<Gpu>, GpuError> {
         if policy == GpuPolicy::Off {
             return Err(GpuError::Policy("GPU disabled (REMORA_GPU=off)".into()));
+        }
+        // Without a GPU device node there is no hardware adapter to find: do not load the
+        // Vulkan drivers at all (Mesa's software driver prints warnings when it loads without
+        // a desktop session, and every auto-selecting program would show them).
+        if policy == GpuPolicy::Hardware && !hardware_present() {
+            return Err(GpuError::NoAdapter(vec![
+                "no GPU device node on this machine (/dev/dri/renderD*, /dev/nvidia*, /dev/kfd)"
+                    .into(),
+            ]));
         }
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
         desc.backends = wgpu::Backends::VULKAN;
