@@ -157,7 +157,7 @@ impl Gpu {
         &self,
         enc: wgpu::CommandEncoder,
         ranges: &[(&wgpu::Buffer, u64, u64)],
-    ) -> Result<Vec<Vec<u8>>, GpuError> {
+    ) -> Result<Vec<ReadBytes>, GpuError> {
         self.submit_read(enc, ranges)?.wait(self)
     }
 
@@ -165,6 +165,43 @@ impl Gpu {
     pub fn encoder(&self) -> wgpu::CommandEncoder {
         self.device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor::default())
+    }
+}
+
+/// Bytes read back from the device, held in 4-byte words so that they can be viewed as `u32`
+/// or `f32` without a copy and without an alignment check (every device buffer is made of
+/// 4-byte elements). Derefs to the bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReadBytes {
+    words: Vec<u32>,
+    len: usize,
+}
+
+impl ReadBytes {
+    fn new(bytes: &[u8]) -> ReadBytes {
+        let mut words = vec![0u32; bytes.len().div_ceil(4)];
+        bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        ReadBytes {
+            words,
+            len: bytes.len(),
+        }
+    }
+
+    /// The whole 4-byte words read (a trailing partial word is left out).
+    pub fn words(&self) -> &[u32] {
+        &self.words[..self.len / 4]
+    }
+
+    /// The same words as `f32`.
+    pub fn floats(&self) -> &[f32] {
+        bytemuck::cast_slice(self.words())
+    }
+}
+
+impl std::ops::Deref for ReadBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
     }
 }
 
@@ -178,7 +215,7 @@ pub struct Readback {
 
 impl Readback {
     /// Waits for the submission and returns each range's bytes, in the order asked.
-    pub fn wait(mut self, gpu: &Gpu) -> Result<Vec<Vec<u8>>, GpuError> {
+    pub fn wait(mut self, gpu: &Gpu) -> Result<Vec<ReadBytes>, GpuError> {
         gpu.device
             .poll(wgpu::PollType::Wait {
                 submission_index: Some(self.index.clone()),
@@ -201,7 +238,7 @@ impl Readback {
             if failed.is_none() {
                 match s.slice(0..len4).get_mapped_range() {
                     Ok(view) => {
-                        out.push(view[..len as usize].to_vec());
+                        out.push(ReadBytes::new(&view[..len as usize]));
                         drop(view);
                         s.unmap();
                         continue;
@@ -226,5 +263,22 @@ impl Drop for Readback {
         for (s, _) in self.stage.drain(..) {
             s.discard();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReadBytes;
+
+    /// Regression: read-backs were `Vec<u8>`, and an empty one (a dangling, 1-aligned pointer)
+    /// could not be viewed as words; the daq engine panicked on an empty CSR.
+    #[test]
+    fn read_bytes_view_as_words_and_floats_whatever_their_length() {
+        let empty = ReadBytes::new(&[]);
+        assert!(empty.words().is_empty() && empty.floats().is_empty() && empty.is_empty());
+        let b = ReadBytes::new(&[1, 0, 0, 0, 0, 0, 0x80, 0x3f, 9]);
+        assert_eq!(&b[..], &[1, 0, 0, 0, 0, 0, 0x80, 0x3f, 9]);
+        assert_eq!(b.words(), &[1, 0x3f80_0000]);
+        assert_eq!(b.floats()[1], 1.0);
     }
 }

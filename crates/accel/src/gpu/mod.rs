@@ -22,7 +22,7 @@
 mod buffers;
 mod device;
 
-pub use buffers::{Pooled, Readback};
+pub use buffers::{Pooled, ReadBytes, Readback};
 pub use device::{Gpu, GpuError, GpuInfo, GpuPolicy};
 pub use wgpu;
 

@@ -280,17 +280,14 @@ impl GpuMatcher {
         passed: Option<&mut Vec<bool>>,
     ) -> Result<(), Error> {
         let out = f.read.wait(&self.gpu).map_err(gpu_err)?;
-        let words: Vec<u32> = out[0]
-            .chunks_exact(4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+        let words = out[0].words();
         let one = |d: u32, i: u32| (i != NONE).then_some(Neighbour { index: i, dist2: d });
         nb.extend(words.chunks_exact(4).map(|w| Neighbours {
             best: one(w[0], w[1]),
             second: one(w[2], w[3]),
         }));
         if let Some(p) = passed {
-            p.extend(out[1].chunks_exact(4).map(|b| b[0] != 0));
+            p.extend(out[1].words().iter().map(|&w| w != 0));
         }
         debug_assert_eq!(nb.len(), f.rows.end);
         Ok(())

@@ -1,12 +1,9 @@
 //! Recording the stages into one command encoder, and the chained frame: conversion, the veto
 //! decided on the device, CSR, assembly and integration in one submission.
-use remora_accel::gpu::{groups, wgpu, Pooled, Readback};
+use remora_accel::gpu::{groups, wgpu, Pooled, ReadBytes, Readback};
 
 use super::resident::{Bands, DeviceMap, DeviceMatrix};
-use super::{
-    f32_bits, floats, gpu_err, stats_of, words, GpuEngine, ASSEMBLE, COMPRESS, DECIDE, INTEGRATE,
-    WG,
-};
+use super::{f32_bits, gpu_err, stats_of, GpuEngine, ASSEMBLE, COMPRESS, DECIDE, INTEGRATE, WG};
 use crate::azint::{AzMatrix, Profile};
 use crate::calib::ConvTables;
 use crate::engine::{process_stepwise, FrameOut, FramePlan};
@@ -118,11 +115,11 @@ impl GpuEngine {
         cols: usize,
         threshold: f32,
         csr: &[Csr],
-        ptrs: &[Vec<u8>],
+        ptrs: &[ReadBytes],
     ) -> Result<SparseFrame> {
         let nnz: Vec<u64> = ptrs
             .iter()
-            .map(|p| u64::from(*words(p).last().unwrap_or(&0)))
+            .map(|p| u64::from(*p.words().last().unwrap_or(&0)))
             .collect();
         let mut ranges = Vec::new();
         for (c, &k) in csr.iter().zip(&nnz) {
@@ -137,10 +134,10 @@ impl GpuEngine {
             .iter()
             .enumerate()
             .map(|(k, p)| {
-                let w = words(p);
+                let w = p.words();
                 let per_row = w.windows(2).map(|x| x[1] - x[0]).collect();
-                let cs = words(&back[2 * k]).iter().map(|&c| c as u16).collect();
-                (per_row, cs, floats(&back[2 * k + 1]).to_vec())
+                let cs = back[2 * k].words().iter().map(|&c| c as u16).collect();
+                (per_row, cs, back[2 * k + 1].floats().to_vec())
             })
             .collect();
         Ok(SparseFrame::from_parts(rows, cols, threshold, parts))
@@ -250,11 +247,11 @@ impl GpuEngine {
         &self,
         m: &AzMatrix,
         dm: &DeviceMatrix,
-        back: &[Vec<u8>],
+        back: &[ReadBytes],
     ) -> Profile {
         let mut sums = vec![(0.0, 0.0, 0.0); m.bins];
         for (c, b) in dm.chunks.iter().zip(back) {
-            let f = floats(b);
+            let f = b.floats();
             for (j, bin) in c.bins.clone().enumerate() {
                 let a = &f[j * 8..j * 8 + 6];
                 let pair = |k: usize| f64::from(a[k]) + f64::from(a[k + 1]);
@@ -478,7 +475,7 @@ pub(super) fn finish(
     };
     if plan.host_pixels {
         for (band, b) in f.bands.iter().zip(&back[at..]) {
-            energy[band].copy_from_slice(&floats(b));
+            energy[band].copy_from_slice(b.floats());
         }
     }
     if stats_v.above < plan.veto_min {
@@ -503,7 +500,7 @@ pub(super) fn finish(
                 .collect();
             let imgs = gpu.read(gpu.encoder(), &r).map_err(gpu_err)?;
             for (band, b) in ib.iter().zip(&imgs) {
-                image[band].copy_from_slice(&floats(b));
+                image[band].copy_from_slice(b.floats());
             }
         }
     }

@@ -14,7 +14,7 @@
 //! integration run one pass per pair of bands.
 use std::sync::{Arc, Mutex};
 
-use remora_accel::gpu::{groups, wgpu, Gpu, GpuError, Pooled};
+use remora_accel::gpu::{groups, wgpu, Gpu, GpuError, Pooled, ReadBytes};
 use remora_accel::BackendInfo;
 
 use super::{ConvOut, ConvStats, Engine, FrameOut, FramePlan};
@@ -134,25 +134,8 @@ fn f32_bits(x: f32) -> u32 {
     x.to_bits()
 }
 
-/// Read-back bytes as u32 words: borrowed when aligned, copied when not (an empty read-back is
-/// a dangling, 1-aligned `Vec<u8>`).
-fn words(bytes: &[u8]) -> std::borrow::Cow<'_, [u32]> {
-    match bytemuck::try_cast_slice(bytes) {
-        Ok(w) => std::borrow::Cow::Borrowed(w),
-        Err(_) => std::borrow::Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
-    }
-}
-
-/// Read-back bytes as f32 values (see [`words`]).
-fn floats(bytes: &[u8]) -> std::borrow::Cow<'_, [f32]> {
-    match bytemuck::try_cast_slice(bytes) {
-        Ok(w) => std::borrow::Cow::Borrowed(w),
-        Err(_) => std::borrow::Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
-    }
-}
-
-fn stats_of(bytes: &[u8]) -> ConvStats {
-    let w = words(bytes);
+fn stats_of(back: &ReadBytes) -> ConvStats {
+    let w = back.words();
     ConvStats {
         above: u64::from(w[0]),
         saturated: u64::from(w[1]),
@@ -209,12 +192,12 @@ impl Engine for GpuEngine {
         match out {
             ConvOut::Energy(o) => {
                 for (band, b) in parts {
-                    o[band].copy_from_slice(&floats(b));
+                    o[band].copy_from_slice(b.floats());
                 }
             }
             ConvOut::Photons { out, .. } => {
                 for (band, b) in parts {
-                    for (o, w) in out[band].iter_mut().zip(words(b).iter()) {
+                    for (o, w) in out[band].iter_mut().zip(b.words()) {
                         *o = *w as i32;
                     }
                 }
@@ -279,11 +262,8 @@ impl Engine for GpuEngine {
         }
         let back = self.gpu.read(enc, &ranges).map_err(gpu_err)?;
         for (k, band) in dev.bands.iter().enumerate() {
-            tables.pedestal[0][band.clone()].copy_from_slice(&floats(&back[2 * k]));
-            for (c, &n) in counts[band.clone()]
-                .iter_mut()
-                .zip(words(&back[2 * k + 1]).iter())
-            {
+            tables.pedestal[0][band.clone()].copy_from_slice(back[2 * k].floats());
+            for (c, &n) in counts[band.clone()].iter_mut().zip(back[2 * k + 1].words()) {
                 *c = n as u16;
             }
         }
@@ -331,7 +311,7 @@ impl Engine for GpuEngine {
             .collect();
         let back = self.gpu.read(enc, &ranges).map_err(gpu_err)?;
         for (band, b) in dm.bands.iter().zip(&back) {
-            out[band].copy_from_slice(&floats(b));
+            out[band].copy_from_slice(b.floats());
         }
         Ok(())
     }
