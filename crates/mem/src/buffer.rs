@@ -20,6 +20,9 @@ pub enum Backing {
     Memfd,
     /// Private anonymous 2 MB huge pages (`MAP_HUGETLB`).
     HugePages,
+    /// A shared mapping of a file (on tmpfs or hugetlbfs, for memory that outlives the
+    /// process: a warm restart).
+    File,
     /// Memory the caller owns (a numpy array, a heap allocation, a GPU host mapping, ...).
     External,
 }
@@ -114,6 +117,57 @@ impl Buffer {
             fd: Some(fd),
             owner: None,
         })
+    }
+
+    /// Maps `len` bytes (rounded up to pages) of the file at `path` shared, creating it when
+    /// missing; the flag says whether the file already had exactly that length (its contents
+    /// may then be what an earlier process left). A file of another length is resized.
+    ///
+    /// Unlike a memfd the file cannot be sealed: it is the caller's to keep from being shrunk
+    /// while mapped (another process truncating it would make accesses fault with SIGBUS).
+    pub fn file(path: &std::path::Path, len: usize) -> Result<(Buffer, bool)> {
+        let len = round_len(len, PAGE_SIZE)?;
+        let what = |e: std::io::Error| {
+            Error::sys(
+                format!("{}", path.display()),
+                Errno::from_io_error(&e).unwrap_or(Errno::IO),
+            )
+        };
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(what)?;
+        let existed = f.metadata().map_err(what)?.len() == len as u64;
+        if !existed {
+            f.set_len(len as u64).map_err(what)?;
+        }
+        let fd = OwnedFd::from(f);
+        let ptr = sys::map_shared(fd.as_fd(), len)
+            .map_err(|e| Error::sys(format!("mmap {len} bytes of {}", path.display()), e))?;
+        Ok((
+            Buffer {
+                ptr,
+                len,
+                backing: Backing::File,
+                fd: Some(fd),
+                owner: None,
+            },
+            existed,
+        ))
+    }
+
+    /// Writes a shared buffer's pages to its file and waits (nothing to do for private
+    /// memory).
+    pub fn sync(&self) -> Result<()> {
+        if matches!(self.backing, Backing::Memfd | Backing::File) {
+            // SAFETY: this Buffer's own live mapping.
+            unsafe { sys::sync(self.ptr, self.len) }
+                .map_err(|e| Error::sys(format!("msync {} bytes", self.len), e))?;
+        }
+        Ok(())
     }
 
     /// Maps `len` bytes (rounded up to 2 MB) of private anonymous 2 MB huge pages.
@@ -260,7 +314,8 @@ impl Buffer {
         self.backing
     }
 
-    /// The memfd behind a [`Backing::Memfd`] buffer (dup it to send to another process).
+    /// The memfd (or file) behind a [`Backing::Memfd`] ([`Backing::File`]) buffer (dup it to
+    /// send to another process).
     ///
     /// Named `fd` because `Buffer::memfd` is the constructor; `Region::memfd` gives the same.
     pub fn fd(&self) -> Option<BorrowedFd<'_>> {
@@ -294,6 +349,26 @@ impl Drop for Buffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_buffer_keeps_its_bytes_for_the_next_mapping() {
+        let dir = std::env::temp_dir().join(format!("remora-mem-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("buf");
+        let (b, existed) = Buffer::file(&p, 5000).unwrap();
+        assert!(!existed && b.len() == 8192 && b.backing() == Backing::File && b.fd().is_some());
+        // SAFETY: the buffer's own mapping.
+        unsafe { b.as_ptr().add(4097).write(42) };
+        b.sync().unwrap();
+        drop(b);
+        let (b, existed) = Buffer::file(&p, 8192).unwrap();
+        // SAFETY: as above.
+        assert!(existed && unsafe { b.as_ptr().add(4097).read() } == 42);
+        drop(b);
+        // Another length: resized, not reused.
+        assert!(!Buffer::file(&p, 3 * 4096).unwrap().1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn round_len_limits() {

@@ -425,7 +425,7 @@ impl Region {
         self.residency.mark_missing(pages.clone());
         let (ptr, bytes) = self.page_bytes(&pages);
         match self.backing() {
-            Backing::Memfd => {
+            Backing::Memfd | Backing::File => {
                 // SAFETY: whole pages of this region's shared mapping; contents are discarded,
                 // which is what evict promises; no Rust reference into them is held by safe
                 // code (slices come only from the unsafe accessors).

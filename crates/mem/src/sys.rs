@@ -51,6 +51,15 @@ pub(crate) fn map_shared_with(
     Ok(p.cast())
 }
 
+/// Writes a shared mapping's dirty pages to its file and waits (`msync(MS_SYNC)`).
+///
+/// # Safety
+/// `[ptr, ptr+len)` must be a live mapping the caller owns.
+pub(crate) unsafe fn sync(ptr: *mut u8, len: usize) -> Result<(), Errno> {
+    // SAFETY: the caller's mapping; msync reads the page tables only.
+    unsafe { mm::msync(ptr.cast(), len, mm::MsyncFlags::SYNC) }
+}
+
 /// Unmaps `[ptr, ptr+len)`.
 ///
 /// # Safety

@@ -206,7 +206,7 @@ fn the_arena_reads_the_same_through_a_second_mapping_at_another_address() {
     let map = Mapping::new(Backing::Memfd, cfg.memory).unwrap();
     let (mut a, _) = Arena::open(map, &cfg).unwrap();
     a.set(b"shared", b"bytes", 1, 0, 1).unwrap();
-    let fd = a.mapping().fd().unwrap().try_clone().unwrap();
+    let fd = a.mapping().fd().unwrap().try_clone_to_owned().unwrap();
     let path = std::path::PathBuf::from(format!("/proc/self/fd/{}", {
         use std::os::fd::AsRawFd;
         fd.as_raw_fd()
