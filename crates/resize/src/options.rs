@@ -27,6 +27,20 @@ pub enum Filter {
     LanczosSharp,
 }
 
+impl Filter {
+    /// Every filter, in declaration order.
+    pub const ALL: [Filter; 8] = [
+        Filter::Point,
+        Filter::Box,
+        Filter::Triangle,
+        Filter::CatmullRom,
+        Filter::Mitchell,
+        Filter::Gaussian,
+        Filter::Lanczos3,
+        Filter::LanczosSharp,
+    ];
+}
+
 impl FromStr for Filter {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {

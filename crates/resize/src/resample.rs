@@ -41,6 +41,23 @@ pub trait Resampler: Send + Sync + std::fmt::Debug {
         channels: u8,
         to: (u32, u32),
         filter: Filter,
+    ) -> Result<Vec<u8>> {
+        check(src, size, channels, to)?;
+        if size == to {
+            return Ok(src.to_vec());
+        }
+        self.resize_checked(src, size, channels, to, filter)
+    }
+
+    /// The engine's own work for [`resample`](Self::resample), on arguments it checked and a
+    /// size that changes.
+    fn resize_checked(
+        &self,
+        src: &[u8],
+        size: (u32, u32),
+        channels: u8,
+        to: (u32, u32),
+        filter: Filter,
     ) -> Result<Vec<u8>>;
 }
 
@@ -121,7 +138,7 @@ impl Resampler for CpuResampler {
         CPU_ENGINE
     }
 
-    fn resample(
+    fn resize_checked(
         &self,
         src: &[u8],
         size: (u32, u32),
@@ -129,10 +146,6 @@ impl Resampler for CpuResampler {
         to: (u32, u32),
         filter: Filter,
     ) -> Result<Vec<u8>> {
-        check(src, size, channels, to)?;
-        if size == to {
-            return Ok(src.to_vec());
-        }
         let pixel_type = match channels {
             1 => fir::PixelType::U8,
             2 => fir::PixelType::U8x2,

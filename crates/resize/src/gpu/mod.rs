@@ -36,7 +36,7 @@ pub use remora_accel::gpu::{Gpu, GpuError, GpuPolicy};
 
 use crate::error::{Error, Result};
 use crate::options::Filter;
-use crate::resample::{check, Resampler};
+use crate::resample::Resampler;
 
 mod plan;
 mod weights;
@@ -368,7 +368,7 @@ impl Resampler for GpuResampler {
         GPU_ENGINE
     }
 
-    fn resample(
+    fn resize_checked(
         &self,
         src: &[u8],
         size: (u32, u32),
@@ -376,10 +376,6 @@ impl Resampler for GpuResampler {
         to: (u32, u32),
         filter: Filter,
     ) -> Result<Vec<u8>> {
-        check(src, size, channels, to)?;
-        if size == to {
-            return Ok(src.to_vec());
-        }
         let work = self.plan(src, size, channels, to, filter)?;
         let mut out = vec![0u8; to.0 as usize * to.1 as usize * usize::from(channels)];
         // Two tiles in flight: one's readback overlaps the next one's upload and compute.
