@@ -323,13 +323,10 @@ fn dark_pixels_not_in_g0_are_left_out() {
     assert!(tracker.counts.iter().all(|&c| c == 0));
 }
 
-#[test]
-fn pipeline_tracks_darks_vetoes_and_keeps_spotty_frames() {
-    let mut cfg = SynthConfig::new(1).unwrap();
-    cfg.dark = DarkPattern::new(4, 3).unwrap();
-    let mut s = Synth::new(cfg.clone()).unwrap();
-    let e = Registry::create(EngineKind::CpuSimd, 2).unwrap();
-    let pcfg = PipelineConfig {
+/// The pipeline the chain tests run: veto at 20 pixels over 100 keV, CSR over 6 keV, 200 bins
+/// of integration with `split`, the synthetic source's dark pattern.
+fn spotty_pipeline(cfg: &SynthConfig, split: Split) -> PipelineConfig {
+    PipelineConfig {
         veto_pixel_kev: 100.0,
         veto_min_pixels: 20,
         sparse_kev: 6.0,
@@ -338,11 +335,21 @@ fn pipeline_tracks_darks_vetoes_and_keeps_spotty_frames() {
             cfg.poni,
             AzConfig {
                 bins: 200,
+                split,
                 ..Default::default()
             },
         )),
         ..Default::default()
-    };
+    }
+}
+
+#[test]
+fn pipeline_tracks_darks_vetoes_and_keeps_spotty_frames() {
+    let mut cfg = SynthConfig::new(1).unwrap();
+    cfg.dark = DarkPattern::new(4, 3).unwrap();
+    let mut s = Synth::new(cfg.clone()).unwrap();
+    let e = Registry::create(EngineKind::CpuSimd, 2).unwrap();
+    let pcfg = spotty_pipeline(&cfg, Split::BBox);
     let mut p = Pipeline::new(e.clone(), s.calibration(), s.layout(), None, pcfg.clone()).unwrap();
     let (mut dark, mut kept) = (0, 0);
     for n in 0..4 {
@@ -482,21 +489,7 @@ fn the_chained_frame_on_the_gpu_equals_the_cpu_pipeline() {
     cfg.dark = DarkPattern::new(4, 3).unwrap();
     cfg.special_rate = 1e-3;
     let s = Synth::new(cfg.clone()).unwrap();
-    let pcfg = PipelineConfig {
-        veto_pixel_kev: 100.0,
-        veto_min_pixels: 20,
-        sparse_kev: 6.0,
-        dark: cfg.dark,
-        integrate: Some((
-            cfg.poni,
-            AzConfig {
-                bins: 200,
-                split: Split::BBox,
-                ..Default::default()
-            },
-        )),
-        ..Default::default()
-    };
+    let pcfg = spotty_pipeline(&cfg, Split::BBox);
     let cpu: std::sync::Arc<dyn Engine> = std::sync::Arc::new(CpuEngine::new(2).unwrap());
     for (k, g) in gpu_engines().into_iter().enumerate() {
         let g: std::sync::Arc<dyn Engine> = g.into();
