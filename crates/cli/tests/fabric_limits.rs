@@ -166,7 +166,16 @@ fn connections_over_max_connections_are_refused_and_counted_and_sigusr1_prints_c
         .unwrap()
         .status
         .is_ok());
-    let line = counters(&mut s, &mut err);
+    // The client's connect returns once its READY byte is sent; the server counts the
+    // queue pair as established only after reading it, so ask again until it has.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        let line = counters(&mut s, &mut err);
+        if line.contains("established 2") || Instant::now() > deadline {
+            break line;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(line.contains("established 2"), "{line}");
     assert!(line.contains("refused (over limits) 1"), "{line}");
     assert!(line.contains("live 2"), "{line}");
