@@ -79,6 +79,36 @@ fn serve(args: &[String]) -> anyhow::Result<()> {
             eprintln!("server listening (udp) on {a}");
         }
     }
+    // memcached's signals: SIGUSR1 stops gracefully (a `-e` memory file is saved for a warm
+    // restart); SIGTERM and SIGINT stop at once.
+    {
+        use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+        let stopper = server.stopper();
+        let mut signals = signal_hook::iterator::Signals::new([SIGUSR1, SIGTERM, SIGINT])
+            .context("signal handlers")?;
+        std::thread::Builder::new()
+            .name("kv-signals".into())
+            .spawn(move || {
+                if let Some(sig) = signals.forever().next() {
+                    if sig == SIGUSR1 {
+                        eprintln!("Gracefully stopping");
+                        stopper.stop_gracefully();
+                    } else {
+                        eprintln!("Signal handled: {}.", signal_name(sig));
+                        stopper.stop();
+                    }
+                }
+            })
+            .context("signal thread")?;
+    }
     server.join();
     Ok(())
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        signal_hook::consts::SIGINT => "Interrupt",
+        signal_hook::consts::SIGTERM => "Terminated",
+        _ => "Signal",
+    }
 }

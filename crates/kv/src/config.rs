@@ -154,6 +154,7 @@ const LONG: &[(&str, char)] = &[
     ("enable-coredumps", 'r'),
     ("enable-largepages", 'L'),
     ("auth-file", 'Y'),
+    ("memory-file", 'e'),
 ];
 
 fn takes_value(c: char) -> bool {
@@ -337,7 +338,10 @@ impl Config {
                 'S' => return err("This server is not built with SASL support."),
                 // Likewise TLS: plaintext where encryption was asked for is refused.
                 'Z' => return err("This server is not built with TLS support."),
-                'r' | 'd' | 'e' | 'X' | 'N' => cfg
+                // memcached 1.6: items in a file that a graceful stop (SIGUSR1) leaves
+                // restorable.
+                'e' => s.memory_file = Some(v.into()),
+                'r' | 'd' | 'X' | 'N' => cfg
                     .warnings
                     .push(format!("option -{c} is accepted but has no effect in remora")),
                 _ => return err(format!("Illegal argument \"{c}\"")),
@@ -396,6 +400,12 @@ impl Config {
             }
             match (k, val) {
                 ("track_sizes", None) => s.track_sizes = true,
+                ("memory_file", Some(val)) => s.memory_file = Some(val.into()),
+                ("storage", Some("arena")) => s.storage = crate::handler::StorageKind::Arena,
+                ("storage", Some("heap")) => s.storage = crate::handler::StorageKind::Heap,
+                ("storage", _) => {
+                    return err(format!("Invalid value for storage: {sub} (arena or heap)"))
+                }
                 ("io", Some("uring")) => self.io = IoDriver::Uring,
                 ("io", Some("epoll")) => self.io = IoDriver::Epoll,
                 ("io", _) => return err(format!("Invalid value for io: {sub} (uring or epoll)")),
@@ -509,7 +519,6 @@ const REPORTED: &[&str] = &[
     "slab_automove",
     "no_slab_automove",
     "slab_chunk_max",
-    "hashpower",
     "hash_algorithm",
 ];
 
@@ -545,6 +554,9 @@ pub fn usage() -> String {
      -A, --enable-shutdown     enable ascii \"shutdown\" command\n\
      -Y, --auth-file=<file>    (EXPERIMENTAL) enable ASCII protocol authentication. format:\n\
                                user:pass\\nuser2:pass2\\n\n\
+     -e, --memory-file=<file>  keep items in this file (tmpfs or hugetlbfs); SIGUSR1 stops\n\
+                               gracefully and the next start with the same settings\n\
+                               serves every unexpired item again (warm restart)\n\
      -u, --user=<user>         assume identity of <username> (only when run as root)\n\
      -v, --verbose             verbose (print errors/warnings while in event loop)\n\
      -o, --extended            comma separated list of extended options (below)\n"
@@ -568,6 +580,11 @@ pub fn usage() -> String {
                           read_buf_mem_limit=<mb> per-thread share bounds buffered requests
                                                and replies (SERVER_ERROR out of memory,
                                                stats response_obj_oom)
+                          storage=arena|heap   where items live (default: arena, one
+                                               mapping with memcached's slab classes)
+                          memory_file=<path>   same as -e: the arena in a file that a
+                                               graceful stop (SIGUSR1) leaves restorable
+                          hashpower=<n>        log2 of the arena's hash buckets
                           accepted with a warning, no effect:
 "#,
     );

@@ -12,7 +12,8 @@
 //! itself and drops its references.
 
 use std::io::IoSlice;
-use std::sync::Arc;
+
+use crate::storage::Held;
 
 /// Values at least this long are queued by reference.
 pub const SHARE_MIN: usize = 2048;
@@ -23,13 +24,13 @@ const KEEP: usize = 64 * 1024;
 struct Shared {
     /// Text bytes before it.
     at: usize,
-    data: Arc<[u8]>,
+    data: Held,
     start: usize,
 }
 
 impl Shared {
     fn bytes(&self) -> &[u8] {
-        &self.data[self.start..]
+        &self.data.bytes()[self.start..]
     }
 }
 
@@ -79,7 +80,7 @@ impl Out {
 
     /// Appends a stored value: `shared[start..]` by reference when the store shares it
     /// (values of [`SHARE_MIN`] bytes or more), else a copy of `value`.
-    pub fn value(&mut self, value: &[u8], shared: Option<&Arc<[u8]>>, start: usize) {
+    pub fn value(&mut self, value: &[u8], shared: Option<&Held>, start: usize) {
         match shared {
             Some(a) => self.share(a, start),
             None => self.text.extend_from_slice(value),
@@ -87,8 +88,8 @@ impl Out {
     }
 
     /// Appends `data[start..]`: by reference when it is large, copied otherwise.
-    pub fn share(&mut self, data: &Arc<[u8]>, start: usize) {
-        let Some(v) = data.get(start..) else {
+    pub fn share(&mut self, data: &Held, start: usize) {
+        let Some(v) = data.bytes().get(start..) else {
             return;
         };
         if v.len() < SHARE_MIN {
@@ -286,6 +287,11 @@ impl Put for Out {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
+    fn held(a: &Arc<[u8]>) -> Held {
+        Held::Heap(a.clone())
+    }
 
     fn big(c: u8) -> Arc<[u8]> {
         let mut v = vec![b'k'];
@@ -298,8 +304,8 @@ mod tests {
         let mut o = Out::new();
         o.extend_from_slice(b"A");
         let v = big(b'x');
-        o.share(&v, 1);
-        o.share(&Arc::from(&b"kyz"[..]), 1);
+        o.share(&held(&v), 1);
+        o.share(&Held::Heap(Arc::from(&b"kyz"[..])), 1);
         o.extend_from_slice(b"B");
         assert_eq!(Arc::strong_count(&v), 2, "queued by reference");
         let mut want = b"A".to_vec();
@@ -315,8 +321,8 @@ mod tests {
         let (a, b) = (big(b'a'), big(b'b'));
         let mut o = Out::new();
         o.extend_from_slice(b"h1");
-        o.share(&a, 1);
-        o.share(&b, 1);
+        o.share(&held(&a), 1);
+        o.share(&held(&b), 1);
         o.extend_from_slice(b"t");
         let want = o.to_vec();
         let mut got = Vec::new();
@@ -347,12 +353,12 @@ mod tests {
         let mut o = Out::new();
         o.extend_from_slice(b"keep");
         let m = o.mark();
-        o.share(&v, 1);
+        o.share(&held(&v), 1);
         o.extend_from_slice(b"drop");
         o.truncate(m);
         assert_eq!(o.to_vec(), b"keep");
         assert_eq!(Arc::strong_count(&v), 1);
-        o.share(&v, 99_999);
+        o.share(&held(&v), 99_999);
         assert_eq!(o.to_vec(), b"keep", "an out-of-range start queues nothing");
     }
 }

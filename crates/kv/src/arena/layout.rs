@@ -2,24 +2,35 @@
 //! hash table (bucket heads), the page directory (each page's class), then the pages. Every
 //! link is an offset from the arena's start (0: none), never a pointer.
 //!
-//! An item (or a free chunk) starts with a 48-byte header, then the key, then the value:
+//! An item (or a free chunk) starts with a 56-byte header, then the key, then the value:
 //!
 //! | offset | field |
 //! | --- | --- |
 //! | 0 | next item in the hash chain |
 //! | 8, 16 | previous and next item in its class' LRU (a free chunk: 16 is the next free) |
 //! | 24 | CAS |
-//! | 32 | expiry, absolute Unix seconds (0: never) |
+//! | 32 | expiry on the server's relative clock (0: never) |
 //! | 36 | client flags |
 //! | 40 | value length |
-//! | 44 | key length, class, state (0 free, 1 linked), spare |
+//! | 44 | key length, class, state (0 free, 1 linked, 2 unlinked but still being sent), bits |
+//! | 48 | last access on the relative clock |
+//! | 52 | spare |
+//!
+//! The bits at 47 are memcached's item flags that replies depend on: fetched, stale (meta
+//! `I`), and the recache token handed out (meta `W`).
 
-/// "RMRKVAR1": a remora kv arena, layout version 1.
+/// "RMRKVAR1": a remora kv arena.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RMRKVAR1");
+/// The layout version (2: 56-byte item headers with access time and bits).
+pub const VERSION: u32 = 2;
 /// Bytes before the hash table.
 pub const HEADER_BYTES: usize = 8192;
 /// Bytes of an item's header.
-pub const ITEM_HEADER: usize = 48;
+pub const ITEM_HEADER: usize = 56;
+/// memcached's `sizeof(item)` on 64-bit: class sizes start from it plus `-n`, so the classes
+/// are memcached's; an item goes to the class memcached would pick (its size counts a CAS,
+/// the key's NUL and the value's CRLF), which always holds remora's smaller header.
+pub const MC_ITEM_HEADER: usize = 48;
 /// Most slab classes (memcached's limit is 63 too).
 pub const MAX_CLASSES: usize = 63;
 /// A page not given to any class yet.
@@ -36,7 +47,6 @@ pub const H_FACTOR: usize = 32;
 pub const H_MIN_SPACE: usize = 40;
 pub const H_ITEM_MAX: usize = 44;
 pub const H_PAGES_USED: usize = 48;
-pub const H_SEED: usize = 52;
 pub const H_CAS: usize = 56;
 pub const H_MEMORY: usize = 64;
 pub const H_ITEMS: usize = 72;
@@ -44,7 +54,19 @@ pub const H_EVICTIONS: usize = 80;
 pub const H_RECLAIMED: usize = 88;
 pub const H_MOVES: usize = 96;
 pub const H_VERSION: usize = 8;
-const H_CLASS_TABLE: usize = 128;
+/// Bytes of the linked items (memcached's `bytes`).
+pub const H_BYTES: usize = 104;
+/// Pages items may take (`-m` and `cache_memlimit`); a class without a page gets one beyond it.
+pub const H_PAGE_LIMIT: usize = 112;
+/// The hash of a fixed key: a build hashing differently starts cold instead of losing items.
+pub const H_HASH_CHECK: usize = 116;
+/// Unix time of the relative clock's zero, so a restored arena's times keep their meaning.
+pub const H_EPOCH: usize = 120;
+/// The hash seed.
+pub const H_SEED: usize = 128;
+/// 1 when items count a CAS (`-C` not given).
+pub const H_CAS_ON: usize = 136;
+const H_CLASS_TABLE: usize = 256;
 const CLASS_BYTES: usize = 64;
 
 // Class record fields.
@@ -69,6 +91,22 @@ pub const I_NBYTES: usize = 40;
 pub const I_NKEY: usize = 44;
 pub const I_CLASS: usize = 45;
 pub const I_STATE: usize = 46;
+pub const I_BITS: usize = 47;
+pub const I_TIME: usize = 48;
+
+// Item states.
+pub const FREE: u8 = 0;
+pub const LINKED: u8 = 1;
+/// Unlinked while a reply still sends its value: freed once the last reference goes.
+pub const HELD: u8 = 2;
+
+// Item bits.
+/// Read since it was stored.
+pub const FETCHED: u8 = 1;
+/// Invalidated by meta `I`.
+pub const STALE: u8 = 2;
+/// A recache token (`W`) was handed out.
+pub const WIN_SENT: u8 = 4;
 
 /// Offset of class `c`'s record field `f`.
 pub fn class_field(c: usize, f: usize) -> usize {
@@ -91,7 +129,7 @@ pub fn put_u64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
-/// Where the parts of an arena of `memory` bytes lie.
+/// Where the parts of an arena lie.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
     /// Hash buckets (a power of two).
@@ -107,20 +145,18 @@ pub struct Geometry {
 }
 
 impl Geometry {
-    /// The layout of `memory` bytes in pages of `page_size` with `2^hash_power` buckets.
-    pub fn new(memory: usize, page_size: usize, hash_power: u32) -> Option<Geometry> {
+    /// The layout of `pages` pages of `page_size` with `2^hash_power` buckets in `memory`
+    /// bytes (None: they do not fit).
+    pub fn new(memory: usize, page_size: usize, hash_power: u32, pages: usize) -> Option<Geometry> {
         let buckets = 1usize.checked_shl(hash_power)?;
         let directory = HEADER_BYTES.checked_add(buckets.checked_mul(8)?)?;
-        let rest = memory.checked_sub(directory)?;
-        // Each page costs its bytes and a directory byte; pages start 4 KiB-aligned.
-        let mut pages = rest / (page_size + 1);
-        while pages > 0 && (directory + pages).next_multiple_of(4096) + pages * page_size > memory {
-            pages -= 1;
-        }
-        (pages > 0).then(|| Geometry {
+        // Pages start 4 KiB-aligned after one directory byte each.
+        let first_page = directory.checked_add(pages)?.next_multiple_of(4096);
+        let end = first_page.checked_add(pages.checked_mul(page_size)?)?;
+        (pages > 0 && end <= memory).then_some(Geometry {
             buckets,
             directory,
-            first_page: (directory + pages).next_multiple_of(4096),
+            first_page,
             pages,
             page_size,
         })

@@ -27,6 +27,8 @@ pub struct Mapping {
     backing: Backing,
     /// The file existed with this length before it was mapped (its contents may be an arena).
     pub existed: bool,
+    /// The file existed with another length (an arena of other settings), now resized.
+    pub resized_from: Option<u64>,
 }
 
 fn io_err(e: remora_mem::Error) -> io::Error {
@@ -37,6 +39,13 @@ impl Mapping {
     /// Maps `len` bytes of `backing`. A file of another length is resized (its old contents
     /// then cannot be an arena of this size, and `existed` is false).
     pub fn new(backing: Backing, len: usize) -> io::Result<Mapping> {
+        let resized_from = match &backing {
+            Backing::File(p) => std::fs::metadata(p)
+                .ok()
+                .map(|m| m.len())
+                .filter(|&l| l != 0 && l != len as u64),
+            _ => None,
+        };
         let (buf, existed) = match &backing {
             Backing::Anonymous => (Buffer::anonymous(len).map_err(io_err)?, false),
             Backing::Memfd => (
@@ -50,7 +59,25 @@ impl Mapping {
             len,
             backing,
             existed,
+            resized_from,
         })
+    }
+
+    /// The first byte: the arena reads and writes through it under its owner's lock while
+    /// replies read pinned values through [`Pin`](super::Pin)s (bytes nobody writes while
+    /// pinned).
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.buf.as_ptr()
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never: a mapping has at least one page.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// The bytes.

@@ -15,7 +15,7 @@ fn small(memory: usize) -> ArenaConfig {
 }
 
 fn anon(cfg: &ArenaConfig) -> Arena {
-    let map = Mapping::new(Backing::Anonymous, cfg.memory).unwrap();
+    let map = Mapping::new(Backing::Anonymous, cfg.mapped()).unwrap();
     let (a, o) = Arena::open(map, cfg).unwrap();
     assert_eq!(o, Opened::Cold(None));
     a
@@ -74,7 +74,7 @@ fn expired_items_are_never_returned_and_are_reclaimed() {
 #[test]
 fn a_full_class_evicts_its_least_recently_used_item() {
     // 4 pages of 64 KiB: 1000-byte items, 56 per 64 KiB page of the 1184-byte class.
-    let cfg = small(HEADER_BYTES + (8 << 8) + 4 * (64 << 10) + 8192);
+    let cfg = small(4 * (64 << 10));
     let mut a = anon(&cfg);
     let n = 400;
     for i in 0..n {
@@ -112,23 +112,78 @@ fn too_large_items_and_bad_keys_are_refused_and_lose_nothing() {
 }
 
 #[test]
-fn a_class_without_pages_left_reports_no_memory_and_keeps_the_old_value() {
-    // One page, taken by small items: a large item has no page and nothing of its class.
-    let cfg = small(HEADER_BYTES + (8 << 8) + (64 << 10) + 8192);
-    let mut a = anon(&cfg);
-    assert_eq!(a.stats().pages, 1);
+fn a_class_gets_its_first_page_beyond_the_limit_and_then_evicts_only_its_own_items() {
+    // One page of items allowed, taken by small items: a large item's class still gets its
+    // first page (as in memcached), and then makes room from its own LRU tail only.
+    let mut a = anon(&small(64 << 10));
     a.set(b"small", b"s", 0, 0, 1).unwrap();
     a.set(b"big", b"old", 0, 0, 1).unwrap();
-    assert!(matches!(
-        a.set(b"big", &[1; 5000], 0, 0, 1),
-        Err(ArenaError::NoMemory(_))
-    ));
+    for i in 0..40 {
+        a.set(format!("b{i}").as_bytes(), &[1; 5000], 0, 0, 1)
+            .unwrap();
+    }
+    let st = a.stats();
+    assert_eq!((st.pages_used, st.page_limit), (2, 1), "{st:?}");
+    assert!(st.evictions > 0);
+    assert_eq!(a.get(b"small", 1).unwrap().value, b"s");
     assert_eq!(a.get(b"big", 1).unwrap().value, b"old");
+    a.check().unwrap();
+}
+
+#[test]
+fn a_refused_eviction_reports_no_memory_and_keeps_the_old_value() {
+    let mut a = anon(&small(64 << 10));
+    for i in 0..20 {
+        a.set(format!("b{i}").as_bytes(), &[1; 5000], 0, 0, 1)
+            .unwrap();
+    }
+    let off = a.find(b"b19").unwrap();
+    let old = a.item(off).value.to_vec();
+    let mut keep = |_: Item<'_>| Victim::Keep;
+    let r = a.alloc(b"b19", 5000, &mut keep);
+    assert!(matches!(r, Err(ArenaError::NoMemory(_))), "{r:?}");
+    assert_eq!(a.get(b"b19", 1).unwrap().value, &old[..]);
+    a.check().unwrap();
+}
+
+#[test]
+fn a_pinned_value_outlives_its_replacement_and_is_never_evicted_or_moved() {
+    let mut a = anon(&small(64 << 10));
+    a.set(b"p", &[7; 5000], 0, 0, 1).unwrap();
+    let off = a.find(b"p").unwrap();
+    let pin = a.pin(off);
+    let class = a.item(off).class;
+    // Replaced and then flooded: the pinned bytes stay as they were.
+    a.set(b"p", &[8; 5000], 0, 0, 1).unwrap();
+    for i in 0..40 {
+        a.set(format!("f{i}").as_bytes(), &[9; 5000], 0, 0, 1)
+            .unwrap();
+    }
+    assert_eq!(&pin.bytes()[..1], b"p");
+    assert!(pin.bytes()[1..].iter().all(|&b| b == 7));
+    assert_eq!(a.stats().held, 1);
+    a.check().unwrap();
+    // The class' one page holds a held chunk: it cannot move.
+    assert!(matches!(a.move_page(class, None), Err(ArenaError::Busy(_))));
+    drop(pin);
+    a.reap();
+    assert_eq!(a.stats().held, 0);
+    // A pinned tail item is passed over by eviction.
+    let tail = a.find(b"f39").unwrap();
+    let tail_pin = a.pin(tail);
+    for i in 0..40 {
+        a.set(format!("g{i}").as_bytes(), &[5; 5000], 0, 0, 1)
+            .unwrap();
+    }
+    assert!(a.get(b"f39", 1).is_some(), "the pinned item was evicted");
+    assert!(tail_pin.bytes()[3..].iter().all(|&b| b == 9));
+    drop(tail_pin);
+    a.check().unwrap();
 }
 
 #[test]
 fn a_page_moves_between_classes_evicting_what_it_held() {
-    let cfg = small(HEADER_BYTES + (8 << 8) + 2 * (64 << 10) + 8192);
+    let cfg = small(2 * (64 << 10));
     let mut a = anon(&cfg);
     for i in 0..20 {
         a.set(format!("s{i}").as_bytes(), b"small", 0, 0, 1)
@@ -137,18 +192,17 @@ fn a_page_moves_between_classes_evicting_what_it_held() {
     a.set(b"mid", &[2; 3000], 0, 0, 1).unwrap();
     assert_eq!(a.stats().pages_used, 2);
     let small_class = a.get(b"s0", 1).unwrap().class;
-    let Err(ArenaError::NoMemory(big_class)) = a.set(b"huge", &[3; 40_000], 0, 0, 1) else {
-        panic!("a class with no page and no free page must have no memory");
-    };
-    assert_eq!(a.move_page(small_class, big_class).unwrap(), 20);
-    a.check().unwrap();
     a.set(b"huge", &[3; 40_000], 0, 0, 1).unwrap();
+    let big_class = a.get(b"huge", 1).unwrap().class;
+    assert_eq!(a.move_page(small_class, Some(big_class)).unwrap(), 20);
+    a.check().unwrap();
+    a.set(b"huge2", &[3; 40_000], 0, 0, 1).unwrap();
     assert_eq!(a.get(b"mid", 1).unwrap().value.len(), 3000);
     assert!(a.get(b"s3", 1).is_none());
     let cs = a.class_stats();
-    assert_eq!((cs[small_class].pages, cs[big_class].pages), (0, 1));
-    assert!(a.move_page(small_class, big_class).is_err());
-    assert!(a.move_page(0, 99).is_err());
+    assert_eq!((cs[small_class].pages, cs[big_class].pages), (0, 2));
+    assert!(a.move_page(small_class, Some(big_class)).is_err());
+    assert!(a.move_page(0, Some(99)).is_err());
     a.check().unwrap();
 }
 
@@ -160,15 +214,21 @@ fn a_clean_close_restores_every_item_and_a_crash_or_other_settings_start_cold() 
     let _ = std::fs::remove_file(&path);
     let cfg = small(1 << 20);
     let open = |cfg: &ArenaConfig| {
-        let map = Mapping::new(Backing::File(path.clone()), cfg.memory).unwrap();
+        let map = Mapping::new(Backing::File(path.clone()), cfg.mapped()).unwrap();
         Arena::open(map, cfg).unwrap()
     };
     let (mut a, o) = open(&cfg);
     assert_eq!(o, Opened::Cold(None));
     let cas = a.set(b"kept", b"value", 9, 4000, 1).unwrap();
-    a.close().unwrap();
+    a.close(1_700_000_000).unwrap();
     let (mut a, o) = open(&cfg);
-    assert_eq!(o, Opened::Restored { items: 1 });
+    assert_eq!(
+        o,
+        Opened::Restored {
+            items: 1,
+            epoch: 1_700_000_000
+        }
+    );
     let it = a.get(b"kept", 2).unwrap();
     assert_eq!(
         (it.value, it.flags, it.cas, it.exptime),
@@ -185,7 +245,7 @@ fn a_clean_close_restores_every_item_and_a_crash_or_other_settings_start_cold() 
         "{o:?}"
     );
     assert_eq!(a.stats().items, 0);
-    a.close().unwrap();
+    a.close(1_700_000_000).unwrap();
     // Other settings: cold, with the reason.
     let other = ArenaConfig {
         growth_factor: 1.5,
@@ -203,7 +263,7 @@ fn a_clean_close_restores_every_item_and_a_crash_or_other_settings_start_cold() 
 #[test]
 fn the_arena_reads_the_same_through_a_second_mapping_at_another_address() {
     let cfg = small(1 << 20);
-    let map = Mapping::new(Backing::Memfd, cfg.memory).unwrap();
+    let map = Mapping::new(Backing::Memfd, cfg.mapped()).unwrap();
     let (mut a, _) = Arena::open(map, &cfg).unwrap();
     a.set(b"shared", b"bytes", 1, 0, 1).unwrap();
     let fd = a.mapping().fd().unwrap().try_clone_to_owned().unwrap();
@@ -213,9 +273,16 @@ fn the_arena_reads_the_same_through_a_second_mapping_at_another_address() {
     }));
     // A second, independent mapping of the same memory, marked clean as a graceful handover.
     put_u32(a.mapping_bytes(), H_CLEAN, 1);
-    let other = Mapping::new(Backing::File(path), cfg.memory).unwrap();
+    put_u64(a.mapping_bytes(), H_EPOCH, 1_700_000_000);
+    let other = Mapping::new(Backing::File(path), cfg.mapped()).unwrap();
     let (mut b, o) = Arena::open(other, &cfg).unwrap();
-    assert_eq!(o, Opened::Restored { items: 1 });
+    assert_eq!(
+        o,
+        Opened::Restored {
+            items: 1,
+            epoch: 1_700_000_000
+        }
+    );
     assert_eq!(b.get(b"shared", 1).unwrap().value, b"bytes");
     assert_ne!(a.mapping().view().as_ptr(), b.mapping().view().as_ptr());
 }
@@ -282,7 +349,7 @@ proptest! {
                     let had = a.delete(&[b'k', k]);
                     if model.remove(&k).is_none() { prop_assert!(!had); }
                 }
-                Op::Move(from, to) => { let _ = a.move_page(from as usize, to as usize); }
+                Op::Move(from, to) => { let _ = a.move_page(from as usize, Some(to as usize)); }
                 Op::Expire(k) => {
                     if a.touch(&[b'k', k], now, now) {
                         prop_assert!(a.get(&[b'k', k], now).is_none());

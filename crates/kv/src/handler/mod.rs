@@ -20,7 +20,8 @@ use crate::protocol::text::{self, Automove, Command, GetKind, ShutdownMode, Stor
 use crate::protocol::Limits;
 use crate::stats::{inc, ConnCounters, Counters};
 use crate::storage::{
-    ArithOutcome, DeleteOutcome, ReadOpts, Store, StoreConfig, StoreMode, StoreOutcome,
+    ArenaStore, ArithOutcome, DeleteOutcome, HeapStore, Opening, ReadOpts, Store, StoreConfig,
+    StoreMode, StoreOutcome,
 };
 
 pub mod auth;
@@ -93,6 +94,20 @@ pub struct Settings {
     pub watcher_logbuf_size: usize,
     /// `-Y FILE`: ASCII authentication, the file's path and its entries.
     pub auth: Option<(String, std::sync::Arc<auth::AuthFile>)>,
+    /// `-o storage=`: where items live.
+    pub storage: StorageKind,
+    /// `-e PATH` / `-o memory_file=PATH`: the arena in a file, for warm restarts.
+    pub memory_file: Option<std::path::PathBuf>,
+}
+
+/// Where items live (`-o storage=arena|heap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StorageKind {
+    /// One arena with memcached's slab classes (the default).
+    #[default]
+    Arena,
+    /// Per-item heap allocations (the reference implementation).
+    Heap,
 }
 
 impl Default for Settings {
@@ -125,6 +140,8 @@ impl Default for Settings {
             watch_enabled: true,
             watcher_logbuf_size: crate::logger::DEFAULT_BUF_SIZE,
             auth: None,
+            storage: StorageKind::Arena,
+            memory_file: None,
         }
     }
 }
@@ -132,7 +149,7 @@ impl Default for Settings {
 /// Shared server state: the store, clocks, settings and counters.
 pub struct Cache {
     /// The items.
-    pub store: Store,
+    pub store: Box<Store>,
     /// Settings.
     pub settings: Settings,
     /// Connection counters.
@@ -142,6 +159,9 @@ pub struct Cache {
     /// Sockets listed by `stats conns`.
     pub conn_table: ConnTable,
     started: Instant,
+    /// The relative clock's value when `started` was taken: 2 on a cold start, more on a
+    /// warm restart (the restored items' times keep their meaning).
+    clock_base: u32,
     process_started: i64,
     workers: Mutex<Vec<Arc<Counters>>>,
     verbosity: AtomicU64,
@@ -153,6 +173,8 @@ pub struct Cache {
     pub logger: Arc<Logger>,
     /// Set by `shutdown` (with `-A`): servers stop.
     pub shutdown: std::sync::atomic::AtomicBool,
+    /// The stop is graceful (SIGUSR1, `shutdown graceful`): a `-e` memory file is saved.
+    pub graceful: std::sync::atomic::AtomicBool,
 }
 
 fn unix_now() -> i64 {
@@ -163,15 +185,54 @@ fn unix_now() -> i64 {
 }
 
 impl Cache {
-    /// Creates the engine for these settings.
+    /// Creates the cache for these settings, in anonymous memory; see [`Cache::open`].
     pub fn new(settings: Settings) -> Cache {
-        let mut store = Store::new(StoreConfig {
+        let mut settings = settings;
+        settings.memory_file = None;
+        Cache::open(settings).expect("an anonymous arena")
+    }
+
+    /// Creates the cache for these settings: the arena in `memory_file` when one is given,
+    /// restored when a graceful stop left it clean with the same settings.
+    pub fn open(settings: Settings) -> Result<Cache, crate::arena::ArenaError> {
+        let config = StoreConfig {
             mem_limit: settings.maxbytes,
             item_max: settings.item_size_max,
             no_evict: !settings.evictions,
             use_cas: settings.cas_enabled,
             track_sizes: settings.track_sizes,
-        });
+        };
+        let now_unix = unix_now();
+        // Relative clock starts at 2 so 0 and 1 keep their special meanings.
+        let (mut process_started, mut clock_base) = (now_unix - 2, 2u32);
+        let mut store: Box<Store> = match settings.storage {
+            StorageKind::Heap => Box::new(HeapStore::new(config)),
+            StorageKind::Arena => {
+                let mut ac = crate::arena::ArenaConfig::new(settings.maxbytes);
+                ac.growth_factor = settings.growth_factor;
+                ac.min_space = settings.chunk_size;
+                if settings.tunables.hashpower_init > 0 {
+                    ac.hash_power = settings.tunables.hashpower_init;
+                }
+                let opening = match &settings.memory_file {
+                    Some(p) => Opening::File(p.clone()),
+                    None => Opening::Anonymous,
+                };
+                let a = ArenaStore::open(config, ac, &opening)?;
+                match a.opened() {
+                    crate::arena::Opened::Restored { items, epoch } => {
+                        tracing::info!(items, "[restart] restored the arena: warm start");
+                        process_started = *epoch;
+                        clock_base = (now_unix - epoch).clamp(2, u32::MAX as i64) as u32;
+                    }
+                    crate::arena::Opened::Cold(Some(why)) => {
+                        tracing::warn!("[restart] starting cold: {why}");
+                    }
+                    crate::arena::Opened::Cold(None) => {}
+                }
+                Box::new(a)
+            }
+        };
         let prefixes = PrefixStats::new(settings.prefix_delimiter);
         prefixes.set_enabled(settings.detail_enabled);
         let automove = settings.tunables.slab_automove as u64;
@@ -180,27 +241,33 @@ impl Cache {
             let l = logger.clone();
             store.set_evict_hook(Box::new(move |e| l.eviction(e)));
         }
-        Cache {
+        Ok(Cache {
             store,
             settings,
             conns: ConnCounters::default(),
             prefixes,
             conn_table: ConnTable::default(),
             started: Instant::now(),
-            // Relative clock starts at 2 so 0 and 1 keep their special meanings.
-            process_started: unix_now() - 2,
+            clock_base,
+            process_started,
             workers: Mutex::new(Vec::new()),
             verbosity: AtomicU64::new(0),
             logger,
             slab_automove: AtomicU64::new(automove),
             slab_automove_ratio: AtomicU64::new(0.8f64.to_bits()),
             shutdown: std::sync::atomic::AtomicBool::new(false),
-        }
+            graceful: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 
     /// Seconds on the relative clock.
     pub fn now(&self) -> u32 {
-        self.started.elapsed().as_secs() as u32 + 2
+        self.started.elapsed().as_secs() as u32 + self.clock_base
+    }
+
+    /// A graceful stop with `-e`: the arena is left clean for the next start.
+    pub fn close_for_restart(&self) -> std::io::Result<()> {
+        self.store.close(self.process_started)
     }
 
     /// Parser limits.
@@ -227,7 +294,7 @@ impl Cache {
     }
 
     fn exptime(&self, e: i64, now: u32) -> u32 {
-        Store::exptime(e, now, self.process_started)
+        crate::storage::exptime(e, now, self.process_started)
     }
 }
 

@@ -142,9 +142,9 @@ impl Cache {
                     "slab_reassign_busy_items",
                     "slab_reassign_busy_deletes",
                     "slab_reassign_running",
-                    "slabs_moved",
                 ],
             );
+            put("slabs_moved", c.slabs_moved.to_string());
         }
         if tun.lru_crawler {
             zero(&mut put, &["lru_crawler_running", "lru_crawler_starts"]);
@@ -303,7 +303,21 @@ impl Cache {
     }
 
     fn stats_items(&self) -> Vec<(String, String)> {
-        // No slab classes: everything is reported as one class.
+        let Some(classes) = self.store.slabs(self.now()) else {
+            return self.stats_items_heap();
+        };
+        let mut v = Vec::new();
+        for c in classes.iter().filter(|c| c.stats.used > 0) {
+            let mut put = |k: &str, val: String| v.push((format!("items:{}:{k}", c.id), val));
+            put("number", c.stats.used.to_string());
+            put("age", c.age.to_string());
+            put("evicted", c.stats.evicted.to_string());
+        }
+        v
+    }
+
+    /// The heap store has no slab classes: everything is reported as class 1.
+    fn stats_items_heap(&self) -> Vec<(String, String)> {
         let c = self.store.counters();
         if c.curr_items == 0 {
             return Vec::new();
@@ -323,15 +337,90 @@ impl Cache {
         ]
     }
 
+    /// memcached's `stats slabs`: each class with pages, then `active_slabs` and
+    /// `total_malloced` (bytes of pages handed to classes). memcached's per-class command
+    /// counters (`get_hits`, `cmd_set`, ...) are not kept per class and not shown.
     fn stats_slabs(&self) -> Vec<(String, String)> {
-        let c = self.store.counters();
-        vec![
-            (
-                "active_slabs".into(),
-                u8::from(c.curr_items > 0).to_string(),
-            ),
-            ("total_malloced".into(), c.bytes.to_string()),
-        ]
+        let Some(classes) = self.store.slabs(self.now()) else {
+            let c = self.store.counters();
+            return vec![
+                (
+                    "active_slabs".into(),
+                    u8::from(c.curr_items > 0).to_string(),
+                ),
+                ("total_malloced".into(), c.bytes.to_string()),
+            ];
+        };
+        let mut v = Vec::new();
+        let mut pages = 0u64;
+        let mut active = 0;
+        for c in classes.iter().filter(|c| c.stats.pages > 0) {
+            let st = &c.stats;
+            let total = u64::from(st.pages) * u64::from(st.chunks_per_page);
+            let mut put = |k: &str, val: String| v.push((format!("{}:{k}", c.id), val));
+            put("chunk_size", st.chunk_size.to_string());
+            put("chunks_per_page", st.chunks_per_page.to_string());
+            put("total_pages", st.pages.to_string());
+            put("total_chunks", total.to_string());
+            put("used_chunks", st.used.to_string());
+            put("free_chunks", st.free.to_string());
+            // Pages are cut into free chunks whole: none wait at a page's end.
+            put("free_chunks_end", "0".into());
+            pages += u64::from(st.pages);
+            active += 1;
+        }
+        let page = self.settings.item_size_max.max(1 << 20) as u64;
+        v.push(("active_slabs".into(), active.to_string()));
+        v.push(("total_malloced".into(), (pages * page).to_string()));
+        v
+    }
+
+    /// `slabs reassign SRC DST` with memcached's replies. The move happens before the reply
+    /// (memcached's runs in a background thread after `OK`).
+    pub fn slabs_reassign(&self, args: Option<(i32, i32)>, out: &mut Out) {
+        let line: &[u8] = if !self.settings.tunables.slab_reassign {
+            b"CLIENT_ERROR slab reassignment disabled"
+        } else if let Some((src, dst)) = args {
+            self.reassign(src, dst)
+        } else {
+            b"CLIENT_ERROR bad command line format"
+        };
+        out.extend_from_slice(line);
+        out.extend_from_slice(b"\r\n");
+    }
+
+    fn reassign(&self, src: i32, dst: i32) -> &'static [u8] {
+        if src == dst {
+            return b"SAME src and dst class are identical";
+        }
+        let classes = self.store.slabs(self.now()).unwrap_or_default();
+        let pages = |id: i32| {
+            classes
+                .iter()
+                .find(|c| c.id as i32 == id)
+                .map_or(0, |c| c.stats.pages)
+        };
+        // -1: the first class (after dst) with a spare page, as memcached picks.
+        let src = if src == -1 {
+            classes
+                .iter()
+                .find(|c| c.id as i32 != dst && c.stats.pages > 1)
+                .map_or(-1, |c| c.id as i32)
+        } else {
+            src
+        };
+        let largest = self.store.class_count() as i32;
+        if !(0..=largest).contains(&src) || !(0..=largest).contains(&dst) {
+            return b"BADCLASS invalid src or dst class id";
+        }
+        if pages(src) < 2 {
+            return b"NOSPARE source class has no spare pages";
+        }
+        match self.store.reassign(src as usize, dst as usize) {
+            Ok(_) => b"OK",
+            Err(crate::arena::ArenaError::Busy(_)) => b"BUSY currently processing reassign request",
+            Err(_) => b"NOSPARE source class has no spare pages",
+        }
     }
 
     /// `stats reset`: zeroes the per-thread counters (and the store's read counters), as
@@ -346,8 +435,7 @@ impl Cache {
 
     /// `stats cachedump <class> <limit>`: memcached's `ITEM <key> [<bytes> b; <exptime> s]` lines
     /// (exptime as a Unix time, 0 = never) and `END`, at most `limit` items (0 = all) and 2 MB.
-    /// remora has one pseudo slab class (as `stats items` shows): class 1 lists every item, the
-    /// other valid classes are empty.
+    /// Each slab class lists its own items (the heap store reports every item as class 1).
     pub fn cachedump(&self, class: Option<&[u8]>, limit: Option<&[u8]>, now: u32, out: &mut Out) {
         /// memcached's MAX_NUMBER_OF_SLAB_CLASSES.
         const CLASSES: u32 = 64;
@@ -366,11 +454,7 @@ impl Cache {
             Reply::Fail(Fail::IllegalSlabId).write(out);
             return;
         }
-        let items = if class == 1 {
-            self.store.dump(limit as usize, now)
-        } else {
-            Vec::new()
-        };
+        let items = self.store.dump(class as usize, limit as usize, now);
         let mut len = 0;
         for (key, bytes, exptime) in items {
             let exp = if exptime == 0 {

@@ -242,8 +242,10 @@ pub(super) fn run_text(
             } else if mode == ShutdownMode::Invalid {
                 Reply::Fail(Fail::InvalidShutdownMode).write(out);
             } else {
-                // Both modes stop the server; `graceful` would also save a `-e` memory file,
-                // which remora does not have yet.
+                // Both modes stop the server; `graceful` also saves a `-e` memory file.
+                if mode == ShutdownMode::Graceful {
+                    eng.graceful.store(true, Relaxed);
+                }
                 s.close_reason = Some(CloseReason::Shutdown);
                 eng.shutdown.store(true, Relaxed);
                 return Next::Close;
@@ -256,6 +258,7 @@ pub(super) fn run_text(
             }
             reply(vv, out, noreply, Reply::Ok);
         }
+        Command::SlabsReassign(args) => eng.slabs_reassign(args, out),
         Command::CacheMemlimit { mb, noreply } => {
             match usize::try_from(mb)
                 .ok()

@@ -134,6 +134,9 @@ pub enum Command<'a> {
         /// Suppress the reply.
         noreply: bool,
     },
+    /// `slabs reassign SRC DST`: move a page between slab classes (`SRC` -1: any class with
+    /// a spare page; `DST` 0: the global pool). `None` when either is not a 32-bit number.
+    SlabsReassign(Option<(i32, i32)>),
     /// `watch STREAM…`: turn the connection into a log stream.
     Watch {
         /// The streams asked for (the [`watch`] bits); `None` names an unknown one, which

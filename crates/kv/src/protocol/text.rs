@@ -279,8 +279,12 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
             }
             done(Command::Verbosity { level, noreply })
         }
+        b"slabs" if n == 4 && t[1] == b"reassign" => {
+            let num = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<i32>().ok();
+            done(Command::SlabsReassign(num(t[2]).zip(num(t[3]))))
+        }
         // memcached: `slabs automove` needs at least one more token; anything else under
-        // `slabs` but `reassign` (which needs slab classes) is an unknown command.
+        // `slabs` but `reassign` is an unknown command.
         b"slabs" if n >= 3 && t[1] == b"automove" => {
             let noreply = noreply_last;
             if t[2] == b"ratio" {

@@ -53,6 +53,9 @@ pub enum ServerError {
     /// Another I/O failure at start-up.
     #[error("{0}")]
     Io(#[from] io::Error),
+    /// The item arena could not be made (`-m`, `-f`, `-n`, `-I`, `-e`).
+    #[error("{0}")]
+    Arena(#[from] crate::arena::ArenaError),
 }
 
 /// A running server.
@@ -251,7 +254,7 @@ fn drop_privileges(cfg: &Config) -> Result<(), ServerError> {
 impl Server {
     /// Binds every listener, drops privileges, and starts the threads.
     pub fn start(cfg: &Config) -> Result<Server, ServerError> {
-        let engine = Arc::new(Cache::new(cfg.settings.clone()));
+        let engine = Arc::new(Cache::open(cfg.settings.clone())?);
         let stop = Arc::new(AtomicBool::new(false));
         let s = &cfg.settings;
         let mut tcp = Vec::new();
@@ -377,11 +380,56 @@ impl Server {
         self.stop.store(true, Ordering::Relaxed);
     }
 
-    /// Waits until stopped (by [`Server::stop`] or `shutdown`).
+    /// A handle that stops the server from another thread (a signal handler's).
+    pub fn stopper(&self) -> Stopper {
+        Stopper {
+            stop: self.stop.clone(),
+            cache: self.cache.clone(),
+        }
+    }
+
+    /// Waits until stopped (by [`Server::stop`], a [`Stopper`] or `shutdown`); after a
+    /// graceful stop (SIGUSR1, `shutdown graceful`) a `-e` memory file is left clean, so the
+    /// next start with the same settings restores its items.
     pub fn join(self) {
         for t in self.threads {
             let _ = t.join();
         }
+        let graceful = self.cache.graceful.load(Ordering::Relaxed);
+        if let (true, Some(path)) = (graceful, &self.cache.settings.memory_file) {
+            // Every connection is closed: no reply holds an item any more.
+            match self.cache.close_for_restart() {
+                Ok(()) => tracing::info!(
+                    file = %path.display(),
+                    "[restart] memory file saved: the next start with the same settings is warm"
+                ),
+                Err(e) => tracing::error!(
+                    file = %path.display(),
+                    "[restart] saving the memory file failed ({e}): the next start is cold"
+                ),
+            }
+        }
+    }
+}
+
+/// Stops a [`Server`] from another thread.
+#[derive(Clone)]
+pub struct Stopper {
+    stop: Arc<AtomicBool>,
+    cache: Arc<Cache>,
+}
+
+impl Stopper {
+    /// Stops the server now (SIGTERM, SIGINT): a `-e` memory file is not saved, so the next
+    /// start is cold.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Stops the server gracefully (memcached's SIGUSR1): a `-e` memory file is saved.
+    pub fn stop_gracefully(&self) {
+        self.cache.graceful.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 

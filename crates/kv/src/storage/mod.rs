@@ -1,22 +1,27 @@
-//! Item storage: a sharded hash table with one LRU list per shard, a byte budget (`-m`)
-//! enforced by evicting from the LRU tail, CAS, expiry and `flush_all`.
+//! Item storage behind one trait, [`EntryStore`] (pelikan's `entrystore`): CAS, expiry,
+//! `flush_all`, LRU eviction within a byte budget (`-m`), and the meta protocol's stale and
+//! recache state. Two implementations:
 //!
-//! Time is passed in (`now`, seconds on the server's relative clock, see [`crate::clock`]) so the
-//! storage is deterministic and testable without sleeping.
+//! - [`ArenaStore`], the server's: every item in one relocatable arena with memcached's slab
+//!   classes ([`crate::arena`]), warm restart with `-e`, values sent by reference through pins;
+//! - [`HeapStore`] (`-o storage=heap`): sharded heap allocations, the reference the arena is
+//!   tested and benchmarked against.
 //!
-//! Memory accounting: each item is charged its key and value lengths plus [`ITEM_OVERHEAD`], an
-//! honest estimate of the per-item bookkeeping (entry struct, table slot, allocator headers).
-//! There are no slab classes: values are plain heap allocations of their exact size.
+//! Time is passed in (`now`, seconds on the server's relative clock) so the storage is
+//! deterministic and testable without sleeping. The tests in `tests.rs` run against both.
 
+mod arena_store;
+mod heap;
 mod shard;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+pub use arena_store::{ArenaStore, Opening};
+pub use heap::HeapStore;
 pub use shard::ItemRef;
-use shard::Shard;
 
-/// Bytes charged per item beyond its key and value.
+/// Bytes the heap store charges per item beyond its key and value: an honest estimate of its
+/// bookkeeping (entry struct, table slot, allocator headers).
 pub const ITEM_OVERHEAD: usize = 96;
 
 /// Relative expiry boundary: larger exptimes are absolute Unix times (memcached's rule).
@@ -104,6 +109,8 @@ pub struct StoreCounters {
     pub get_flushed: u64,
     /// Evicted items that were never fetched.
     pub evicted_unfetched: u64,
+    /// Pages moved between slab classes (`slabs_moved`).
+    pub slabs_moved: u64,
 }
 
 /// Storage limits.
@@ -121,18 +128,210 @@ pub struct StoreConfig {
     pub track_sizes: bool,
 }
 
-/// The sharded item store.
-pub struct Store {
-    shards: Box<[Mutex<Shard>]>,
-    mask: u64,
-    next_cas: AtomicU64,
-    config: StoreConfig,
-    /// Immediate flushes invalidate every item with a lower CAS (items stored in the same second
-    /// as the flush survive only if they come after it).
-    flush_cas: AtomicU64,
-    /// Delayed flush: items last written at or before this time die once `now` reaches it.
-    oldest_live: AtomicU64,
-    mem_limit: std::sync::atomic::AtomicUsize,
+/// Converts a protocol exptime into an absolute relative-clock time (0 = never, 1 = already
+/// expired), following memcached: negative expires at once, up to 30 days is relative, beyond
+/// is a Unix time.
+pub fn exptime(exptime: i64, now: u32, process_started: i64) -> u32 {
+    if exptime < 0 {
+        return 1;
+    }
+    if exptime == 0 {
+        return 0;
+    }
+    if exptime > REALTIME_MAXDELTA {
+        if exptime <= process_started {
+            return 1;
+        }
+        return (exptime - process_started).min(u32::MAX as i64) as u32;
+    }
+    (exptime + now as i64).min(u32::MAX as i64) as u32
+}
+
+/// A stored value held for a reply that sends it by reference after the store's lock is
+/// released: the item's key followed by its value.
+#[derive(Debug, Clone)]
+pub enum Held {
+    /// The heap store's shared allocation.
+    Heap(Arc<[u8]>),
+    /// An arena item, pinned.
+    Arena(Arc<crate::arena::Pin>),
+}
+
+impl Held {
+    /// The key followed by the value.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Held::Heap(a) => a,
+            Held::Arena(p) => p.bytes(),
+        }
+    }
+}
+
+/// One slab class as `stats slabs` and `stats items` report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlabClass {
+    /// memcached's class id (1-based).
+    pub id: usize,
+    /// The arena's figures.
+    pub stats: crate::arena::ClassStats,
+    /// Age in seconds of the class' oldest item (its LRU tail).
+    pub age: u32,
+}
+
+/// One line of `lru_crawler metadump`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaLine {
+    /// The key.
+    pub key: Vec<u8>,
+    /// Expiry on the relative clock (0: never).
+    pub exptime: u32,
+    /// Last access on the relative clock.
+    pub time: u32,
+    /// CAS.
+    pub cas: u64,
+    /// Read since stored.
+    pub fetched: bool,
+    /// memcached's class id (1-based).
+    pub class: usize,
+    /// Bytes as memcached counts them.
+    pub size: usize,
+    /// Client flags.
+    pub flags: u32,
+}
+
+/// Item storage: everything the protocol handlers need.
+pub trait EntryStore: Send + Sync {
+    /// The limits this store was made with.
+    fn config(&self) -> &StoreConfig;
+    /// Sets what is told about evictions (`watch evictions`).
+    fn set_evict_hook(&mut self, hook: EvictHook);
+    /// `stats sizes` with `-o track_sizes`: (size rounded up to 32 bytes, items) for every
+    /// non-empty bucket in size order; `None` when not tracking.
+    fn sizes(&self) -> Option<Vec<(usize, u64)>>;
+    /// `stats reset`: zeroes `get_expired` and `get_flushed`.
+    fn reset_read_counters(&self);
+    /// `stats cachedump`: up to `limit` live items (0 = all) of slab class `class` as (key,
+    /// value length, relative exptime), most recently used first.
+    fn dump(&self, class: usize, limit: usize, now: u32) -> Vec<(Vec<u8>, usize, u32)>;
+    /// Whether an item of this size fits at all.
+    fn fits(&self, key_len: usize, value_len: usize) -> bool;
+    /// Reads one item; `f` sees it while the store is locked (copy out what you need, or keep
+    /// [`ItemRef::shared`]). Whether it was found.
+    fn read(
+        &self,
+        key: &[u8],
+        now: u32,
+        opts: ReadOpts,
+        exptime_abs: u32,
+        f: &mut dyn FnMut(ItemRef<'_>),
+    ) -> bool;
+    /// Stores an item; `data` is the value without the trailing CRLF.
+    fn store(
+        &self,
+        mode: StoreMode,
+        key: &[u8],
+        flags: u32,
+        exptime_abs: u32,
+        data: &[u8],
+        now: u32,
+    ) -> StoreOutcome;
+    /// Marks an item stale for stale-while-revalidate (meta delete with `I`).
+    fn invalidate(
+        &self,
+        key: &[u8],
+        now: u32,
+        cas: Option<u64>,
+        exptime_abs: Option<u32>,
+    ) -> DeleteOutcome;
+    /// Deletes an item, optionally only if its CAS matches.
+    fn delete(&self, key: &[u8], now: u32, cas: Option<u64>) -> DeleteOutcome;
+    /// incr (`incr = true`, wraps at 2^64) or decr (floors at 0).
+    fn arith(&self, key: &[u8], incr: bool, delta: u64, now: u32, cas: Option<u64>)
+        -> ArithOutcome;
+    /// `flush_all` without a delay at relative time `now`. With CAS values (the default)
+    /// items stored later in the same second survive (their CAS is higher); without them
+    /// (`-C`) memcached can only compare times, so items stored in the same second as the
+    /// flush are flushed too, as memcached does.
+    fn flush_now(&self, now: u32);
+    /// Invalidates every item now (`delay_until` = None) or once `now` reaches the given time.
+    fn flush(&self, delay_until: Option<u32>);
+    /// Changes the memory budget at run time (`cache_memlimit`).
+    fn set_mem_limit(&self, bytes: usize, now: u32);
+    /// The current memory budget in bytes.
+    fn mem_limit(&self) -> usize;
+    /// Item counters.
+    fn counters(&self) -> StoreCounters;
+    /// Slab classes with pages or items (`stats slabs`, `stats items`); `None`: no slabs.
+    fn slabs(&self, _now: u32) -> Option<Vec<SlabClass>> {
+        None
+    }
+    /// Every live item (`lru_crawler metadump`); `None`: not supported.
+    fn metadump(&self, _now: u32) -> Option<Vec<MetaLine>> {
+        None
+    }
+    /// Slab classes (0: none).
+    fn class_count(&self) -> usize {
+        0
+    }
+    /// Reclaims expired and flushed items now (the LRU crawler); how many.
+    fn crawl(&self, _now: u32) -> u64 {
+        0
+    }
+    /// Moves a page from class `from` to class `to` (1-based; `to` 0 gives it back to the
+    /// global pool), evicting its items: memcached's `slabs reassign`.
+    fn reassign(&self, _from: usize, _to: usize) -> Result<u64, crate::arena::ArenaError> {
+        Err(crate::arena::ArenaError::Config(
+            "this storage has no slab classes".into(),
+        ))
+    }
+    /// A graceful stop: the arena is left clean for a warm restart (`-e`); `epoch` is the Unix
+    /// time of the relative clock's zero.
+    fn close(&self, _epoch: i64) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The handlers' name for the store.
+pub type Store = dyn EntryStore;
+
+impl<'s> dyn EntryStore + 's {
+    /// Reads one item; `f` sees it while the store is locked.
+    pub fn get<R>(
+        &self,
+        key: &[u8],
+        now: u32,
+        opts: ReadOpts,
+        exptime_abs: u32,
+        f: impl FnOnce(ItemRef<'_>) -> R,
+    ) -> Option<R> {
+        let mut f = Some(f);
+        let mut r = None;
+        self.read(key, now, opts, exptime_abs, &mut |it| {
+            if let Some(f) = f.take() {
+                r = Some(f(it));
+            }
+        });
+        r
+    }
+
+    /// Sets a new expiry; returns whether the item exists.
+    pub fn touch(&self, key: &[u8], exptime_abs: u32, now: u32) -> bool {
+        let opts = ReadOpts {
+            touch: Some(0),
+            ..ReadOpts::default()
+        };
+        self.read(key, now, opts, exptime_abs, &mut |_| ())
+    }
+
+    /// Number of items stored.
+    pub fn len(&self) -> usize {
+        self.counters().curr_items as usize
+    }
+
+    /// True when no item is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// Called with each item evicted to make room (under its shard's lock: keep it short).
@@ -160,323 +359,6 @@ pub struct ReadOpts {
     pub recache: Option<i64>,
     /// Claim the recache token unconditionally (the reader just vivified the item).
     pub claim: bool,
-}
-
-impl Store {
-    /// Creates an empty store.
-    pub fn new(config: StoreConfig) -> Store {
-        // Enough shards to spread lock contention, few enough that one shard still holds
-        // at least two largest items.
-        let mut n = 64usize;
-        while n > 1 && config.mem_limit / n < 2 * config.item_max {
-            n /= 2;
-        }
-        let per = config.mem_limit / n;
-        let sizes = config.track_sizes.then_some(config.use_cas);
-        let shards = (0..n).map(|_| Mutex::new(Shard::new(per, sizes))).collect();
-        Store {
-            shards,
-            mask: (n - 1) as u64,
-            next_cas: AtomicU64::new(1),
-            config,
-            flush_cas: AtomicU64::new(0),
-            oldest_live: AtomicU64::new(u64::MAX),
-            mem_limit: std::sync::atomic::AtomicUsize::new(config.mem_limit),
-        }
-    }
-
-    /// Sets what is told about evictions (`watch evictions`).
-    pub fn set_evict_hook(&mut self, hook: EvictHook) {
-        let hook: Arc<EvictHook> = Arc::new(hook);
-        for s in self.shards.iter_mut() {
-            match s.get_mut() {
-                Ok(g) => g.evict_hook = Some(hook.clone()),
-                Err(p) => p.into_inner().evict_hook = Some(hook.clone()),
-            }
-        }
-    }
-
-    /// The limits this store was made with.
-    pub fn config(&self) -> &StoreConfig {
-        &self.config
-    }
-
-    fn hash(key: &[u8]) -> u64 {
-        use std::hash::BuildHasher;
-        rustc_hash::FxBuildHasher.hash_one(key)
-    }
-
-    fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, Shard> {
-        // Top bits pick the shard; hashbrown uses the low and top-7 bits inside it.
-        let i = ((hash >> 40) & self.mask) as usize;
-        match self.shards[i].lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
-    }
-
-    fn new_cas(&self) -> u64 {
-        if self.config.use_cas {
-            self.next_cas.fetch_add(1, Ordering::Relaxed)
-        } else {
-            0
-        }
-    }
-
-    fn ctx(&self, now: u32) -> shard::Ctx {
-        shard::Ctx {
-            now,
-            flush_cas: self.flush_cas.load(Ordering::Relaxed),
-            oldest_live: self.oldest_live.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Converts a protocol exptime into an absolute relative-clock time (0 = never, 1 = already
-    /// expired), following memcached: negative expires at once, up to 30 days is relative,
-    /// beyond is a Unix time.
-    pub fn exptime(exptime: i64, now: u32, process_started: i64) -> u32 {
-        if exptime < 0 {
-            return 1;
-        }
-        if exptime == 0 {
-            return 0;
-        }
-        if exptime > REALTIME_MAXDELTA {
-            if exptime <= process_started {
-                return 1;
-            }
-            return (exptime - process_started).min(u32::MAX as i64) as u32;
-        }
-        (exptime + now as i64).min(u32::MAX as i64) as u32
-    }
-
-    /// `stats sizes` with `-o track_sizes`: (size rounded up to 32 bytes, items) for every
-    /// non-empty bucket in size order; `None` when not tracking.
-    pub fn sizes(&self) -> Option<Vec<(usize, u64)>> {
-        if !self.config.track_sizes {
-            return None;
-        }
-        let mut total: std::collections::BTreeMap<usize, u64> = Default::default();
-        for s in self.shards.iter() {
-            let g = s.lock().unwrap_or_else(|p| p.into_inner());
-            for (b, n) in g.sizes() {
-                *total.entry(b).or_default() += n;
-            }
-        }
-        Some(
-            total
-                .into_iter()
-                .filter(|&(_, n)| n > 0)
-                .map(|(b, n)| (b * 32, n))
-                .collect(),
-        )
-    }
-
-    /// `stats reset`: zeroes `get_expired` and `get_flushed`.
-    pub fn reset_read_counters(&self) {
-        for s in self.shards.iter() {
-            s.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .reset_read_counters();
-        }
-    }
-
-    /// `stats cachedump`: up to `limit` live items (0 = all) as (key, value length, relative
-    /// exptime), each shard's from most to least recently used.
-    pub fn dump(&self, limit: usize, now: u32) -> Vec<(Vec<u8>, usize, u32)> {
-        let ctx = self.ctx(now);
-        let limit = if limit == 0 { usize::MAX } else { limit };
-        let mut v = Vec::new();
-        for s in self.shards.iter() {
-            if v.len() >= limit {
-                break;
-            }
-            let g = s.lock().unwrap_or_else(|p| p.into_inner());
-            g.dump(&ctx, limit, &mut v);
-        }
-        v
-    }
-
-    /// Whether an item of this size fits at all.
-    pub fn fits(&self, key_len: usize, value_len: usize) -> bool {
-        key_len + value_len + ITEM_OVERHEAD <= self.config.item_max
-    }
-
-    /// Reads one item; `f` sees it while the shard is locked (copy out what you need).
-    pub fn get<R>(
-        &self,
-        key: &[u8],
-        now: u32,
-        opts: ReadOpts,
-        exptime_abs: u32,
-        f: impl FnOnce(ItemRef<'_>) -> R,
-    ) -> Option<R> {
-        let h = Self::hash(key);
-        let ctx = self.ctx(now);
-        self.shard(h).get(h, key, &ctx, opts, exptime_abs, f)
-    }
-
-    /// Stores an item; `data` is the value without the trailing CRLF.
-    pub fn store(
-        &self,
-        mode: StoreMode,
-        key: &[u8],
-        flags: u32,
-        exptime_abs: u32,
-        data: &[u8],
-        now: u32,
-    ) -> StoreOutcome {
-        if !self.fits(key.len(), data.len()) {
-            // memcached drops the old value so a failed overwrite cannot leave stale data.
-            if matches!(
-                mode,
-                StoreMode::Set | StoreMode::Cas(_) | StoreMode::CasStale(_)
-            ) {
-                self.delete(key, now, None);
-            }
-            return StoreOutcome::TooLarge;
-        }
-        let h = Self::hash(key);
-        let ctx = self.ctx(now);
-        let mut s = self.shard(h);
-        s.store(
-            h,
-            mode,
-            key,
-            flags,
-            exptime_abs,
-            data,
-            &ctx,
-            &|| self.new_cas(),
-            self.config.item_max,
-            self.config.no_evict,
-        )
-    }
-
-    /// Marks an item stale for stale-while-revalidate (meta delete with `I`).
-    pub fn invalidate(
-        &self,
-        key: &[u8],
-        now: u32,
-        cas: Option<u64>,
-        exptime_abs: Option<u32>,
-    ) -> DeleteOutcome {
-        let h = Self::hash(key);
-        let ctx = self.ctx(now);
-        self.shard(h)
-            .invalidate(h, key, &ctx, cas, exptime_abs, &|| self.new_cas())
-    }
-
-    /// Deletes an item, optionally only if its CAS matches.
-    pub fn delete(&self, key: &[u8], now: u32, cas: Option<u64>) -> DeleteOutcome {
-        let h = Self::hash(key);
-        let ctx = self.ctx(now);
-        self.shard(h).delete(h, key, &ctx, cas)
-    }
-
-    /// incr (`incr = true`, wraps at 2^64) or decr (floors at 0).
-    pub fn arith(
-        &self,
-        key: &[u8],
-        incr: bool,
-        delta: u64,
-        now: u32,
-        cas: Option<u64>,
-    ) -> ArithOutcome {
-        let h = Self::hash(key);
-        let ctx = self.ctx(now);
-        self.shard(h)
-            .arith(h, key, incr, delta, &ctx, cas, &|| self.new_cas())
-    }
-
-    /// Sets a new expiry; returns whether the item exists.
-    pub fn touch(&self, key: &[u8], exptime_abs: u32, now: u32) -> bool {
-        let opts = ReadOpts {
-            touch: Some(0),
-            ..ReadOpts::default()
-        };
-        self.get(key, now, opts, exptime_abs, |_| ()).is_some()
-    }
-
-    /// `flush_all` without a delay at relative time `now`. With CAS values (the default) items
-    /// stored later in the same second survive (their CAS is higher); without them (`-C`)
-    /// memcached can only compare times, so items stored in the same second as the flush are
-    /// flushed too, as memcached does.
-    pub fn flush_now(&self, now: u32) {
-        self.flush(None);
-        if !self.config.use_cas {
-            self.oldest_live.store(now as u64, Ordering::Relaxed);
-        }
-    }
-
-    /// Invalidates every item now (`delay_until` = None) or once `now` reaches the given time.
-    pub fn flush(&self, delay_until: Option<u32>) {
-        match delay_until {
-            None => {
-                let c = self.next_cas.load(Ordering::Relaxed);
-                self.flush_cas.store(c, Ordering::Relaxed);
-                self.oldest_live.store(u64::MAX, Ordering::Relaxed);
-                // With CAS values the flushed items stay, dead, until a read finds them (and
-                // counts `get_flushed`) or the LRU reclaims them, as in memcached. Without
-                // them (`-C`) liveness rests on `oldest_live` alone, which a later delayed
-                // flush moves: the items go now.
-                if self.config.use_cas {
-                    return;
-                }
-                for s in self.shards.iter() {
-                    let mut g = match s.lock() {
-                        Ok(g) => g,
-                        Err(p) => p.into_inner(),
-                    };
-                    g.clear();
-                }
-            }
-            Some(t) => self.oldest_live.store(t as u64, Ordering::Relaxed),
-        }
-    }
-
-    /// Changes the memory budget at run time (`cache_memlimit`); items beyond a smaller budget
-    /// are evicted at once. The shard count stays as created.
-    pub fn set_mem_limit(&self, bytes: usize, now: u32) {
-        let n = self.shards.len();
-        let ctx = self.ctx(now);
-        for s in self.shards.iter() {
-            let mut g = match s.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            g.set_limit(bytes / n, &ctx);
-        }
-        self.mem_limit.store(bytes, Ordering::Relaxed);
-    }
-
-    /// The current memory budget in bytes.
-    pub fn mem_limit(&self) -> usize {
-        self.mem_limit.load(Ordering::Relaxed)
-    }
-
-    /// Sums item counters over all shards.
-    pub fn counters(&self) -> StoreCounters {
-        let mut c = StoreCounters::default();
-        for s in self.shards.iter() {
-            let g = match s.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            g.add_counters(&mut c);
-        }
-        c
-    }
-
-    /// Number of items stored.
-    pub fn len(&self) -> usize {
-        self.counters().curr_items as usize
-    }
-
-    /// True when no item is stored.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]

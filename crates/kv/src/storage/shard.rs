@@ -144,10 +144,10 @@ pub struct ItemRef<'a> {
     pub key: &'a [u8],
     /// The value, without CRLF.
     pub value: &'a [u8],
-    /// For a value of at least [`SHARE_MIN`] bytes, the item's key and value in their shared
-    /// allocation (`value` is `shared[key.len()..]`): a reply may keep it to send the value
+    /// For a value of at least [`SHARE_MIN`] bytes, the item's key and value held for a reply
+    /// (`value` is `shared.bytes()[key.len()..]`): a reply may keep a clone to send the value
     /// without copying it. `None` for smaller values, which replies copy.
-    pub shared: Option<&'a Arc<[u8]>>,
+    pub shared: Option<&'a super::Held>,
     /// Client flags.
     pub flags: u32,
     /// CAS unique.
@@ -441,10 +441,11 @@ impl Shard {
                 win = Some(false);
             }
         }
+        let held = e.data.shared().map(|a| super::Held::Heap(a.clone()));
         let view = ItemRef {
             key: e.key(),
             value: e.value(),
-            shared: e.data.shared(),
+            shared: held.as_ref(),
             flags: e.flags,
             cas: e.cas,
             exptime: e.exptime,

@@ -1,15 +1,33 @@
 use super::*;
 use proptest::prelude::*;
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
-fn store(mem: usize) -> Store {
-    Store::new(StoreConfig {
+fn config(mem: usize) -> StoreConfig {
+    StoreConfig {
         mem_limit: mem,
         item_max: 1 << 20,
         no_evict: false,
         use_cas: true,
         track_sizes: false,
-    })
+    }
+}
+
+/// Both implementations of the same configuration: the tests that run on both are the
+/// contract every [`EntryStore`] keeps.
+fn both(cfg: StoreConfig) -> [Box<Store>; 2] {
+    [
+        Box::new(HeapStore::new(cfg)),
+        Box::new(ArenaStore::new(cfg)),
+    ]
+}
+
+fn stores(mem: usize) -> [Box<Store>; 2] {
+    both(config(mem))
+}
+
+fn store(mem: usize) -> HeapStore {
+    HeapStore::new(config(mem))
 }
 
 const R: ReadOpts = ReadOpts {
@@ -20,34 +38,36 @@ const R: ReadOpts = ReadOpts {
     claim: false,
 };
 
-fn get(s: &Store, k: &[u8], now: u32) -> Option<Vec<u8>> {
+fn get(s: &dyn EntryStore, k: &[u8], now: u32) -> Option<Vec<u8>> {
     s.get(k, now, R, 0, |it| it.value.to_vec())
 }
 
 #[test]
 fn set_get_delete() {
-    let s = store(64 << 20);
-    assert!(matches!(
-        s.store(StoreMode::Set, b"k", 5, 0, b"v", 10),
-        StoreOutcome::Stored(_)
-    ));
-    assert_eq!(get(&s, b"k", 10), Some(b"v".to_vec()));
-    assert_eq!(
-        s.store(StoreMode::Add, b"k", 0, 0, b"x", 10),
-        StoreOutcome::NotStored
-    );
-    assert_eq!(
-        s.store(StoreMode::Replace, b"z", 0, 0, b"x", 10),
-        StoreOutcome::NotStored
-    );
-    assert_eq!(s.delete(b"k", 10, None), DeleteOutcome::Deleted);
-    assert_eq!(s.delete(b"k", 10, None), DeleteOutcome::NotFound);
+    for s in stores(64 << 20) {
+        let s = &*s;
+        assert!(matches!(
+            s.store(StoreMode::Set, b"k", 5, 0, b"v", 10),
+            StoreOutcome::Stored(_)
+        ));
+        assert_eq!(get(s, b"k", 10), Some(b"v".to_vec()));
+        assert_eq!(
+            s.store(StoreMode::Add, b"k", 0, 0, b"x", 10),
+            StoreOutcome::NotStored
+        );
+        assert_eq!(
+            s.store(StoreMode::Replace, b"z", 0, 0, b"x", 10),
+            StoreOutcome::NotStored
+        );
+        assert_eq!(s.delete(b"k", 10, None), DeleteOutcome::Deleted);
+        assert_eq!(s.delete(b"k", 10, None), DeleteOutcome::NotFound);
+    }
 }
 
 #[test]
 fn size_histogram_follows_stores_deletes_and_evictions() {
     let tracked = |use_cas, mem| {
-        Store::new(StoreConfig {
+        HeapStore::new(StoreConfig {
             mem_limit: mem,
             item_max: 4096,
             no_evict: false,
@@ -81,129 +101,141 @@ fn size_histogram_follows_stores_deletes_and_evictions() {
 
 #[test]
 fn cas_rules() {
-    let s = store(64 << 20);
-    let StoreOutcome::Stored(c) = s.store(StoreMode::Set, b"k", 0, 0, b"v", 10) else {
-        panic!()
-    };
-    assert_eq!(
-        s.store(StoreMode::Cas(c + 100), b"k", 0, 0, b"w", 10),
-        StoreOutcome::Exists
-    );
-    assert_eq!(
-        s.store(StoreMode::Cas(c), b"z", 0, 0, b"w", 10),
-        StoreOutcome::NotFound
-    );
-    assert!(
-        matches!(s.store(StoreMode::Cas(c), b"k", 0, 0, b"w", 10), StoreOutcome::Stored(n) if n > c)
-    );
-    assert_eq!(get(&s, b"k", 10), Some(b"w".to_vec()));
+    for s in stores(64 << 20) {
+        let s = &*s;
+        let StoreOutcome::Stored(c) = s.store(StoreMode::Set, b"k", 0, 0, b"v", 10) else {
+            panic!()
+        };
+        assert_eq!(
+            s.store(StoreMode::Cas(c + 100), b"k", 0, 0, b"w", 10),
+            StoreOutcome::Exists
+        );
+        assert_eq!(
+            s.store(StoreMode::Cas(c), b"z", 0, 0, b"w", 10),
+            StoreOutcome::NotFound
+        );
+        assert!(
+            matches!(s.store(StoreMode::Cas(c), b"k", 0, 0, b"w", 10), StoreOutcome::Stored(n) if n > c)
+        );
+        assert_eq!(get(s, b"k", 10), Some(b"w".to_vec()));
+    }
 }
 
 #[test]
 fn stale_cas_store_keeps_expiry_and_marks_stale() {
-    let s = store(64 << 20);
-    let StoreOutcome::Stored(c) = s.store(StoreMode::Set, b"k", 0, 500, b"v", 10) else {
-        panic!()
-    };
-    // A CAS newer than the item's is still a conflict.
-    assert_eq!(
-        s.store(StoreMode::CasStale(c + 1), b"k", 0, 0, b"w", 10),
-        StoreOutcome::Exists
-    );
-    assert_eq!(
-        s.store(StoreMode::CasStale(c), b"z", 0, 0, b"w", 10),
-        StoreOutcome::NotFound
-    );
-    let StoreOutcome::Stored(c2) = s.store(StoreMode::CasStale(c - 1), b"k", 0, 9, b"w", 10) else {
-        panic!()
-    };
-    assert!(c2 > c);
-    assert_eq!(get(&s, b"k", 10), Some(b"w".to_vec()));
-    // An exact CAS match is an ordinary store: not stale, new expiry.
-    assert!(matches!(
-        s.store(StoreMode::CasStale(c2), b"k", 0, 0, b"x", 10),
-        StoreOutcome::Stored(_)
-    ));
+    for s in stores(64 << 20) {
+        let s = &*s;
+        let StoreOutcome::Stored(c) = s.store(StoreMode::Set, b"k", 0, 500, b"v", 10) else {
+            panic!()
+        };
+        // A CAS newer than the item's is still a conflict.
+        assert_eq!(
+            s.store(StoreMode::CasStale(c + 1), b"k", 0, 0, b"w", 10),
+            StoreOutcome::Exists
+        );
+        assert_eq!(
+            s.store(StoreMode::CasStale(c), b"z", 0, 0, b"w", 10),
+            StoreOutcome::NotFound
+        );
+        let StoreOutcome::Stored(c2) = s.store(StoreMode::CasStale(c - 1), b"k", 0, 9, b"w", 10)
+        else {
+            panic!()
+        };
+        assert!(c2 > c);
+        assert_eq!(get(s, b"k", 10), Some(b"w".to_vec()));
+        // An exact CAS match is an ordinary store: not stale, new expiry.
+        assert!(matches!(
+            s.store(StoreMode::CasStale(c2), b"k", 0, 0, b"x", 10),
+            StoreOutcome::Stored(_)
+        ));
+    }
 }
 
 #[test]
 fn expiry_rules() {
     let started = 1_700_000_000i64;
-    assert_eq!(Store::exptime(0, 10, started), 0);
-    assert_eq!(Store::exptime(-1, 10, started), 1);
-    assert_eq!(Store::exptime(100, 10, started), 110);
-    assert_eq!(Store::exptime(started + 50, 10, started), 50);
-    assert_eq!(Store::exptime(started - 50, 10, started), 1);
-    let s = store(64 << 20);
-    s.store(StoreMode::Set, b"k", 0, 110, b"v", 10);
-    assert!(get(&s, b"k", 109).is_some());
-    assert!(get(&s, b"k", 110).is_none());
-    s.store(StoreMode::Set, b"n", 0, 1, b"v", 10);
-    assert!(get(&s, b"n", 10).is_none());
+    assert_eq!(exptime(0, 10, started), 0);
+    assert_eq!(exptime(-1, 10, started), 1);
+    assert_eq!(exptime(100, 10, started), 110);
+    assert_eq!(exptime(started + 50, 10, started), 50);
+    assert_eq!(exptime(started - 50, 10, started), 1);
+    for s in stores(64 << 20) {
+        let s = &*s;
+        s.store(StoreMode::Set, b"k", 0, 110, b"v", 10);
+        assert!(get(s, b"k", 109).is_some());
+        assert!(get(s, b"k", 110).is_none());
+        s.store(StoreMode::Set, b"n", 0, 1, b"v", 10);
+        assert!(get(s, b"n", 10).is_none());
+    }
 }
 
 #[test]
 fn arith_wraps_and_floors() {
-    let s = store(64 << 20);
-    s.store(StoreMode::Set, b"n", 0, 0, b"18446744073709551615", 10);
-    assert!(matches!(
-        s.arith(b"n", true, 2, 10, None),
-        ArithOutcome::Value(1, _)
-    ));
-    s.store(StoreMode::Set, b"n", 0, 0, b"10", 10);
-    assert!(matches!(
-        s.arith(b"n", false, 1, 10, None),
-        ArithOutcome::Value(9, _)
-    ));
-    assert_eq!(get(&s, b"n", 10), Some(b"9 ".to_vec()));
-    assert!(matches!(
-        s.arith(b"n", false, 100, 10, None),
-        ArithOutcome::Value(0, _)
-    ));
-    s.store(StoreMode::Set, b"x", 0, 0, b"abc", 10);
-    assert_eq!(s.arith(b"x", true, 1, 10, None), ArithOutcome::NonNumeric);
-    assert_eq!(s.arith(b"y", true, 1, 10, None), ArithOutcome::NotFound);
+    for s in stores(64 << 20) {
+        let s = &*s;
+        s.store(StoreMode::Set, b"n", 0, 0, b"18446744073709551615", 10);
+        assert!(matches!(
+            s.arith(b"n", true, 2, 10, None),
+            ArithOutcome::Value(1, _)
+        ));
+        s.store(StoreMode::Set, b"n", 0, 0, b"10", 10);
+        assert!(matches!(
+            s.arith(b"n", false, 1, 10, None),
+            ArithOutcome::Value(9, _)
+        ));
+        assert_eq!(get(s, b"n", 10), Some(b"9 ".to_vec()));
+        assert!(matches!(
+            s.arith(b"n", false, 100, 10, None),
+            ArithOutcome::Value(0, _)
+        ));
+        s.store(StoreMode::Set, b"x", 0, 0, b"abc", 10);
+        assert_eq!(s.arith(b"x", true, 1, 10, None), ArithOutcome::NonNumeric);
+        assert_eq!(s.arith(b"y", true, 1, 10, None), ArithOutcome::NotFound);
+    }
 }
 
 #[test]
 fn flush_now_and_delayed() {
-    let s = store(64 << 20);
-    s.store(StoreMode::Set, b"a", 0, 0, b"v", 10);
-    s.flush(None);
-    assert!(get(&s, b"a", 10).is_none());
-    s.store(StoreMode::Set, b"b", 0, 0, b"v", 10);
-    assert!(get(&s, b"b", 10).is_some());
-    s.flush(Some(14));
-    assert!(get(&s, b"b", 13).is_some());
-    assert!(get(&s, b"b", 15).is_none());
+    for s in stores(64 << 20) {
+        let s = &*s;
+        s.store(StoreMode::Set, b"a", 0, 0, b"v", 10);
+        s.flush(None);
+        assert!(get(s, b"a", 10).is_none());
+        s.store(StoreMode::Set, b"b", 0, 0, b"v", 10);
+        assert!(get(s, b"b", 10).is_some());
+        s.flush(Some(14));
+        assert!(get(s, b"b", 13).is_some());
+        assert!(get(s, b"b", 15).is_none());
+    }
 }
 
 /// flush-all.t: without CAS (`-C`) memcached can only compare times, so an item stored in the
 /// same second as `flush_all` is flushed too; with CAS it survives.
 #[test]
 fn flush_without_cas_flushes_the_same_second() {
-    let no_cas = Store::new(StoreConfig {
-        mem_limit: 64 << 20,
-        item_max: 1 << 20,
-        no_evict: false,
+    for no_cas in both(StoreConfig {
         use_cas: false,
-        track_sizes: false,
-    });
-    no_cas.flush_now(10);
-    no_cas.store(StoreMode::Set, b"a", 0, 0, b"v", 10);
-    assert!(get(&no_cas, b"a", 10).is_none());
-    no_cas.store(StoreMode::Set, b"b", 0, 0, b"v", 11);
-    assert!(get(&no_cas, b"b", 11).is_some());
-    let cas = store(64 << 20);
-    cas.flush_now(10);
-    cas.store(StoreMode::Set, b"a", 0, 0, b"v", 10);
-    assert!(get(&cas, b"a", 10).is_some());
+        ..config(64 << 20)
+    }) {
+        let no_cas = &*no_cas;
+        no_cas.flush_now(10);
+        no_cas.store(StoreMode::Set, b"a", 0, 0, b"v", 10);
+        assert!(get(no_cas, b"a", 10).is_none());
+        no_cas.store(StoreMode::Set, b"b", 0, 0, b"v", 11);
+        assert!(get(no_cas, b"b", 11).is_some());
+    }
+    for cas in stores(64 << 20) {
+        let cas = &*cas;
+        cas.flush_now(10);
+        cas.store(StoreMode::Set, b"a", 0, 0, b"v", 10);
+        assert!(get(cas, b"a", 10).is_some());
+    }
 }
 
 /// watcher.t: the eviction hook hears of each live item pushed out, with its key and size.
 #[test]
 fn evictions_reach_the_hook() {
-    let mut s = Store::new(StoreConfig {
+    let mut s = HeapStore::new(StoreConfig {
         mem_limit: 12 * 1024,
         item_max: 4096,
         no_evict: false,
@@ -236,7 +268,7 @@ fn evictions_reach_the_hook() {
 #[test]
 fn lru_evicts_least_recently_used() {
     // One shard (small budget): 10 items of ~1 KiB fit in 12 KiB.
-    let s = Store::new(StoreConfig {
+    let s = HeapStore::new(StoreConfig {
         mem_limit: 12 * 1024,
         item_max: 4096,
         no_evict: false,
@@ -264,7 +296,7 @@ fn lru_evicts_least_recently_used() {
 
 #[test]
 fn reads_within_the_bump_interval_do_not_reorder() {
-    let s = Store::new(StoreConfig {
+    let s = HeapStore::new(StoreConfig {
         mem_limit: 12 * 1024,
         item_max: 4096,
         no_evict: false,
@@ -299,7 +331,7 @@ fn shrinking_the_budget_evicts() {
 
 #[test]
 fn no_evict_mode_refuses() {
-    let s = Store::new(StoreConfig {
+    let s = HeapStore::new(StoreConfig {
         mem_limit: 8 * 1024,
         item_max: 2048,
         no_evict: true,
@@ -321,19 +353,18 @@ fn no_evict_mode_refuses() {
 
 #[test]
 fn too_large_drops_old_value() {
-    let s = Store::new(StoreConfig {
-        mem_limit: 64 << 20,
+    for s in both(StoreConfig {
         item_max: 1024,
-        no_evict: false,
-        use_cas: true,
-        track_sizes: false,
-    });
-    s.store(StoreMode::Set, b"k", 0, 0, b"v", 10);
-    assert_eq!(
-        s.store(StoreMode::Set, b"k", 0, 0, &[0; 2000], 10),
-        StoreOutcome::TooLarge
-    );
-    assert!(get(&s, b"k", 10).is_none());
+        ..config(64 << 20)
+    }) {
+        let s = &*s;
+        s.store(StoreMode::Set, b"k", 0, 0, b"v", 10);
+        assert_eq!(
+            s.store(StoreMode::Set, b"k", 0, 0, &[0; 2000], 10),
+            StoreOutcome::TooLarge
+        );
+        assert!(get(s, b"k", 10).is_none());
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -374,9 +405,10 @@ proptest! {
     /// Random operation sequences agree with a HashMap model (no eviction at this size).
     #[test]
     fn matches_model(ops in proptest::collection::vec(op(), 1..200)) {
-        let s = store(64 << 20);
+        for s in stores(64 << 20) {
+        let s = &*s;
         let mut m: HashMap<u8, Vec<u8>> = HashMap::new();
-        for o in ops {
+        for o in ops.clone() {
             match o.clone() {
                 Op::Set(k, v) => {
                     prop_assert!(matches!(s.store(StoreMode::Set, &[k], 0, 0, &v, 10), StoreOutcome::Stored(_)));
@@ -438,18 +470,19 @@ proptest! {
                         },
                     }
                 }
-                Op::Get(k) => prop_assert_eq!(get(&s, &[k], 10), m.get(&k).cloned()),
+                Op::Get(k) => prop_assert_eq!(get(s, &[k], 10), m.get(&k).cloned()),
                 Op::Flush => { s.flush(None); m.clear(); }
             }
         }
         // Flushed items stay stored (dead) until read or reclaimed: count the live ones.
-        prop_assert_eq!(s.dump(0, 10).len(), m.len());
+        prop_assert_eq!(s.dump(1, 0, 10).len() + s.dump(2, 0, 10).len(), m.len());
+        }
     }
 
     /// Under a tight budget the charged bytes never exceed the limit.
     #[test]
     fn memory_stays_bounded(sizes in proptest::collection::vec(0usize..3000, 1..300)) {
-        let s = Store::new(StoreConfig { mem_limit: 32 * 1024, item_max: 4096, no_evict: false, use_cas: true, track_sizes: false });
+        let s = HeapStore::new(StoreConfig { mem_limit: 32 * 1024, item_max: 4096, no_evict: false, use_cas: true, track_sizes: false });
         for (i, n) in sizes.into_iter().enumerate() {
             let _ = s.store(StoreMode::Set, format!("k{}", i % 50).as_bytes(), 0, 0, &vec![1u8; n], 10);
             prop_assert!(s.counters().bytes <= 32 * 1024);

@@ -1,0 +1,88 @@
+//! A consistency check of every structure against the others, for tests and debug builds.
+
+use super::layout::*;
+use super::Arena;
+
+impl Arena {
+    /// Checks every structure against the others (hash chains, LRU lists, free lists, counts);
+    /// the reason on the first inconsistency. For tests and `debug` checks.
+    pub fn check(&self) -> Result<(), String> {
+        let mut linked = std::collections::HashSet::new();
+        self.crawl(|off, _| {
+            linked.insert(off);
+        });
+        if linked.len() as u64 != self.stats().items {
+            return Err(format!(
+                "{} linked chunks, {} items counted",
+                linked.len(),
+                self.stats().items
+            ));
+        }
+        let mut chained = 0;
+        for k in 0..self.geo.buckets {
+            let mut off = u64_at(self.b(), HEADER_BYTES + k * 8);
+            while off != 0 {
+                if !linked.contains(&off) {
+                    return Err(format!(
+                        "hash chain reaches a chunk that is not linked: {off}"
+                    ));
+                }
+                if self.bucket(self.key_of(off)) != HEADER_BYTES + k * 8 {
+                    return Err("an item hangs in the wrong bucket".into());
+                }
+                chained += 1;
+                off = self.at(off, I_HNEXT);
+            }
+        }
+        if chained != linked.len() {
+            return Err(format!(
+                "{chained} items in chains, {} linked",
+                linked.len()
+            ));
+        }
+        for c in 0..self.classes {
+            let (mut n, mut prev, mut off) = (0u64, 0u64, self.field(c, C_HEAD));
+            while off != 0 {
+                if self.at(off, I_PREV) != prev || self.class_of(off) != c {
+                    return Err(format!("class {c}: LRU links broken at {off}"));
+                }
+                n += 1;
+                prev = off;
+                off = self.at(off, I_NEXT);
+            }
+            if prev != self.field(c, C_TAIL) || n != self.field(c, C_USED) {
+                return Err(format!(
+                    "class {c}: LRU of {n} items, {} counted",
+                    self.field(c, C_USED)
+                ));
+            }
+            let (mut free, mut off) = (0u64, self.field(c, C_FREE));
+            while off != 0 {
+                if self.state_of(off) != FREE || linked.contains(&off) {
+                    return Err(format!("class {c}: a free chunk is in use"));
+                }
+                free += 1;
+                off = self.at(off, I_NEXT);
+            }
+            if free != self.field(c, C_FREE_COUNT) {
+                return Err(format!(
+                    "class {c}: {free} free chunks, {} counted",
+                    self.field(c, C_FREE_COUNT)
+                ));
+            }
+            let total = self.field(c, C_PAGES) * self.field(c, C_PER_PAGE);
+            let mut held = 0u64;
+            self.chunks(|off, state| {
+                if state == HELD && self.class_of(off) == c {
+                    held += 1;
+                }
+            });
+            if free + self.field(c, C_USED) + held != total {
+                return Err(format!(
+                    "class {c}: chunks lost ({free} free + used + {held} held != {total})"
+                ));
+            }
+        }
+        Ok(())
+    }
+}

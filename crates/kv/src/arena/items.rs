@@ -1,0 +1,499 @@
+//! Items: the hash chains, the per-class LRU lists, allocation with eviction, linking, and
+//! pins (values sent by reference).
+
+use std::sync::Arc;
+
+use super::layout::*;
+use super::{hash_with, Arena, ArenaError, Item, Pin, Victim};
+
+/// LRU tail items an allocation looks at before giving up on a class whose tail is pinned
+/// (memcached's search depth for the same case is 5).
+const TAIL_SEARCH: usize = 5;
+
+impl Arena {
+    pub(super) fn bucket(&self, key: &[u8]) -> usize {
+        HEADER_BYTES + (hash_with(self.seed, key) as usize & (self.geo.buckets - 1)) * 8
+    }
+
+    pub(super) fn at(&self, off: u64, f: usize) -> u64 {
+        u64_at(self.b(), off as usize + f)
+    }
+
+    pub(super) fn put(&mut self, off: u64, f: usize, v: u64) {
+        put_u64(self.bm(), off as usize + f, v);
+    }
+
+    pub(super) fn key_of(&self, off: u64) -> &[u8] {
+        let o = off as usize;
+        let n = self.b()[o + I_NKEY] as usize;
+        &self.b()[o + ITEM_HEADER..o + ITEM_HEADER + n]
+    }
+
+    pub(super) fn class_of(&self, off: u64) -> usize {
+        self.b()[off as usize + I_CLASS] as usize
+    }
+
+    pub(super) fn state_of(&self, off: u64) -> u8 {
+        self.b()[off as usize + I_STATE]
+    }
+
+    /// The offset of `key`'s linked item, live or not.
+    pub fn find(&self, key: &[u8]) -> Option<u64> {
+        let mut off = u64_at(self.b(), self.bucket(key));
+        while off != 0 {
+            if self.key_of(off) == key {
+                return Some(off);
+            }
+            off = self.at(off, I_HNEXT);
+        }
+        None
+    }
+
+    /// The item at `off` (from [`find`](Self::find) or [`alloc`](Self::alloc)).
+    pub fn item(&self, off: u64) -> Item<'_> {
+        let b = self.b();
+        let o = off as usize;
+        let nkey = b[o + I_NKEY] as usize;
+        let nbytes = u32_at(b, o + I_NBYTES) as usize;
+        let start = o + ITEM_HEADER;
+        Item {
+            key: &b[start..start + nkey],
+            value: &b[start + nkey..start + nkey + nbytes],
+            flags: u32_at(b, o + I_FLAGS),
+            cas: u64_at(b, o + I_CAS),
+            exptime: u32_at(b, o + I_EXP),
+            time: u32_at(b, o + I_TIME),
+            bits: b[o + I_BITS],
+            class: b[o + I_CLASS] as usize,
+        }
+    }
+
+    /// Sets an item's expiry.
+    pub fn set_exptime(&mut self, off: u64, exptime: u32) {
+        put_u32(self.bm(), off as usize + I_EXP, exptime);
+    }
+
+    /// Sets an item's last access.
+    pub fn set_time(&mut self, off: u64, time: u32) {
+        put_u32(self.bm(), off as usize + I_TIME, time);
+    }
+
+    /// Sets an item's bits ([`super::bits`]).
+    pub fn set_bits(&mut self, off: u64, bits: u8) {
+        self.bm()[off as usize + I_BITS] = bits;
+    }
+
+    /// Sets an item's CAS.
+    pub fn set_cas(&mut self, off: u64, cas: u64) {
+        put_u64(self.bm(), off as usize + I_CAS, cas);
+    }
+
+    /// The next CAS value (kept in the arena, so a restored one goes on from where it was).
+    pub fn next_cas(&mut self) -> u64 {
+        let cas = u64_at(self.b(), H_CAS);
+        put_u64(self.bm(), H_CAS, cas + 1);
+        cas
+    }
+
+    /// The CAS the next store would get.
+    pub fn peek_cas(&self) -> u64 {
+        u64_at(self.b(), H_CAS)
+    }
+
+    fn lru_remove(&mut self, c: usize, off: u64) {
+        let (prev, next) = (self.at(off, I_PREV), self.at(off, I_NEXT));
+        if prev == 0 {
+            self.set_field(c, C_HEAD, next);
+        } else {
+            self.put(prev, I_NEXT, next);
+        }
+        if next == 0 {
+            self.set_field(c, C_TAIL, prev);
+        } else {
+            self.put(next, I_PREV, prev);
+        }
+    }
+
+    fn lru_push(&mut self, c: usize, off: u64) {
+        let head = self.field(c, C_HEAD);
+        self.put(off, I_PREV, 0);
+        self.put(off, I_NEXT, head);
+        if head == 0 {
+            self.set_field(c, C_TAIL, off);
+        } else {
+            self.put(head, I_PREV, off);
+        }
+        self.set_field(c, C_HEAD, off);
+    }
+
+    /// Moves a linked item to the head of its class' LRU.
+    pub fn bump(&mut self, off: u64) {
+        let c = self.class_of(off);
+        if self.field(c, C_HEAD) != off {
+            self.lru_remove(c, off);
+            self.lru_push(c, off);
+        }
+    }
+
+    /// The bytes memcached counts for the item at `off`.
+    fn size_of(&self, off: u64) -> u64 {
+        let o = off as usize;
+        let nkey = self.b()[o + I_NKEY] as usize;
+        let nbytes = u32_at(self.b(), o + I_NBYTES) as usize;
+        self.item_size(nkey, nbytes) as u64
+    }
+
+    pub(super) fn item_size(&self, key: usize, value: usize) -> usize {
+        let mc = MC_ITEM_HEADER + key + 1 + value + 2 + if self.cas_bytes { 8 } else { 0 };
+        mc.max(ITEM_HEADER + key + value)
+    }
+
+    /// Takes a linked item out of its chain and LRU; its chunk is freed now, or once the last
+    /// [`Pin`] on it is gone.
+    pub fn unlink(&mut self, off: u64) {
+        let bucket = self.bucket(self.key_of(off));
+        let mut prev = 0u64;
+        let mut cur = u64_at(self.b(), bucket);
+        while cur != 0 && cur != off {
+            prev = cur;
+            cur = self.at(cur, I_HNEXT);
+        }
+        let next = self.at(off, I_HNEXT);
+        if prev == 0 {
+            put_u64(self.bm(), bucket, next);
+        } else {
+            self.put(prev, I_HNEXT, next);
+        }
+        let c = self.class_of(off);
+        self.lru_remove(c, off);
+        self.set_field(c, C_USED, self.field(c, C_USED) - 1);
+        self.add_header(H_ITEMS, -1);
+        self.add_header(H_BYTES, -(self.size_of(off) as i64));
+        match self.pins.remove(&off).and_then(|w| w.upgrade()) {
+            Some(pin) => {
+                self.bm()[off as usize + I_STATE] = HELD;
+                self.held.push((off, pin));
+            }
+            None => self.free_chunk(c, off),
+        }
+    }
+
+    pub(super) fn pinned(&self, off: u64) -> bool {
+        self.pins.get(&off).is_some_and(|w| w.strong_count() > 0)
+    }
+
+    /// Pins a linked item: its key and value stay readable through the [`Pin`], without the
+    /// arena's lock, until the pin (and every clone) is dropped.
+    pub fn pin(&mut self, off: u64) -> Arc<Pin> {
+        if let Some(p) = self.pins.get(&off).and_then(|w| w.upgrade()) {
+            return p;
+        }
+        let o = off as usize;
+        let nkey = self.b()[o + I_NKEY] as usize;
+        let nbytes = u32_at(self.b(), o + I_NBYTES) as usize;
+        let pin = Arc::new(Pin {
+            map: self.map.clone(),
+            start: o + ITEM_HEADER,
+            len: nkey + nbytes,
+        });
+        if self.pins.len() > 64 && self.pins.len() > 2 * self.held.len() {
+            self.pins.retain(|_, w| w.strong_count() > 0);
+        }
+        self.pins.insert(off, Arc::downgrade(&pin));
+        pin
+    }
+
+    /// Frees the unlinked chunks no reply holds any more.
+    pub fn reap(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        let held = std::mem::take(&mut self.held);
+        for (off, pin) in held {
+            if Arc::strong_count(&pin) == 1 {
+                let c = self.class_of(off);
+                self.free_chunk(c, off);
+            } else {
+                self.held.push((off, pin));
+            }
+        }
+    }
+
+    /// A restored arena's `HELD` chunks (pinned when it closed) go back to their free lists.
+    pub(super) fn free_held_chunks(&mut self) {
+        let mut held = Vec::new();
+        self.chunks(|off, state| {
+            if state == HELD {
+                held.push(off)
+            }
+        });
+        for off in held {
+            let c = self.class_of(off);
+            self.free_chunk(c, off);
+        }
+    }
+
+    pub(super) fn free_chunk(&mut self, c: usize, off: u64) {
+        self.bm()[off as usize + I_STATE] = FREE;
+        self.bm()[off as usize + I_CLASS] = c as u8;
+        let head = self.field(c, C_FREE);
+        self.put(off, I_NEXT, head);
+        self.set_field(c, C_FREE, off);
+        self.set_field(c, C_FREE_COUNT, self.field(c, C_FREE_COUNT) + 1);
+    }
+
+    /// Gives page `p` to class `c`, its chunks onto the free list.
+    pub(super) fn carve(&mut self, p: usize, c: usize) {
+        let geo = self.geo;
+        self.bm()[geo.directory + p] = c as u8;
+        let (size, per) = (self.field(c, C_SIZE), self.field(c, C_PER_PAGE));
+        let base = (geo.first_page + p * geo.page_size) as u64;
+        for k in (0..per).rev() {
+            self.free_chunk(c, base + k * size);
+        }
+        self.set_field(c, C_PAGES, self.field(c, C_PAGES) + 1);
+    }
+
+    /// A page no class has, when `c` may take one: below the page limit, or `c`'s first.
+    fn free_page(&self, c: usize) -> Option<usize> {
+        let b = self.b();
+        let used = u32_at(b, H_PAGES_USED) as usize;
+        let limit = u32_at(b, H_PAGE_LIMIT) as usize;
+        if used >= limit && self.field(c, C_PAGES) > 0 {
+            return None;
+        }
+        // Pages given back by a move to no class are reused before fresh ones.
+        (0..used)
+            .find(|&p| b[self.geo.directory + p] == NO_CLASS)
+            .or((used < self.geo.pages).then_some(used))
+    }
+
+    /// A free chunk of class `c`: from its free list, a new page, or an LRU tail item that
+    /// `victim` lets go.
+    fn chunk(
+        &mut self,
+        c: usize,
+        victim: &mut dyn FnMut(Item<'_>) -> Victim,
+    ) -> Result<u64, ArenaError> {
+        self.reap();
+        if self.field(c, C_FREE) == 0 {
+            if let Some(p) = self.free_page(c) {
+                if p == u32_at(self.b(), H_PAGES_USED) as usize {
+                    put_u32(self.bm(), H_PAGES_USED, p as u32 + 1);
+                }
+                self.carve(p, c);
+            } else {
+                let mut off = self.field(c, C_TAIL);
+                let mut tries = 0;
+                while off != 0 && self.pinned(off) && tries < TAIL_SEARCH {
+                    off = self.at(off, I_PREV);
+                    tries += 1;
+                }
+                if off == 0 || self.pinned(off) {
+                    return Err(ArenaError::NoMemory(c));
+                }
+                match victim(self.item(off)) {
+                    Victim::Keep => return Err(ArenaError::NoMemory(c)),
+                    Victim::Evict => {
+                        self.set_field(c, C_EVICTED, self.field(c, C_EVICTED) + 1);
+                        self.add_header(H_EVICTIONS, 1);
+                    }
+                    Victim::Reclaim => self.add_header(H_RECLAIMED, 1),
+                }
+                self.unlink(off);
+            }
+        }
+        let off = self.field(c, C_FREE);
+        self.set_field(c, C_FREE, self.at(off, I_NEXT));
+        self.set_field(c, C_FREE_COUNT, self.field(c, C_FREE_COUNT) - 1);
+        Ok(off)
+    }
+
+    /// The class whose chunks hold `total` bytes.
+    fn class_for(&self, total: usize) -> Option<usize> {
+        (0..self.classes).find(|&c| self.field(c, C_SIZE) as usize >= total)
+    }
+
+    /// Whether an item of this key and value length is within the item size limit.
+    pub fn fits(&self, key: usize, value: usize) -> bool {
+        self.item_size(key, value) <= u32_at(self.b(), H_ITEM_MAX) as usize
+    }
+
+    /// A chunk for an item of `key` and `value_len` bytes, not yet linked: the key is written,
+    /// the value is for the caller to fill ([`value_mut`](Self::value_mut)) before
+    /// [`link`](Self::link) (or [`release`](Self::release) to give it back). `victim` decides
+    /// about LRU tail items when the class is full.
+    pub fn alloc(
+        &mut self,
+        key: &[u8],
+        value_len: usize,
+        victim: &mut dyn FnMut(Item<'_>) -> Victim,
+    ) -> Result<u64, ArenaError> {
+        if key.is_empty() || key.len() > 250 {
+            return Err(ArenaError::BadKey(key.len()));
+        }
+        let total = self.item_size(key.len(), value_len);
+        if total > u32_at(self.b(), H_ITEM_MAX) as usize {
+            return Err(ArenaError::TooLarge(total));
+        }
+        let c = self.class_for(total).ok_or(ArenaError::TooLarge(total))?;
+        let off = self.chunk(c, victim)?;
+        let o = off as usize;
+        let b = self.bm();
+        put_u32(b, o + I_NBYTES, value_len as u32);
+        b[o + I_NKEY] = key.len() as u8;
+        b[o + I_CLASS] = c as u8;
+        b[o + I_BITS] = 0;
+        b[o + ITEM_HEADER..o + ITEM_HEADER + key.len()].copy_from_slice(key);
+        Ok(off)
+    }
+
+    /// The value bytes of an allocated, not yet linked item.
+    pub fn value_mut(&mut self, off: u64) -> &mut [u8] {
+        let o = off as usize;
+        let nkey = self.b()[o + I_NKEY] as usize;
+        let nbytes = u32_at(self.b(), o + I_NBYTES) as usize;
+        let start = o + ITEM_HEADER + nkey;
+        &mut self.bm()[start..start + nbytes]
+    }
+
+    /// The value bytes of a linked item, to rewrite in place (incr/decr); never a pinned one.
+    pub fn value_mut_linked(&mut self, off: u64) -> &mut [u8] {
+        debug_assert!(!self.pinned(off), "a pinned item is never written");
+        self.value_mut(off)
+    }
+
+    /// Whether a reply holds the item at `off`.
+    pub fn is_pinned(&self, off: u64) -> bool {
+        self.pinned(off)
+    }
+
+    /// Counts dead items the caller reclaimed (`stats` `reclaimed`).
+    pub fn count_reclaimed(&mut self, n: u64) {
+        self.add_header(H_RECLAIMED, n as i64);
+    }
+
+    /// Walks class `c`'s LRU from its head while `f` says go on.
+    pub fn lru(&self, c: usize, mut f: impl FnMut(Item<'_>) -> bool) {
+        if c >= self.classes {
+            return;
+        }
+        let mut off = self.field(c, C_HEAD);
+        while off != 0 && f(self.item(off)) {
+            off = self.at(off, I_NEXT);
+        }
+    }
+
+    /// Class `c`'s least recently used item.
+    pub fn lru_tail(&self, c: usize) -> Option<Item<'_>> {
+        let off = (c < self.classes).then(|| self.field(c, C_TAIL))?;
+        (off != 0).then(|| self.item(off))
+    }
+
+    /// Gives back an allocated chunk that was not linked.
+    pub fn release(&mut self, off: u64) {
+        let c = self.class_of(off);
+        self.free_chunk(c, off);
+    }
+
+    /// Links an allocated item, replacing any item of its key, at the head of its LRU.
+    pub fn link(&mut self, off: u64, cas: u64, flags: u32, exptime: u32, time: u32, bits: u8) {
+        if let Some(old) = self.find(self.key_of(off)) {
+            self.unlink(old);
+        }
+        let o = off as usize;
+        let b = self.bm();
+        put_u64(b, o + I_CAS, cas);
+        put_u32(b, o + I_EXP, exptime);
+        put_u32(b, o + I_FLAGS, flags);
+        put_u32(b, o + I_TIME, time);
+        b[o + I_BITS] = bits;
+        b[o + I_STATE] = LINKED;
+        let bucket = self.bucket(self.key_of(off));
+        let head = u64_at(self.b(), bucket);
+        self.put(off, I_HNEXT, head);
+        put_u64(self.bm(), bucket, off);
+        let c = self.class_of(off);
+        self.lru_push(c, off);
+        self.set_field(c, C_USED, self.field(c, C_USED) + 1);
+        self.add_header(H_ITEMS, 1);
+        self.add_header(H_BYTES, self.size_of(off) as i64);
+    }
+
+    fn expired(&self, off: u64, now: u32) -> bool {
+        let e = u32_at(self.b(), off as usize + I_EXP);
+        e != 0 && e <= now
+    }
+
+    /// The item of `key` (expired items are reclaimed, never returned); a hit moves it to the
+    /// head of its class' LRU.
+    pub fn get(&mut self, key: &[u8], now: u32) -> Option<Item<'_>> {
+        let off = self.find(key)?;
+        if self.expired(off, now) {
+            self.unlink(off);
+            self.add_header(H_RECLAIMED, 1);
+            return None;
+        }
+        self.bump(off);
+        Some(self.item(off))
+    }
+
+    /// Stores `value` under `key`, replacing what was there, evicting LRU tails as needed;
+    /// returns the new CAS. The old item stays until the new one has its chunk, so a failure
+    /// loses nothing.
+    pub fn set(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: u32,
+        now: u32,
+    ) -> Result<u64, ArenaError> {
+        let mut victim = |it: Item<'_>| {
+            if it.exptime != 0 && it.exptime <= now {
+                Victim::Reclaim
+            } else {
+                Victim::Evict
+            }
+        };
+        let off = self.alloc(key, value.len(), &mut victim)?;
+        self.value_mut(off).copy_from_slice(value);
+        let cas = self.next_cas();
+        self.link(off, cas, flags, exptime, now, 0);
+        Ok(cas)
+    }
+
+    /// Removes `key`; whether it was there.
+    pub fn delete(&mut self, key: &[u8]) -> bool {
+        match self.find(key) {
+            Some(off) => {
+                self.unlink(off);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Sets a live item's expiry; whether it was there.
+    pub fn touch(&mut self, key: &[u8], exptime: u32, now: u32) -> bool {
+        if self.get(key, now).is_none() {
+            return false;
+        }
+        match self.find(key) {
+            Some(off) => {
+                self.set_exptime(off, exptime);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Drops every item (the pages stay with their classes).
+    pub fn flush(&mut self) {
+        let mut all = Vec::new();
+        self.crawl(|off, _| all.push(off));
+        for off in all {
+            self.unlink(off);
+        }
+    }
+}

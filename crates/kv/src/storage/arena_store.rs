@@ -1,0 +1,726 @@
+//! The arena store: memcached's item semantics (CAS, expiry, `flush_all`, meta's stale and
+//! recache state, eviction counters, the size histogram) over one [`Arena`] behind one lock.
+//!
+//! One lock, not shards: the arena's hash table, LRU lists and free lists are shared by every
+//! key, as memcached's are. The lock is held for a lookup and a copy of a small value; a large
+//! value is pinned and sent after the lock is released, so the lock never covers a send.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::arena::{bits, Arena, ArenaConfig, ArenaError, Backing, Item, Mapping, Opened, Victim};
+use crate::out::SHARE_MIN;
+
+use super::shard::{parse_counter, BUMP_INTERVAL};
+use super::*;
+
+/// How the arena's memory is found or made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Opening {
+    /// Fresh anonymous memory.
+    Anonymous,
+    /// A memfd (shareable by descriptor).
+    Memfd,
+    /// A file for warm restarts (`-e PATH`).
+    File(std::path::PathBuf),
+}
+
+struct Inner {
+    arena: Arena,
+    total_items: u64,
+    get_expired: u64,
+    get_flushed: u64,
+    expired_unfetched: u64,
+    evicted_unfetched: u64,
+    /// `-o track_sizes`: items per 32-byte bucket.
+    sizes: Option<BTreeMap<usize, u64>>,
+    evict_hook: Option<EvictHook>,
+    /// Closed for a warm restart: nothing more may change the arena.
+    closed: bool,
+}
+
+/// Items in one arena.
+pub struct ArenaStore {
+    inner: Mutex<Inner>,
+    config: StoreConfig,
+    arena_config: ArenaConfig,
+    flush_cas: AtomicU64,
+    oldest_live: AtomicU64,
+    mem_limit: AtomicUsize,
+    opened: Opened,
+}
+
+/// Time and flush state that judge liveness.
+#[derive(Clone, Copy)]
+struct Ctx {
+    now: u32,
+    flush_cas: u64,
+    oldest_live: u64,
+}
+
+impl Ctx {
+    /// Invalidated by a `flush_all` (memcached checks this before expiry).
+    fn flushed(&self, it: &Item<'_>) -> bool {
+        if it.cas < self.flush_cas && it.cas != 0 {
+            return true;
+        }
+        self.oldest_live <= self.now as u64 && it.time as u64 <= self.oldest_live
+    }
+
+    fn live(&self, it: &Item<'_>) -> bool {
+        let expired = it.exptime != 0 && it.exptime <= self.now;
+        !expired && !self.flushed(it)
+    }
+}
+
+/// memcached's item size for the histogram (`stats sizes`), bucketed by 32 bytes.
+fn size_bucket(key: usize, value: usize, flags: u32) -> usize {
+    const MC_ITEM_HEADER: usize = 48;
+    let n = MC_ITEM_HEADER + key + 1 + value + 2 + if flags != 0 { 4 } else { 0 } + 8;
+    n.div_ceil(32)
+}
+
+impl Inner {
+    /// Unlinks a dead or deleted item, keeping the histogram right.
+    fn remove(&mut self, off: u64, use_cas: bool) {
+        if self.sizes.is_some() {
+            let it = self.arena.item(off);
+            let (k, v, f) = (it.key.len(), it.value.len(), it.flags);
+            if let Some(h) = self.sizes.as_mut() {
+                if use_cas {
+                    let n = h.entry(size_bucket(k, v, f)).or_default();
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
+        self.arena.unlink(off);
+    }
+
+    /// The live item of `key`; a dead one is reclaimed and `Err(Some(flushed))` says why.
+    fn lookup(&mut self, key: &[u8], ctx: &Ctx, use_cas: bool) -> Result<u64, Option<bool>> {
+        let off = self.arena.find(key).ok_or(None)?;
+        let it = self.arena.item(off);
+        if ctx.live(&it) {
+            return Ok(off);
+        }
+        let flushed = ctx.flushed(&it);
+        if !it.fetched() {
+            self.expired_unfetched += 1;
+        }
+        self.remove(off, use_cas);
+        self.arena.count_reclaimed(1);
+        Err(Some(flushed))
+    }
+
+    /// A chunk for `key` with `len` value bytes, evicting by memcached's rules.
+    fn alloc(
+        &mut self,
+        key: &[u8],
+        len: usize,
+        ctx: &Ctx,
+        cfg: &StoreConfig,
+    ) -> Result<u64, ArenaError> {
+        let Inner {
+            arena,
+            evict_hook,
+            evicted_unfetched,
+            expired_unfetched,
+            sizes,
+            ..
+        } = self;
+        let mut victim = |it: Item<'_>| {
+            let live = ctx.live(&it);
+            if live && cfg.no_evict {
+                return Victim::Keep;
+            }
+            if let (Some(h), true) = (sizes.as_mut(), cfg.use_cas) {
+                let n = h
+                    .entry(size_bucket(it.key.len(), it.value.len(), it.flags))
+                    .or_default();
+                *n = n.saturating_sub(1);
+            }
+            if !live {
+                if !it.fetched() {
+                    *expired_unfetched += 1;
+                }
+                return Victim::Reclaim;
+            }
+            if let Some(h) = evict_hook {
+                h(&crate::logger::Evicted {
+                    key: it.key,
+                    fetched: it.fetched(),
+                    ttl: if it.exptime == 0 {
+                        -1
+                    } else {
+                        it.exptime as i64 - ctx.now as i64
+                    },
+                    last_access: ctx.now.saturating_sub(it.time),
+                    size: it.value.len(),
+                });
+            }
+            if !it.fetched() {
+                *evicted_unfetched += 1;
+            }
+            Victim::Evict
+        };
+        arena.alloc(key, len, &mut victim)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    /// Links `off` as the item of its key (replacing the old one, whose histogram entry goes).
+    fn link(
+        &mut self,
+        off: u64,
+        cas: u64,
+        flags: u32,
+        exptime: u32,
+        now: u32,
+        b: u8,
+        cas_on: bool,
+    ) {
+        let key_old = {
+            let key = self.arena.item(off).key;
+            self.arena.find(key)
+        };
+        if let Some(old) = key_old {
+            self.remove(old, cas_on);
+        }
+        self.arena.link(off, cas, flags, exptime, now, b);
+        self.total_items += 1;
+        let it = self.arena.item(off);
+        let (k, v, f) = (it.key.len(), it.value.len(), it.flags);
+        if let (Some(h), true) = (self.sizes.as_mut(), cas_on) {
+            *h.entry(size_bucket(k, v, f)).or_default() += 1;
+        }
+    }
+}
+
+fn outcome(e: ArenaError) -> StoreOutcome {
+    match e {
+        ArenaError::TooLarge(_) | ArenaError::BadKey(_) => StoreOutcome::TooLarge,
+        _ => StoreOutcome::NoMemory,
+    }
+}
+
+impl ArenaStore {
+    /// Opens (or makes) the arena for `config`; `arena` gives the slab settings (its
+    /// `memory` and `item_max` follow `config`). A file arena of the same settings left clean
+    /// by [`EntryStore::close`] is restored; see [`ArenaStore::opened`].
+    pub fn open(
+        config: StoreConfig,
+        arena: ArenaConfig,
+        opening: &Opening,
+    ) -> Result<ArenaStore, ArenaError> {
+        let mut ac = ArenaConfig {
+            memory: config.mem_limit,
+            item_max: config.item_max,
+            cas: config.use_cas,
+            ..arena
+        };
+        ac.page_size = ac.page_size.max(ac.item_max);
+        let backing = match opening {
+            Opening::Anonymous => Backing::Anonymous,
+            Opening::Memfd => Backing::Memfd,
+            Opening::File(p) => Backing::File(p.clone()),
+        };
+        let map = Mapping::new(backing, ac.mapped())?;
+        let (arena, opened) = Arena::open(map, &ac)?;
+        Ok(ArenaStore {
+            inner: Mutex::new(Inner {
+                arena,
+                total_items: 0,
+                get_expired: 0,
+                get_flushed: 0,
+                expired_unfetched: 0,
+                evicted_unfetched: 0,
+                sizes: config.track_sizes.then(BTreeMap::new),
+                evict_hook: None,
+                closed: false,
+            }),
+            config,
+            arena_config: ac,
+            flush_cas: AtomicU64::new(0),
+            oldest_live: AtomicU64::new(u64::MAX),
+            mem_limit: AtomicUsize::new(config.mem_limit),
+            opened,
+        })
+    }
+
+    /// An anonymous arena with memcached's slab defaults (tests, in-process use).
+    pub fn new(config: StoreConfig) -> ArenaStore {
+        ArenaStore::open(
+            config,
+            ArenaConfig::new(config.mem_limit),
+            &Opening::Anonymous,
+        )
+        .expect("anonymous memory for the arena")
+    }
+
+    /// Whether the arena was restored or started cold (and why).
+    pub fn opened(&self) -> &Opened {
+        &self.opened
+    }
+
+    /// The arena's layout settings.
+    pub fn arena_config(&self) -> &ArenaConfig {
+        &self.arena_config
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn ctx(&self, now: u32) -> Ctx {
+        Ctx {
+            now,
+            flush_cas: self.flush_cas.load(Ordering::Relaxed),
+            oldest_live: self.oldest_live.load(Ordering::Relaxed),
+        }
+    }
+
+    fn cas(&self, g: &mut Inner) -> u64 {
+        if self.config.use_cas {
+            g.arena.next_cas()
+        } else {
+            0
+        }
+    }
+}
+
+impl EntryStore for ArenaStore {
+    fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    fn set_evict_hook(&mut self, hook: EvictHook) {
+        self.lock().evict_hook = Some(hook);
+    }
+
+    fn sizes(&self) -> Option<Vec<(usize, u64)>> {
+        let g = self.lock();
+        g.sizes.as_ref().map(|h| {
+            h.iter()
+                .filter(|&(_, &n)| n > 0)
+                .map(|(&b, &n)| (b * 32, n))
+                .collect()
+        })
+    }
+
+    fn reset_read_counters(&self) {
+        let mut g = self.lock();
+        g.get_expired = 0;
+        g.get_flushed = 0;
+    }
+
+    fn dump(&self, class: usize, limit: usize, now: u32) -> Vec<(Vec<u8>, usize, u32)> {
+        let ctx = self.ctx(now);
+        let g = self.lock();
+        let limit = if limit == 0 { usize::MAX } else { limit };
+        let mut v = Vec::new();
+        g.arena.lru(class.wrapping_sub(1), |it| {
+            if v.len() < limit && ctx.live(&it) {
+                v.push((it.key.to_vec(), it.value.len(), it.exptime));
+            }
+            v.len() < limit
+        });
+        v
+    }
+
+    fn fits(&self, key_len: usize, value_len: usize) -> bool {
+        self.arena_config.item_size(key_len, value_len) <= self.arena_config.item_max
+    }
+
+    fn read(
+        &self,
+        key: &[u8],
+        now: u32,
+        opts: ReadOpts,
+        exptime_abs: u32,
+        f: &mut dyn FnMut(ItemRef<'_>),
+    ) -> bool {
+        let ctx = self.ctx(now);
+        let mut g = self.lock();
+        let off = match g.lookup(key, &ctx, self.config.use_cas) {
+            Ok(off) => off,
+            Err(dead) => {
+                match dead {
+                    Some(true) => g.get_flushed += 1,
+                    Some(false) => g.get_expired += 1,
+                    None => {}
+                }
+                return false;
+            }
+        };
+        let a = &mut g.arena;
+        let it = a.item(off);
+        let (time, mut b, exp) = (it.time, it.bits, it.exptime);
+        let big = it.value.len() >= SHARE_MIN;
+        if !opts.no_bump && now.saturating_sub(time) >= BUMP_INTERVAL {
+            a.bump(off);
+        }
+        let exptime = if opts.touch.is_some() {
+            a.set_exptime(off, exptime_abs);
+            exptime_abs
+        } else {
+            exp
+        };
+        let mut win = None;
+        if opts.meta {
+            let low_ttl = opts
+                .recache
+                .is_some_and(|r| exptime != 0 && (exptime as i64 - now as i64) < r);
+            let sent = b & bits::WIN_SENT != 0;
+            if (b & bits::STALE != 0 || low_ttl || opts.claim) && !sent {
+                b |= bits::WIN_SENT;
+                a.set_bits(off, b);
+                win = Some(true);
+            } else if sent {
+                win = Some(false);
+            }
+        }
+        let held = big.then(|| Held::Arena(a.pin(off)));
+        let it = a.item(off);
+        f(ItemRef {
+            key: it.key,
+            value: it.value,
+            shared: held.as_ref(),
+            flags: it.flags,
+            cas: it.cas,
+            exptime,
+            last_access: time,
+            fetched: it.fetched(),
+            stale: it.stale(),
+            win,
+        });
+        if !opts.no_bump {
+            a.set_bits(off, b | bits::FETCHED);
+            a.set_time(off, now);
+        }
+        true
+    }
+
+    fn store(
+        &self,
+        mode: StoreMode,
+        key: &[u8],
+        flags: u32,
+        exptime_abs: u32,
+        data: &[u8],
+        now: u32,
+    ) -> StoreOutcome {
+        let cas_on = self.config.use_cas;
+        if !self.fits(key.len(), data.len()) {
+            // memcached drops the old value so a failed overwrite cannot leave stale data.
+            if matches!(
+                mode,
+                StoreMode::Set | StoreMode::Cas(_) | StoreMode::CasStale(_)
+            ) {
+                self.delete(key, now, None);
+            }
+            return StoreOutcome::TooLarge;
+        }
+        let ctx = self.ctx(now);
+        let mut g = self.lock();
+        if g.closed {
+            return StoreOutcome::NoMemory;
+        }
+        let old = g.lookup(key, &ctx, cas_on).ok();
+        let mut stale_of = None;
+        // Append and prepend build the value from the old one: copied out first, as the new
+        // chunk may be the old one's evicted neighbour.
+        let mut joined = None;
+        let (flags, exptime) = match (mode, old) {
+            (StoreMode::Add, Some(off)) => {
+                // memcached refreshes the LRU position of the item an add collides with.
+                g.arena.bump(off);
+                return StoreOutcome::NotStored;
+            }
+            (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
+                return StoreOutcome::NotStored
+            }
+            (StoreMode::Cas(_) | StoreMode::CasStale(_), None) => return StoreOutcome::NotFound,
+            (StoreMode::Cas(c), Some(off)) if g.arena.item(off).cas != c => {
+                return StoreOutcome::Exists
+            }
+            (StoreMode::CasStale(c), Some(off)) if g.arena.item(off).cas != c => {
+                let it = g.arena.item(off);
+                if c > it.cas {
+                    return StoreOutcome::Exists;
+                }
+                stale_of = Some(it.win_sent());
+                (flags, it.exptime)
+            }
+            (StoreMode::Append | StoreMode::Prepend, Some(off)) => {
+                let it = g.arena.item(off);
+                if !self.fits(key.len(), it.value.len() + data.len()) {
+                    return StoreOutcome::TooLarge;
+                }
+                let mut v = Vec::with_capacity(it.value.len() + data.len());
+                if mode == StoreMode::Append {
+                    v.extend_from_slice(it.value);
+                    v.extend_from_slice(data);
+                } else {
+                    v.extend_from_slice(data);
+                    v.extend_from_slice(it.value);
+                }
+                let kept = (it.flags, it.exptime);
+                joined = Some(v);
+                kept
+            }
+            _ => (flags, exptime_abs),
+        };
+        let value = joined.as_deref().unwrap_or(data);
+        if let Some(off) = old {
+            g.arena.bump(off);
+        }
+        let off = match g.alloc(key, value.len(), &ctx, &self.config) {
+            Ok(off) => off,
+            Err(e) => return outcome(e),
+        };
+        g.arena.value_mut(off).copy_from_slice(value);
+        let cas = self.cas(&mut g);
+        let b = match stale_of {
+            Some(true) => bits::STALE | bits::WIN_SENT,
+            Some(false) => bits::STALE,
+            None => 0,
+        };
+        g.link(off, cas, flags, exptime, now, b, cas_on);
+        StoreOutcome::Stored(cas)
+    }
+
+    fn invalidate(
+        &self,
+        key: &[u8],
+        now: u32,
+        cas: Option<u64>,
+        exptime_abs: Option<u32>,
+    ) -> DeleteOutcome {
+        let ctx = self.ctx(now);
+        let mut g = self.lock();
+        let Ok(off) = g.lookup(key, &ctx, self.config.use_cas) else {
+            return DeleteOutcome::NotFound;
+        };
+        let it = g.arena.item(off);
+        if cas.is_some_and(|c| c != 0 && c != it.cas) {
+            return DeleteOutcome::Exists;
+        }
+        let b = (it.bits | bits::STALE) & !bits::WIN_SENT;
+        // Like memcached, invalidation counts as a modification: the CAS moves on.
+        let new = self.cas(&mut g);
+        g.arena.set_cas(off, new);
+        g.arena.set_bits(off, b);
+        if let Some(x) = exptime_abs {
+            g.arena.set_exptime(off, x);
+        }
+        DeleteOutcome::Deleted
+    }
+
+    fn delete(&self, key: &[u8], now: u32, cas: Option<u64>) -> DeleteOutcome {
+        let ctx = self.ctx(now);
+        let mut g = self.lock();
+        let Ok(off) = g.lookup(key, &ctx, self.config.use_cas) else {
+            return DeleteOutcome::NotFound;
+        };
+        if cas.is_some_and(|c| c != 0 && g.arena.item(off).cas != c) {
+            return DeleteOutcome::Exists;
+        }
+        g.remove(off, self.config.use_cas);
+        DeleteOutcome::Deleted
+    }
+
+    fn arith(
+        &self,
+        key: &[u8],
+        incr: bool,
+        delta: u64,
+        now: u32,
+        cas: Option<u64>,
+    ) -> ArithOutcome {
+        let ctx = self.ctx(now);
+        let cas_on = self.config.use_cas;
+        let mut g = self.lock();
+        let Ok(off) = g.lookup(key, &ctx, cas_on) else {
+            return ArithOutcome::NotFound;
+        };
+        let it = g.arena.item(off);
+        if cas.is_some_and(|c| c != 0 && it.cas != c) {
+            return ArithOutcome::Exists;
+        }
+        let Some(cur) = parse_counter(it.value) else {
+            return ArithOutcome::NonNumeric;
+        };
+        let v = if incr {
+            cur.wrapping_add(delta)
+        } else {
+            cur.saturating_sub(delta)
+        };
+        let text = v.to_string();
+        let (old_len, flags, exptime, b) = (it.value.len(), it.flags, it.exptime, it.bits);
+        // Like memcached, a number no longer than the old one is written in place, padded
+        // with spaces; a longer one takes a new item.
+        let off = if text.len() <= old_len && !g.arena.is_pinned(off) {
+            off
+        } else {
+            let new = match g.alloc(key, text.len(), &ctx, &self.config) {
+                Ok(n) => n,
+                Err(_) => return ArithOutcome::NotFound,
+            };
+            g.link(new, 0, flags, exptime, now, b, cas_on);
+            new
+        };
+        let dst = g.arena.value_mut_linked(off);
+        dst[..text.len()].copy_from_slice(text.as_bytes());
+        dst[text.len()..].fill(b' ');
+        g.arena.bump(off);
+        let new_cas = self.cas(&mut g);
+        g.arena.set_cas(off, new_cas);
+        g.arena.set_time(off, now);
+        ArithOutcome::Value(v, new_cas)
+    }
+
+    fn flush_now(&self, now: u32) {
+        self.flush(None);
+        if !self.config.use_cas {
+            self.oldest_live.store(now as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn flush(&self, delay_until: Option<u32>) {
+        match delay_until {
+            None => {
+                let mut g = self.lock();
+                self.flush_cas.store(g.arena.peek_cas(), Ordering::Relaxed);
+                self.oldest_live.store(u64::MAX, Ordering::Relaxed);
+                // With CAS values the flushed items stay, dead, until a read finds them or the
+                // LRU reclaims them, as in memcached; without them liveness rests on
+                // `oldest_live` alone, which a later delayed flush moves: the items go now.
+                if !self.config.use_cas {
+                    g.arena.flush();
+                    if let Some(h) = g.sizes.as_mut() {
+                        h.clear();
+                    }
+                }
+            }
+            Some(t) => self.oldest_live.store(t as u64, Ordering::Relaxed),
+        }
+    }
+
+    fn set_mem_limit(&self, bytes: usize, _now: u32) {
+        let mut g = self.lock();
+        let page = g.arena.page_size();
+        g.arena.set_page_limit(bytes / page);
+        self.mem_limit.store(bytes, Ordering::Relaxed);
+    }
+
+    fn mem_limit(&self) -> usize {
+        self.mem_limit.load(Ordering::Relaxed)
+    }
+
+    fn counters(&self) -> StoreCounters {
+        let g = self.lock();
+        let st = g.arena.stats();
+        StoreCounters {
+            curr_items: st.items,
+            total_items: g.total_items,
+            bytes: st.bytes,
+            evictions: st.evictions,
+            reclaimed: st.reclaimed,
+            expired_unfetched: g.expired_unfetched,
+            get_expired: g.get_expired,
+            get_flushed: g.get_flushed,
+            evicted_unfetched: g.evicted_unfetched,
+            slabs_moved: st.moves,
+        }
+    }
+
+    fn slabs(&self, now: u32) -> Option<Vec<SlabClass>> {
+        let g = self.lock();
+        Some(
+            g.arena
+                .class_stats()
+                .into_iter()
+                .enumerate()
+                .filter(|(_, c)| c.pages > 0 || c.used > 0)
+                .map(|(i, stats)| SlabClass {
+                    id: i + 1,
+                    stats,
+                    age: g
+                        .arena
+                        .lru_tail(i)
+                        .map_or(0, |it| now.saturating_sub(it.time)),
+                })
+                .collect(),
+        )
+    }
+
+    fn class_count(&self) -> usize {
+        self.lock().arena.class_count()
+    }
+
+    fn metadump(&self, now: u32) -> Option<Vec<MetaLine>> {
+        let ctx = self.ctx(now);
+        let g = self.lock();
+        let mut v = Vec::new();
+        g.arena.crawl(|_, it| {
+            if ctx.live(&it) {
+                v.push(MetaLine {
+                    key: it.key.to_vec(),
+                    exptime: it.exptime,
+                    time: it.time,
+                    cas: it.cas,
+                    fetched: it.fetched(),
+                    class: it.class + 1,
+                    size: self.arena_config.item_size(it.key.len(), it.value.len()),
+                    flags: it.flags,
+                });
+            }
+        });
+        Some(v)
+    }
+
+    fn crawl(&self, now: u32) -> u64 {
+        let ctx = self.ctx(now);
+        let mut g = self.lock();
+        let mut unfetched = 0;
+        let n = g.arena.reclaim(|it| {
+            let dead = !ctx.live(&it);
+            if dead && !it.fetched() {
+                unfetched += 1;
+            }
+            dead
+        });
+        g.expired_unfetched += unfetched;
+        if let (true, Some(h)) = (n > 0, g.sizes.as_mut()) {
+            // Rebuilt rather than tracked item by item: a crawl is rare.
+            h.clear();
+            let mut all = Vec::new();
+            g.arena
+                .crawl(|_, it| all.push((it.key.len(), it.value.len(), it.flags)));
+            if self.config.use_cas {
+                let h = g.sizes.as_mut().expect("checked");
+                for (k, v, f) in all {
+                    *h.entry(size_bucket(k, v, f)).or_default() += 1;
+                }
+            }
+        }
+        n
+    }
+
+    fn reassign(&self, from: usize, to: usize) -> Result<u64, ArenaError> {
+        let mut g = self.lock();
+        let from = from
+            .checked_sub(1)
+            .ok_or_else(|| ArenaError::Config("class 0 has no pages of its own".into()))?;
+        g.arena.move_page(from, to.checked_sub(1))
+    }
+
+    fn close(&self, epoch: i64) -> std::io::Result<()> {
+        let mut g = self.lock();
+        if g.closed {
+            return Ok(());
+        }
+        g.closed = true;
+        g.arena.mark_clean(epoch)
+    }
+}
