@@ -618,7 +618,7 @@ fn a_capture_of_serve_and_a_bench_shows_rroce_on_port_4791() {
 }
 
 #[test]
-fn bench_progress_poll_runs_on_udp_and_is_refused_on_streams() {
+fn bench_progress_poll_runs_on_every_transport() {
     for extra in [
         &["--progress", "poll"][..],
         &["--progress", "poll", "--spin"][..],
@@ -648,21 +648,23 @@ fn bench_progress_poll_runs_on_udp_and_is_refused_on_streams() {
         assert_eq!(v["spin"], extra.len() == 3);
         assert!(v["t_typical_us"].as_f64().unwrap() > 0.0);
     }
-    let out = Command::new(EXE)
-        .args([
-            "fabric",
-            "bench",
-            "write-bw",
-            "--transport",
-            "tcp",
-            "--progress",
-            "poll",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("progress poll is available on udp"));
+    // tcp and shm drive the same engine from the polling thread.
+    for transport in ["tcp", "shm"] {
+        let out = Command::new(EXE)
+            .args(["fabric", "bench", "write-bw", "--transport", transport])
+            .args(["--progress", "poll", "--size", "65536", "--iters", "200"])
+            .args(["--warmup", "5", "--json"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{transport}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["progress"], "poll", "{transport}");
+    }
 }
 
 #[test]

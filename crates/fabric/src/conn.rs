@@ -28,7 +28,7 @@ use remora_wire::Psn;
 use crate::cq::Cq;
 use crate::engine::{Engine, EngineConfig};
 use crate::error::{io_err, Error, Result};
-use crate::options::{Progress, QpOptions, QpType, Transport};
+use crate::options::{QpOptions, QpType, Transport};
 use crate::qp::{Inner, Qp};
 use crate::shm::TOKEN_LEN;
 use crate::stream::{DataPath, Sock, StreamQp};
@@ -380,13 +380,6 @@ pub fn connect(
             opts.mtu
         )));
     }
-    if opts.progress == Progress::Poll && opts.transport == Transport::Tcp {
-        return Err(Error::Setup(
-            "progress poll is available on udp and shm; tcp queue pairs keep their receive \
-             thread (use progress thread)"
-                .into(),
-        ));
-    }
     let s = TcpStream::connect_timeout(&control, SETUP_TIMEOUT)
         .map_err(io_err(format!("connecting to {control}")))?;
     s.set_read_timeout(Some(SETUP_TIMEOUT)).ok();
@@ -403,6 +396,18 @@ pub fn connect(
         None
     };
     establish(s, pd, &opts, dev, private, None, &[])
+}
+
+/// The engine of a stream queue pair: the agreed QPNs and first PSNs (so its packets are
+/// exactly udp's), the stream's MTU and no retransmission ([`EngineConfig::stream`]); the
+/// negotiated path MTU still names the queue pair ([`Qp::mtu`]).
+fn stream_config(opts: &QpOptions, qpn: u32, psn: u32, peer: &Hello) -> EngineConfig {
+    let mut cfg = EngineConfig::stream(opts.qp_type.service(), qpn, peer.qpn);
+    cfg.send_psn = Psn::new(psn);
+    cfg.recv_psn = Psn::new(peer.psn);
+    cfg.window = opts.window.max(1);
+    cfg.pkey = opts.pkey;
+    cfg
 }
 
 /// Waits (until `deadline`) for the connecting side's READY byte.
@@ -525,7 +530,7 @@ fn establish(
             Sock::Tcp(s),
             pd,
             DataPath::Inline,
-            opts.qp_type,
+            stream_config(opts, qpn, psn, &peer),
             opts.progress,
             cq.clone(),
             None,
@@ -545,7 +550,7 @@ fn establish(
                 Sock::unix(unix),
                 pd,
                 DataPath::Shm,
-                opts.qp_type,
+                stream_config(opts, qpn, psn, &peer),
                 opts.progress,
                 cq.clone(),
                 Some(cred),

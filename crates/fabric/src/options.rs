@@ -156,10 +156,9 @@ impl Default for QpOptions {
 /// does in UCX, which saves the wake-up of a second thread on every message. A `Poll` queue
 /// pair whose application stops polling stops answering its peer (an RC peer retransmits,
 /// then fails). Queue pairs that share a udp device share its progress: any of their threads
-/// drives all of them. On shm, `Poll` means the caller drains the one-sided completion ring and
-/// no doorbell is rung while it polls (the unix socket's receive thread still carries the copy
-/// path). [`crate::connect`] refuses `Poll` on tcp, and a [`crate::Listener`] set to `Poll` gives
-/// its tcp peers their receive thread.
+/// drives all of them. On tcp, `Poll` drives the queue pair's own socket the same way. On shm,
+/// `Poll` means the caller drains the one-sided completion ring and no doorbell is rung while it
+/// polls (the unix socket's progress thread still carries the copy path).
 ///
 /// ```
 /// use remora_fabric::{Progress, QpOptions};

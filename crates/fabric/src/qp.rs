@@ -183,12 +183,12 @@ impl Qp {
         }
     }
 
-    /// One round of progress without waiting: the udp device when the caller drives it, the
-    /// shm completion ring always (one atomic load when it is empty).
+    /// One round of progress without waiting: the device or stream when the caller drives it,
+    /// the shm completion ring always (one atomic load when it is empty).
     fn progress_now(&self) -> Result<()> {
         match &self.inner {
             Inner::Stream(s) => {
-                s.drain_ring();
+                s.spin_once()?;
             }
             _ => {
                 if let Some(dev) = self.polled_device() {
@@ -214,9 +214,11 @@ impl Qp {
     /// completion queue's eventfd) and does the receive work itself when something arrives.
     pub fn wait(&self, timeout: Duration) -> Result<Option<Completion>> {
         if let Inner::Stream(s) = &self.inner {
+            if s.polled() {
+                return self.wait_stream(s, timeout);
+            }
             // shm: what the peer published in our ring, else sleep with the doorbell up (the
-            // receive thread drains the ring when the peer rings it).
-            s.drain_ring();
+            // progress thread drains the ring when the peer rings it).
             if let Some(c) = self.cq.pop() {
                 return Ok(Some(c));
             }
@@ -250,6 +252,37 @@ impl Qp {
         }
     }
 
+    /// [`Qp::wait`] on a polled stream: sleeps on its socket and the completion queue's eventfd
+    /// and runs the round itself. A closed stream leaves its flushed completions to take.
+    fn wait_stream(&self, s: &StreamQp, timeout: Duration) -> Result<Option<Completion>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            s.drain_ring();
+            if let Some(c) = self.cq.pop() {
+                return Ok(Some(c));
+            }
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return Ok(None);
+            };
+            let sleeping = self.cq.sleep_fd();
+            if let Some(c) = self.cq.pop() {
+                return Ok(Some(c));
+            }
+            match s.progress(left, sleeping.fd()) {
+                Ok(true) => {}
+                // Another thread is driving the stream, or it is closed: its completions
+                // reach our queue.
+                Ok(false) | Err(Error::Disconnected) => {
+                    drop(sleeping);
+                    if let Some(c) = self.cq.wait(left.min(Duration::from_millis(1))) {
+                        return Ok(Some(c));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Busy-polls for the next completion up to `timeout` (lowest latency, burns a core);
     /// with [`crate::Progress::Poll`] each turn also receives and answers.
     pub fn spin(&self, timeout: Duration) -> Option<Completion> {
@@ -275,7 +308,20 @@ impl Qp {
     /// completion queue (a plain WRITE makes no completion at its target).
     pub fn progress(&self, wait: Duration) -> Result<()> {
         if let Inner::Stream(s) = &self.inner {
-            // The stream has its receive thread; what the caller drives is the shm ring.
+            if s.polled() {
+                return match s.progress(wait, None) {
+                    Ok(true) => Ok(()),
+                    // Another thread drives it, or it is closed: do not spin against it.
+                    Ok(false) | Err(Error::Disconnected) => {
+                        if !wait.is_zero() {
+                            std::thread::sleep(wait.min(Duration::from_micros(200)));
+                        }
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                };
+            }
+            // A thread drives the stream; what the caller can drive is the shm ring.
             if !s.drain_ring() && !wait.is_zero() {
                 std::thread::sleep(wait.min(Duration::from_millis(1)));
             }

@@ -14,16 +14,21 @@
 //!
 //! Packets are RoCEv2 UDP payloads (BTH .. ICRC). The engine leaves the 4 ICRC bytes zero; the
 //! transport seals them because the ICRC covers the IP and UDP headers the engine never sees.
+//! Stream transports (tcp, shm) drive the same engine with packets split in two: the headers,
+//! and the payload as a region range ([`Engine::poll_transmit_parts`]) or a reader
+//! ([`Engine::handle_parts`], [`Payload`]), so a payload is copied once, straight between the
+//! stream and the region; they use [`EngineConfig::stream`] (a large MTU, no retransmission).
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use remora_mem::Pd;
-use remora_wire::{BthRepr, Op, Opcode, Psn, Repr, Service};
+use remora_mem::{Pd, Region};
+use remora_wire::{BthRepr, NakCode, Op, Opcode, Psn, Repr, Service};
 
 use crate::error::Result;
 use crate::wr::{Completion, RecvWr, SendWr};
 
+pub mod access;
 pub mod fault;
 mod requester;
 mod responder;
@@ -43,7 +48,8 @@ pub struct EngineConfig {
     pub local_qpn: u32,
     /// The peer's queue pair number (our packets carry it).
     pub remote_qpn: u32,
-    /// Payload bytes per packet (path MTU), 256..=4096.
+    /// Payload bytes per packet: the path MTU, 256..=4096, on datagrams; up to
+    /// [`MAX_STREAM_MTU`] on a stream.
     pub mtu: usize,
     /// PSN of our first packet.
     pub send_psn: Psn,
@@ -68,7 +74,17 @@ pub struct EngineConfig {
     pub pkey: u16,
     /// Page faults: PART or inline, the page-in policy, the requester's fault timeout.
     pub part: PartConfig,
+    /// The link neither loses nor reorders (a reliable byte stream, [`EngineConfig::stream`]):
+    /// no retransmission timer runs, and UC counts every packet as in sequence (completions'
+    /// `in_sequence` is `u32::MAX`, as on RC), since no gap can happen.
+    pub lossless: bool,
 }
+
+/// Payload bytes per packet of the stream transports: a 1 MiB message is one packet, so the
+/// per-packet cost (headers, a lock, a system call) vanishes beside the copy.
+pub const STREAM_MTU: usize = 1 << 20;
+/// Largest MTU the engine accepts (stream transports).
+pub const MAX_STREAM_MTU: usize = 16 << 20;
 
 impl EngineConfig {
     /// A configuration with the defaults used by the transports.
@@ -89,6 +105,27 @@ impl EngineConfig {
             max_send_wr: 4096,
             pkey: DEFAULT_PKEY,
             part: PartConfig::default(),
+            lossless: false,
+        }
+    }
+
+    /// The configuration of a queue pair over a reliable, ordered byte stream (tcp, shm):
+    /// [`STREAM_MTU`] per packet, and no retransmission timer, since the stream neither loses
+    /// nor reorders what it carries (a resend could only duplicate, and the old stream
+    /// transports never resent either). NAKs still work: a refused request fails as on udp, a
+    /// SEND finding no receive buffer is sent again after the RNR wait, retried without limit
+    /// (a stream responder used to wait for the buffer). Pages are brought in by the copy
+    /// itself ([`FaultMode::Inline`]): a stream cannot skip ahead, so PART's hold and resend
+    /// would buy nothing, and the driver populates a whole payload's range in one call.
+    pub fn stream(service: Service, local_qpn: u32, remote_qpn: u32) -> EngineConfig {
+        EngineConfig {
+            lossless: true,
+            rnr_retry: u32::MAX,
+            part: PartConfig {
+                mode: FaultMode::Inline,
+                ..PartConfig::default()
+            },
+            ..EngineConfig::new(service, local_qpn, remote_qpn, STREAM_MTU)
         }
     }
 }
@@ -237,8 +274,8 @@ impl Engine {
     /// A queue pair whose responder serves the regions of `pd`.
     pub fn new(cfg: EngineConfig, pd: Arc<Pd>) -> Engine {
         assert!(
-            (256..=4096).contains(&cfg.mtu),
-            "path MTU must be 256..=4096 bytes"
+            (256..=MAX_STREAM_MTU).contains(&cfg.mtu),
+            "MTU must be 256..=4096 bytes (datagrams) or at most {MAX_STREAM_MTU} (streams)"
         );
         Engine {
             req: Requester::new(&cfg),
@@ -284,15 +321,24 @@ impl Engine {
 
     /// Processes one received RoCEv2 payload (BTH .. ICRC; the ICRC is the transport's business).
     pub fn handle(&mut self, now: Instant, datagram: &[u8]) {
-        self.stats.rx_packets += 1;
-        let (repr, payload) = match Repr::parse(datagram) {
+        let (repr, mut payload) = match Repr::parse(datagram) {
             Ok(p) => p,
             Err(e) => {
+                self.stats.rx_packets += 1;
                 tracing::debug!(qpn = self.cfg.local_qpn, error = %e, "malformed packet dropped");
                 self.stats.rx_malformed += 1;
                 return;
             }
         };
+        self.handle_parts(now, &repr, &mut payload);
+    }
+
+    /// Processes one received packet given as its parsed headers and its payload (stream
+    /// transports: the payload is still in the stream and is read straight into its place).
+    /// A payload the engine does not take (a refused or dropped packet) is left to the caller.
+    pub fn handle_parts(&mut self, now: Instant, repr: &Repr, payload: &mut dyn Payload) {
+        self.stats.rx_packets += 1;
+        let repr = *repr;
         if repr.bth.dest_qp != self.cfg.local_qpn || repr.bth.opcode.service != self.cfg.service {
             self.stats.rx_wrong_qp += 1;
             return;
@@ -363,15 +409,38 @@ impl Engine {
     /// Writes the next packet to send into `buf` (at least `mtu + 64` bytes) and returns its
     /// length, or `None` when there is nothing to send now.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        let n = match self.resp.poll_transmit(&self.cfg, buf, &mut self.stats) {
-            Some(n) => Some(n),
+        let tx = self.next_tx(now, buf)?;
+        if let Some(s) = &tx.src {
+            let dst = &mut buf[tx.header_len..tx.header_len + s.len];
+            if s.region.read_at(s.offset, dst).is_err() {
+                // Bounds were checked at post time or by the access check: a bug, not input.
+                debug_assert!(false, "payload source out of bounds after its check");
+            }
+        }
+        Some(tx.total)
+    }
+
+    /// Like [`Engine::poll_transmit`] without copying the payload: writes the headers into
+    /// `buf` (at least `mtu + 64` bytes, of which only the headers are written) and returns
+    /// their length and where the payload is, for a stream that sends it from the region.
+    pub fn poll_transmit_parts(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let tx = self.next_tx(now, buf)?;
+        Some(Transmit {
+            header_len: tx.header_len,
+            payload: tx.src,
+        })
+    }
+
+    fn next_tx(&mut self, now: Instant, buf: &mut [u8]) -> Option<Tx> {
+        let tx = match self.resp.poll_transmit(&self.cfg, buf, &mut self.stats) {
+            Some(tx) => Some(tx),
             None => {
                 self.req
                     .poll_transmit(now, &self.cfg, buf, &mut self.completions, &mut self.stats)
             }
         }?;
         self.stats.tx_packets += 1;
-        Some(n)
+        Some(tx)
     }
 
     /// When [`Engine::handle_timeout`] must be called next, if at all.
@@ -385,6 +454,12 @@ impl Engine {
             .handle_timeout(now, &self.cfg, &mut self.completions, &mut self.stats);
     }
 
+    /// The connection under the queue pair is gone: every outstanding request completes as
+    /// flushed and the queue pair enters the error state.
+    pub fn close(&mut self) {
+        self.req.flush_all(&mut self.completions);
+    }
+
     /// The next completion, oldest first.
     pub fn poll_completion(&mut self) -> Option<Completion> {
         self.completions.pop_front()
@@ -393,6 +468,70 @@ impl Engine {
     /// Completions waiting to be polled.
     pub fn completions_pending(&self) -> usize {
         self.completions.len()
+    }
+}
+
+/// The payload of a received packet, which the engine places where the access check (or the
+/// receive buffer) says. Datagram drivers hand it a slice; stream drivers a reader that moves
+/// the bytes from the stream, or from memory the peer handed over, straight into the region.
+pub trait Payload {
+    /// Payload bytes.
+    fn len(&self) -> usize;
+    /// True for an empty payload.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies the whole payload into `region` at `offset` (already checked against the
+    /// region); on failure, the NAK the request deserves.
+    fn place(&mut self, region: &Region, offset: usize) -> std::result::Result<(), NakCode>;
+}
+
+impl Payload for &[u8] {
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+    fn place(&mut self, region: &Region, offset: usize) -> std::result::Result<(), NakCode> {
+        region
+            .write_at(offset, self)
+            .map_err(|_| NakCode::RemoteOperationalError)
+    }
+}
+
+/// Where the payload of an outgoing packet is: a checked range of a region.
+#[derive(Clone, Debug)]
+pub struct Source {
+    /// The region.
+    pub region: Arc<Region>,
+    /// First byte.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// An outgoing packet split for a stream ([`Engine::poll_transmit_parts`]).
+#[derive(Clone, Debug)]
+pub struct Transmit {
+    /// Header bytes written at the start of the buffer (BTH and extension headers).
+    pub header_len: usize,
+    /// The payload, if the packet carries one.
+    pub payload: Option<Source>,
+}
+
+/// One packet built by the requester or the responder: headers (and pad and ICRC room) in the
+/// buffer, the payload still in its region.
+pub(crate) struct Tx {
+    pub(crate) total: usize,
+    pub(crate) header_len: usize,
+    pub(crate) src: Option<Source>,
+}
+
+impl Tx {
+    pub(crate) fn headers(total: usize, header_len: usize) -> Tx {
+        Tx {
+            total,
+            header_len,
+            src: None,
+        }
     }
 }
 

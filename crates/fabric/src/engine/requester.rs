@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use remora_wire::{AethRepr, BthRepr, NakCode, Op, Psn, Repr, RethRepr, Service, Syndrome};
 
 use super::fault::{self, FaultBook, FAULT_RNR_TIMER};
-use super::{packets_for, EngineConfig, Stats};
+use super::{packets_for, EngineConfig, Payload, Source, Stats, Tx};
 use crate::error::{Error, Result};
 use crate::wr::{Completion, SendWr, Status, WrOp};
 
@@ -100,6 +100,8 @@ pub(super) struct Requester {
     /// Page-ins of READ destinations (ids tagged with [`REQUESTER_IDS`]).
     pub(super) faults: FaultBook,
     pub(super) error: bool,
+    /// Whether the retransmission timer runs (not on a [`EngineConfig::lossless`] link).
+    retransmit: bool,
 }
 
 /// Page-in ids of the requester have the top bit set, the responder's not, so one
@@ -132,6 +134,7 @@ impl Requester {
             read_fault: None,
             faults: FaultBook::tagged(REQUESTER_IDS),
             error: false,
+            retransmit: !cfg.lossless,
         }
     }
 
@@ -178,7 +181,7 @@ impl Requester {
         buf: &mut [u8],
         completions: &mut VecDeque<Completion>,
         stats: &mut Stats,
-    ) -> Option<usize> {
+    ) -> Option<Tx> {
         if self.error || self.rnr_until.is_some_and(|t| t > now) || self.hold_until.is_some() {
             return None;
         }
@@ -277,9 +280,10 @@ impl Requester {
             aeth: None,
             payload_len,
         };
-        let hl = repr.header_len();
+        let header_len = repr.header_len();
         let total = repr.emit_headers(buf);
-        if payload_len > 0 {
+        // The payload is copied by the caller (bounds were checked at post time).
+        let src = (payload_len > 0).then(|| {
             if fault::populate_source(
                 &cfg.part,
                 &p.wr.local,
@@ -290,12 +294,12 @@ impl Requester {
             {
                 stats.source_faults += 1;
             }
-            let dst = &mut buf[hl..hl + payload_len];
-            if p.wr.local.read_at(p.wr.offset + off, dst).is_err() {
-                // Bounds were checked at post time; a failure here is a bug, not bad input.
-                debug_assert!(false, "local read out of bounds after post-time check");
+            Source {
+                region: p.wr.local.clone(),
+                offset: p.wr.offset + off,
+                len: payload_len,
             }
-        }
+        });
         if psn.before(self.high) {
             stats.retransmits += 1;
         } else if rc && self.rtt_probe.is_none() {
@@ -306,7 +310,7 @@ impl Requester {
             self.high = next;
         }
         if rc {
-            if self.deadline.is_none() {
+            if self.deadline.is_none() && self.retransmit {
                 self.deadline = Some(now + self.rto);
             }
         } else if last {
@@ -314,7 +318,11 @@ impl Requester {
             self.wrs[self.tx_idx].acked = true;
             self.complete_front(completions);
         }
-        Some(total)
+        Some(Tx {
+            total,
+            header_len,
+            src,
+        })
     }
 
     pub(super) fn handle(
@@ -322,7 +330,7 @@ impl Requester {
         now: Instant,
         cfg: &EngineConfig,
         repr: &Repr,
-        payload: &[u8],
+        payload: &mut dyn Payload,
         completions: &mut VecDeque<Completion>,
         stats: &mut Stats,
     ) {
@@ -421,7 +429,7 @@ impl Requester {
         now: Instant,
         cfg: &EngineConfig,
         repr: &Repr,
-        payload: &[u8],
+        payload: &mut dyn Payload,
         stats: &mut Stats,
     ) {
         let psn = repr.bth.psn;
@@ -479,8 +487,11 @@ impl Requester {
             stats.page_ins += 1;
             return;
         }
-        if p.wr.local.write_at(p.wr.offset + off, payload).is_err() {
-            debug_assert!(false, "local write out of bounds after post-time check");
+        if let Err(code) = payload.place(&p.wr.local, p.wr.offset + off) {
+            // The bytes could not be moved (a broken stream, a by-reference payload outside
+            // what the peer handed over): as lost, the READ is asked again or times out.
+            tracing::debug!(?code, "READ response not placed");
+            stats.invalid_requests += 1;
             return;
         }
         self.wrs[i].read_next += 1;
@@ -530,7 +541,7 @@ impl Requester {
     /// Restarts the retransmission timer on progress, starts it if something is in flight, and
     /// stops it when nothing is.
     fn rearm(&mut self, now: Instant, progress: bool) {
-        if !self.in_flight() {
+        if !self.in_flight() || !self.retransmit {
             self.deadline = None;
         } else if progress || self.deadline.is_none() {
             self.deadline = Some(now + self.rto);
@@ -593,7 +604,7 @@ impl Requester {
         }
         if self.read_fault.is_some() {
             // Waiting for our own page-in, not for the peer: no retransmission meanwhile.
-            self.deadline = Some(now + self.rto);
+            self.deadline = self.retransmit.then(|| now + self.rto);
             return;
         }
         if self.hold_until.is_some_and(|t| t <= now) {
@@ -604,7 +615,7 @@ impl Requester {
                 stats.fault_timeouts += 1;
                 self.probe_window = Some(PROBE_WINDOW);
             }
-            self.deadline = Some(now + self.rto);
+            self.deadline = self.retransmit.then(|| now + self.rto);
             return;
         }
         let Some(deadline) = self.deadline else {
@@ -663,6 +674,14 @@ impl Requester {
                 tracing::warn!(reason = %why, "page-in of a READ destination failed");
                 self.fail(resume, Status::LocalPageInError, completions);
             }
+        }
+    }
+
+    /// Completes everything outstanding as flushed (the connection is gone) and enters the
+    /// error state.
+    pub(super) fn flush_all(&mut self, completions: &mut VecDeque<Completion>) {
+        if !self.error {
+            self.fail(self.una, Status::Flushed, completions);
         }
     }
 

@@ -14,8 +14,9 @@ use std::sync::Arc;
 use remora_mem::{Access, Pd, Region};
 use remora_wire::{AethRepr, NakCode, Op, Psn, Repr, Service, Syndrome};
 
+use super::access;
 use super::fault::{self, FaultBook, Pending, FAULT_RNR_TIMER};
-use super::{packets_for, EngineConfig, Stats};
+use super::{packets_for, EngineConfig, Payload, Source, Stats, Tx};
 use crate::wr::{Completion, RecvWr, Status, WcOpcode};
 
 /// Credits field meaning "no end-to-end flow control" (invalid credit count).
@@ -78,7 +79,8 @@ pub(super) struct Responder {
     out: VecDeque<Out>,
     pub(super) recv_queue: VecDeque<RecvWr>,
     uc_wait_first: bool,
-    /// Packets accepted in sequence since the last gap (UC) or `u32::MAX` (RC cannot lose).
+    /// Packets accepted in sequence since the last gap (UC) or `u32::MAX` (RC, or a lossless
+    /// stream: nothing can be missing).
     run: u32,
     pub(super) faults: FaultBook,
 }
@@ -95,6 +97,7 @@ impl Responder {
             recv_queue: VecDeque::new(),
             uc_wait_first: false,
             run: match cfg.service {
+                _ if cfg.lossless => u32::MAX,
                 Service::Rc => u32::MAX,
                 Service::Uc => 0,
             },
@@ -107,7 +110,7 @@ impl Responder {
         cfg: &EngineConfig,
         pd: &Pd,
         repr: &Repr,
-        payload: &[u8],
+        payload: &mut dyn Payload,
         completions: &mut VecDeque<Completion>,
         stats: &mut Stats,
     ) {
@@ -122,7 +125,7 @@ impl Responder {
         cfg: &EngineConfig,
         pd: &Pd,
         repr: &Repr,
-        payload: &[u8],
+        payload: &mut dyn Payload,
         completions: &mut VecDeque<Completion>,
         stats: &mut Stats,
     ) {
@@ -279,7 +282,7 @@ impl Responder {
         cfg: &EngineConfig,
         pd: &Pd,
         repr: &Repr,
-        payload: &[u8],
+        payload: &mut dyn Payload,
         completions: &mut VecDeque<Completion>,
         stats: &mut Stats,
     ) {
@@ -323,7 +326,7 @@ impl Responder {
         cfg: &EngineConfig,
         pd: &Pd,
         repr: &Repr,
-        payload: &[u8],
+        payload: &mut dyn Payload,
         completions: &mut VecDeque<Completion>,
         stats: &mut Stats,
     ) -> Result<u32, Refuse> {
@@ -351,22 +354,27 @@ impl Responder {
                 if !len_ok {
                     return Err(invalid(stats));
                 }
-                let ra = pd
-                    .check_remote(reth.rkey, reth.va, reth.len as u64, Access::REMOTE_WRITE)
-                    .map_err(|e| {
-                        stats.access_errors += 1;
-                        tracing::debug!(error = %e, "remote WRITE refused");
-                        Refuse::Nak(NakCode::RemoteAccessError)
-                    })?;
-                check_place(cfg, &ra.region, ra.offset, payload.len(), total)?;
-                place(&ra.region, ra.offset, payload)?;
+                let (region, offset) = access::check_remote(
+                    pd,
+                    reth.rkey,
+                    reth.va,
+                    total as u64,
+                    Access::REMOTE_WRITE,
+                )
+                .map_err(|e| {
+                    stats.access_errors += 1;
+                    tracing::debug!(error = %e, "remote WRITE refused");
+                    Refuse::Nak(NakCode::RemoteAccessError)
+                })?;
+                check_place(cfg, &region, offset, payload.len(), total)?;
+                place(&region, offset, payload, stats)?;
                 if only {
                     self.finish_write(total, repr.immdt, completions);
                 } else {
                     self.cur = Some(InMsg {
                         kind: MsgKind::Write,
-                        region: ra.region,
-                        offset: ra.offset + payload.len(),
+                        region,
+                        offset: offset + payload.len(),
                         remaining: total - payload.len(),
                         received: payload.len(),
                     });
@@ -395,7 +403,7 @@ impl Responder {
                 }
                 let m = self.cur.as_mut().expect("checked above");
                 check_place(cfg, &m.region, m.offset, payload.len(), m.remaining)?;
-                place(&m.region, m.offset, payload)?;
+                place(&m.region, m.offset, payload, stats)?;
                 m.offset += payload.len();
                 m.remaining -= payload.len();
                 m.received += payload.len();
@@ -422,7 +430,7 @@ impl Responder {
                 }
                 check_place(cfg, &recv.local, recv.offset, payload.len(), recv.len)?;
                 let recv = self.recv_queue.pop_front().expect("checked above");
-                place(&recv.local, recv.offset, payload)?;
+                place(&recv.local, recv.offset, payload, stats)?;
                 if only {
                     self.finish_send(recv, payload.len(), repr.immdt, completions);
                 } else {
@@ -465,7 +473,7 @@ impl Responder {
                     return Err(Refuse::Nak(NakCode::InvalidRequest));
                 }
                 check_place(cfg, &m.region, m.offset, payload.len(), m.remaining)?;
-                place(&m.region, m.offset, payload)?;
+                place(&m.region, m.offset, payload, stats)?;
                 m.offset += payload.len();
                 m.remaining -= payload.len();
                 m.received += payload.len();
@@ -507,18 +515,20 @@ impl Responder {
             stats.invalid_requests += 1;
             return Err(Refuse::Nak(NakCode::InvalidRequest));
         };
-        let ra = pd
-            .check_remote(reth.rkey, reth.va, reth.len as u64, Access::REMOTE_READ)
-            .map_err(|e| {
-                stats.access_errors += 1;
-                tracing::debug!(error = %e, "remote READ refused");
-                Refuse::Nak(NakCode::RemoteAccessError)
-            })?;
+        let len = reth.len as usize;
+        let (region, offset) =
+            access::check_remote(pd, reth.rkey, reth.va, len as u64, Access::REMOTE_READ).map_err(
+                |e| {
+                    stats.access_errors += 1;
+                    tracing::debug!(error = %e, "remote READ refused");
+                    Refuse::Nak(NakCode::RemoteAccessError)
+                },
+            )?;
         Ok(ReadResponse {
-            npkts: packets_for(ra.len, cfg.mtu),
-            region: ra.region,
-            offset: ra.offset,
-            len: ra.len,
+            npkts: packets_for(len, cfg.mtu),
+            region,
+            offset,
+            len,
             psn: repr.bth.psn,
             next: 0,
         })
@@ -585,7 +595,7 @@ impl Responder {
         cfg: &EngineConfig,
         buf: &mut [u8],
         stats: &mut Stats,
-    ) -> Option<usize> {
+    ) -> Option<Tx> {
         let ack = |psn: Psn, syndrome: Syndrome, msn: u32| Repr {
             bth: cfg.bth(Op::Ack, psn),
             reth: None,
@@ -606,16 +616,18 @@ impl Responder {
                 },
                 self.msn,
             );
-            return Some(repr.emit(buf, &[]));
+            return Some(Tx::headers(repr.emit(buf, &[]), repr.header_len()));
         };
-        let n = match front {
+        let tx = match front {
             Out::Nak { psn, code } => {
                 stats.naks_sent += 1;
-                ack(*psn, Syndrome::Nak(*code), self.msn).emit(buf, &[])
+                let r = ack(*psn, Syndrome::Nak(*code), self.msn);
+                Tx::headers(r.emit(buf, &[]), r.header_len())
             }
             Out::Rnr { psn, timer } => {
                 stats.naks_sent += 1;
-                ack(*psn, Syndrome::RnrNak { timer: *timer }, self.msn).emit(buf, &[])
+                let r = ack(*psn, Syndrome::RnrNak { timer: *timer }, self.msn);
+                Tx::headers(r.emit(buf, &[]), r.header_len())
             }
             Out::Read(r) => {
                 let k = r.next;
@@ -652,21 +664,25 @@ impl Responder {
                 if got > 0 {
                     stats.source_faults += 1;
                 }
-                if r.region
-                    .read_at(r.offset + off, &mut buf[hl..hl + n])
-                    .is_err()
-                {
-                    debug_assert!(false, "READ response out of bounds after access check");
-                }
+                // The caller copies the payload (the access check bounded the range).
+                let tx = Tx {
+                    total,
+                    header_len: hl,
+                    src: (n > 0).then(|| Source {
+                        region: r.region.clone(),
+                        offset: r.offset + off,
+                        len: n,
+                    }),
+                };
                 r.next += 1;
                 if !last {
-                    return Some(total);
+                    return Some(tx);
                 }
-                total
+                tx
             }
         };
         self.out.pop_front();
-        Some(n)
+        Some(tx)
     }
 }
 
@@ -690,9 +706,17 @@ fn check_place(
     Ok(())
 }
 
-/// Copies a payload into a region at an offset the access check already approved.
-fn place(region: &Region, offset: usize, payload: &[u8]) -> Result<(), Refuse> {
-    region
-        .write_at(offset, payload)
-        .map_err(|_| Refuse::Nak(NakCode::RemoteOperationalError))
+/// Moves a payload into a region at an offset the access check already approved.
+fn place(
+    region: &Region,
+    offset: usize,
+    payload: &mut dyn Payload,
+    stats: &mut Stats,
+) -> Result<(), Refuse> {
+    payload.place(region, offset).map_err(|code| {
+        if code == NakCode::InvalidRequest {
+            stats.invalid_requests += 1;
+        }
+        Refuse::Nak(code)
+    })
 }

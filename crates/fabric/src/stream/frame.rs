@@ -1,23 +1,21 @@
 //! The stream transports' 32-byte frame (little-endian): kind u8, code u8, 0 u16, len u32,
-//! va u64, rkey u32, imm u32, aux u64. In requests and READ responses `code` is [`BYREF`] when
-//! the payload moves through a memfd the requester handed over (shm) instead of the stream;
-//! in a NAK it is the syndrome.
-use remora_wire::NakCode;
+//! va u64, rkey u32, imm u32, aux u64.
+//!
+//! A [`DATA`] frame carries one packet of the queue pair's engine: `imm` header bytes follow
+//! (the RoCEv2 BTH and extension headers, exactly as on udp), then `len` payload bytes, unless
+//! `code` is [`BYREF`]: the payload is then at `aux` in a memfd the sender handed over with a
+//! [`MAP`] frame (shm), and not in the stream. No pad, no ICRC: the stream checks its bytes.
+//! The other kinds are the shm transport's own: handing memory over and the one-sided ring.
 
 /// Frame length.
 pub(super) const HDR: usize = 32;
-// Kinds. ACK carries the number of requests acknowledged in `len`, NAK the syndrome in `code`.
-pub(super) const WRITE: u8 = 1;
-pub(super) const WRITE_IMM: u8 = 2;
-pub(super) const SEND: u8 = 3;
-pub(super) const SEND_IMM: u8 = 4;
-pub(super) const READ_REQ: u8 = 5;
-pub(super) const READ_RESP: u8 = 6;
-pub(super) const ACK: u8 = 7;
-pub(super) const NAK: u8 = 8;
-/// shm: hands over a memfd-backed region of the requester (va = base, aux = length); the memfd
-/// travels with the frame's bytes as `SCM_RIGHTS`, so the responder can map it and copy with
-/// plain memcpy.
+/// Longest header part of a DATA frame (BTH, RETH, ImmDt: 32 bytes; AETH instead: 16).
+pub(super) const MAX_HEADERS: usize = 64;
+/// One engine packet (see the module documentation).
+pub(super) const DATA: u8 = 1;
+/// shm: hands over a memfd-backed region of the sender (va = base, aux = length), read-only;
+/// the memfd travels with the frame's bytes as `SCM_RIGHTS`, so the peer copies payloads out
+/// of it with plain memcpy.
 pub(super) const MAP: u8 = 9;
 /// shm, one-sided: grants the peer, at its request, a registered memfd region (va = base, aux = length, rkey,
 /// `code` = [`super::direct::GRANT_READ`] | [`super::direct::GRANT_WRITE`]); the memfd travels
@@ -30,7 +28,7 @@ pub(super) const GRANT_REQ: u8 = 13;
 pub(super) const RING: u8 = 11;
 /// shm, one-sided: the ring has entries and its consumer asked to be woken.
 pub(super) const DOORBELL: u8 = 12;
-/// `code` of a request whose payload is at `aux` in a handed-over memfd, not in the stream.
+/// `code` of a DATA frame whose payload is at `aux` in a handed-over memfd, not in the stream.
 pub(super) const BYREF: u8 = 1;
 
 /// One decoded frame.
@@ -73,27 +71,6 @@ impl Frame {
     }
 }
 
-pub(super) fn nak_byte(c: NakCode) -> u8 {
-    match c {
-        NakCode::PsnSequenceError => 0x60,
-        NakCode::InvalidRequest => 0x61,
-        NakCode::RemoteAccessError => 0x62,
-        NakCode::RemoteOperationalError => 0x63,
-        NakCode::InvalidRdRequest => 0x64,
-    }
-}
-
-pub(super) fn nak_code(b: u8) -> Option<NakCode> {
-    Some(match b {
-        0x60 => NakCode::PsnSequenceError,
-        0x61 => NakCode::InvalidRequest,
-        0x62 => NakCode::RemoteAccessError,
-        0x63 => NakCode::RemoteOperationalError,
-        0x64 => NakCode::InvalidRdRequest,
-        _ => return None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,8 +78,8 @@ mod tests {
     #[test]
     fn frame_round_trips_and_is_little_endian() {
         let f = Frame {
-            kind: WRITE_IMM,
-            code: 0x62,
+            kind: DATA,
+            code: BYREF,
             len: 0x0102_0304,
             va: 0x1122_3344_5566_7788,
             rkey: 0xdead_beef,
@@ -112,9 +89,5 @@ mod tests {
         let b = f.encode();
         assert_eq!(&b[4..8], &[4, 3, 2, 1]);
         assert_eq!(Frame::decode(&b), f);
-        for c in [0x60u8, 0x61, 0x62, 0x63, 0x64] {
-            assert_eq!(nak_byte(nak_code(c).unwrap()), c);
-        }
-        assert!(nak_code(0x65).is_none());
     }
 }

@@ -1,100 +1,81 @@
-//! The `tcp` and `shm` transports: requests and responses as 32-byte frames over one stream.
+//! The `tcp` and `shm` transports: thin drivers of the queue pair's sans-IO [`Engine`] over
+//! one byte stream, as `udp` drives it over datagrams.
 //!
-//! `tcp` carries payloads inline after their frame and the receiver reads them straight into
-//! the target region. `shm` runs over a unix socket ([`sock`]) and moves a payload by reference
-//! when the requester's region is a memfd it handed over: the requester announces the region
-//! once with a MAP frame carrying the memfd (`SCM_RIGHTS`), the responder maps it, and later
-//! requests from that region (frames marked `BYREF`) are served with one `memcpy` between the
-//! mapping and the responder's own region, after the responder checked the access against its
-//! own keys. Anything else travels inline, as over tcp. The responder never reaches memory the
-//! requester did not hand over: there is no path that names a process.
+//! Every engine packet (the RoCEv2 headers, exactly as on udp, and its payload) travels as one
+//! DATA frame ([`frame`]); access checks, NAK codes, ACK coalescing, READ responses and RC
+//! semantics are the engine's. The engine runs with [`EngineConfig::stream`]: a 1 MiB MTU, and
+//! no retransmission timer, since the stream neither loses nor reorders. `tcp` is a TCP socket;
+//! `shm` a unix socket ([`sock`]) on which a payload moves by reference when its region is a
+//! memfd its owner handed over (a MAP frame carrying a read-only memfd, `SCM_RIGHTS`), and
+//! WRITE and READ go one-sided into regions the peer granted ([`direct`]).
 //!
-//! The stream is reliable and ordered, so there are no PSNs or retransmissions: on RC the
-//! responder answers requests in order with coalesced `ACK n`, a `NAK code` for a refused one,
-//! or a READ response; on UC it answers nothing and drops what it refuses. Posting threads write
-//! their requests themselves; the receive thread ([`rx`]) hands its responses to a writer
-//! thread, so a thread that receives never blocks on a send (two peers writing large messages at
-//! each other cannot deadlock). Frames: [`frame`].
-use std::collections::VecDeque;
-use std::io::{self, BufWriter, Write};
+//! Progress ([`io`]): with [`Progress::Thread`] a thread per queue pair sleeps on the socket
+//! and runs a round whenever something arrives or a timer is due; with [`Progress::Poll`] on
+//! tcp the thread that polls or waits does it, sleeping in `ppoll` on the socket and the
+//! completion queue's eventfd. On shm, `Poll` is about the one-sided completion ring, which
+//! the caller drains; its unix socket keeps the thread. Posting threads send their packets
+//! themselves.
+use std::collections::{HashMap, HashSet};
 use std::net::Shutdown;
-use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::os::fd::{OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use remora_mem::{Pd, Region};
 
 use crate::cq::Cq;
-use crate::engine::Stats;
+use crate::engine::{Engine, EngineConfig, Stats};
 use crate::error::{io_err, Error, Result};
-use crate::options::{Progress, QpType};
-use crate::wr::{Completion, RecvWr, SendWr, Status, WrOp};
+use crate::options::Progress;
+use crate::wr::{Completion, RecvWr, SendWr, WrOp};
 
 mod direct;
 mod frame;
-mod rx;
+mod io;
 pub(crate) mod sock;
 
-use frame::*;
+use io::Conn;
 pub(crate) use sock::Sock;
 
-/// Memfd regions of the peer mapped by one responder, at most (each is one mapping).
+/// Memfd regions of the peer mapped by one side, at most (each is one mapping).
 const MAX_PEER_MAPS: usize = 256;
-
-const STREAM_BUFFER: usize = 256 << 10;
-
-/// Longest a WRITE-with-immediate waits for room in the peer's completion ring.
-const RING_FULL_LIMIT: Duration = Duration::from_secs(10);
+/// Longest sleep of the progress thread, so it notices shutdown.
+const IDLE_WAIT: Duration = Duration::from_millis(50);
 
 /// How payload bytes travel.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum DataPath {
     /// In the stream after the frame (tcp).
     Inline,
-    /// By reference through memfds the requester handed over, inline otherwise (shm).
+    /// By reference through memfds their owner handed over, inline otherwise (shm).
     Shm,
 }
 
-enum Out {
-    Frame(Frame),
-    /// A frame with a descriptor attached (`SCM_RIGHTS`): a GRANT.
-    WithFd(Frame, OwnedFd),
-    /// A frame followed by `len` bytes of a region.
-    Payload(Frame, Arc<Region>, usize),
-    /// Flush and end the writer thread.
-    Stop,
-}
-
-struct Pending {
-    wr_id: u64,
-    op: WrOp,
-    len: usize,
-    local: Arc<Region>,
-    offset: usize,
-    /// The response moves no bytes in the stream (a READ whose destination the peer mapped).
-    byref: bool,
-}
-
 struct Shared {
+    sock: Sock,
+    /// The regions peers may access (the engine holds it too; grants look keys up here).
     pd: Arc<Pd>,
+    conn: Mutex<Conn>,
+    /// Held by the thread that sleeps on the socket to drive the queue pair.
+    driver: Mutex<()>,
     cq: Arc<Cq>,
     path: DataPath,
+    mode: Progress,
     reliable: bool,
-    pending: Mutex<VecDeque<Pending>>,
-    recvs: Mutex<VecDeque<RecvWr>>,
-    recv_cv: Condvar,
+    /// The queue pair accepts no more work (a one-sided access was refused, or the stream
+    /// broke); the engine's own error state covers NAKs.
     error: AtomicBool,
     stop: AtomicBool,
     closed: Mutex<bool>,
     closed_cv: Condvar,
-    stats: Mutex<Stats>,
-    /// shm requester: by lkey, whether a local memfd region was handed to the peer (true) or
-    /// found unfit (false), so each region is looked at once.
-    announced: Mutex<std::collections::HashMap<u32, bool>>,
-    /// shm responder: the peer's memfd regions mapped here (base address in the peer, mapping).
+    /// Counters of what happens outside the engine (one-sided shm, frames).
+    extra: Mutex<Stats>,
+    /// shm: by lkey, whether a local memfd region was handed to the peer (true) or found
+    /// unfit (false), so each region is looked at once.
+    announced: Mutex<HashMap<u32, bool>>,
+    /// shm: the peer's memfd regions mapped here, read-only (base address in the peer, mapping).
     peer_maps: Mutex<Vec<(u64, remora_mem::Buffer)>>,
     /// shm: who the peer is (kernel-checked at connect).
     peer: Option<crate::shm::Credentials>,
@@ -110,79 +91,112 @@ struct Shared {
     /// it) is closed for good.
     uc_streamed: AtomicBool,
     /// shm, one-sided: remote keys we asked the peer to grant (each once).
-    asked: Mutex<std::collections::HashSet<u32>>,
+    asked: Mutex<HashSet<u32>>,
     /// shm, one-sided: grant requests the peer made and we answered (bounded).
-    grants_given: std::sync::atomic::AtomicUsize,
+    grants_given: AtomicUsize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Shared {
     fn count(&self, f: impl FnOnce(&mut Stats)) {
-        f(&mut self.stats.lock().unwrap_or_else(|e| e.into_inner()));
+        f(&mut lock(&self.extra));
     }
 
-    /// Delivers completions of the receive thread after the ring's older ones (under the
-    /// consumer's lock, so a polling thread cannot slip newer ring entries in between).
-    fn push_in_order(&self, items: impl IntoIterator<Item = Completion>) {
+    /// Delivers completions after the ring's older ones (under the consumer's lock, so a
+    /// polling thread cannot slip newer ring entries in between).
+    fn push_in_order(&self, items: Vec<Completion>) {
         match &self.consumer {
             None => self.cq.push_all(items),
             Some(c) => {
-                let mut c = c.lock().unwrap_or_else(|e| e.into_inner());
+                let mut c = lock(c);
                 self.drain_locked(&mut c);
                 self.cq.push_all(items);
             }
         }
     }
 
-    /// Moves what the peer published in our ring into the completion queue.
-    fn drain_ring(&self) -> bool {
-        if let Some(c) = &self.consumer {
-            let mut c = c.lock().unwrap_or_else(|e| e.into_inner());
-            if !c.is_empty() {
-                self.drain_locked(&mut c);
-                return true;
-            }
-        }
-        false
+    fn is_closed(&self) -> bool {
+        *lock(&self.closed)
     }
 
-    fn drain_locked(&self, c: &mut direct::Consumer) {
-        let mut out = Vec::new();
-        match c.drain(&mut out) {
-            Ok(n) => self.count(|s| s.ring_completions += n as u64),
-            Err(e) => {
-                // A peer that corrupts the ring is treated as a broken connection.
-                tracing::warn!(error = %e, "shm completion ring");
-                self.count(|s| s.rx_malformed += 1);
-                self.error.store(true, Ordering::Release);
+    /// A round under the lock; a broken stream ends the queue pair: what is outstanding
+    /// completes as flushed and the queue pair is closed.
+    fn run_round(&self, c: &mut Conn) -> Result<()> {
+        if self.is_closed() {
+            return Err(Error::Disconnected);
+        }
+        match self.round(c) {
+            Ok(()) => Ok(()),
+            Err(why) => {
+                self.close(c, &why);
+                Err(Error::Disconnected)
             }
         }
-        self.cq.push_all(out);
     }
 
-    /// Fails every outstanding request (the connection is gone or the QP is in error).
-    fn flush_pending(&self, first: Option<Status>) {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out = Vec::with_capacity(p.len());
-        let mut first = first;
-        for w in p.drain(..) {
-            let st = first.take().unwrap_or(Status::Flushed);
-            out.push(Completion::send_side(w.wr_id, w.op, st, w.len));
+    fn close(&self, c: &mut Conn, why: &str) {
+        if !self.stop.load(Ordering::Acquire) {
+            tracing::debug!(reason = %why, "stream queue pair closed");
         }
-        drop(p);
-        self.cq.push_all(out);
+        self.error.store(true, Ordering::Release);
+        c.engine.close();
+        self.deliver(c);
+        *lock(&self.closed) = true;
+        self.closed_cv.notify_all();
+    }
+
+    /// Sleeps up to `wait` (shortened to the engine's next timer) on the socket and `also`
+    /// (a completion queue's eventfd), then runs a round if anything may be due. `Ok(false)`
+    /// when another thread is driving the queue pair.
+    fn progress(&self, wait: Duration, also: Option<RawFd>) -> Result<bool> {
+        let Ok(_driver) = self.driver.try_lock() else {
+            return Ok(false);
+        };
+        if self.is_closed() {
+            return Err(Error::Disconnected);
+        }
+        let now = Instant::now();
+        let timer = lock(&self.conn).engine.poll_timeout();
+        let wait = timer.map_or(wait, |t| t.saturating_duration_since(now).min(wait));
+        let due = if wait.is_zero() {
+            true
+        } else {
+            let (readable, _) = sock::wait_io(self.sock.raw_fd(), false, also, Some(wait))
+                .map_err(io_err("poll on the stream"))?;
+            readable || timer.is_some_and(|t| t <= Instant::now())
+        };
+        if due {
+            self.run_round(&mut lock(&self.conn))?;
+        }
+        Ok(true)
+    }
+
+    /// The progress thread ([`Progress::Thread`]).
+    fn run(self: Arc<Self>) {
+        while !self.stop.load(Ordering::Acquire) && !self.is_closed() {
+            match self.progress(IDLE_WAIT, None) {
+                Ok(_) => {}
+                Err(Error::Disconnected) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "stream progress failed");
+                    self.close(&mut lock(&self.conn), &e.to_string());
+                    break;
+                }
+            }
+        }
     }
 }
 
 /// One queue pair on the tcp or shm transport.
 pub(crate) struct StreamQp {
     shared: Arc<Shared>,
-    /// Responses and control frames from the receive thread go through the writer thread.
-    tx: Mutex<mpsc::Sender<Out>>,
-    /// The stream's write side, shared by posting threads (which write their requests
-    /// themselves, saving a thread hop) and the writer thread.
-    out: Arc<Mutex<BufWriter<Sock>>>,
-    sock: Sock,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Spins since the last look at the socket (shm looks at it every few spins only: its
+    /// one-sided traffic needs none).
+    spins: AtomicUsize,
 }
 
 impl StreamQp {
@@ -191,7 +205,7 @@ impl StreamQp {
         sock: Sock,
         pd: Arc<Pd>,
         path: DataPath,
-        qp_type: QpType,
+        cfg: EngineConfig,
         progress: Progress,
         cq: Arc<Cq>,
         peer: Option<crate::shm::Credentials>,
@@ -205,20 +219,29 @@ impl StreamQp {
             ),
             DataPath::Inline => None,
         };
+        let reliable = cfg.service == remora_wire::Service::Rc;
+        // shm: what the caller polls is the one-sided completion ring; the unix socket keeps
+        // its progress thread (the copy path, grants and doorbells), so a peer whose
+        // application only spins on its ring still answers. tcp: the caller drives it all.
+        let stream_mode = match path {
+            DataPath::Shm => Progress::Thread,
+            DataPath::Inline => progress,
+        };
         let shared = Arc::new(Shared {
+            sock,
+            conn: Mutex::new(Conn::new(Engine::new(cfg, pd.clone()))),
             pd,
+            driver: Mutex::new(()),
             cq,
             path,
-            reliable: qp_type == QpType::Rc,
-            pending: Mutex::new(VecDeque::new()),
-            recvs: Mutex::new(VecDeque::new()),
-            recv_cv: Condvar::new(),
+            mode: stream_mode,
+            reliable,
             error: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             closed: Mutex::new(false),
             closed_cv: Condvar::new(),
-            stats: Mutex::new(Stats::default()),
-            announced: Mutex::new(std::collections::HashMap::new()),
+            extra: Mutex::new(Stats::default()),
+            announced: Mutex::new(HashMap::new()),
             peer_maps: Mutex::new(Vec::new()),
             peer,
             handover: Mutex::new(handover),
@@ -227,56 +250,59 @@ impl StreamQp {
             consumer: ring
                 .map(|r| Mutex::new(direct::Consumer::new(r, progress == Progress::Thread))),
             uc_streamed: AtomicBool::new(false),
-            asked: Mutex::new(std::collections::HashSet::new()),
-            grants_given: std::sync::atomic::AtomicUsize::new(0),
-        });
-        let (tx, rx) = mpsc::channel();
-        let wsock = sock.try_clone().map_err(io_err("cloning the stream"))?;
-        let out = Arc::new(Mutex::new(BufWriter::with_capacity(STREAM_BUFFER, wsock)));
-        let wout = out.clone();
-        let rsock = sock.try_clone().map_err(io_err("cloning the stream"))?;
-        let writer = std::thread::Builder::new()
-            .name("remora-stream-tx".into())
-            .spawn(move || writer(wout, rx))
-            .map_err(io_err("spawning the writer thread"))?;
-        let s2 = shared.clone();
-        let tx2 = tx.clone();
-        let reader = std::thread::Builder::new()
-            .name("remora-stream-rx".into())
-            .spawn(move || rx::receiver(rsock, tx2, s2))
-            .map_err(io_err("spawning the receive thread"))?;
-        let qp = Arc::new(StreamQp {
-            shared,
-            tx: Mutex::new(tx),
-            out,
-            sock,
-            threads: Mutex::new(vec![writer, reader]),
+            asked: Mutex::new(HashSet::new()),
+            grants_given: AtomicUsize::new(0),
         });
         if matches!(path, DataPath::Shm) {
-            qp.grant()
-                .map_err(io_err("handing the one-sided shm completion ring over"))?;
+            // Our completion ring goes to the peer first (see [`direct`]).
+            let mut c = lock(&shared.conn);
+            shared.queue_ring(&mut c);
+            shared
+                .flush(&mut c)
+                .map_err(|e| Error::Setup(format!("handing the shm completion ring over: {e}")))?;
         }
-        Ok(qp)
+        let thread = match stream_mode {
+            Progress::Poll => None,
+            Progress::Thread => {
+                let s = shared.clone();
+                Some(
+                    std::thread::Builder::new()
+                        .name("remora-stream".into())
+                        .spawn(move || s.run())
+                        .map_err(io_err("spawning the progress thread"))?,
+                )
+            }
+        };
+        Ok(Arc::new(StreamQp {
+            shared,
+            thread: Mutex::new(thread),
+            spins: AtomicUsize::new(0),
+        }))
     }
 
-    /// shm: hands the peer our completion ring (see [`direct`]); regions are granted later, to
-    /// a peer that names them by remote key.
-    fn grant(&self) -> io::Result<()> {
-        let sh = &self.shared;
-        let mut w = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        w.flush()?;
-        if let Some(fd) = sh
-            .consumer
-            .as_ref()
-            .map(|c| c.lock().unwrap_or_else(|e| e.into_inner()))
-            .and_then(|c| c.ring().fd().map(|f| f.try_clone_to_owned()))
-        {
-            let f = Frame {
-                kind: RING,
-                aux: direct::RING_BYTES as u64,
-                ..Frame::default()
-            };
-            w.get_ref().send_with_fd(&f.encode(), fd?.as_fd())?;
+    /// Whether the caller drives this queue pair's stream ([`Progress::Poll`] on tcp).
+    pub(crate) fn polled(&self) -> bool {
+        self.shared.mode == Progress::Poll
+    }
+
+    /// One round of progress when polled ([`Progress::Poll`]), sleeping up to `wait` on the
+    /// socket and `also`; `Ok(false)` when another thread is driving it.
+    pub(crate) fn progress(&self, wait: Duration, also: Option<RawFd>) -> Result<bool> {
+        self.shared.drain_ring();
+        if !self.polled() {
+            return Ok(false);
+        }
+        self.shared.progress(wait, also)
+    }
+
+    /// A turn of busy polling: the shm ring each time, the socket on tcp each time and on shm
+    /// every 16th (a system call, and one-sided traffic needs none).
+    pub(crate) fn spin_once(&self) -> Result<()> {
+        let ring = self.shared.drain_ring();
+        let n = self.spins.fetch_add(1, Ordering::Relaxed);
+        let look = matches!(self.shared.path, DataPath::Inline) || (!ring && n % 16 == 0);
+        if self.polled() && look && !self.is_closed() {
+            self.shared.progress(Duration::ZERO, None)?;
         }
         Ok(())
     }
@@ -287,180 +313,9 @@ impl StreamQp {
         self.shared.drain_ring()
     }
 
-    /// shm: raises or lowers the doorbell around a sleep of a polling thread.
+    /// shm: raises or lowers the doorbell around a sleep of a waiting thread.
     pub(crate) fn want_doorbell(&self, on: bool) {
-        if let Some(c) = &self.shared.consumer {
-            let c = c.lock().unwrap_or_else(|e| e.into_inner());
-            c.want_doorbell(on);
-            if on && !c.is_empty() {
-                drop(c);
-                self.shared.drain_ring();
-            }
-        }
-    }
-
-    /// shm, one-sided: carries out a WRITE or READ on a region the peer granted, when the
-    /// order allows it; false when the request must take the stream.
-    fn try_direct(&self, wr: &SendWr) -> Result<bool> {
-        let sh = &self.shared;
-        if !matches!(sh.path, DataPath::Shm) {
-            return Ok(false);
-        }
-        let need = match wr.op {
-            WrOp::Write { .. } => remora_mem::Access::REMOTE_WRITE,
-            WrOp::Read => remora_mem::Access::REMOTE_READ,
-            WrOp::Send { .. } => return Ok(false),
-        };
-        let behind_stream = if sh.reliable {
-            !sh.pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_empty()
-        } else {
-            sh.uc_streamed.load(Ordering::Acquire)
-        };
-        if behind_stream {
-            return Ok(false);
-        }
-        let grants = sh.grants.read().unwrap_or_else(|e| e.into_inner());
-        let Some(g) = grants.iter().find(|g| g.rkey() == wr.rkey) else {
-            drop(grants);
-            self.ask_grant(wr.rkey);
-            return Ok(false);
-        };
-        if matches!(wr.op, WrOp::Write { imm: Some(_) })
-            && sh
-                .producer
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_none()
-        {
-            // The ring is not here yet (setup still in flight): the stream carries this one.
-            return Ok(false);
-        }
-        let Some(remote) = g.check(wr.remote_va, wr.len, need) else {
-            drop(grants);
-            sh.count(|s| {
-                s.access_errors += 1;
-                s.naks_received += 1;
-            });
-            if sh.reliable {
-                sh.error.store(true, Ordering::Release);
-            }
-            sh.cq.push_all([Completion::send_side(
-                wr.wr_id,
-                wr.op,
-                Status::RemoteAccessError,
-                wr.len,
-            )]);
-            return Ok(true);
-        };
-        // SAFETY: validate() checked offset+len against the local region; the remote range is
-        // inside the granted mapping (checked above), which lives while `grants` is held.
-        unsafe {
-            let local = resident_slice(&wr.local, wr.offset, wr.len).as_mut_ptr();
-            match wr.op {
-                WrOp::Read => std::ptr::copy_nonoverlapping(remote, local, wr.len),
-                _ => std::ptr::copy_nonoverlapping(local, remote, wr.len),
-            }
-        }
-        drop(grants);
-        if let WrOp::Write { imm: Some(imm) } = wr.op {
-            self.notify(imm, wr.len as u32)?;
-        }
-        sh.count(|s| s.one_sided += 1);
-        sh.cq.push_all([Completion::send_side(
-            wr.wr_id,
-            wr.op,
-            Status::Success,
-            wr.len,
-        )]);
-        Ok(true)
-    }
-
-    /// Asks the peer, once per remote key, to grant that region for one-sided access; this
-    /// request and the ones before the answer take the stream. Knowing the key is the
-    /// capability, as with RDMA: a peer gets only regions it can name.
-    fn ask_grant(&self, rkey: u32) {
-        let sh = &self.shared;
-        {
-            let mut asked = sh.asked.lock().unwrap_or_else(|e| e.into_inner());
-            if asked.len() >= MAX_PEER_MAPS || !asked.insert(rkey) {
-                return;
-            }
-        }
-        let f = Frame {
-            kind: GRANT_REQ,
-            rkey,
-            ..Frame::default()
-        };
-        let mut w = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        if put(&mut w, Out::Frame(f)).and_then(|()| w.flush()).is_err() {
-            sh.error.store(true, Ordering::Release);
-        }
-    }
-
-    /// Publishes an immediate in the peer's ring, ringing the doorbell when it sleeps, and
-    /// waiting for room when the ring is full (its receive thread drains it on the doorbell).
-    fn notify(&self, imm: u32, len: u32) -> Result<()> {
-        let sh = &self.shared;
-        let start = std::time::Instant::now();
-        let mut waited = start;
-        let mut rang = false;
-        loop {
-            let pushed = {
-                let mut p = sh.producer.lock().unwrap_or_else(|e| e.into_inner());
-                match p.as_mut() {
-                    Some(p) => p.push(imm, len),
-                    None => return Err(Error::QpError),
-                }
-            };
-            let doorbell = match pushed {
-                direct::Pushed::Ring { doorbell } => doorbell,
-                direct::Pushed::Full => {
-                    if sh.error.load(Ordering::Acquire) {
-                        return Err(Error::Disconnected);
-                    }
-                    if start.elapsed() > RING_FULL_LIMIT {
-                        // The peer's receive thread drains on the doorbell whatever its
-                        // application does; a ring full this long is a broken or hostile peer
-                        // (its tail word is in memory it writes), not a slow one.
-                        tracing::warn!("shm: the peer's completion ring stayed full; QP in error");
-                        sh.error.store(true, Ordering::Release);
-                        sh.flush_pending(None);
-                        return Err(Error::QpError);
-                    }
-                    if !rang {
-                        self.ring_doorbell()?;
-                        rang = true;
-                        waited = std::time::Instant::now();
-                    } else if waited.elapsed() > Duration::from_millis(100) {
-                        // The doorbell may have been taken before the ring filled up.
-                        rang = false;
-                    }
-                    std::thread::yield_now();
-                    continue;
-                }
-            };
-            if doorbell {
-                self.ring_doorbell()?;
-            }
-            return Ok(());
-        }
-    }
-
-    fn ring_doorbell(&self) -> Result<()> {
-        let mut w = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        let f = Frame {
-            kind: DOORBELL,
-            ..Frame::default()
-        };
-        put(&mut w, Out::Frame(f))
-            .and_then(|()| w.flush())
-            .map_err(|_| {
-                self.shared.error.store(true, Ordering::Release);
-                Error::Disconnected
-            })
+        self.shared.want_doorbell(on);
     }
 
     pub(crate) fn post_send(&self, wr: SendWr) -> Result<()> {
@@ -475,140 +330,20 @@ impl StreamQp {
         if !sh.reliable && wr.op != WrOp::Read {
             sh.uc_streamed.store(true, Ordering::Release);
         }
-        let local_addr = wr.local.addr() + wr.offset as u64;
-        let (frame, inline_payload) = match wr.op {
-            WrOp::Write { imm } => (
-                Frame {
-                    kind: if imm.is_some() { WRITE_IMM } else { WRITE },
-                    len: wr.len as u32,
-                    va: wr.remote_va,
-                    rkey: wr.rkey,
-                    imm: imm.unwrap_or(0),
-                    aux: local_addr,
-                    ..Frame::default()
-                },
-                true,
-            ),
-            WrOp::Send { imm } => (
-                Frame {
-                    kind: if imm.is_some() { SEND_IMM } else { SEND },
-                    len: wr.len as u32,
-                    imm: imm.unwrap_or(0),
-                    aux: local_addr,
-                    ..Frame::default()
-                },
-                true,
-            ),
-            WrOp::Read => (
-                Frame {
-                    kind: READ_REQ,
-                    len: wr.len as u32,
-                    va: wr.remote_va,
-                    rkey: wr.rkey,
-                    aux: local_addr,
-                    ..Frame::default()
-                },
-                false,
-            ),
-        };
-        // The stream's order must be the pending queue's: the write lock is taken first and
-        // held across both. The pending lock is held only to push, never while writing, so the
-        // receive thread (which takes only the pending lock) always keeps reading and two peers
-        // writing at each other cannot deadlock.
-        let tracked = sh.reliable || wr.op == WrOp::Read;
-        let mut w = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        let written = self.write_request(&mut w, frame, &wr, inline_payload, tracked);
-        drop(w);
-        if written.is_err() {
-            sh.error.store(true, Ordering::Release);
+        let mut c = lock(&sh.conn);
+        c.engine.post_send(Instant::now(), wr)?;
+        // The poster sends its packets itself; completions (UC) go out after the bytes did.
+        let r = sh.flush(&mut c);
+        sh.deliver(&mut c);
+        if let Err(why) = r {
+            sh.close(&mut c, &why);
             return Err(Error::Disconnected);
-        }
-        sh.count(|s| s.tx_packets += 1);
-        if !tracked {
-            // UC: complete once handed to the stream.
-            sh.cq.push_all([Completion::send_side(
-                wr.wr_id,
-                wr.op,
-                Status::Success,
-                wr.len,
-            )]);
         }
         Ok(())
     }
 
-    /// Queues the request as pending (when a response will come) and writes it: by reference
-    /// when its region was handed over (shm), else with its payload inline if it has one.
-    fn write_request(
-        &self,
-        w: &mut BufWriter<Sock>,
-        mut frame: Frame,
-        wr: &SendWr,
-        inline_payload: bool,
-        tracked: bool,
-    ) -> io::Result<()> {
-        let byref = match self.shared.path {
-            DataPath::Shm => self.announce(w, &wr.local)?,
-            DataPath::Inline => false,
-        };
-        if byref {
-            frame.code = BYREF;
-        }
-        if tracked {
-            self.shared
-                .pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push_back(Pending {
-                    wr_id: wr.wr_id,
-                    op: wr.op,
-                    len: wr.len,
-                    local: wr.local.clone(),
-                    offset: wr.offset,
-                    byref,
-                });
-        }
-        let out = if inline_payload && !byref {
-            Out::Payload(frame, wr.local.clone(), wr.offset)
-        } else {
-            Out::Frame(frame)
-        };
-        put(w, out)?;
-        w.flush()
-    }
-
-    /// shm: hands the peer a memfd-backed local region once (a MAP frame with the memfd
-    /// attached), so it moves that region's bytes with one memcpy; true if the region's bytes go
-    /// by reference. Regions that are not sealed memfds stay inline: the peer could not map
-    /// them safely, and nothing else of ours is ever exposed.
-    fn announce(&self, w: &mut BufWriter<Sock>, r: &Region) -> io::Result<bool> {
-        let Some(fd) = r.memfd() else {
-            return Ok(false);
-        };
-        let mut done = self
-            .shared
-            .announced
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(&byref) = done.get(&r.lkey()) {
-            return Ok(byref);
-        }
-        let sealed = rustix::fs::fcntl_get_seals(fd)
-            .is_ok_and(|s| s.contains(rustix::fs::SealFlags::SHRINK));
-        let handed = done.values().filter(|&&b| b).count();
-        if !sealed || handed >= MAX_PEER_MAPS {
-            done.insert(r.lkey(), false);
-            return Ok(false);
-        }
-        let map = Frame {
-            kind: MAP,
-            va: r.addr(),
-            aux: r.len() as u64,
-            ..Frame::default()
-        };
-        w.flush()?;
-        w.get_ref().send_with_fd(&map.encode(), fd)?;
-        done.insert(r.lkey(), true);
-        Ok(true)
+    pub(crate) fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        lock(&self.shared.conn).engine.post_recv(wr)
     }
 
     /// shm: the peer's kernel-checked identity.
@@ -618,79 +353,66 @@ impl StreamQp {
 
     /// shm: the descriptors the listener handed over at setup (once).
     pub(crate) fn take_handover(&self) -> Vec<OwnedFd> {
-        std::mem::take(
-            &mut *self
-                .shared
-                .handover
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        )
-    }
-
-    pub(crate) fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        wr.validate()?;
-        let sh = &self.shared;
-        sh.recvs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(wr);
-        sh.recv_cv.notify_all();
-        Ok(())
+        std::mem::take(&mut *lock(&self.shared.handover))
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        *self.shared.stats.lock().unwrap_or_else(|e| e.into_inner())
+        let mut s = lock(&self.shared.conn).engine.stats();
+        s += *lock(&self.shared.extra);
+        s
     }
 
+    /// True once the peer has closed the stream; a polled queue pair looks (without waiting).
     pub(crate) fn is_closed(&self) -> bool {
-        *self.shared.closed.lock().unwrap_or_else(|e| e.into_inner())
+        if self.polled() && !self.shared.is_closed() {
+            let _ = self.shared.progress(Duration::ZERO, None);
+        }
+        self.shared.is_closed()
     }
 
     pub(crate) fn wait_closed(&self, timeout: Option<Duration>) -> Result<()> {
         let sh = &self.shared;
-        let mut closed = sh.closed.lock().unwrap_or_else(|e| e.into_inner());
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut closed = lock(&sh.closed);
         while !*closed {
-            match timeout {
-                None => closed = sh.closed_cv.wait(closed).unwrap_or_else(|e| e.into_inner()),
-                Some(t) => {
-                    let (c, r) = sh
-                        .closed_cv
-                        .wait_timeout(closed, t)
-                        .unwrap_or_else(|e| e.into_inner());
-                    closed = c;
-                    if r.timed_out() && !*closed {
-                        return Err(Error::Timeout);
-                    }
+            let left = match deadline {
+                None => IDLE_WAIT,
+                Some(d) => d
+                    .checked_duration_since(Instant::now())
+                    .ok_or(Error::Timeout)?
+                    .min(IDLE_WAIT),
+            };
+            if self.polled() {
+                // Nobody else reads a polled stream: this thread does, until the end.
+                drop(closed);
+                if !matches!(sh.progress(left, None), Ok(true)) {
+                    std::thread::sleep(left.min(Duration::from_millis(1)));
                 }
+                closed = lock(&sh.closed);
+            } else {
+                closed = sh
+                    .closed_cv
+                    .wait_timeout(closed, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
             }
         }
         Ok(())
     }
 
-    /// Ends the queue pair in order: the receive thread sees the end of the stream (our read
-    /// side shut) after handling what it had buffered and queueing its last ACKs, and only then
-    /// is the writer told to stop, so it sends those ACKs first. Shutting both sides at once
-    /// lost the ACK of a SEND whose completion the application had already seen and reacted to
-    /// by closing, and the peer saw that SEND flushed.
+    /// Ends the queue pair: the progress thread stops after its round (the packets it owed,
+    /// ACKs included, are out by then: a round sends before it delivers completions), then
+    /// the stream is shut.
     pub(crate) fn stop(&self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.shared.recv_cv.notify_all();
-        let _ = self.sock.shutdown(Shutdown::Read);
-        let mut threads =
-            std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
-        // [writer, reader]
-        if let Some(reader) = threads.pop() {
-            let _ = reader.join();
-        }
-        let _ = self
-            .tx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .send(Out::Stop);
-        for t in threads {
+        let sh = &self.shared;
+        sh.stop.store(true, Ordering::Release);
+        let _ = sh.sock.shutdown(Shutdown::Read);
+        if let Some(t) = lock(&self.thread).take() {
             let _ = t.join();
         }
-        let _ = self.sock.shutdown(Shutdown::Both);
+        let _ = sh.sock.shutdown(Shutdown::Both);
+        *lock(&sh.closed) = true;
+        sh.closed_cv.notify_all();
     }
 }
 
@@ -707,65 +429,14 @@ unsafe fn region_slice(r: &Region, off: usize, len: usize) -> &mut [u8] {
 }
 
 /// [`region_slice`] after making the range resident in one call when the region is on-demand
-/// and some of it is not. A stream queue pair has its own receive thread and a byte stream that
-/// cannot skip ahead, so a fault here stalls only this queue pair: PART's NAK and ERR would buy
-/// nothing, and one populate per message replaces a fault per page.
+/// and some of it is not (one populate per message instead of a fault per page).
 ///
 /// # Safety
 /// As [`region_slice`].
 #[allow(clippy::mut_from_ref)]
 unsafe fn resident_slice(r: &Region, off: usize, len: usize) -> &mut [u8] {
-    // Pages the map holds are skipped, so a resident range costs a bitmap scan. On an error the
-    // copy below takes the faults itself.
     if let Err(e) = r.page_in_range(off, len) {
         tracing::debug!(error = %e, "populating a range failed; the copy takes the faults");
     }
     region_slice(r, off, len)
-}
-
-/// Writes one frame (and its inline payload).
-fn put(w: &mut BufWriter<Sock>, o: Out) -> io::Result<()> {
-    match o {
-        Out::Stop => Err(io::ErrorKind::Interrupted.into()),
-        Out::Frame(f) => w.write_all(&f.encode()),
-        Out::WithFd(f, fd) => {
-            // The descriptor must travel with these very bytes: nothing buffered before them.
-            w.flush()?;
-            w.get_ref().send_with_fd(&f.encode(), fd.as_fd())
-        }
-        Out::Payload(f, region, off) => {
-            w.write_all(&f.encode())?;
-            // SAFETY: bounds were checked when the request was posted or the access checked.
-            let bytes = unsafe { resident_slice(&region, off, f.len as usize) };
-            w.write_all(bytes)
-        }
-    }
-}
-
-/// Sends what the receive thread queues (ACKs, NAKs, READ responses), batching what is
-/// queued together into one flush.
-fn writer(out: Arc<Mutex<BufWriter<Sock>>>, rx: mpsc::Receiver<Out>) {
-    while let Ok(first) = rx.recv() {
-        let mut w = out.lock().unwrap_or_else(|e| e.into_inner());
-        let mut r = put(&mut w, first);
-        while r.is_ok() {
-            match rx.try_recv() {
-                Ok(o) => r = put(&mut w, o),
-                Err(_) => break,
-            }
-        }
-        match r {
-            // Stop: what was queued before it still goes out (the last ACKs).
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                let _ = w.flush();
-                break;
-            }
-            Err(_) => break,
-            Ok(()) => {
-                if w.flush().is_err() {
-                    break;
-                }
-            }
-        }
-    }
 }

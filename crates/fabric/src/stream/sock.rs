@@ -9,9 +9,10 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rustix::net::{
     recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
@@ -42,16 +43,6 @@ impl Sock {
         }
     }
 
-    pub(crate) fn try_clone(&self) -> io::Result<Sock> {
-        Ok(match self {
-            Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
-            Sock::Unix { s, fds } => Sock::Unix {
-                s: s.try_clone()?,
-                fds: fds.clone(),
-            },
-        })
-    }
-
     pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         match self {
             Sock::Tcp(s) => s.shutdown(how),
@@ -67,7 +58,68 @@ impl Sock {
         }
     }
 
+    /// The descriptor to wait on.
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        match self {
+            Sock::Tcp(s) => s.as_raw_fd(),
+            Sock::Unix { s, .. } => s.as_raw_fd(),
+        }
+    }
+
+    /// Reads what is there into `buf` (at most one system call): `Ok(0)` at the end of the
+    /// stream, `WouldBlock` when `block` is false and nothing is waiting. Descriptors that
+    /// come with the bytes (unix) are queued for [`Sock::take_fd`].
+    pub(crate) fn recv_some(&self, buf: &mut [u8], block: bool) -> io::Result<usize> {
+        let flags = if block {
+            RecvFlags::empty()
+        } else {
+            RecvFlags::DONTWAIT
+        };
+        match self {
+            Sock::Tcp(s) => loop {
+                match rustix::net::recv(s, &mut *buf, flags) {
+                    Ok((n, _)) => return Ok(n),
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            },
+            Sock::Unix { s, fds } => {
+                let (n, got) = recv_fds_with(s, buf, flags)?;
+                queue_fds(fds, got);
+                Ok(n)
+            }
+        }
+    }
+
+    /// Sends what it can of `bufs` without blocking (`WouldBlock` when nothing went), with
+    /// `fd` attached to the first byte (unix only).
+    pub(crate) fn send_some(
+        &self,
+        bufs: &[IoSlice<'_>],
+        fd: Option<BorrowedFd<'_>>,
+    ) -> io::Result<usize> {
+        let fds: Vec<BorrowedFd<'_>> = fd.into_iter().collect();
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut cmsg = SendAncillaryBuffer::new(&mut space);
+        if !fds.is_empty() && !cmsg.push(SendAncillaryMessage::ScmRights(&fds)) {
+            return Err(io::Error::other("control buffer too small"));
+        }
+        let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+        let fd = match self {
+            Sock::Tcp(s) => s.as_fd(),
+            Sock::Unix { s, .. } => s.as_fd(),
+        };
+        loop {
+            match sendmsg(fd, bufs, &mut cmsg, flags) {
+                Ok(n) => return Ok(n),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
     /// Sends `bytes` with `fd` attached (unix only); the caller flushed what was buffered.
+    #[cfg(test)]
     pub(crate) fn send_with_fd(&self, bytes: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
         let Sock::Unix { s, .. } = self else {
             return Err(io::Error::new(
@@ -102,6 +154,14 @@ pub(crate) fn send_fds(s: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> 
 /// Reads into `buf` with `recvmsg`, returning the byte count and the descriptors that came
 /// with those bytes.
 pub(crate) fn recv_fds(s: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    recv_fds_with(s, buf, RecvFlags::empty())
+}
+
+fn recv_fds_with(
+    s: &UnixStream,
+    buf: &mut [u8],
+    flags: RecvFlags,
+) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_READ))];
     let mut cmsg = RecvAncillaryBuffer::new(&mut space);
     let r = loop {
@@ -109,7 +169,7 @@ pub(crate) fn recv_fds(s: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec
             s,
             &mut [IoSliceMut::new(buf)],
             &mut cmsg,
-            RecvFlags::CMSG_CLOEXEC,
+            RecvFlags::CMSG_CLOEXEC | flags,
         ) {
             Ok(r) => break r,
             Err(rustix::io::Errno::INTR) => continue,
@@ -125,22 +185,74 @@ pub(crate) fn recv_fds(s: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec
     Ok((r.bytes, got))
 }
 
+/// Queues descriptors for the frames that claim them, up to the bound.
+fn queue_fds(fds: &Mutex<VecDeque<OwnedFd>>, got: Vec<OwnedFd>) {
+    if got.is_empty() {
+        return;
+    }
+    let mut q = fds.lock().unwrap_or_else(|e| e.into_inner());
+    for fd in got {
+        if q.len() < MAX_QUEUED_FDS {
+            q.push_back(fd);
+        } else {
+            tracing::debug!("peer sent descriptors no frame claims; closed");
+        }
+    }
+}
+
+/// Waits until `fd` is readable, writable (when `write`), `also` (an eventfd) is readable, or
+/// `timeout` passes; returns (readable, writable) for `fd`.
+pub(crate) fn wait_io(
+    fd: RawFd,
+    write: bool,
+    also: Option<RawFd>,
+    timeout: Option<Duration>,
+) -> io::Result<(bool, bool)> {
+    let events = libc::POLLIN | if write { libc::POLLOUT } else { 0 };
+    let mut pfd = [
+        libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: also.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let n = if also.is_some() { 2 } else { 1 };
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `n` valid pollfds; the timespec (if any) outlives the call.
+    let r = unsafe { libc::ppoll(pfd.as_mut_ptr(), n, tsp, std::ptr::null()) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok((false, false));
+        }
+        return Err(e);
+    }
+    let re = pfd[0].revents;
+    let hup = re & (libc::POLLHUP | libc::POLLERR) != 0;
+    Ok((
+        re & libc::POLLIN != 0 || hup,
+        re & libc::POLLOUT != 0 || hup,
+    ))
+}
+
 impl Read for Sock {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Sock::Tcp(s) => s.read(buf),
             Sock::Unix { s, fds } => {
                 let (n, got) = recv_fds(s, buf)?;
-                if !got.is_empty() {
-                    let mut q = fds.lock().unwrap_or_else(|e| e.into_inner());
-                    for fd in got {
-                        if q.len() < MAX_QUEUED_FDS {
-                            q.push_back(fd);
-                        } else {
-                            tracing::debug!("peer sent descriptors no frame claims; closed");
-                        }
-                    }
-                }
+                queue_fds(fds, got);
                 Ok(n)
             }
         }

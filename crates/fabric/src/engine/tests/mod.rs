@@ -148,7 +148,8 @@ impl Pair {
     }
 
     fn transmit(&mut self) {
-        let mut buf = vec![0u8; 8192];
+        let mtu = self.a.engine.config().mtu.max(self.b.engine.config().mtu);
+        let mut buf = vec![0u8; mtu + 64];
         for to_b in [true, false] {
             loop {
                 let s = if to_b { &mut self.a } else { &mut self.b };

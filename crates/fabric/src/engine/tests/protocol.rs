@@ -523,3 +523,59 @@ fn uc_access_violation_is_a_counted_drop_and_the_next_message_arrives() {
     );
     assert_eq!(s.naks_sent, 0, "UC never NAKs");
 }
+
+/// The configuration the stream transports (tcp, shm) drive: one packet per message up to the
+/// stream MTU, no retransmission timer (a stream neither loses nor reorders), and a SEND that
+/// finds no receive buffer retried past the datagram retry limit until one is posted.
+#[test]
+fn stream_configuration_sends_whole_messages_arms_no_timer_and_waits_for_receive_buffers() {
+    let mut a = EngineConfig::stream(Service::Rc, 0x12, 0x34);
+    let mut b = EngineConfig::stream(Service::Rc, 0x34, 0x12);
+    (a.send_psn, b.recv_psn) = (Psn::new(5), Psn::new(5));
+    (b.send_psn, a.recv_psn) = (Psn::new(0x00FF_FFF0), Psn::new(0x00FF_FFF0));
+    let mut p = Pair::with((a, b), Access::ALL);
+    fill(&p.a.region, 9);
+    p.write(1, 0, REGION, 0, Some(3));
+    p.transmit();
+    assert_eq!(
+        p.a.engine.stats().tx_packets,
+        1,
+        "a 1 MiB WRITE is one packet"
+    );
+    assert_eq!(p.a.engine.poll_timeout(), None, "no retransmission timer");
+    p.drive();
+    assert_eq!(bytes(&p.b.region, 0, REGION), bytes(&p.a.region, 0, REGION));
+    assert_eq!(p.b.completions[0].imm, Some(3));
+    p.read(2, 0, 300_000, 4096);
+    p.drive();
+    assert_eq!(
+        bytes(&p.a.region, 0, 300_000),
+        bytes(&p.b.region, 4096, 300_000)
+    );
+    // Far more RNR NAKs than a datagram queue pair's rnr_retry (7) allows: still waiting.
+    p.send(3, 0, 2000, None);
+    p.drive_for(Duration::from_millis(10));
+    assert!(
+        p.b.engine.stats().naks_sent > 20,
+        "{:?}",
+        p.b.engine.stats()
+    );
+    assert_eq!(
+        p.a.completions.len(),
+        2,
+        "the SEND neither completed nor failed"
+    );
+    p.b.engine
+        .post_recv(RecvWr {
+            wr_id: 8,
+            local: p.b.region.clone(),
+            offset: 0,
+            len: 4096,
+        })
+        .unwrap();
+    p.drive();
+    assert_eq!(p.a.completions[2].status, Status::Success);
+    assert_eq!(p.b.completions[1].wr_id, 8);
+    let st = p.a.engine.stats();
+    assert_eq!((st.timeouts, st.retransmits > 0), (0, true), "{st:?}");
+}
