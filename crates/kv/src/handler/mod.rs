@@ -221,12 +221,13 @@ impl Cache {
                 let a = ArenaStore::open(config, ac, &opening)?;
                 match a.opened() {
                     crate::arena::Opened::Restored { items, epoch } => {
-                        tracing::info!(items, "[restart] restored the arena: warm start");
+                        // memcached prints its [restart] lines whatever the verbosity.
+                        eprintln!("[restart] restored the arena: {items} items, warm start");
                         process_started = *epoch;
                         clock_base = (now_unix - epoch).clamp(2, u32::MAX as i64) as u32;
                     }
                     crate::arena::Opened::Cold(Some(why)) => {
-                        tracing::warn!("[restart] starting cold: {why}");
+                        eprintln!("[restart] starting cold: {why}");
                     }
                     crate::arena::Opened::Cold(None) => {}
                 }

@@ -399,13 +399,14 @@ impl Server {
         if let (true, Some(path)) = (graceful, &self.cache.settings.memory_file) {
             // Every connection is closed: no reply holds an item any more.
             match self.cache.close_for_restart() {
-                Ok(()) => tracing::info!(
-                    file = %path.display(),
-                    "[restart] memory file saved: the next start with the same settings is warm"
+                Ok(()) => eprintln!(
+                    "[restart] memory file {} saved: the next start with the same settings \
+                     is warm",
+                    path.display()
                 ),
-                Err(e) => tracing::error!(
-                    file = %path.display(),
-                    "[restart] saving the memory file failed ({e}): the next start is cold"
+                Err(e) => eprintln!(
+                    "[restart] saving the memory file {} failed ({e}): the next start is cold",
+                    path.display()
                 ),
             }
         }
