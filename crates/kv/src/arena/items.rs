@@ -168,7 +168,13 @@ impl Arena {
         self.lru_remove(c, off);
         self.set_field(c, C_USED, self.field(c, C_USED) - 1);
         self.add_header(H_ITEMS, -1);
-        self.add_header(H_BYTES, -(self.size_of(off) as i64));
+        let size = self.size_of(off);
+        self.add_header(H_BYTES, -(size as i64));
+        self.set_field(
+            c,
+            C_REQUESTED,
+            self.field(c, C_REQUESTED).wrapping_sub(size),
+        );
         match self.pins.remove(&off).and_then(|w| w.upgrade()) {
             Some(pin) => {
                 self.bm()[off as usize + I_STATE] = HELD;
@@ -254,17 +260,23 @@ impl Arena {
         self.set_field(c, C_PAGES, self.field(c, C_PAGES) + 1);
     }
 
-    /// A page no class has, when `c` may take one: below the page limit, or `c`'s first.
+    /// A page no class has, when `c` may take one: from the global pool, else a new one
+    /// below the page limit (or `c`'s first), as memcached's `do_slabs_newslab`.
     fn free_page(&self, c: usize) -> Option<usize> {
         let b = self.b();
+        let dir = &b[self.geo.directory..self.geo.directory + self.geo.pages];
         let used = u32_at(b, H_PAGES_USED) as usize;
-        let limit = u32_at(b, H_PAGE_LIMIT) as usize;
-        if used >= limit && self.field(c, C_PAGES) > 0 {
+        if let Some(p) = dir[..used].iter().position(|&d| d == NO_CLASS) {
+            return Some(p);
+        }
+        let limit = u64::from(u32_at(b, H_PAGE_LIMIT));
+        if self.malloced_pages() >= limit && self.field(c, C_PAGES) > 0 {
             return None;
         }
-        // Pages given back by a move to no class are reused before fresh ones.
-        (0..used)
-            .find(|&p| b[self.geo.directory + p] == NO_CLASS)
+        // Pages whose memory went back to the system are reused before fresh ones.
+        dir[..used]
+            .iter()
+            .position(|&d| d == RELEASED)
             .or((used < self.geo.pages).then_some(used))
     }
 
@@ -290,15 +302,23 @@ impl Arena {
                     tries += 1;
                 }
                 if off == 0 || self.pinned(off) {
+                    self.count(c, C_OUTOFMEMORY, 1);
                     return Err(ArenaError::NoMemory(c));
                 }
-                match victim(self.item(off)) {
-                    Victim::Keep => return Err(ArenaError::NoMemory(c)),
+                let it = self.item(off);
+                let (fetched, expires) = (it.fetched(), it.exptime != 0);
+                match victim(it) {
+                    Victim::Keep => {
+                        self.count(c, C_OUTOFMEMORY, 1);
+                        return Err(ArenaError::NoMemory(c));
+                    }
                     Victim::Evict => {
-                        self.set_field(c, C_EVICTED, self.field(c, C_EVICTED) + 1);
+                        self.count(c, C_EVICTED, 1);
+                        self.count(c, C_EVICTED_UNFETCHED, u64::from(!fetched));
+                        self.count(c, C_EVICTED_NONZERO, u64::from(expires));
                         self.add_header(H_EVICTIONS, 1);
                     }
-                    Victim::Reclaim => self.add_header(H_RECLAIMED, 1),
+                    Victim::Reclaim => self.count_dead(off),
                 }
                 self.unlink(off);
             }
@@ -368,9 +388,14 @@ impl Arena {
         self.pinned(off)
     }
 
-    /// Counts dead items the caller reclaimed (`stats` `reclaimed`).
-    pub fn count_reclaimed(&mut self, n: u64) {
-        self.add_header(H_RECLAIMED, n as i64);
+    /// Counts the linked item at `off` as a dead item taken back (`reclaimed`, and
+    /// `expired_unfetched` if never read), before the caller unlinks it.
+    pub fn count_dead(&mut self, off: u64) {
+        let c = self.class_of(off);
+        let unfetched = self.b()[off as usize + I_BITS] & FETCHED == 0;
+        self.count(c, C_RECLAIMED, 1);
+        self.count(c, C_EXPIRED_UNFETCHED, u64::from(unfetched));
+        self.add_header(H_RECLAIMED, 1);
     }
 
     /// Walks class `c`'s LRU from its head while `f` says go on.
@@ -417,7 +442,9 @@ impl Arena {
         self.lru_push(c, off);
         self.set_field(c, C_USED, self.field(c, C_USED) + 1);
         self.add_header(H_ITEMS, 1);
-        self.add_header(H_BYTES, self.size_of(off) as i64);
+        let size = self.size_of(off);
+        self.add_header(H_BYTES, size as i64);
+        self.count(c, C_REQUESTED, size);
     }
 
     fn expired(&self, off: u64, now: u32) -> bool {
@@ -430,8 +457,8 @@ impl Arena {
     pub fn get(&mut self, key: &[u8], now: u32) -> Option<Item<'_>> {
         let off = self.find(key)?;
         if self.expired(off, now) {
+            self.count_dead(off);
             self.unlink(off);
-            self.add_header(H_RECLAIMED, 1);
             return None;
         }
         self.bump(off);

@@ -21,10 +21,11 @@
 
 /// "RMRKVAR1": a remora kv arena.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RMRKVAR1");
-/// The layout version (2: 56-byte item headers with access time and bits).
-pub const VERSION: u32 = 2;
+/// The layout version (2: 56-byte item headers with access time and bits; 3: per-class item
+/// counters).
+pub const VERSION: u32 = 3;
 /// Bytes before the hash table.
-pub const HEADER_BYTES: usize = 8192;
+pub const HEADER_BYTES: usize = 16384;
 /// Bytes of an item's header.
 pub const ITEM_HEADER: usize = 56;
 /// memcached's `sizeof(item)` on 64-bit: class sizes start from it plus `-n`, so the classes
@@ -33,8 +34,11 @@ pub const ITEM_HEADER: usize = 56;
 pub const MC_ITEM_HEADER: usize = 48;
 /// Most slab classes (memcached's limit is 63 too).
 pub const MAX_CLASSES: usize = 63;
-/// A page not given to any class yet.
+/// A page given to no class: fresh, or in the global pool (memcached's class 0: still
+/// allocated, taken before any other page).
 pub const NO_CLASS: u8 = 0xff;
+/// A page whose memory went back to the system (beyond a lowered `cache_memlimit`).
+pub const RELEASED: u8 = 0xfe;
 
 // Header fields.
 pub const H_MAGIC: usize = 0;
@@ -67,7 +71,7 @@ pub const H_SEED: usize = 128;
 /// 1 when items count a CAS (`-C` not given).
 pub const H_CAS_ON: usize = 136;
 const H_CLASS_TABLE: usize = 256;
-const CLASS_BYTES: usize = 64;
+const CLASS_BYTES: usize = 192;
 
 // Class record fields.
 pub const C_SIZE: usize = 0;
@@ -79,6 +83,27 @@ pub const C_TAIL: usize = 32;
 pub const C_USED: usize = 40;
 pub const C_FREE_COUNT: usize = 48;
 pub const C_EVICTED: usize = 56;
+// memcached's per-class item counters (`stats items`), zeroed by `stats reset`.
+/// Bytes of the linked items as memcached counts them (`mem_requested`).
+pub const C_REQUESTED: usize = 64;
+pub const C_RECLAIMED: usize = 72;
+pub const C_CRAWLER_RECLAIMED: usize = 80;
+pub const C_CRAWLER_CHECKED: usize = 88;
+pub const C_EXPIRED_UNFETCHED: usize = 96;
+pub const C_EVICTED_UNFETCHED: usize = 104;
+pub const C_EVICTED_NONZERO: usize = 112;
+pub const C_OUTOFMEMORY: usize = 120;
+/// The counters `stats reset` zeroes.
+pub const C_COUNTERS: [usize; 8] = [
+    C_EVICTED,
+    C_RECLAIMED,
+    C_CRAWLER_RECLAIMED,
+    C_CRAWLER_CHECKED,
+    C_EXPIRED_UNFETCHED,
+    C_EVICTED_UNFETCHED,
+    C_EVICTED_NONZERO,
+    C_OUTOFMEMORY,
+];
 
 // Item fields.
 pub const I_HNEXT: usize = 0;

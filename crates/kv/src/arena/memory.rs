@@ -70,6 +70,25 @@ impl Mapping {
         self.buf.as_ptr()
     }
 
+    /// Gives the memory of `len` bytes at `offset` (page-aligned) back to the system; they
+    /// read as zeroes afterwards (a page handed back to no class, memcached's freeing of
+    /// pages beyond a lowered `cache_memlimit`). Best effort: the bytes stay valid either way.
+    pub fn discard(&self, offset: usize, len: usize) {
+        if offset + len > self.len || offset % 4096 != 0 {
+            return;
+        }
+        let advice = match self.backing {
+            Backing::Anonymous => libc::MADV_DONTNEED,
+            // Shared memory: DONTNEED would keep the file's pages; REMOVE frees them.
+            Backing::Memfd | Backing::File(_) => libc::MADV_REMOVE,
+        };
+        // SAFETY: the range lies inside the mapping; the arena calls this only for a page no
+        // class owns and no pin reads, and rereads it as zeroes.
+        unsafe {
+            libc::madvise(self.as_ptr().add(offset).cast(), len, advice);
+        }
+    }
+
     /// Bytes mapped.
     pub fn len(&self) -> usize {
         self.len

@@ -127,11 +127,18 @@ impl ArenaConfig {
         (self.memory / self.page_size).max(1)
     }
 
-    /// Bytes to map: the header, the hash table, the page directory, the pages `-m` allows
-    /// and one more per class (memcached gives a class its first page even beyond `-m`).
-    pub fn mapped(&self) -> usize {
+    /// Pages mapped: those `-m` allows, as many again (at least 1 GiB more) that
+    /// `cache_memlimit` may add at run time, and one more per class (memcached gives a class
+    /// its first page even beyond `-m`). Untouched pages cost no memory.
+    pub fn pages(&self) -> usize {
         let classes = self.classes().map_or(1, |c| c.len());
-        let pages = self.page_limit() + classes;
+        let growth = self.page_limit().max((1 << 30) / self.page_size.max(1));
+        self.page_limit() + growth + classes
+    }
+
+    /// Bytes to map: the header, the hash table, the page directory and the pages.
+    pub fn mapped(&self) -> usize {
+        let pages = self.pages();
         let table = HEADER_BYTES + (8usize << self.hash_power.min(40));
         (table + pages).next_multiple_of(4096) + pages * self.page_size
     }
@@ -251,6 +258,22 @@ pub struct ClassStats {
     pub free: u64,
     /// Items evicted from this class (`stats items` `evicted`).
     pub evicted: u64,
+    /// `mem_requested`: bytes of its linked items as memcached counts them.
+    pub requested: u64,
+    /// `reclaimed`: dead items whose chunk was taken back (not by the crawler).
+    pub reclaimed: u64,
+    /// `crawler_reclaimed`: dead items the LRU crawler took back.
+    pub crawler_reclaimed: u64,
+    /// `crawler_items_checked`: items the LRU crawler looked at.
+    pub crawler_checked: u64,
+    /// `expired_unfetched`: dead items taken back that were never read.
+    pub expired_unfetched: u64,
+    /// `evicted_unfetched`: evicted items that were never read.
+    pub evicted_unfetched: u64,
+    /// `evicted_nonzero`: evicted items that had an expiry.
+    pub evicted_nonzero: u64,
+    /// `outofmemory`: allocations that found nothing to evict.
+    pub outofmemory: u64,
 }
 
 /// Whole-arena figures.
@@ -320,8 +343,7 @@ impl Arena {
                 cfg.mapped()
             )));
         }
-        let pages = cfg.page_limit() + sizes.len();
-        let geo = Geometry::new(cfg.mapped(), cfg.page_size, cfg.hash_power, pages)
+        let geo = Geometry::new(cfg.mapped(), cfg.page_size, cfg.hash_power, cfg.pages())
             .ok_or_else(|| ArenaError::Config("the mapping holds no page".into()))?;
         let existed = map.existed;
         let resized = map.resized_from.map(|l| {
@@ -463,21 +485,33 @@ impl Arena {
 
     fn field(&self, c: usize, f: usize) -> u64 {
         match f {
-            C_FREE | C_HEAD | C_TAIL | C_USED | C_FREE_COUNT | C_EVICTED => {
-                u64_at(self.b(), class_field(c, f))
-            }
-            _ => u64::from(u32_at(self.b(), class_field(c, f))),
+            C_SIZE | C_PER_PAGE | C_PAGES => u64::from(u32_at(self.b(), class_field(c, f))),
+            _ => u64_at(self.b(), class_field(c, f)),
         }
     }
 
     fn set_field(&mut self, c: usize, f: usize, v: u64) {
         let at = class_field(c, f);
         match f {
-            C_FREE | C_HEAD | C_TAIL | C_USED | C_FREE_COUNT | C_EVICTED => {
-                put_u64(self.bm(), at, v)
-            }
-            _ => put_u32(self.bm(), at, v as u32),
+            C_SIZE | C_PER_PAGE | C_PAGES => put_u32(self.bm(), at, v as u32),
+            _ => put_u64(self.bm(), at, v),
         }
+    }
+
+    /// Adds `n` to class `c`'s counter `f`.
+    fn count(&mut self, c: usize, f: usize, n: u64) {
+        self.set_field(c, f, self.field(c, f).wrapping_add(n));
+    }
+
+    /// `stats reset`: zeroes the per-class item counters and the totals made of them.
+    pub fn reset_counters(&mut self) {
+        for c in 0..self.classes {
+            for f in C_COUNTERS {
+                self.set_field(c, f, 0);
+            }
+        }
+        put_u64(self.bm(), H_EVICTIONS, 0);
+        put_u64(self.bm(), H_RECLAIMED, 0);
     }
 
     fn add_header(&mut self, at: usize, d: i64) {
@@ -509,6 +543,14 @@ impl Arena {
                 used: self.field(c, C_USED),
                 free: self.field(c, C_FREE_COUNT),
                 evicted: self.field(c, C_EVICTED),
+                requested: self.field(c, C_REQUESTED),
+                reclaimed: self.field(c, C_RECLAIMED),
+                crawler_reclaimed: self.field(c, C_CRAWLER_RECLAIMED),
+                crawler_checked: self.field(c, C_CRAWLER_CHECKED),
+                expired_unfetched: self.field(c, C_EXPIRED_UNFETCHED),
+                evicted_unfetched: self.field(c, C_EVICTED_UNFETCHED),
+                evicted_nonzero: self.field(c, C_EVICTED_NONZERO),
+                outofmemory: self.field(c, C_OUTOFMEMORY),
             })
             .collect()
     }

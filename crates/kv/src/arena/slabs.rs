@@ -11,7 +11,7 @@ impl Arena {
         let used = u32_at(self.b(), H_PAGES_USED) as usize;
         for p in 0..used {
             let c = self.b()[geo.directory + p];
-            if c == NO_CLASS {
+            if c == NO_CLASS || c == RELEASED {
                 continue;
             }
             let (size, per) = (
@@ -35,6 +35,17 @@ impl Arena {
         });
     }
 
+    /// Calls `f` with every linked item in hash table order (`lru_crawler metadump hash`).
+    pub fn walk_hash<'s>(&'s self, mut f: impl FnMut(Item<'s>)) {
+        for k in 0..self.geo.buckets {
+            let mut off = u64_at(self.b(), HEADER_BYTES + k * 8);
+            while off != 0 {
+                f(self.item(off));
+                off = self.at(off, I_HNEXT);
+            }
+        }
+    }
+
     /// Every linked item, in page order (`lru_crawler metadump`).
     pub fn metadump(&self) -> Vec<Item<'_>> {
         let mut v = Vec::new();
@@ -51,10 +62,158 @@ impl Arena {
             }
         });
         for &off in &gone {
+            self.count_dead(off);
             self.unlink(off);
         }
-        self.add_header(H_RECLAIMED, gone.len() as i64);
         gone.len() as u64
+    }
+
+    /// The LRU crawler's pass over class `c`: up to `max` items (0: all) of its LRU from the
+    /// tail are checked, and those `dead` says are dead are taken back
+    /// (`crawler_items_checked`, `crawler_reclaimed`, `expired_unfetched`). Returns (checked,
+    /// reclaimed).
+    pub fn crawl_class(
+        &mut self,
+        c: usize,
+        max: usize,
+        mut dead: impl FnMut(Item<'_>) -> bool,
+    ) -> (u64, u64) {
+        if c >= self.classes {
+            return (0, 0);
+        }
+        let (mut checked, mut gone) = (0, Vec::new());
+        let max = if max == 0 { u64::MAX } else { max as u64 };
+        let mut off = self.field(c, C_TAIL);
+        while off != 0 && checked < max {
+            checked += 1;
+            if dead(self.item(off)) {
+                gone.push(off);
+            }
+            off = self.at(off, I_PREV);
+        }
+        for &off in &gone {
+            let unfetched = !self.item(off).fetched();
+            self.count(c, C_EXPIRED_UNFETCHED, u64::from(unfetched));
+            self.unlink(off);
+        }
+        self.count(c, C_CRAWLER_CHECKED, checked);
+        self.count(c, C_CRAWLER_RECLAIMED, gone.len() as u64);
+        (checked, gone.len() as u64)
+    }
+
+    /// The LRU maintainer's pass over class `c`: looks at up to `max` items from its LRU tail
+    /// and takes back those `dead` says are dead (counted as `reclaimed`); returns how many.
+    /// Bounded, so the owner's lock is held briefly however large the class.
+    pub fn reclaim_tail(
+        &mut self,
+        c: usize,
+        max: usize,
+        mut dead: impl FnMut(Item<'_>) -> bool,
+    ) -> u64 {
+        if c >= self.classes {
+            return 0;
+        }
+        let mut gone = Vec::new();
+        let mut off = self.field(c, C_TAIL);
+        let mut seen = 0;
+        while off != 0 && seen < max {
+            if dead(self.item(off)) {
+                gone.push(off);
+            }
+            seen += 1;
+            off = self.at(off, I_PREV);
+        }
+        for &off in &gone {
+            self.count_dead(off);
+            self.unlink(off);
+        }
+        gone.len() as u64
+    }
+
+    /// Pages handed to classes.
+    pub fn pages_in_classes(&self) -> u64 {
+        (0..self.classes).map(|c| self.field(c, C_PAGES)).sum()
+    }
+
+    /// Pages in the global pool (given back by `slabs reassign N 0`), still allocated.
+    pub fn pool_pages(&self) -> u64 {
+        let used = u32_at(self.b(), H_PAGES_USED) as usize;
+        let dir = &self.b()[self.geo.directory..self.geo.directory + used];
+        dir.iter().filter(|&&c| c == NO_CLASS).count() as u64
+    }
+
+    /// Pages allocated: in classes or in the global pool (memcached's `total_malloced`).
+    pub fn malloced_pages(&self) -> u64 {
+        self.pages_in_classes() + self.pool_pages()
+    }
+
+    /// While more pages are allocated than the page limit allows (after `cache_memlimit`
+    /// lowered it), hands pool pages, then class pages whose chunks are all free, back to
+    /// the system, as memcached frees pages beyond its limit; returns how many.
+    pub fn release_free_pages(&mut self) -> u64 {
+        self.reap();
+        let limit = u64::from(u32_at(self.b(), H_PAGE_LIMIT));
+        let geo = self.geo;
+        let mut released = 0;
+        let mut malloced = self.malloced_pages();
+        while malloced > limit {
+            let used = u32_at(self.b(), H_PAGES_USED) as usize;
+            let p = match (0..used).find(|&p| self.b()[geo.directory + p] == NO_CLASS) {
+                Some(p) => p,
+                None => {
+                    let Some(p) = self.free_whole_page() else {
+                        break;
+                    };
+                    let c = self.b()[geo.directory + p] as usize;
+                    let (size, per) = (self.field(c, C_SIZE), self.field(c, C_PER_PAGE));
+                    let base = (geo.first_page + p * geo.page_size) as u64;
+                    self.drop_free_chunks(c, base, base + per * size);
+                    self.set_field(c, C_PAGES, self.field(c, C_PAGES) - 1);
+                    p
+                }
+            };
+            self.bm()[geo.directory + p] = RELEASED;
+            self.map
+                .discard(geo.first_page + p * geo.page_size, geo.page_size);
+            released += 1;
+            malloced -= 1;
+        }
+        released
+    }
+
+    /// A page of some class whose chunks are all free.
+    fn free_whole_page(&self) -> Option<usize> {
+        let geo = self.geo;
+        let used = u32_at(self.b(), H_PAGES_USED) as usize;
+        (0..used).find(|&p| {
+            let c = self.b()[geo.directory + p];
+            if c == NO_CLASS || c == RELEASED {
+                return false;
+            }
+            let (size, per) = (
+                self.field(c as usize, C_SIZE),
+                self.field(c as usize, C_PER_PAGE),
+            );
+            let base = (geo.first_page + p * geo.page_size) as u64;
+            (0..per).all(|k| self.state_of(base + k * size) == FREE)
+        })
+    }
+
+    /// Takes the chunks in `base..end` off class `c`'s free list.
+    fn drop_free_chunks(&mut self, c: usize, base: u64, end: u64) {
+        let mut keep = Vec::new();
+        let mut cur = self.field(c, C_FREE);
+        while cur != 0 {
+            if !(base..end).contains(&cur) {
+                keep.push(cur);
+            }
+            cur = self.at(cur, I_NEXT);
+        }
+        self.set_field(c, C_FREE, 0);
+        self.set_field(c, C_FREE_COUNT, 0);
+        for &off in keep.iter().rev() {
+            self.free_chunk(c, off);
+        }
     }
 
     /// Reclaims every expired item; returns how many.
@@ -100,20 +259,7 @@ impl Arena {
                 evicted += 1;
             }
         }
-        // Take the page's chunks off the class' free list.
-        let mut keep = Vec::new();
-        let mut cur = self.field(from, C_FREE);
-        while cur != 0 {
-            if !(base..end).contains(&cur) {
-                keep.push(cur);
-            }
-            cur = self.at(cur, I_NEXT);
-        }
-        self.set_field(from, C_FREE, 0);
-        self.set_field(from, C_FREE_COUNT, 0);
-        for &off in keep.iter().rev() {
-            self.free_chunk(from, off);
-        }
+        self.drop_free_chunks(from, base, end);
         self.set_field(from, C_PAGES, self.field(from, C_PAGES) - 1);
         self.set_field(from, C_EVICTED, self.field(from, C_EVICTED) + evicted);
         self.add_header(H_EVICTIONS, evicted as i64);

@@ -363,3 +363,75 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn crawler_and_maintainer_count_per_class_and_reset_zeroes() {
+    let cfg = small(1 << 20);
+    let mut a = anon(&cfg);
+    for i in 0..30 {
+        a.set(format!("i{i}").as_bytes(), b"ok", 0, 0, 10).unwrap();
+    }
+    for i in 0..30 {
+        a.set(format!("s{i}").as_bytes(), b"ok", 0, 20, 10).unwrap();
+    }
+    let c = a.item(a.find(b"i0").unwrap()).class;
+    let st = a.class_stats()[c];
+    assert_eq!(st.requested, a.stats().bytes);
+    // tocrawl: only the 10 oldest (the first immortals) are looked at.
+    assert_eq!(a.crawl_class(c, 10, |it| it.exptime == 20), (10, 0));
+    assert_eq!(a.crawl_class(c, 0, |it| it.exptime == 20), (60, 30));
+    let st = a.class_stats()[c];
+    assert_eq!((st.crawler_checked, st.crawler_reclaimed), (70, 30));
+    assert_eq!((st.expired_unfetched, st.reclaimed), (30, 0));
+    assert_eq!(st.requested, a.stats().bytes);
+    // The maintainer looks at a bounded stretch of the tail.
+    a.set(b"late", b"ok", 0, 20, 11).unwrap();
+    assert_eq!(a.reclaim_tail(c, 30, |it| it.exptime == 20), 0);
+    assert_eq!(a.reclaim_tail(c, 31, |it| it.exptime == 20), 1);
+    assert_eq!(a.class_stats()[c].reclaimed, 1);
+    let mut seen = 0;
+    a.walk_hash(|_| seen += 1);
+    assert_eq!(seen, 30);
+    a.reset_counters();
+    let st = a.class_stats()[c];
+    assert_eq!(
+        (
+            st.crawler_checked,
+            st.crawler_reclaimed,
+            st.reclaimed,
+            st.evicted
+        ),
+        (0, 0, 0, 0)
+    );
+    assert_eq!((a.stats().reclaimed, a.stats().evictions), (0, 0));
+    assert_eq!(st.used, 30, "counters only");
+    a.check().unwrap();
+}
+
+#[test]
+fn pages_beyond_a_lowered_limit_go_back_and_are_reused() {
+    let cfg = small(8 * (64 << 10));
+    let mut a = anon(&cfg);
+    let v = vec![b'x'; 20_000];
+    for i in 0..24 {
+        a.set(format!("k{i}").as_bytes(), &v, 0, 0, 10).unwrap();
+    }
+    let full = a.malloced_pages();
+    assert!(full >= 7, "{full}");
+    // Lowered: nothing is free yet, nothing goes.
+    a.set_page_limit(2);
+    assert_eq!(a.release_free_pages(), 0);
+    for i in 0..24 {
+        a.delete(format!("k{i}").as_bytes());
+    }
+    assert_eq!(a.release_free_pages(), full - 2);
+    assert_eq!(a.malloced_pages(), 2);
+    // Raised again: the released pages are used again.
+    a.set_page_limit(8);
+    for i in 0..24 {
+        a.set(format!("k{i}").as_bytes(), &v, 0, 0, 10).unwrap();
+    }
+    assert_eq!(a.malloced_pages(), full);
+    assert_eq!(a.stats().evictions, 0);
+    a.check().unwrap();
+}

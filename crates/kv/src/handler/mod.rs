@@ -5,7 +5,7 @@
 //! dispatch loop ([`process`]); each protocol's executor has its own module (`text_cmds`,
 //! `meta_cmds`, `binary_cmds`), and `stats` builds the `stats` groups.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -26,6 +26,7 @@ use crate::storage::{
 
 pub mod auth;
 mod binary_cmds;
+pub mod crawler;
 mod meta_cmds;
 mod stats;
 mod text_cmds;
@@ -169,6 +170,8 @@ pub struct Cache {
     slab_automove: AtomicU64,
     /// `slab_automove_ratio` (an `f64`'s bits) as `slabs automove ratio R` last set it.
     slab_automove_ratio: AtomicU64,
+    /// The LRU crawler's settings and starts.
+    pub crawler: crawler::CrawlerState,
     /// The `watch` log streams.
     pub logger: Arc<Logger>,
     /// Set by `shutdown` (with `-A`): servers stop.
@@ -219,6 +222,13 @@ impl Cache {
                     None => Opening::Anonymous,
                 };
                 let a = ArenaStore::open(config, ac, &opening)?;
+                // memcached's test hook: bytes counted as allocated before any page.
+                if let Some(n) = std::env::var("T_MEMD_INITIAL_MALLOC")
+                    .ok()
+                    .and_then(|v| v.parse::<usize>().ok())
+                {
+                    a.set_premalloc(n);
+                }
                 match a.opened() {
                     crate::arena::Opened::Restored { items, epoch } => {
                         // memcached prints its [restart] lines whatever the verbosity.
@@ -237,6 +247,7 @@ impl Cache {
         let prefixes = PrefixStats::new(settings.prefix_delimiter);
         prefixes.set_enabled(settings.detail_enabled);
         let automove = settings.tunables.slab_automove as u64;
+        let lru_crawler = settings.tunables.lru_crawler;
         let logger = Logger::new(settings.watcher_logbuf_size);
         {
             let l = logger.clone();
@@ -256,6 +267,7 @@ impl Cache {
             logger,
             slab_automove: AtomicU64::new(automove),
             slab_automove_ratio: AtomicU64::new(0.8f64.to_bits()),
+            crawler: crawler::CrawlerState::new(lru_crawler),
             shutdown: std::sync::atomic::AtomicBool::new(false),
             graceful: std::sync::atomic::AtomicBool::new(false),
         })

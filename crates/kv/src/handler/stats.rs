@@ -146,8 +146,13 @@ impl Cache {
             );
             put("slabs_moved", c.slabs_moved.to_string());
         }
-        if tun.lru_crawler {
-            zero(&mut put, &["lru_crawler_running", "lru_crawler_starts"]);
+        if self.crawler.enabled.load(Relaxed) {
+            // Crawls finish before their `OK`: none is ever seen running.
+            put("lru_crawler_running", "0".into());
+            put(
+                "lru_crawler_starts",
+                self.crawler.starts.load(Relaxed).to_string(),
+            );
         }
         if tun.lru_maintainer {
             zero(&mut put, &["lru_maintainer_juggles"]);
@@ -161,7 +166,7 @@ impl Cache {
         put("bytes", c.bytes.to_string());
         put("curr_items", c.curr_items.to_string());
         put("total_items", c.total_items.to_string());
-        put("slab_global_page_pool", "0".into());
+        put("slab_global_page_pool", c.pool_pages.to_string());
         put("expired_unfetched", c.expired_unfetched.to_string());
         put("evicted_unfetched", c.evicted_unfetched.to_string());
         if tun.lru_maintainer {
@@ -169,8 +174,8 @@ impl Cache {
         }
         put("evictions", c.evictions.to_string());
         put("reclaimed", c.reclaimed.to_string());
-        put("crawler_reclaimed", "0".into());
-        put("crawler_items_checked", "0".into());
+        put("crawler_reclaimed", c.crawler_reclaimed.to_string());
+        put("crawler_items_checked", c.crawler_checked.to_string());
         put("lrutail_reflocked", "0".into());
         if tun.lru_maintainer {
             zero(
@@ -253,9 +258,15 @@ impl Cache {
             ),
             ("slab_automove_window", "30".into()),
             ("slab_chunk_max", tun.slab_chunk_max.to_string()),
-            ("lru_crawler", yn(tun.lru_crawler)),
-            ("lru_crawler_sleep", "100".into()),
-            ("lru_crawler_tocrawl", "0".into()),
+            ("lru_crawler", yn(self.crawler.enabled.load(Relaxed))),
+            (
+                "lru_crawler_sleep",
+                self.crawler.sleep.load(Relaxed).to_string(),
+            ),
+            (
+                "lru_crawler_tocrawl",
+                self.crawler.tocrawl.load(Relaxed).to_string(),
+            ),
             ("tail_repair_time", "0".into()),
             ("flush_enabled", yn(s.flush_enabled)),
             ("dump_enabled", "yes".into()),
@@ -297,7 +308,12 @@ impl Cache {
             ("ssl_kernel_tls", "no".into()),
             ("ssl_min_version", "tlsv1.2".into()),
             ("num_napi_ids", "(null)".into()),
-            ("memory_file", "(null)".into()),
+            (
+                "memory_file",
+                s.memory_file
+                    .as_ref()
+                    .map_or("(null)".into(), |p| p.display().to_string()),
+            ),
         ];
         lines.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }
@@ -307,11 +323,25 @@ impl Cache {
             return self.stats_items_heap();
         };
         let mut v = Vec::new();
+        // memcached's names in its order, less the segmented LRU's (remora keeps one LRU per
+        // class) and `evicted_time`.
         for c in classes.iter().filter(|c| c.stats.used > 0) {
-            let mut put = |k: &str, val: String| v.push((format!("items:{}:{k}", c.id), val));
-            put("number", c.stats.used.to_string());
-            put("age", c.age.to_string());
-            put("evicted", c.stats.evicted.to_string());
+            let st = &c.stats;
+            let mut put =
+                |k: &str, val: u64| v.push((format!("items:{}:{k}", c.id), val.to_string()));
+            put("number", st.used);
+            put("age", u64::from(c.age));
+            put("mem_requested", st.requested);
+            put("evicted", st.evicted);
+            put("evicted_nonzero", st.evicted_nonzero);
+            put("outofmemory", st.outofmemory);
+            // remora's LRU links are never found broken: nothing to repair.
+            put("tailrepairs", 0);
+            put("reclaimed", st.reclaimed);
+            put("expired_unfetched", st.expired_unfetched);
+            put("evicted_unfetched", st.evicted_unfetched);
+            put("crawler_reclaimed", st.crawler_reclaimed);
+            put("crawler_items_checked", st.crawler_checked);
         }
         v
     }
@@ -352,7 +382,6 @@ impl Cache {
             ];
         };
         let mut v = Vec::new();
-        let mut pages = 0u64;
         let mut active = 0;
         for c in classes.iter().filter(|c| c.stats.pages > 0) {
             let st = &c.stats;
@@ -366,12 +395,13 @@ impl Cache {
             put("free_chunks", st.free.to_string());
             // Pages are cut into free chunks whole: none wait at a page's end.
             put("free_chunks_end", "0".into());
-            pages += u64::from(st.pages);
             active += 1;
         }
-        let page = self.settings.item_size_max.max(1 << 20) as u64;
         v.push(("active_slabs".into(), active.to_string()));
-        v.push(("total_malloced".into(), (pages * page).to_string()));
+        v.push((
+            "total_malloced".into(),
+            self.store.counters().malloced.to_string(),
+        ));
         v
     }
 

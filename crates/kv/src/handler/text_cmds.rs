@@ -259,6 +259,7 @@ pub(super) fn run_text(
             reply(vv, out, noreply, Reply::Ok);
         }
         Command::SlabsReassign(args) => eng.slabs_reassign(args, out),
+        Command::LruCrawler(c) => eng.lru_crawler(c, now, out),
         Command::CacheMemlimit { mb, noreply } => {
             match usize::try_from(mb)
                 .ok()

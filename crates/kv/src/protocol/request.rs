@@ -145,6 +145,8 @@ pub enum Command<'a> {
         /// Suppress an error reply.
         noreply: bool,
     },
+    /// `lru_crawler …`.
+    LruCrawler(Crawler<'a>),
     /// cache_memlimit N
     CacheMemlimit {
         /// Megabytes.
@@ -182,6 +184,25 @@ pub enum ShutdownMode {
     Graceful,
     /// Any other argument: `CLIENT_ERROR invalid shutdown mode` (when shutdown is enabled).
     Invalid,
+}
+
+/// An `lru_crawler` subcommand (memcached's `process_lru_crawler_command`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crawler<'a> {
+    /// `crawl <classes>|all`.
+    Crawl(&'a [u8]),
+    /// `metadump <classes>|all|hash`.
+    Metadump(&'a [u8]),
+    /// `tocrawl N` (`None`: not a 32-bit number).
+    Tocrawl(Option<u32>),
+    /// `sleep N` in microseconds (`None`: not a 32-bit number).
+    Sleep(Option<u32>),
+    /// `enable`.
+    Enable,
+    /// `disable`.
+    Disable,
+    /// Anything else: `ERROR`.
+    Unknown,
 }
 
 /// The argument of `slabs automove`.

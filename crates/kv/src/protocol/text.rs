@@ -7,7 +7,7 @@
 use super::meta;
 use super::reply::Fail;
 pub use super::request::{
-    Automove, Command, GetKind, Parse, ShutdownMode, StoreCmd, Tokens, MAX_TOKENS,
+    Automove, Command, Crawler, GetKind, Parse, ShutdownMode, StoreCmd, Tokens, MAX_TOKENS,
 };
 use super::{key_ok, parse_i64, parse_u64, Limits};
 
@@ -310,6 +310,18 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
             streams: watch_streams(&t[1..n]),
             noreply: noreply_last,
         }),
+        b"lru_crawler" => {
+            let num = || std::str::from_utf8(t[2]).ok()?.parse::<u32>().ok();
+            done(Command::LruCrawler(match (n, t.get(1).copied()) {
+                (3, Some(b"crawl")) => Crawler::Crawl(t[2]),
+                (3, Some(b"metadump")) => Crawler::Metadump(t[2]),
+                (3, Some(b"tocrawl")) => Crawler::Tocrawl(num()),
+                (3, Some(b"sleep")) => Crawler::Sleep(num()),
+                (2, Some(b"enable")) => Crawler::Enable,
+                (2, Some(b"disable")) => Crawler::Disable,
+                _ => Crawler::Unknown,
+            }))
+        }
         b"cache_memlimit" if n == 2 || n == 3 => match parse_u64(t[1]) {
             Some(mb) => done(Command::CacheMemlimit {
                 mb,

@@ -93,6 +93,21 @@ impl Wake {
 
 static URING_FALLBACK: Once = Once::new();
 
+/// memcached's LRU maintainer thread: once a second, dead items near the LRU tails are taken
+/// back and pages beyond a lowered memory limit go back to the system.
+fn maintainer(eng: Arc<Cache>, stop: Arc<AtomicBool>) {
+    let stopped = || stop.load(Ordering::Relaxed) || eng.shutdown.load(Ordering::Relaxed);
+    while !stopped() {
+        for _ in 0..10 {
+            std::thread::sleep(Duration::from_millis(100));
+            if stopped() {
+                return;
+            }
+        }
+        eng.maintain();
+    }
+}
+
 /// Starts one worker thread on the chosen loop and returns how to wake it.
 fn spawn_worker(
     i: usize,
@@ -355,6 +370,15 @@ impl Server {
                 std::thread::Builder::new()
                     .name("kv-udp".into())
                     .spawn(move || udp::serve(u, eng, stop))?,
+            );
+        }
+        if s.tunables.lru_maintainer {
+            let eng = engine.clone();
+            let st = stop.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("kv-maintainer".into())
+                    .spawn(move || maintainer(eng, st))?,
             );
         }
         let eng = engine.clone();

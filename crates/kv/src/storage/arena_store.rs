@@ -6,7 +6,7 @@
 //! value is pinned and sent after the lock is released, so the lock never covers a send.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::arena::{bits, Arena, ArenaConfig, ArenaError, Backing, Item, Mapping, Opened, Victim};
@@ -31,8 +31,6 @@ struct Inner {
     total_items: u64,
     get_expired: u64,
     get_flushed: u64,
-    expired_unfetched: u64,
-    evicted_unfetched: u64,
     /// `-o track_sizes`: items per 32-byte bucket.
     sizes: Option<BTreeMap<usize, u64>>,
     evict_hook: Option<EvictHook>,
@@ -48,6 +46,11 @@ pub struct ArenaStore {
     flush_cas: AtomicU64,
     oldest_live: AtomicU64,
     mem_limit: AtomicUsize,
+    /// Bytes counted as allocated before any page (memcached's `T_MEMD_INITIAL_MALLOC`).
+    premalloc: AtomicUsize,
+    /// `cache_memlimit` went below the pages allocated: the maintainer frees pages as they
+    /// empty (the first page a class gets beyond the limit is not what this is about).
+    shrinking: AtomicBool,
     opened: Opened,
 }
 
@@ -82,6 +85,24 @@ fn size_bucket(key: usize, value: usize, flags: u32) -> usize {
 }
 
 impl Inner {
+    /// Recounts the size histogram after items went in bulk (a crawl is rare).
+    fn rebuild_sizes(&mut self, use_cas: bool) {
+        let Some(h) = self.sizes.as_mut() else {
+            return;
+        };
+        h.clear();
+        if !use_cas {
+            return;
+        }
+        let mut all = Vec::new();
+        self.arena
+            .crawl(|_, it| all.push(size_bucket(it.key.len(), it.value.len(), it.flags)));
+        let h = self.sizes.as_mut().expect("checked");
+        for b in all {
+            *h.entry(b).or_default() += 1;
+        }
+    }
+
     /// Unlinks a dead or deleted item, keeping the histogram right.
     fn remove(&mut self, off: u64, use_cas: bool) {
         if self.sizes.is_some() {
@@ -105,11 +126,8 @@ impl Inner {
             return Ok(off);
         }
         let flushed = ctx.flushed(&it);
-        if !it.fetched() {
-            self.expired_unfetched += 1;
-        }
+        self.arena.count_dead(off);
         self.remove(off, use_cas);
-        self.arena.count_reclaimed(1);
         Err(Some(flushed))
     }
 
@@ -124,8 +142,6 @@ impl Inner {
         let Inner {
             arena,
             evict_hook,
-            evicted_unfetched,
-            expired_unfetched,
             sizes,
             ..
         } = self;
@@ -141,9 +157,6 @@ impl Inner {
                 *n = n.saturating_sub(1);
             }
             if !live {
-                if !it.fetched() {
-                    *expired_unfetched += 1;
-                }
                 return Victim::Reclaim;
             }
             if let Some(h) = evict_hook {
@@ -158,9 +171,6 @@ impl Inner {
                     last_access: ctx.now.saturating_sub(it.time),
                     size: it.value.len(),
                 });
-            }
-            if !it.fetched() {
-                *evicted_unfetched += 1;
             }
             Victim::Evict
         };
@@ -232,8 +242,6 @@ impl ArenaStore {
                 total_items: 0,
                 get_expired: 0,
                 get_flushed: 0,
-                expired_unfetched: 0,
-                evicted_unfetched: 0,
                 sizes: config.track_sizes.then(BTreeMap::new),
                 evict_hook: None,
                 closed: false,
@@ -243,6 +251,8 @@ impl ArenaStore {
             flush_cas: AtomicU64::new(0),
             oldest_live: AtomicU64::new(u64::MAX),
             mem_limit: AtomicUsize::new(config.mem_limit),
+            premalloc: AtomicUsize::new(0),
+            shrinking: AtomicBool::new(false),
             opened,
         })
     }
@@ -255,6 +265,14 @@ impl ArenaStore {
             &Opening::Anonymous,
         )
         .expect("anonymous memory for the arena")
+    }
+
+    /// Counts `bytes` as allocated before any page, as memcached's test hook
+    /// `T_MEMD_INITIAL_MALLOC` does: `total_malloced` starts there and the pages `-m` allows
+    /// shrink by as much.
+    pub fn set_premalloc(&self, bytes: usize) {
+        self.premalloc.store(bytes, Ordering::Relaxed);
+        self.set_mem_limit(self.mem_limit(), 0);
     }
 
     /// Whether the arena was restored or started cold (and why).
@@ -311,6 +329,7 @@ impl EntryStore for ArenaStore {
         let mut g = self.lock();
         g.get_expired = 0;
         g.get_flushed = 0;
+        g.arena.reset_counters();
     }
 
     fn dump(&self, class: usize, limit: usize, now: u32) -> Vec<(Vec<u8>, usize, u32)> {
@@ -355,6 +374,7 @@ impl EntryStore for ArenaStore {
         let a = &mut g.arena;
         let it = a.item(off);
         let (time, mut b, exp) = (it.time, it.bits, it.exptime);
+        let it_bits = b;
         let big = it.value.len() >= SHARE_MIN;
         if !opts.no_bump && now.saturating_sub(time) >= BUMP_INTERVAL {
             a.bump(off);
@@ -393,9 +413,15 @@ impl EntryStore for ArenaStore {
             stale: it.stale(),
             win,
         });
+        // Written only when they change: a hot item read by both workers then keeps its
+        // header's cache line shared instead of bouncing it between cores.
         if !opts.no_bump {
-            a.set_bits(off, b | bits::FETCHED);
-            a.set_time(off, now);
+            if b & bits::FETCHED == 0 || b != it_bits {
+                a.set_bits(off, b | bits::FETCHED);
+            }
+            if time != now {
+                a.set_time(off, now);
+            }
         }
         true
     }
@@ -609,7 +635,14 @@ impl EntryStore for ArenaStore {
     fn set_mem_limit(&self, bytes: usize, _now: u32) {
         let mut g = self.lock();
         let page = g.arena.page_size();
-        g.arena.set_page_limit(bytes / page);
+        let premalloc = self.premalloc.load(Ordering::Relaxed);
+        let limit = g
+            .arena
+            .set_page_limit(bytes.saturating_sub(premalloc) / page);
+        g.arena.release_free_pages();
+        // Pages freed later, as items go, until the arena is back within the lowered limit.
+        self.shrinking
+            .store(g.arena.malloced_pages() > limit as u64, Ordering::Relaxed);
         self.mem_limit.store(bytes, Ordering::Relaxed);
     }
 
@@ -620,16 +653,23 @@ impl EntryStore for ArenaStore {
     fn counters(&self) -> StoreCounters {
         let g = self.lock();
         let st = g.arena.stats();
+        let classes = g.arena.class_stats();
+        let sum = |f: fn(&crate::arena::ClassStats) -> u64| classes.iter().map(f).sum::<u64>();
         StoreCounters {
             curr_items: st.items,
             total_items: g.total_items,
             bytes: st.bytes,
             evictions: st.evictions,
             reclaimed: st.reclaimed,
-            expired_unfetched: g.expired_unfetched,
+            expired_unfetched: sum(|c| c.expired_unfetched),
             get_expired: g.get_expired,
             get_flushed: g.get_flushed,
-            evicted_unfetched: g.evicted_unfetched,
+            evicted_unfetched: sum(|c| c.evicted_unfetched),
+            crawler_reclaimed: sum(|c| c.crawler_reclaimed),
+            crawler_checked: sum(|c| c.crawler_checked),
+            malloced: g.arena.pages_in_classes() * g.arena.page_size() as u64
+                + self.premalloc.load(Ordering::Relaxed) as u64,
+            pool_pages: g.arena.pool_pages(),
             slabs_moved: st.moves,
         }
     }
@@ -658,11 +698,11 @@ impl EntryStore for ArenaStore {
         self.lock().arena.class_count()
     }
 
-    fn metadump(&self, now: u32) -> Option<Vec<MetaLine>> {
+    fn metadump(&self, now: u32, which: &Dump) -> Option<Vec<MetaLine>> {
         let ctx = self.ctx(now);
         let g = self.lock();
         let mut v = Vec::new();
-        g.arena.crawl(|_, it| {
+        let mut f = |it: Item<'_>| {
             if ctx.live(&it) {
                 v.push(MetaLine {
                     key: it.key.to_vec(),
@@ -675,34 +715,60 @@ impl EntryStore for ArenaStore {
                     flags: it.flags,
                 });
             }
-        });
+        };
+        match which {
+            Dump::Hash => g.arena.walk_hash(&mut f),
+            Dump::All => g.arena.crawl(|_, it| f(it)),
+            Dump::Classes(ids) => {
+                for &id in ids {
+                    g.arena.lru(id.wrapping_sub(1), |it| {
+                        f(it);
+                        true
+                    });
+                }
+            }
+        }
         Some(v)
     }
 
-    fn crawl(&self, now: u32) -> u64 {
+    fn crawl(&self, now: u32, classes: Option<&[usize]>, max: usize) -> (u64, u64) {
         let ctx = self.ctx(now);
         let mut g = self.lock();
-        let mut unfetched = 0;
-        let n = g.arena.reclaim(|it| {
-            let dead = !ctx.live(&it);
-            if dead && !it.fetched() {
-                unfetched += 1;
-            }
-            dead
-        });
-        g.expired_unfetched += unfetched;
-        if let (true, Some(h)) = (n > 0, g.sizes.as_mut()) {
-            // Rebuilt rather than tracked item by item: a crawl is rare.
-            h.clear();
-            let mut all = Vec::new();
-            g.arena
-                .crawl(|_, it| all.push((it.key.len(), it.value.len(), it.flags)));
-            if self.config.use_cas {
-                let h = g.sizes.as_mut().expect("checked");
-                for (k, v, f) in all {
-                    *h.entry(size_bucket(k, v, f)).or_default() += 1;
-                }
-            }
+        let all: Vec<usize> = (1..=g.arena.class_count()).collect();
+        let (mut checked, mut reclaimed) = (0, 0);
+        for &id in classes.unwrap_or(&all) {
+            let (c, r) = g
+                .arena
+                .crawl_class(id.wrapping_sub(1), max, |it| !ctx.live(&it));
+            checked += c;
+            reclaimed += r;
+        }
+        if reclaimed > 0 {
+            g.rebuild_sizes(self.config.use_cas);
+        }
+        (checked, reclaimed)
+    }
+
+    fn maintain(&self, now: u32) -> u64 {
+        /// Items looked at per class and pass: keeps the lock short on a large cache.
+        const TAIL: usize = 1000;
+        let ctx = self.ctx(now);
+        let mut g = self.lock();
+        if g.closed {
+            return 0;
+        }
+        let mut n = 0;
+        for c in 0..g.arena.class_count() {
+            n += g.arena.reclaim_tail(c, TAIL, |it| !ctx.live(&it));
+        }
+        if n > 0 {
+            g.rebuild_sizes(self.config.use_cas);
+        }
+        if self.shrinking.load(Ordering::Relaxed) {
+            g.arena.release_free_pages();
+            let limit = u64::from(g.arena.stats().page_limit);
+            self.shrinking
+                .store(g.arena.malloced_pages() > limit, Ordering::Relaxed);
         }
         n
     }

@@ -111,6 +111,25 @@ pub struct StoreCounters {
     pub evicted_unfetched: u64,
     /// Pages moved between slab classes (`slabs_moved`).
     pub slabs_moved: u64,
+    /// Dead items the LRU crawler took back (`crawler_reclaimed`).
+    pub crawler_reclaimed: u64,
+    /// Items the LRU crawler looked at (`crawler_items_checked`).
+    pub crawler_checked: u64,
+    /// Bytes of slab pages allocated (`total_malloced`); 0 without slabs.
+    pub malloced: u64,
+    /// Pages in the global pool (`slab_global_page_pool`).
+    pub pool_pages: u64,
+}
+
+/// Which items `lru_crawler metadump` lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dump {
+    /// `all`: every class.
+    All,
+    /// Classes by memcached's id (1-based).
+    Classes(Vec<usize>),
+    /// `hash`: in hash table order.
+    Hash,
 }
 
 /// Storage limits.
@@ -208,7 +227,8 @@ pub trait EntryStore: Send + Sync {
     /// `stats sizes` with `-o track_sizes`: (size rounded up to 32 bytes, items) for every
     /// non-empty bucket in size order; `None` when not tracking.
     fn sizes(&self) -> Option<Vec<(usize, u64)>>;
-    /// `stats reset`: zeroes `get_expired` and `get_flushed`.
+    /// `stats reset`: zeroes `get_expired` and `get_flushed` (and the arena's per-class item
+    /// counters, as memcached's `item_stats_reset`).
     fn reset_read_counters(&self);
     /// `stats cachedump`: up to `limit` live items (0 = all) of slab class `class` as (key,
     /// value length, relative exptime), most recently used first.
@@ -265,16 +285,23 @@ pub trait EntryStore: Send + Sync {
     fn slabs(&self, _now: u32) -> Option<Vec<SlabClass>> {
         None
     }
-    /// Every live item (`lru_crawler metadump`); `None`: not supported.
-    fn metadump(&self, _now: u32) -> Option<Vec<MetaLine>> {
+    /// The live items `which` names (`lru_crawler metadump`); `None`: not supported.
+    fn metadump(&self, _now: u32, _which: &Dump) -> Option<Vec<MetaLine>> {
         None
     }
     /// Slab classes (0: none).
     fn class_count(&self) -> usize {
         0
     }
-    /// Reclaims expired and flushed items now (the LRU crawler); how many.
-    fn crawl(&self, _now: u32) -> u64 {
+    /// The LRU crawler: checks the items of the given classes (1-based; `None`: all), at most
+    /// `max` per class from the LRU tail (0: all), and takes back expired and flushed ones;
+    /// returns (checked, reclaimed).
+    fn crawl(&self, _now: u32, _classes: Option<&[usize]>, _max: usize) -> (u64, u64) {
+        (0, 0)
+    }
+    /// The LRU maintainer's periodic pass: takes back dead items near the LRU tails and gives
+    /// pages beyond the memory limit back to the system; returns the items taken back.
+    fn maintain(&self, _now: u32) -> u64 {
         0
     }
     /// Moves a page from class `from` to class `to` (1-based; `to` 0 gives it back to the

@@ -489,3 +489,55 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn arena_crawl_metadump_and_maintainer() {
+    let s = ArenaStore::new(config(8 << 20));
+    for i in 0..10 {
+        s.store(StoreMode::Set, format!("i{i}").as_bytes(), 0, 0, b"ok", 10);
+        s.store(StoreMode::Set, format!("s{i}").as_bytes(), 0, 12, b"ok", 10);
+    }
+    s.store(StoreMode::Set, b"big", 0, 0, &[b'x'; 600], 10);
+    let all = s.metadump(10, &Dump::All).unwrap();
+    assert_eq!(all.len(), 21);
+    assert_eq!(s.metadump(10, &Dump::Hash).unwrap().len(), 21);
+    let one = s.metadump(10, &Dump::Classes(vec![1])).unwrap();
+    assert_eq!(one.len(), 20);
+    assert!(one.iter().all(|m| m.class == 1));
+    // Expired items are not dumped, and the crawler takes them back.
+    assert_eq!(s.metadump(13, &Dump::All).unwrap().len(), 11);
+    assert_eq!(s.crawl(13, Some(&[1]), 0), (20, 10));
+    let c = s.counters();
+    assert_eq!(
+        (c.crawler_reclaimed, c.crawler_checked, c.reclaimed),
+        (10, 20, 0)
+    );
+    // The maintainer's pass counts as `reclaimed`.
+    s.store(StoreMode::Set, b"t", 0, 14, b"ok", 13);
+    assert_eq!(s.maintain(20), 1);
+    assert_eq!(s.counters().reclaimed, 1);
+    assert_eq!(s.counters().curr_items, 11);
+}
+
+#[test]
+fn arena_premalloc_counts_against_the_limit() {
+    // memcached's T_MEMD_INITIAL_MALLOC: all but one page of -m is taken already.
+    let s = ArenaStore::new(StoreConfig {
+        no_evict: true,
+        ..config(8 << 20)
+    });
+    s.set_premalloc((7 << 20) + 32);
+    assert_eq!(s.counters().malloced, (7 << 20) + 32);
+    let v = vec![b'a'; 400 * 1024];
+    let stored = (0..5)
+        .filter(|i| {
+            let k = format!("big{i}");
+            matches!(
+                s.store(StoreMode::Set, k.as_bytes(), 0, 0, &v, 10),
+                StoreOutcome::Stored(_)
+            )
+        })
+        .count();
+    assert_eq!(stored, 2, "the class' first page holds two, no second page");
+    assert_eq!(s.counters().malloced, (8 << 20) + 32);
+}
