@@ -46,6 +46,7 @@ for s in 65536 1048576; do
   emit "remora_udp_poll_write_bw_$s" "$("$R" fabric bench write-bw --transport udp --progress poll --size $s --iters $((ITERS * 65536 / s + 200)) --json)"
   emit "remora_udp_uc_write_bw_$s" "$("$R" fabric bench write-bw --transport udp --qp uc --size $s --iters $((ITERS * 65536 / s + 200)) --json)"
   emit "remora_tcp_write_bw_$s" "$("$R" fabric bench write-bw --transport tcp --size $s --iters $((ITERS * 65536 / s + 200)) --json)"
+  emit "remora_tcp_poll_write_bw_$s" "$("$R" fabric bench write-bw --transport tcp --progress poll --size $s --iters $((ITERS * 65536 / s + 200)) --json)"
   emit "remora_shm_write_bw_$s" "$("$R" fabric bench write-bw --transport shm --size $s --iters $((ITERS * 65536 / s + 200)) --json)"
   emit "ucx_tcp_put_bw_$s" "$(ucx ucp_put_bw $s tcp $((ITERS * 65536 / s + 200)))"
   emit "ucx_shm_put_bw_$s" "$(ucx ucp_put_bw $s sm $((ITERS * 65536 / s + 200)))"
@@ -57,14 +58,17 @@ for t in udp shm tcp; do
   emit "remora_${t}_write_lat" "$("$R" fabric bench write-lat --transport $t --size 8 --iters 5000 --json)"
   emit "remora_${t}_read_lat" "$("$R" fabric bench read-lat --transport $t --size 8 --iters 5000 --json)"
 done
-# Progress in the caller's thread (udp, shm): sleeping, and busy polling as ucx does.
-for t in udp shm; do
+# Progress in the caller's thread: sleeping, and busy polling as ucx does.
+for t in udp shm tcp; do
   for p in poll spin; do
     flags=(--progress poll); [ $p = spin ] && flags+=(--spin)
     emit "remora_${t}_${p}_write_lat" "$("$R" fabric bench write-lat --transport $t "${flags[@]}" --size 8 --iters 5000 --json)"
     emit "remora_${t}_${p}_read_lat" "$("$R" fabric bench read-lat --transport $t "${flags[@]}" --size 8 --iters 5000 --json)"
   done
 done
+# tcp busy polling with lazy ACKs (a lone ACK rides on the caller's next request).
+emit remora_tcp_lazy_write_lat "$("$R" fabric bench write-lat --transport tcp --progress poll --spin --lazy-ack --size 8 --iters 5000 --json)"
+emit remora_tcp_lazy_read_lat "$("$R" fabric bench read-lat --transport tcp --progress poll --spin --lazy-ack --size 8 --iters 5000 --json)"
 emit remora_shm_spin_write_bw_65536 "$("$R" fabric bench write-bw --transport shm --progress poll --spin --size 65536 --iters "$ITERS" --json)"
 emit ucx_tcp_put_lat "$(ucx ucp_put_lat 8 tcp 5000)"
 emit ucx_shm_put_lat "$(ucx ucp_put_lat 8 sm 5000)"

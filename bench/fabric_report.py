@@ -46,6 +46,7 @@ for label, key in [
     ("remora udp RC WRITE, --progress poll", "remora_udp_poll_write_bw_{}"),
     ("remora udp UC WRITE (sender side)", "remora_udp_uc_write_bw_{}"),
     ("remora tcp RC WRITE", "remora_tcp_write_bw_{}"),
+    ("remora tcp RC WRITE, --progress poll", "remora_tcp_poll_write_bw_{}"),
     ("remora shm RC WRITE", "remora_shm_write_bw_{}"),
     ("ucx_perftest tcp put_bw", "ucx_tcp_put_bw_{}"),
     ("ucx_perftest shm put_bw", "ucx_shm_put_bw_{}"),
@@ -69,8 +70,10 @@ print(f"- shm WRITE of 1 MiB / ucx_perftest shm put_bw: {s / gbps('ucx_shm_put_b
 print("\n## Latency, 8 bytes (microseconds, typical = median)\n")
 print("| what | typical | average | p99 |")
 print("| --- | --- | --- | --- |")
-for t in ["udp", "udp_poll", "udp_spin", "shm", "shm_poll", "shm_spin", "tcp"]:
-    label = t.replace("_poll", ", --progress poll,").replace("_spin", ", --progress poll --spin,")
+for t in ["udp", "udp_poll", "udp_spin", "shm", "shm_poll", "shm_spin", "tcp", "tcp_poll",
+          "tcp_spin", "tcp_lazy"]:
+    label = (t.replace("_poll", ", --progress poll,").replace("_spin", ", --progress poll --spin,")
+             .replace("_lazy", ", --progress poll --spin --lazy-ack,"))
     for op, nm in [("write", "WRITE one-way"), ("read", "READ round trip")]:
         k = f"remora_{t}_{op}_lat"
         print(f"| remora {label} {nm} | {lat(k):.2f} | {lat(k, 't_avg_us'):.2f} | {lat(k, 't_p99_us'):.2f} |")
@@ -83,7 +86,10 @@ print("\nAgainst the latency goals (WRITE typical <= ucx tcp put_lat for udp and
 for k, nm in [("remora_udp_write_lat", "udp, progress thread"),
               ("remora_udp_poll_write_lat", "udp, progress poll"),
               ("remora_udp_spin_write_lat", "udp, progress poll, busy polling"),
-              ("remora_tcp_write_lat", "tcp")]:
+              ("remora_tcp_write_lat", "tcp, progress thread"),
+              ("remora_tcp_poll_write_lat", "tcp, progress poll"),
+              ("remora_tcp_spin_write_lat", "tcp, progress poll, busy polling"),
+              ("remora_tcp_lazy_write_lat", "tcp, progress poll, busy polling, lazy ACKs")]:
     print(f"- {nm}: {lat(k):.2f} us = {lat(k) / ut:.2f}x ucx tcp put_lat ({ut:.2f} us)")
 for k, nm in [("remora_shm", "shm, progress thread"), ("remora_shm_poll", "shm, progress poll"),
               ("remora_shm_spin", "shm, progress poll, busy polling")]:

@@ -127,6 +127,14 @@ pub struct QpOptions {
     pub part: crate::PartConfig,
     /// Who drives the queue pair's receive side and timers (each side chooses its own).
     pub progress: Progress,
+    /// tcp with [`Progress::Poll`]: a busy-polling round that has nothing to send but ACKs
+    /// holds them back for one call, so that the caller's next post carries them in the same
+    /// system call (in a ping-pong every ACK rides on the reply: one send and one receive per
+    /// message instead of two each). The held ACKs leave on the caller's next call into the
+    /// queue pair (a post, a poll, a wait) and before it sleeps, so a caller that stops
+    /// calling leaves its peer's last requests unacknowledged: UCX's contract (progress only
+    /// in the caller's calls), not verbs' (the NIC answers on its own). Off by default.
+    pub lazy_ack: bool,
 }
 
 impl Default for QpOptions {
@@ -144,6 +152,7 @@ impl Default for QpOptions {
             pkey: crate::engine::DEFAULT_PKEY,
             part: crate::PartConfig::default(),
             progress: Progress::Thread,
+            lazy_ack: false,
         }
     }
 }

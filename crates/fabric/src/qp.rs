@@ -203,8 +203,10 @@ impl Qp {
     /// [`crate::Progress::Poll`] it first receives and answers what has arrived and runs due
     /// timers (an error there is logged; [`Qp::wait`] returns it).
     pub fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
-        if let Err(e) = self.progress_now() {
-            tracing::warn!(error = %e, "queue pair progress failed");
+        match self.progress_now() {
+            // A peer that left is reported by the flushed completions and `is_closed`.
+            Ok(()) | Err(Error::Disconnected) => {}
+            Err(e) => tracing::warn!(error = %e, "queue pair progress failed"),
         }
         self.cq.poll(out, max)
     }
@@ -288,11 +290,21 @@ impl Qp {
     pub fn spin(&self, timeout: Duration) -> Option<Completion> {
         let end = Instant::now() + timeout;
         loop {
-            if let Err(e) = self.progress_now() {
-                tracing::warn!(error = %e, "queue pair progress failed");
-            }
+            let gone = match self.progress_now() {
+                Ok(()) => false,
+                // The peer left: what it completes is flushed into the queue; nothing more
+                // can come, so do not spin out the timeout (or log once per turn).
+                Err(Error::Disconnected) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "queue pair progress failed");
+                    false
+                }
+            };
             if let Some(c) = self.cq.pop() {
                 return Some(c);
+            }
+            if gone {
+                return None;
             }
             if Instant::now() >= end {
                 return None;

@@ -312,6 +312,62 @@ fn tcp_busy_polling_drives_the_stream_itself() {
     assert_eq!(c.qp.stats().engine.retransmits, 0, "a stream never resends");
 }
 
+/// With `lazy_ack`, a busy-polling round holds a lone ACK back so that the caller's next post
+/// carries it; it must still leave on the caller's next call when nothing is posted, and before
+/// the caller sleeps.
+#[test]
+fn lazy_acks_go_out_on_the_next_spin_or_before_a_sleep() {
+    let opts = QpOptions {
+        transport: Transport::Tcp,
+        qp_type: QpType::Rc,
+        progress: Progress::Poll,
+        lazy_ack: true,
+        ..QpOptions::default()
+    };
+    // The server end (pumped) writes; the client end only receives and never posts.
+    let (c, s) = common::join(opts.clone(), 1, opts, false);
+    let (done, acked) = std::sync::mpsc::channel();
+    let (go, next) = std::sync::mpsc::channel::<()>();
+    let requester = thread::spawn(move || {
+        for i in 1..=2u32 {
+            if i == 2 {
+                next.recv().unwrap();
+            }
+            s.qp.post_write(
+                u64::from(i),
+                &s.region,
+                0,
+                8,
+                s.peer.addr,
+                s.peer.rkey,
+                Some(i),
+            )
+            .unwrap();
+            let wc = s.qp.wait(Duration::from_secs(5)).unwrap();
+            assert_eq!(wc.expect("the WRITE's ACK came").status, Status::Success);
+            done.send(i).unwrap();
+        }
+    });
+    let got = c.qp.spin(Duration::from_secs(10)).expect("first arrival");
+    assert_eq!(got.imm, Some(1));
+    // Busy polling that never posts: the held ACK leaves on a later spin.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while acked.try_recv().is_err() {
+        assert!(c.qp.spin(Duration::from_millis(1)).is_none());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ACK 1 held while spinning"
+        );
+    }
+    go.send(()).unwrap();
+    let got = c.qp.spin(Duration::from_secs(10)).expect("second arrival");
+    assert_eq!(got.imm, Some(2));
+    // A blocking wait right after an arrival: the held ACK leaves before the sleep.
+    assert!(c.qp.wait(Duration::from_millis(300)).unwrap().is_none());
+    assert_eq!(acked.recv_timeout(Duration::from_secs(5)), Ok(2));
+    requester.join().unwrap();
+}
+
 #[test]
 fn a_listener_owns_the_roce_port_from_the_start_and_requesters_do_not_take_it() {
     // A loopback address of this test's own: no other test's listener competes for its 4791.

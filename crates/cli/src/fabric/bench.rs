@@ -170,6 +170,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         icrc_check: !a.no_icrc_check,
         part: a.part.config(),
         progress: a.progress.progress,
+        lazy_ack: a.progress.lazy_ack,
         ..QpOptions::default()
     };
     let c = connect_client(addr, opts, role, a.size.max(1), a.size)?;
@@ -392,6 +393,7 @@ fn report(
             "test": test_name(a.test), "transport": a.transport.to_string(),
             "qp": a.qp.to_string(), "bytes": a.size, "iterations": a.iters, "mtu": mtu,
             "progress": a.progress.progress.to_string(), "spin": a.progress.spin,
+            "lazy_ack": a.progress.lazy_ack,
             "udp_dst_port": roce_dst.map(|d| d.port()),
             "counters": counters,
         });

@@ -72,6 +72,12 @@ pub struct ProgressArgs {
     /// instead of sleeping until something arrives.
     #[arg(long)]
     pub spin: bool,
+    /// tcp with `--progress poll`: a busy-polling round holds a lone ACK back until the
+    /// caller's next call, so that its next request carries it (one send per message in a
+    /// ping-pong instead of two). A caller that stops calling leaves its peer's last requests
+    /// unacknowledged, as in UCX; off by default.
+    #[arg(long)]
+    pub lazy_ack: bool,
 }
 
 impl ProgressArgs {
@@ -80,6 +86,9 @@ impl ProgressArgs {
         let mut v = vec!["--progress".into(), self.progress.to_string()];
         if self.spin {
             v.push("--spin".into());
+        }
+        if self.lazy_ack {
+            v.push("--lazy-ack".into());
         }
         v
     }

@@ -133,6 +133,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         icrc_check: !a.no_icrc_check,
         part: a.part.config(),
         progress: a.progress.progress,
+        lazy_ack: a.progress.lazy_ack,
         ..QpOptions::default()
     };
     let listener = Listener::bind(a.listen, pd.clone(), opts)?;

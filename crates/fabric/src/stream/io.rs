@@ -28,6 +28,9 @@ const RX_BUFFER: usize = 256 << 10;
 /// Bytes read beyond what the next frame needs, so that frames come many per system call
 /// while the rest of a large payload goes straight into its region.
 const READ_AHEAD: usize = 128 << 10;
+/// The BTH opcode of an RC ACK or NAK (`RC Acknowledge`).
+const RC_ACKNOWLEDGE: u8 = 0x11;
+
 /// Payloads up to this size are copied in with their frame (many small packets, one system
 /// call); larger ones are sent from the region.
 const INLINE_COPY: usize = 8 << 10;
@@ -49,6 +52,8 @@ pub(super) struct Conn {
     /// headers are ever written, so the rest is never touched).
     hdr: Vec<u8>,
     stage: Vec<u8>,
+    /// `stage` holds only ACKs held back by a busy-polling round (see [`Shared::flush_with`]).
+    owed: bool,
     /// shm frames to send: GRANT answers, GRANT_REQ, RING, DOORBELL.
     pub(super) ctl: VecDeque<(Frame, Option<OwnedFd>)>,
 }
@@ -63,6 +68,7 @@ impl Conn {
             re: 0,
             hdr: vec![0; mtu + 64],
             stage: Vec::with_capacity(2 * INLINE_COPY),
+            owed: false,
             ctl: VecDeque::new(),
         }
     }
@@ -187,7 +193,7 @@ fn parse_headers(h: &[u8], payload_len: usize) -> Result<Repr, String> {
 impl Shared {
     /// One round of progress: handles what has arrived, runs due timers, sends what the engine
     /// (and the shm side) has to send, and delivers completions.
-    pub(super) fn round(&self, c: &mut Conn) -> Result<(), Broken> {
+    pub(super) fn round(&self, c: &mut Conn, defer_ack: bool) -> Result<(), Broken> {
         for _ in 0..16 {
             let n = self.read_frames(c)?;
             let now = Instant::now();
@@ -195,7 +201,7 @@ impl Shared {
                 c.engine.handle_timeout(now);
             }
             // Answer after every batch: one coalesced ACK per batch keeps the peer's window open.
-            self.flush(c)?;
+            self.flush_with(c, defer_ack)?;
             if n < FRAMES_PER_READ {
                 break;
             }
@@ -380,6 +386,22 @@ impl Shared {
 
     /// Sends the shm frames queued and every packet the engine has to send now.
     pub(super) fn flush(&self, c: &mut Conn) -> Result<(), Broken> {
+        self.flush_with(c, false)
+    }
+
+    /// Writes out ACKs a busy-polling round held back (before the caller sleeps).
+    pub(super) fn flush_owed(&self, c: &mut Conn) -> Result<(), Broken> {
+        c.owed = false;
+        self.flush_stage(c)
+    }
+
+    /// [`flush`](Self::flush); with `defer_ack` (a busy-polling round), a flush that would
+    /// write nothing but ACKs keeps them staged, once: the caller's next post sends them in
+    /// the same system call as its request (in a ping-pong, every ACK rides on the reply), and
+    /// the next round or a sleep sends them anyway. A software transport pays a send and a
+    /// receive per lone ACK, which is what put tcp's one-way WRITE above ucx's put.
+    fn flush_with(&self, c: &mut Conn, defer_ack: bool) -> Result<(), Broken> {
+        let mut acks_only = c.ctl.is_empty();
         while let Some((f, fd)) = c.ctl.pop_front() {
             self.flush_stage(c)?;
             self.write_all(c, &[&f.encode()], fd.as_ref().map(|f| f.as_fd()))?;
@@ -393,10 +415,12 @@ impl Shared {
                 ..Frame::default()
             };
             let Some(src) = t.payload else {
+                acks_only &= c.hdr.first() == Some(&RC_ACKNOWLEDGE);
                 c.stage.extend_from_slice(&f.encode());
                 c.stage.extend_from_slice(&c.hdr[..hl]);
                 continue;
             };
+            acks_only = false;
             f.len = src.len as u32;
             if matches!(self.path, DataPath::Shm) && self.announce(c, &src.region)? {
                 f.code = BYREF;
@@ -422,6 +446,11 @@ impl Shared {
                 r?;
             }
         }
+        if defer_ack && acks_only && !c.owed && !c.stage.is_empty() {
+            c.owed = true;
+            return Ok(());
+        }
+        c.owed = false;
         self.flush_stage(c)
     }
 

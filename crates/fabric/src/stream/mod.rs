@@ -63,6 +63,8 @@ struct Shared {
     cq: Arc<Cq>,
     path: DataPath,
     mode: Progress,
+    /// [`QpOptions::lazy_ack`](crate::QpOptions::lazy_ack).
+    lazy_ack: bool,
     reliable: bool,
     /// The queue pair accepts no more work (a one-sided access was refused, or the stream
     /// broke); the engine's own error state covers NAKs.
@@ -124,11 +126,11 @@ impl Shared {
 
     /// A round under the lock; a broken stream ends the queue pair: what is outstanding
     /// completes as flushed and the queue pair is closed.
-    fn run_round(&self, c: &mut Conn) -> Result<()> {
+    fn run_round(&self, c: &mut Conn, defer_ack: bool) -> Result<()> {
         if self.is_closed() {
             return Err(Error::Disconnected);
         }
-        match self.round(c) {
+        match self.round(c, defer_ack) {
             Ok(()) => Ok(()),
             Err(why) => {
                 self.close(c, &why);
@@ -164,12 +166,21 @@ impl Shared {
         let due = if wait.is_zero() {
             true
         } else {
+            // About to sleep: nothing may stay held back.
+            let mut c = lock(&self.conn);
+            if let Err(why) = self.flush_owed(&mut c) {
+                self.close(&mut c, &why);
+                return Err(Error::Disconnected);
+            }
+            drop(c);
             let (readable, _) = sock::wait_io(self.sock.raw_fd(), false, also, Some(wait))
                 .map_err(io_err("poll on the stream"))?;
             readable || timer.is_some_and(|t| t <= Instant::now())
         };
         if due {
-            self.run_round(&mut lock(&self.conn))?;
+            // Only a caller that polls again at once may hold ACKs back (busy polling).
+            let defer = self.lazy_ack && wait.is_zero();
+            self.run_round(&mut lock(&self.conn), defer)?;
         }
         Ok(true)
     }
@@ -207,6 +218,7 @@ impl StreamQp {
         path: DataPath,
         cfg: EngineConfig,
         progress: Progress,
+        lazy_ack: bool,
         cq: Arc<Cq>,
         peer: Option<crate::shm::Credentials>,
         handover: Vec<OwnedFd>,
@@ -235,6 +247,7 @@ impl StreamQp {
             cq,
             path,
             mode: stream_mode,
+            lazy_ack: lazy_ack && stream_mode == Progress::Poll,
             reliable,
             error: AtomicBool::new(false),
             stop: AtomicBool::new(false),
