@@ -7,6 +7,8 @@
 #   THREADS=4 SECS=10 ROUNDS=5 bash bench/kv.sh
 #   IO=epoll bash bench/kv.sh   # only one of remora's worker I/O loops (default: both,
 #                               # "epoll uring", alternating with memcached in one run)
+#   STORAGE=arena bash bench/kv.sh  # only one of remora's item stores (default: "arena heap",
+#                               # the slab arena and the heap store it replaced, same run)
 #
 # Load generators: memcaslap (libmemcached-tools) and kvload (crates/kv/examples/kvload.rs,
 # one request in flight per connection, latency percentiles). Runs alternate between the two
@@ -18,6 +20,7 @@ MEM=${MEM:-256}
 SECS=${SECS:-4}
 ROUNDS=${ROUNDS:-3}
 IO=${IO:-epoll uring}
+STORAGE=${STORAGE:-arena heap}
 OUT=${OUT:-bench/out/kv.md}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 
@@ -63,7 +66,9 @@ run() {
   if [ "$server" = memcached ]; then
     memcached -p "$port" -U 0 -l 127.0.0.1 -t "$THREADS" -m "$MEM" "${USER_FLAG[@]}" & pid=$!
   else
-    "$REMORA" kv serve -p "$port" -U 0 -l 127.0.0.1 -t "$THREADS" -m "$MEM" -o io="${server#remora-}" "${USER_FLAG[@]}" & pid=$!
+    # remora-IO-STORAGE
+    local io=${server#remora-}; local st=${io#*-}; io=${io%%-*}
+    "$REMORA" kv serve -p "$port" -U 0 -l 127.0.0.1 -t "$THREADS" -m "$MEM" -o io="$io",storage="$st" "${USER_FLAG[@]}" & pid=$!
   fi
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.05; done
   local c0 c1 line
@@ -93,7 +98,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 workloads=(slap-get slap-multiget48 slap-mix load-get load-multiget48 load-mix load-latency)
 servers=(memcached)
-for io in $IO; do servers+=("remora-$io"); done
+for io in $IO; do for st in $STORAGE; do servers+=("remora-$io-$st"); done; done
 for wl in "${workloads[@]}"; do
   for r in $(seq "$ROUNDS"); do
     for server in "${servers[@]}"; do
@@ -119,7 +124,7 @@ header() {
   echo
   echo "Produced by \`bash bench/kv.sh\` (THREADS=$THREADS MEM=${MEM}MB SECS=$SECS ROUNDS=$ROUNDS IO=\"$IO\") on $(date -u +%Y-%m-%d)."
   echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), Linux $(uname -r)."
-  echo "memcached: $(memcached -V). Both servers: \`-t $THREADS -m $MEM -U 0 -l 127.0.0.1\` (remora-X also \`-o io=X\`)."
+  echo "memcached: $(memcached -V). Both servers: \`-t $THREADS -m $MEM -U 0 -l 127.0.0.1\` (remora-IO-STORAGE also \`-o io=IO,storage=STORAGE\`)."
   echo "Load generator and server share the same cores, so figures are ratios from one run, each the"
   echo "median of $ROUNDS runs alternating between the servers."
   echo
