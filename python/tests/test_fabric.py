@@ -146,14 +146,17 @@ def test_fault_settings_are_checked():
         fabric.connect("127.0.0.1:1", pd, fault_timeout=-1.0)
 
 
-@pytest.mark.parametrize("transport", ["udp", "shm"])
-def test_progress_in_the_callers_thread(transport):
+@pytest.mark.parametrize(
+    "transport,lazy_ack", [("udp", False), ("shm", False), ("tcp", False), ("tcp", True)]
+)
+def test_progress_in_the_callers_thread(transport, lazy_ack):
     """progress="poll" on both sides: the client's wait/spin drives it, a pump thread drives
-    the server, and the listener holds a RoCEv2 receive address from the start."""
+    the server, and the listener holds a RoCEv2 receive address from the start. tcp also with
+    lazy ACKs (a lone ACK rides on the next request or leaves on the next call)."""
     spd = fabric.ProtectionDomain()
     sbuf = np.zeros(N, np.uint8)
     smr = spd.register(sbuf)
-    lst = fabric.Listener("127.0.0.1:0", spd, progress="poll")
+    lst = fabric.Listener("127.0.0.1:0", spd, progress="poll", lazy_ack=lazy_ack)
     assert lst.udp_address is not None and lst.udp_address.startswith("127.0.0.1:")
     out = {}
     stop = threading.Event()
@@ -169,7 +172,12 @@ def test_progress_in_the_callers_thread(transport):
     cbuf = np.random.default_rng(2).integers(0, 255, N, dtype=np.uint8)
     cmr = cpd.register(cbuf)
     qp, peer = fabric.connect(
-        lst.address, cpd, transport=transport, progress="poll", private=cmr.info()
+        lst.address,
+        cpd,
+        transport=transport,
+        progress="poll",
+        lazy_ack=lazy_ack,
+        private=cmr.info(),
     )
     addr, _, rkey = fabric.decode_region(peer)
     assert qp.udp_peer == (lst.udp_address if transport == "udp" else None)
@@ -191,8 +199,6 @@ def test_progress_in_the_callers_thread(transport):
         t.join(10)
     with pytest.raises(ValueError, match="progress"):
         fabric.connect(lst.address, cpd, progress="sometimes")
-    with pytest.raises(Exception, match="progress poll is available on udp"):
-        fabric.connect(lst.address, cpd, transport="tcp", progress="poll")
 
 
 @pytest.mark.parametrize("progress", ["thread", "poll"])

@@ -510,7 +510,7 @@ impl PyListener {
     /// threads that wait on them or call `progress`). The udp receive socket (port 4791 when
     /// free) is bound at once; `udp_address` says where.
     #[new]
-    #[pyo3(signature = (address, pd, mtu = 4096, faults = "part", page_in = "pia", page_in_block = 16384, fault_timeout = None, progress = "thread"))]
+    #[pyo3(signature = (address, pd, mtu = 4096, faults = "part", page_in = "pia", page_in_block = 16384, fault_timeout = None, progress = "thread", lazy_ack = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         address: &str,
@@ -521,6 +521,7 @@ impl PyListener {
         page_in_block: usize,
         fault_timeout: Option<f64>,
         progress: &str,
+        lazy_ack: bool,
     ) -> PyResult<PyListener> {
         let part = PartArgs {
             faults,
@@ -528,7 +529,10 @@ impl PyListener {
             page_in_block,
             fault_timeout,
         };
-        let opts = options("udp", "rc", mtu, &part, progress)?;
+        let opts = fab::QpOptions {
+            lazy_ack,
+            ..options("udp", "rc", mtu, &part, progress)?
+        };
         let l = fab::Listener::bind(addr(address)?, pd.pd.clone(), opts).map_err(fab_err)?;
         Ok(PyListener { l: Arc::new(l) })
     }
@@ -573,8 +577,10 @@ impl PyListener {
 ///
 /// `progress`: "thread" (a background receive thread) or "poll" (udp: no thread on the data
 /// path; `wait`, `spin`, `poll` and `progress` on the queue pair do the receive work).
+/// `lazy_ack=True` (tcp with "poll"): a busy-polling call holds a lone ACK back for one call so
+/// that the next post carries it (see `QpOptions::lazy_ack`).
 #[pyfunction]
-#[pyo3(signature = (address, pd, transport = "udp", qp = "rc", mtu = 4096, private = b"".as_slice(), faults = "part", page_in = "pia", page_in_block = 16384, fault_timeout = None, progress = "thread"))]
+#[pyo3(signature = (address, pd, transport = "udp", qp = "rc", mtu = 4096, private = b"".as_slice(), faults = "part", page_in = "pia", page_in_block = 16384, fault_timeout = None, progress = "thread", lazy_ack = false))]
 #[allow(clippy::too_many_arguments)]
 fn connect<'py>(
     py: Python<'py>,
@@ -589,6 +595,7 @@ fn connect<'py>(
     page_in_block: usize,
     fault_timeout: Option<f64>,
     progress: &str,
+    lazy_ack: bool,
 ) -> PyResult<(PyQp, Bound<'py, PyBytes>)> {
     let part = PartArgs {
         faults,
@@ -596,7 +603,10 @@ fn connect<'py>(
         page_in_block,
         fault_timeout,
     };
-    let opts = options(transport, qp, mtu, &part, progress)?;
+    let opts = fab::QpOptions {
+        lazy_ack,
+        ..options(transport, qp, mtu, &part, progress)?
+    };
     let a = addr(address)?;
     let pd = pd.pd.clone();
     let p = private.to_vec();
