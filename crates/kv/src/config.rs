@@ -25,7 +25,7 @@ pub enum IoDriver {
 /// memcached `-o` suboptions that `stats` and `stats settings` report, and the two that change
 /// what the server does (`idle_timeout`, `read_buf_mem_limit`). Defaults are memcached
 /// 1.6.18's ("modern": slab reassignment, the LRU crawler and maintainer on).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Tunables {
     /// `idle_timeout=N`: seconds a waiting connection may stay silent (0 = forever).
     pub idle_timeout: u32,
@@ -36,6 +36,11 @@ pub struct Tunables {
     pub slab_reassign: bool,
     /// `slab_automove[=0|1|2]`.
     pub slab_automove: u32,
+    /// `slab_automove_window=N`: automover runs a class' window spans (memcached's 30).
+    pub slab_automove_window: u32,
+    /// `slab_automove_ratio=R`: an evicting class takes a page from the oldest class when its
+    /// tail age is below R times the oldest's (memcached's 0.8).
+    pub slab_automove_ratio: f64,
     /// `slab_chunk_max=N`.
     pub slab_chunk_max: i64,
     /// `lru_crawler` / `no_lru_crawler`.
@@ -59,6 +64,8 @@ impl Default for Tunables {
             read_buf_mem_limit: 0,
             slab_reassign: true,
             slab_automove: 1,
+            slab_automove_window: 30,
+            slab_automove_ratio: 0.8,
             slab_chunk_max: 512 * 1024,
             lru_crawler: true,
             lru_maintainer: true,
@@ -433,6 +440,20 @@ impl Config {
                     _ => return err("slab_automove must be between 0 and 2"),
                 },
                 ("no_slab_automove", None) => s.tunables.slab_automove = 0,
+                ("slab_automove_window", None) => {
+                    return err("Missing slab_automove_window argument")
+                }
+                ("slab_automove_window", Some(val)) => match atoi(val) {
+                    n if n < 3 => return err("slab_automove_window must be > 2"),
+                    n => s.tunables.slab_automove_window = n as u32,
+                },
+                ("slab_automove_ratio", None) => {
+                    return err("Missing slab_automove_ratio argument")
+                }
+                ("slab_automove_ratio", Some(val)) => match val.trim().parse::<f64>() {
+                    Ok(r) if r > 0.0 && r <= 1.0 => s.tunables.slab_automove_ratio = r,
+                    _ => return err("slab_automove_ratio must be > 0 and < 1"),
+                },
                 ("slab_chunk_max", Some(val)) => match val.trim().parse::<i64>() {
                     Ok(n) => {
                         s.tunables.slab_chunk_max = n;
@@ -514,10 +535,6 @@ const REPORTED: &[&str] = &[
     "no_lru_maintainer",
     "lru_segmented",
     "no_lru_segmented",
-    "slab_reassign",
-    "no_slab_reassign",
-    "slab_automove",
-    "no_slab_automove",
     "slab_chunk_max",
     "hash_algorithm",
 ];
@@ -584,7 +601,12 @@ pub fn usage() -> String {
                                                mapping with memcached's slab classes)
                           memory_file=<path>   same as -e: the arena in a file that a
                                                graceful stop (SIGUSR1) leaves restorable
-                          hashpower=<n>        log2 of the arena's hash buckets
+                          hashpower=<n>        log2 of the arena's hash buckets at start
+                                               (default 16; doubles past 1.5 items each)
+                          slab_reassign, no_slab_reassign  page moves (slabs reassign)
+                          slab_automove[=0|1|2]  move pages by themselves (default 1)
+                          slab_automove_window=<n>, slab_automove_ratio=<r>
+                                               the automover's window and age ratio
                           accepted with a warning, no effect:
 "#,
     );

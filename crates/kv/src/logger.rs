@@ -182,6 +182,16 @@ impl Logger {
         })
     }
 
+    /// The next log line's id (memcached keeps it across a warm restart: `logger_gid`).
+    pub fn gid(&self) -> u64 {
+        self.gid.load(Relaxed)
+    }
+
+    /// Sets the next log line's id (a warm restart).
+    pub fn set_gid(&self, gid: u64) {
+        self.gid.store(gid, Relaxed);
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         match self.state.lock() {
             Ok(g) => g,

@@ -19,7 +19,7 @@ impl Arena {
             ));
         }
         let mut chained = 0;
-        for k in 0..self.geo.buckets {
+        for k in 0..self.buckets_in_use() {
             let mut off = u64_at(self.b(), HEADER_BYTES + k * 8);
             while off != 0 {
                 if !linked.contains(&off) {

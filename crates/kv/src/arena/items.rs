@@ -4,17 +4,13 @@
 use std::sync::Arc;
 
 use super::layout::*;
-use super::{hash_with, Arena, ArenaError, Item, Pin, Victim};
+use super::{Arena, ArenaError, Item, Pin, Victim};
 
 /// LRU tail items an allocation looks at before giving up on a class whose tail is pinned
 /// (memcached's search depth for the same case is 5).
 const TAIL_SEARCH: usize = 5;
 
 impl Arena {
-    pub(super) fn bucket(&self, key: &[u8]) -> usize {
-        HEADER_BYTES + (hash_with(self.seed, key) as usize & (self.geo.buckets - 1)) * 8
-    }
-
     pub(super) fn at(&self, off: u64, f: usize) -> u64 {
         u64_at(self.b(), off as usize + f)
     }
@@ -445,6 +441,7 @@ impl Arena {
         let size = self.size_of(off);
         self.add_header(H_BYTES, size as i64);
         self.count(c, C_REQUESTED, size);
+        self.grow_on_link();
     }
 
     fn expired(&self, off: u64, now: u32) -> bool {

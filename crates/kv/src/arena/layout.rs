@@ -22,8 +22,8 @@
 /// "RMRKVAR1": a remora kv arena.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RMRKVAR1");
 /// The layout version (2: 56-byte item headers with access time and bits; 3: per-class item
-/// counters).
-pub const VERSION: u32 = 3;
+/// counters; 4: a growing hash table and page-move counters).
+pub const VERSION: u32 = 4;
 /// Bytes before the hash table.
 pub const HEADER_BYTES: usize = 16384;
 /// Bytes of an item's header.
@@ -70,6 +70,20 @@ pub const H_EPOCH: usize = 120;
 pub const H_SEED: usize = 128;
 /// 1 when items count a CAS (`-C` not given).
 pub const H_CAS_ON: usize = 136;
+/// log2 of the active hash buckets (H_HASH_POWER is the room reserved for the largest).
+pub const H_HASH_LEVEL: usize = 140;
+/// 1 while the table grows; H_HASH_SPLIT old buckets are split so far.
+pub const H_HASH_EXPANDING: usize = 144;
+pub const H_HASH_SPLIT: usize = 152;
+// Page moves (memcached's `slab_reassign_*` counters).
+/// Live items moved into free chunks of their class instead of being evicted.
+pub const H_RESCUES: usize = 160;
+/// Live items evicted by a page move because their class had no free chunk left.
+pub const H_EVICT_NOMEM: usize = 168;
+/// Items pinned by a reply that made a page move wait (the page is busy).
+pub const H_BUSY_ITEMS: usize = 176;
+/// Free chunks a rescue took off the free list that lay in the page being moved.
+pub const H_INLINE_RECLAIM: usize = 184;
 const H_CLASS_TABLE: usize = 256;
 const CLASS_BYTES: usize = 192;
 

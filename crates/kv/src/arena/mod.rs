@@ -34,6 +34,7 @@
 //! assert_eq!((it.value, it.flags), (&b"value"[..], 7));
 //! ```
 mod check;
+mod hash;
 mod items;
 mod layout;
 mod memory;
@@ -60,25 +61,30 @@ pub struct ArenaConfig {
     pub min_space: usize,
     /// Largest item as memcached counts it (`-I`; at most the page size).
     pub item_max: usize,
-    /// log2 of the hash buckets (`-o hashpower`).
+    /// log2 of the most hash buckets: the room reserved for the table to grow into.
     pub hash_power: u32,
+    /// log2 of the hash buckets at a cold start (`-o hashpower`, memcached's 16); the table
+    /// doubles as items pass 1.5 per bucket, up to `hash_power`.
+    pub hash_power_init: u32,
     /// Items carry a CAS (`-C` not given): memcached counts 8 more bytes per item.
     pub cas: bool,
 }
 
 impl ArenaConfig {
-    /// memcached's defaults for `memory` bytes of items: a hash table of about one bucket per
-    /// 128 bytes of items (memcached grows its table to that as it fills; the arena's cannot
-    /// move, so it starts there, and untouched buckets cost no memory).
+    /// memcached's defaults for `memory` bytes of items: a hash table of 2^16 buckets with room
+    /// to grow to about one bucket per 128 bytes of items (the room is reserved in the mapping,
+    /// and untouched buckets cost no memory).
     pub fn new(memory: usize) -> ArenaConfig {
         let buckets = (memory / 128).max(1 << 16).next_power_of_two();
+        let hash_power = buckets.trailing_zeros().min(30);
         ArenaConfig {
             memory,
             page_size: 1 << 20,
             growth_factor: 1.25,
             min_space: 48,
             item_max: 1 << 20,
-            hash_power: buckets.trailing_zeros().min(30),
+            hash_power,
+            hash_power_init: 16.min(hash_power),
             cas: true,
         }
     }
@@ -169,6 +175,10 @@ pub enum ArenaError {
     /// A page move found every page of the class holding items that replies still send.
     #[error("every page of class {0} holds items being sent; try again")]
     Busy(usize),
+    /// The warm restart's metadata file (`FILE.meta`) is empty or corrupt: the server does
+    /// not start, as memcached does not.
+    #[error("restart metadata: {0} (remove it to start with a clean cache)")]
+    Metadata(String),
     /// The mapping failed.
     #[error("arena memory: {0}")]
     Io(#[from] std::io::Error),
@@ -276,6 +286,17 @@ pub struct ClassStats {
     pub outofmemory: u64,
 }
 
+/// What one page move did with the live items of its page.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    /// Live items copied into free chunks of their class elsewhere.
+    pub rescued: u64,
+    /// Live items evicted: their class had no free chunk left.
+    pub evicted: u64,
+    /// Dead (expired or flushed) items dropped.
+    pub dropped: u64,
+}
+
 /// Whole-arena figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArenaStats {
@@ -325,6 +346,11 @@ pub struct Arena {
     classes: usize,
     seed: u64,
     cas_bytes: bool,
+    /// The active hash table (kept in the header too): log2 of its buckets, whether it grows,
+    /// and how many old buckets are split so far.
+    hpower: u32,
+    hexpanding: bool,
+    hsplit: usize,
     /// Pinned items by offset.
     pins: HashMap<u64, Weak<Pin>>,
     /// Unlinked items still pinned: freed by [`Arena::reap`] once only this list holds them.
@@ -359,6 +385,9 @@ impl Arena {
             classes: sizes.len(),
             seed: 0,
             cas_bytes: cfg.cas,
+            hpower: 0,
+            hexpanding: false,
+            hsplit: 0,
             pins: HashMap::new(),
             held: Vec::new(),
         };
@@ -370,6 +399,7 @@ impl Arena {
         let opened = match (existed, reason) {
             (true, None) => {
                 a.seed = u64_at(a.b(), H_SEED);
+                a.load_hash_state();
                 a.free_held_chunks();
                 Opened::Restored {
                     items: u64_at(a.b(), H_ITEMS),
@@ -410,6 +440,10 @@ impl Arena {
             && u32_at(b, H_CLASSES) as usize == sizes.len()
             && u32_at(b, H_PAGES) as usize == self.geo.pages
             && (u32_at(b, H_CAS_ON) == 1) == cfg.cas;
+        let level = u32_at(b, H_HASH_LEVEL);
+        if level > cfg.hash_power || (level == cfg.hash_power && u32_at(b, H_HASH_EXPANDING) != 0) {
+            return Some("the arena's hash table is larger than its reserved room".into());
+        }
         if !same {
             return Some(
                 "the arena was made with other settings (-m, -f, -n, -I, -C or hashpower)".into(),
@@ -428,7 +462,9 @@ impl Arena {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0x9e37_79b9, |d| d.as_nanos() as u64);
         let b = self.bm();
-        b[..geo.first_page].fill(0);
+        // The header and the directory only: the hash table is cleared as far as it is used,
+        // so the room reserved for it stays untouched (and free) until it grows.
+        b[..HEADER_BYTES].fill(0);
         b[geo.directory..geo.directory + geo.pages].fill(NO_CLASS);
         put_u64(b, H_MAGIC, MAGIC);
         put_u32(b, H_VERSION, VERSION);
@@ -454,6 +490,18 @@ impl Arena {
             );
         }
         self.seed = seed;
+        self.init_hash(cfg.hash_power_init.clamp(1, cfg.hash_power));
+    }
+
+    /// Empties the arena (a cold start decided after opening, e.g. when the restart metadata
+    /// is missing or disagrees with the arena).
+    pub fn reset(&mut self, cfg: &ArenaConfig) -> Result<(), ArenaError> {
+        let sizes = cfg.classes()?;
+        self.pins.clear();
+        self.held.clear();
+        self.init(cfg, &sizes);
+        put_u32(self.bm(), H_CLEAN, 0);
+        Ok(())
     }
 
     /// Marks the arena clean and writes a file-backed one out: the next [`open`](Self::open)

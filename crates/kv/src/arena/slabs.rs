@@ -2,7 +2,7 @@
 //! classes (`slabs reassign`).
 
 use super::layout::*;
-use super::{Arena, ArenaError, Item};
+use super::{Arena, ArenaError, Item, Moved};
 
 impl Arena {
     /// Calls `f` with every chunk of every page handed to a class, and its state.
@@ -33,17 +33,6 @@ impl Arena {
                 f(off, self.item(off))
             }
         });
-    }
-
-    /// Calls `f` with every linked item in hash table order (`lru_crawler metadump hash`).
-    pub fn walk_hash<'s>(&'s self, mut f: impl FnMut(Item<'s>)) {
-        for k in 0..self.geo.buckets {
-            let mut off = u64_at(self.b(), HEADER_BYTES + k * 8);
-            while off != 0 {
-                f(self.item(off));
-                off = self.at(off, I_HNEXT);
-            }
-        }
     }
 
     /// Every linked item, in page order (`lru_crawler metadump`).
@@ -221,10 +210,18 @@ impl Arena {
         self.reclaim(|it| it.exptime != 0 && it.exptime <= now)
     }
 
-    /// Moves one page from class `from` to class `to` (memcached's `slabs reassign`; `to` =
-    /// None gives it back to no class): the page's items are evicted. Returns how many. A page
-    /// with a pinned or held chunk is passed over.
-    pub fn move_page(&mut self, from: usize, to: Option<usize>) -> Result<u64, ArenaError> {
+    /// Moves one page from class `from` to class `to` (memcached's `slab_reassign`; `to` =
+    /// None gives it to the global pool). The page with the fewest live items is taken; its
+    /// dead items (`dead` says which) are dropped, its live ones rescued into free chunks of
+    /// the class elsewhere, and evicted only when none is left. A page holding an item a
+    /// reply still sends is busy and not taken; when every page is, the move fails with
+    /// [`ArenaError::Busy`].
+    pub fn move_page(
+        &mut self,
+        from: usize,
+        to: Option<usize>,
+        dead: &mut dyn FnMut(Item<'_>) -> bool,
+    ) -> Result<Moved, ArenaError> {
         if from >= self.classes || to.is_some_and(|t| t >= self.classes || t == from) {
             return Err(ArenaError::Config(format!(
                 "cannot move a page from class {from} to class {to:?} ({} classes)",
@@ -236,39 +233,138 @@ impl Arena {
         let used = u32_at(self.b(), H_PAGES_USED) as usize;
         let (size, per) = (self.field(from, C_SIZE), self.field(from, C_PER_PAGE));
         let base_of = |p: usize| (geo.first_page + p * geo.page_size) as u64;
-        let movable = |a: &Arena, p: usize| {
-            a.b()[geo.directory + p] == from as u8
-                && (0..per).all(|k| {
+        // (busy chunks, live items, page) of each page of the class; the least busy, then
+        // least full, first.
+        let best = (0..used)
+            .filter(|&p| self.b()[geo.directory + p] == from as u8)
+            .map(|p| {
+                let (mut busy, mut live) = (0u64, 0u64);
+                for k in 0..per {
                     let off = base_of(p) + k * size;
-                    a.state_of(off) != HELD && !a.pinned(off)
-                })
-        };
-        let Some(p) = (0..used).find(|&p| movable(self, p)) else {
-            return Err(if self.field(from, C_PAGES) == 0 {
-                ArenaError::Config(format!("class {from} has no page to move"))
-            } else {
-                ArenaError::Busy(from)
-            });
+                    match self.state_of(off) {
+                        HELD => busy += 1,
+                        LINKED if self.pinned(off) => busy += 1,
+                        LINKED => live += 1,
+                        _ => {}
+                    }
+                }
+                (busy, live, p)
+            })
+            .min();
+        let p = match best {
+            None => {
+                return Err(ArenaError::Config(format!(
+                    "class {from} has no page to move"
+                )))
+            }
+            Some((busy, ..)) if busy > 0 => {
+                self.add_header(H_BUSY_ITEMS, busy as i64);
+                return Err(ArenaError::Busy(from));
+            }
+            Some((_, _, p)) => p,
         };
         let (base, end) = (base_of(p), base_of(p) + per * size);
-        let mut evicted = 0;
+        let mut moved = Moved::default();
         for k in 0..per {
             let off = base + k * size;
-            if self.state_of(off) == LINKED {
+            if self.state_of(off) != LINKED {
+                continue;
+            }
+            if dead(self.item(off)) {
                 self.unlink(off);
-                evicted += 1;
+                self.take_free_head(from, off);
+                moved.dropped += 1;
+            } else if let Some(new) = self.rescue_chunk(from, base..end) {
+                self.relocate(off, new);
+                moved.rescued += 1;
+            } else {
+                self.unlink(off);
+                self.take_free_head(from, off);
+                moved.evicted += 1;
             }
         }
         self.drop_free_chunks(from, base, end);
         self.set_field(from, C_PAGES, self.field(from, C_PAGES) - 1);
-        self.set_field(from, C_EVICTED, self.field(from, C_EVICTED) + evicted);
-        self.add_header(H_EVICTIONS, evicted as i64);
+        self.add_header(H_RESCUES, moved.rescued as i64);
+        self.add_header(H_EVICT_NOMEM, moved.evicted as i64);
         self.add_header(H_MOVES, 1);
         match to {
             Some(to) => self.carve(p, to),
             None => self.bm()[geo.directory + p] = NO_CLASS,
         }
-        Ok(evicted)
+        Ok(moved)
+    }
+
+    /// Takes `off`, just freed (so at the head of class `c`'s free list), off the list again:
+    /// a chunk of the page being moved must not be handed out.
+    fn take_free_head(&mut self, c: usize, off: u64) {
+        debug_assert_eq!(self.field(c, C_FREE), off);
+        self.set_field(c, C_FREE, self.at(off, I_NEXT));
+        self.set_field(c, C_FREE_COUNT, self.field(c, C_FREE_COUNT) - 1);
+    }
+
+    /// A free chunk of class `c` outside `page`, as memcached's `slab_rebalance_alloc`: free
+    /// chunks inside the page met on the way are taken off the list (`inline_reclaim`).
+    fn rescue_chunk(&mut self, c: usize, page: std::ops::Range<u64>) -> Option<u64> {
+        loop {
+            let off = self.field(c, C_FREE);
+            if off == 0 {
+                return None;
+            }
+            self.set_field(c, C_FREE, self.at(off, I_NEXT));
+            self.set_field(c, C_FREE_COUNT, self.field(c, C_FREE_COUNT) - 1);
+            if !page.contains(&off) {
+                return Some(off);
+            }
+            self.add_header(H_INLINE_RECLAIM, 1);
+        }
+    }
+
+    /// Copies the linked item at `off` into the free chunk `new` of the same class and puts
+    /// the copy in its place in the hash chain and the LRU.
+    fn relocate(&mut self, off: u64, new: u64) {
+        let o = off as usize;
+        let len =
+            ITEM_HEADER + self.b()[o + I_NKEY] as usize + u32_at(self.b(), o + I_NBYTES) as usize;
+        self.bm().copy_within(o..o + len, new as usize);
+        let bucket = self.bucket(self.key_of(new));
+        let mut prev = 0u64;
+        let mut cur = u64_at(self.b(), bucket);
+        while cur != off {
+            prev = cur;
+            cur = self.at(cur, I_HNEXT);
+        }
+        if prev == 0 {
+            put_u64(self.bm(), bucket, new);
+        } else {
+            self.put(prev, I_HNEXT, new);
+        }
+        let c = self.class_of(new);
+        let (lp, ln) = (self.at(new, I_PREV), self.at(new, I_NEXT));
+        if lp == 0 {
+            self.set_field(c, C_HEAD, new);
+        } else {
+            self.put(lp, I_NEXT, new);
+        }
+        if ln == 0 {
+            self.set_field(c, C_TAIL, new);
+        } else {
+            self.put(ln, I_PREV, new);
+        }
+        // The old chunk is on no list; its page is carved afresh or pooled.
+        self.bm()[o + I_STATE] = FREE;
+    }
+
+    /// Page-move counters: (`slab_reassign_rescues`, `slab_reassign_evictions_nomem`,
+    /// `slab_reassign_inline_reclaim`, `slab_reassign_busy_items`).
+    pub fn move_counters(&self) -> (u64, u64, u64, u64) {
+        let b = self.b();
+        (
+            u64_at(b, H_RESCUES),
+            u64_at(b, H_EVICT_NOMEM),
+            u64_at(b, H_INLINE_RECLAIM),
+            u64_at(b, H_BUSY_ITEMS),
+        )
     }
 
     /// Pages of class `c`.

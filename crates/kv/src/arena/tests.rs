@@ -9,6 +9,8 @@ fn small(memory: usize) -> ArenaConfig {
         memory,
         page_size: 64 << 10,
         hash_power: 8,
+        // Small, so the proptest's few dozen keys grow the table.
+        hash_power_init: 2,
         item_max: 64 << 10,
         ..ArenaConfig::new(memory)
     }
@@ -164,7 +166,10 @@ fn a_pinned_value_outlives_its_replacement_and_is_never_evicted_or_moved() {
     assert_eq!(a.stats().held, 1);
     a.check().unwrap();
     // The class' one page holds a held chunk: it cannot move.
-    assert!(matches!(a.move_page(class, None), Err(ArenaError::Busy(_))));
+    assert!(matches!(
+        a.move_page(class, None, &mut |_| false),
+        Err(ArenaError::Busy(_))
+    ));
     drop(pin);
     a.reap();
     assert_eq!(a.stats().held, 0);
@@ -194,15 +199,61 @@ fn a_page_moves_between_classes_evicting_what_it_held() {
     let small_class = a.get(b"s0", 1).unwrap().class;
     a.set(b"huge", &[3; 40_000], 0, 0, 1).unwrap();
     let big_class = a.get(b"huge", 1).unwrap().class;
-    assert_eq!(a.move_page(small_class, Some(big_class)).unwrap(), 20);
+    assert_eq!(
+        a.move_page(small_class, Some(big_class), &mut |_| false)
+            .unwrap()
+            .evicted,
+        20
+    );
     a.check().unwrap();
     a.set(b"huge2", &[3; 40_000], 0, 0, 1).unwrap();
     assert_eq!(a.get(b"mid", 1).unwrap().value.len(), 3000);
     assert!(a.get(b"s3", 1).is_none());
     let cs = a.class_stats();
     assert_eq!((cs[small_class].pages, cs[big_class].pages), (0, 2));
-    assert!(a.move_page(small_class, Some(big_class)).is_err());
-    assert!(a.move_page(0, Some(99)).is_err());
+    assert!(a
+        .move_page(small_class, Some(big_class), &mut |_| false)
+        .is_err());
+    assert!(a.move_page(0, Some(99), &mut |_| false).is_err());
+    a.check().unwrap();
+}
+
+#[test]
+fn a_page_move_rescues_live_items_into_free_chunks_and_evicts_only_without_one() {
+    let cfg = small(8 * (64 << 10));
+    let mut a = anon(&cfg);
+    let v = [7u8; 3000];
+    let mut n = 0;
+    while a.class_stats().iter().map(|c| c.pages).sum::<u32>() < 3 {
+        a.set(format!("k{n}").as_bytes(), &v, 0, 0, 1).unwrap();
+        n += 1;
+    }
+    let c = a.get(b"k0", 1).unwrap().class;
+    // Fill the third page too, then free every other item: room elsewhere for rescues.
+    while a.class_stats()[c].free > 0 {
+        a.set(format!("k{n}").as_bytes(), &v, 0, 0, 1).unwrap();
+        n += 1;
+    }
+    for i in (0..n).step_by(2) {
+        a.delete(format!("k{i}").as_bytes());
+    }
+    // One item dead: dropped, not rescued.
+    let m = a.move_page(c, None, &mut |it| it.key == b"k1").unwrap();
+    assert!(m.rescued > 0 && m.evicted == 0, "{m:?}");
+    assert_eq!(a.pool_pages(), 1);
+    a.check().unwrap();
+    for i in (3..n).step_by(2) {
+        assert_eq!(a.get(format!("k{i}").as_bytes(), 1).unwrap().value, &v[..]);
+    }
+    assert_eq!(a.move_counters().0, m.rescued);
+    // Full again: the next move has nowhere to put them and evicts.
+    while a.class_stats()[c].free > 0 {
+        a.set(format!("k{n}").as_bytes(), &v, 0, 0, 1).unwrap();
+        n += 1;
+    }
+    let m = a.move_page(c, None, &mut |_| false).unwrap();
+    assert!(m.evicted > 0 && m.rescued == 0, "{m:?}");
+    assert_eq!(a.move_counters().1, m.evicted);
     a.check().unwrap();
 }
 
@@ -257,6 +308,68 @@ fn a_clean_close_restores_every_item_and_a_crash_or_other_settings_start_cold() 
         "{o:?}"
     );
     drop(a);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_hash_table_doubles_past_one_and_a_half_items_per_bucket_and_survives_a_restart() {
+    let dir = std::env::temp_dir().join(format!("remora-arena-hash-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("arena");
+    let _ = std::fs::remove_file(&path);
+    let cfg = ArenaConfig {
+        hash_power: 6,
+        hash_power_init: 3,
+        ..small(1 << 20)
+    };
+    let open = || {
+        let map = Mapping::new(Backing::File(path.clone()), cfg.mapped()).unwrap();
+        Arena::open(map, &cfg).unwrap()
+    };
+    let (mut a, _) = open();
+    assert_eq!(a.hash_level(), (3, false));
+    // 12 items in 8 buckets: not yet; the 13th starts a growth that links finish.
+    for i in 0..12 {
+        a.set(format!("k{i}").as_bytes(), b"v", 0, 0, 1).unwrap();
+    }
+    assert_eq!(a.hash_level(), (3, false));
+    a.set(b"k12", b"v", 0, 0, 1).unwrap();
+    assert_eq!(
+        a.hash_level(),
+        (4, true),
+        "growing: memcached reports the new level"
+    );
+    a.check().unwrap();
+    for i in 13..40 {
+        a.set(format!("k{i}").as_bytes(), b"v", 0, 0, 1).unwrap();
+        a.check().unwrap();
+    }
+    // 40 items: 16 buckets passed (24), 32 not yet (48).
+    assert_eq!(a.hash_level(), (5, false));
+    // The reserved room bounds it: 2^6 buckets at most.
+    for i in 40..400 {
+        a.set(format!("k{i}").as_bytes(), b"v", 0, 0, 1).unwrap();
+    }
+    while a.grow(1) {}
+    assert_eq!(a.hash_level(), (6, false));
+    a.check().unwrap();
+    for i in 0..400 {
+        assert!(a.get(format!("k{i}").as_bytes(), 1).is_some(), "k{i}");
+    }
+    // Deleted items do not shrink it, and a restart restores the active level.
+    for i in 0..400 {
+        a.delete(format!("k{i}").as_bytes());
+    }
+    a.set(b"last", b"v", 0, 0, 1).unwrap();
+    a.close(1_700_000_000).unwrap();
+    let (a, o) = open();
+    assert!(matches!(o, Opened::Restored { items: 1, .. }), "{o:?}");
+    assert_eq!(a.hash_level(), (6, false));
+    a.check().unwrap();
+    // A cold start begins at the starting level again.
+    drop(a);
+    let (a, _) = open();
+    assert_eq!(a.hash_level(), (3, false));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -349,7 +462,7 @@ proptest! {
                     let had = a.delete(&[b'k', k]);
                     if model.remove(&k).is_none() { prop_assert!(!had); }
                 }
-                Op::Move(from, to) => { let _ = a.move_page(from as usize, Some(to as usize)); }
+                Op::Move(from, to) => { let _ = a.move_page(from as usize, Some(to as usize), &mut |_| false); }
                 Op::Expire(k) => {
                     if a.touch(&[b'k', k], now, now) {
                         prop_assert!(a.get(&[b'k', k], now).is_none());

@@ -169,7 +169,15 @@ impl Cache {
 
     /// The LRU maintainer's pass (once a second from the server's maintainer thread).
     pub fn maintain(&self) -> u64 {
-        self.store.maintain(self.now())
+        let now = self.now();
+        let n = self.store.maintain(now);
+        if self.settings.tunables.slab_reassign {
+            let mode = self.slab_automove.load(Relaxed) as u32;
+            let ratio = f64::from_bits(self.slab_automove_ratio.load(Relaxed));
+            let window = self.settings.tunables.slab_automove_window;
+            self.store.automove(now, mode, window, ratio);
+        }
+        n
     }
 }
 

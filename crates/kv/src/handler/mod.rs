@@ -20,14 +20,14 @@ use crate::protocol::text::{self, Automove, Command, GetKind, ShutdownMode, Stor
 use crate::protocol::Limits;
 use crate::stats::{inc, ConnCounters, Counters};
 use crate::storage::{
-    ArenaStore, ArithOutcome, DeleteOutcome, HeapStore, Opening, ReadOpts, Store, StoreConfig,
-    StoreMode, StoreOutcome,
+    ArithOutcome, DeleteOutcome, HeapStore, ReadOpts, Store, StoreConfig, StoreMode, StoreOutcome,
 };
 
 pub mod auth;
 mod binary_cmds;
 pub mod crawler;
 mod meta_cmds;
+mod restart;
 mod stats;
 mod text_cmds;
 
@@ -208,20 +208,11 @@ impl Cache {
         let now_unix = unix_now();
         // Relative clock starts at 2 so 0 and 1 keep their special meanings.
         let (mut process_started, mut clock_base) = (now_unix - 2, 2u32);
+        let mut logger_gid = 0;
         let mut store: Box<Store> = match settings.storage {
             StorageKind::Heap => Box::new(HeapStore::new(config)),
             StorageKind::Arena => {
-                let mut ac = crate::arena::ArenaConfig::new(settings.maxbytes);
-                ac.growth_factor = settings.growth_factor;
-                ac.min_space = settings.chunk_size;
-                if settings.tunables.hashpower_init > 0 {
-                    ac.hash_power = settings.tunables.hashpower_init;
-                }
-                let opening = match &settings.memory_file {
-                    Some(p) => Opening::File(p.clone()),
-                    None => Opening::Anonymous,
-                };
-                let a = ArenaStore::open(config, ac, &opening)?;
+                let (a, warm) = restart::open_arena(&settings, config)?;
                 // memcached's test hook: bytes counted as allocated before any page.
                 if let Some(n) = std::env::var("T_MEMD_INITIAL_MALLOC")
                     .ok()
@@ -229,17 +220,10 @@ impl Cache {
                 {
                     a.set_premalloc(n);
                 }
-                match a.opened() {
-                    crate::arena::Opened::Restored { items, epoch } => {
-                        // memcached prints its [restart] lines whatever the verbosity.
-                        eprintln!("[restart] restored the arena: {items} items, warm start");
-                        process_started = *epoch;
-                        clock_base = (now_unix - epoch).clamp(2, u32::MAX as i64) as u32;
-                    }
-                    crate::arena::Opened::Cold(Some(why)) => {
-                        eprintln!("[restart] starting cold: {why}");
-                    }
-                    crate::arena::Opened::Cold(None) => {}
+                if let Some(w) = warm {
+                    process_started = w.epoch;
+                    clock_base = (now_unix - w.epoch).clamp(2, u32::MAX as i64) as u32;
+                    logger_gid = w.logger_gid;
                 }
                 Box::new(a)
             }
@@ -247,8 +231,10 @@ impl Cache {
         let prefixes = PrefixStats::new(settings.prefix_delimiter);
         prefixes.set_enabled(settings.detail_enabled);
         let automove = settings.tunables.slab_automove as u64;
+        let settings_ratio = settings.tunables.slab_automove_ratio;
         let lru_crawler = settings.tunables.lru_crawler;
         let logger = Logger::new(settings.watcher_logbuf_size);
+        logger.set_gid(logger_gid);
         {
             let l = logger.clone();
             store.set_evict_hook(Box::new(move |e| l.eviction(e)));
@@ -266,7 +252,7 @@ impl Cache {
             verbosity: AtomicU64::new(0),
             logger,
             slab_automove: AtomicU64::new(automove),
-            slab_automove_ratio: AtomicU64::new(0.8f64.to_bits()),
+            slab_automove_ratio: AtomicU64::new(settings_ratio.to_bits()),
             crawler: crawler::CrawlerState::new(lru_crawler),
             shutdown: std::sync::atomic::AtomicBool::new(false),
             graceful: std::sync::atomic::AtomicBool::new(false),
@@ -278,9 +264,22 @@ impl Cache {
         self.started.elapsed().as_secs() as u32 + self.clock_base
     }
 
-    /// A graceful stop with `-e`: the arena is left clean for the next start.
+    /// A graceful stop with `-e`: the arena is left clean and `FILE.meta` written (last, so
+    /// a stop cut short leaves no metadata and the next start is clean).
     pub fn close_for_restart(&self) -> std::io::Result<()> {
-        self.store.close(self.process_started)
+        let now = self.now();
+        self.store.close(self.process_started)?;
+        match (&self.settings.memory_file, self.store.restart_state()) {
+            (Some(file), Some(st)) => restart::write_meta(
+                file,
+                &self.settings,
+                &st,
+                self.process_started,
+                now,
+                self.logger.gid(),
+            ),
+            _ => Ok(()),
+        }
     }
 
     /// Parser limits.

@@ -116,34 +116,43 @@ impl Cache {
         put("time_in_listen_disabled_us", "0".into());
         put("threads", self.settings.threads.to_string());
         put("conn_yields", n("conn_yields"));
-        // memcached's table starts at 2^16 buckets (or `-o hashpower`) and grows; remora's
-        // tables are per shard, so this reports the starting size.
-        let power = if tun.hashpower_init > 0 {
+        // The arena's one table grows as memcached's does; the heap store's tables are per
+        // shard, so it reports the starting size.
+        let start = if tun.hashpower_init > 0 {
             tun.hashpower_init
         } else {
             16
         };
+        let (power, expanding) = self.store.hash_table().unwrap_or((start, false));
         put("hash_power_level", power.to_string());
         put("hash_bytes", (8u64 << power).to_string());
-        put("hash_is_expanding", "0".into());
+        put("hash_is_expanding", u8::from(expanding).to_string());
         let zero = |put: &mut dyn FnMut(&str, String), names: &[&str]| {
             for k in names {
                 put(k, "0".into());
             }
         };
         if tun.slab_reassign {
-            zero(
-                &mut put,
-                &[
-                    "slab_reassign_rescues",
-                    "slab_reassign_chunk_rescues",
-                    "slab_reassign_evictions_nomem",
-                    "slab_reassign_inline_reclaim",
-                    "slab_reassign_busy_items",
-                    "slab_reassign_busy_deletes",
-                    "slab_reassign_running",
-                ],
+            put("slab_reassign_rescues", c.reassign_rescues.to_string());
+            // No chunked items: no chunk is ever rescued on its own.
+            put("slab_reassign_chunk_rescues", "0".into());
+            put(
+                "slab_reassign_evictions_nomem",
+                c.reassign_evictions_nomem.to_string(),
             );
+            put(
+                "slab_reassign_inline_reclaim",
+                c.reassign_inline_reclaim.to_string(),
+            );
+            put(
+                "slab_reassign_busy_items",
+                c.reassign_busy_items.to_string(),
+            );
+            // A busy page is not taken (its move fails) rather than waited on, so no item is
+            // ever deleted while a move waits for it, and no move is running between
+            // commands: a move runs under the store's lock, before its reply.
+            put("slab_reassign_busy_deletes", "0".into());
+            put("slab_reassign_running", "0".into());
             put("slabs_moved", c.slabs_moved.to_string());
         }
         if self.crawler.enabled.load(Relaxed) {
@@ -256,7 +265,7 @@ impl Cache {
                     f64::from_bits(self.slab_automove_ratio.load(Relaxed))
                 ),
             ),
-            ("slab_automove_window", "30".into()),
+            ("slab_automove_window", tun.slab_automove_window.to_string()),
             ("slab_chunk_max", tun.slab_chunk_max.to_string()),
             ("lru_crawler", yn(self.crawler.enabled.load(Relaxed))),
             (
@@ -446,7 +455,7 @@ impl Cache {
         if pages(src) < 2 {
             return b"NOSPARE source class has no spare pages";
         }
-        match self.store.reassign(src as usize, dst as usize) {
+        match self.store.reassign(src as usize, dst as usize, self.now()) {
             Ok(_) => b"OK",
             Err(crate::arena::ArenaError::Busy(_)) => b"BUSY currently processing reassign request",
             Err(_) => b"NOSPARE source class has no spare pages",

@@ -26,40 +26,44 @@ pub enum Opening {
     File(std::path::PathBuf),
 }
 
-struct Inner {
-    arena: Arena,
-    total_items: u64,
-    get_expired: u64,
-    get_flushed: u64,
+pub(super) struct Inner {
+    pub(super) arena: Arena,
+    pub(super) total_items: u64,
+    pub(super) get_expired: u64,
+    pub(super) get_flushed: u64,
     /// `-o track_sizes`: items per 32-byte bucket.
-    sizes: Option<BTreeMap<usize, u64>>,
-    evict_hook: Option<EvictHook>,
+    pub(super) sizes: Option<BTreeMap<usize, u64>>,
+    pub(super) evict_hook: Option<EvictHook>,
     /// Closed for a warm restart: nothing more may change the arena.
-    closed: bool,
+    pub(super) closed: bool,
+    /// The slab automover's window (mode 1), made on its first pass.
+    pub(super) mover: Option<super::automove::Automover>,
+    /// Each class' evictions at the last mode-2 automove pass.
+    pub(super) last_evicted: Vec<u64>,
 }
 
 /// Items in one arena.
 pub struct ArenaStore {
-    inner: Mutex<Inner>,
-    config: StoreConfig,
-    arena_config: ArenaConfig,
-    flush_cas: AtomicU64,
-    oldest_live: AtomicU64,
-    mem_limit: AtomicUsize,
+    pub(super) inner: Mutex<Inner>,
+    pub(super) config: StoreConfig,
+    pub(super) arena_config: ArenaConfig,
+    pub(super) flush_cas: AtomicU64,
+    pub(super) oldest_live: AtomicU64,
+    pub(super) mem_limit: AtomicUsize,
     /// Bytes counted as allocated before any page (memcached's `T_MEMD_INITIAL_MALLOC`).
-    premalloc: AtomicUsize,
+    pub(super) premalloc: AtomicUsize,
     /// `cache_memlimit` went below the pages allocated: the maintainer frees pages as they
     /// empty (the first page a class gets beyond the limit is not what this is about).
-    shrinking: AtomicBool,
-    opened: Opened,
+    pub(super) shrinking: AtomicBool,
+    pub(super) opened: Opened,
 }
 
 /// Time and flush state that judge liveness.
 #[derive(Clone, Copy)]
-struct Ctx {
-    now: u32,
-    flush_cas: u64,
-    oldest_live: u64,
+pub(super) struct Ctx {
+    pub(super) now: u32,
+    pub(super) flush_cas: u64,
+    pub(super) oldest_live: u64,
 }
 
 impl Ctx {
@@ -71,7 +75,7 @@ impl Ctx {
         self.oldest_live <= self.now as u64 && it.time as u64 <= self.oldest_live
     }
 
-    fn live(&self, it: &Item<'_>) -> bool {
+    pub(super) fn live(&self, it: &Item<'_>) -> bool {
         let expired = it.exptime != 0 && it.exptime <= self.now;
         !expired && !self.flushed(it)
     }
@@ -86,7 +90,7 @@ fn size_bucket(key: usize, value: usize, flags: u32) -> usize {
 
 impl Inner {
     /// Recounts the size histogram after items went in bulk (a crawl is rare).
-    fn rebuild_sizes(&mut self, use_cas: bool) {
+    pub(super) fn rebuild_sizes(&mut self, use_cas: bool) {
         let Some(h) = self.sizes.as_mut() else {
             return;
         };
@@ -245,6 +249,8 @@ impl ArenaStore {
                 sizes: config.track_sizes.then(BTreeMap::new),
                 evict_hook: None,
                 closed: false,
+                mover: None,
+                last_evicted: Vec::new(),
             }),
             config,
             arena_config: ac,
@@ -275,6 +281,27 @@ impl ArenaStore {
         self.set_mem_limit(self.mem_limit(), 0);
     }
 
+    /// The flush state and next CAS a warm restart carries in its metadata file (the arena's
+    /// own header holds the same CAS; see [`EntryStore::restart_state`]).
+    pub fn restore(&self, st: &RestartState) {
+        self.flush_cas.store(st.flush_cas, Ordering::Relaxed);
+        let live = if st.oldest_live == 0 {
+            u64::MAX
+        } else {
+            u64::from(st.oldest_live)
+        };
+        self.oldest_live.store(live, Ordering::Relaxed);
+    }
+
+    /// Empties a restored arena: the start is cold after all (`why`: the restart metadata is
+    /// missing or disagrees with the arena).
+    pub fn start_cold(&mut self, why: String) -> Result<(), ArenaError> {
+        let ac = self.arena_config.clone();
+        self.lock().arena.reset(&ac)?;
+        self.opened = Opened::Cold(Some(why));
+        Ok(())
+    }
+
     /// Whether the arena was restored or started cold (and why).
     pub fn opened(&self) -> &Opened {
         &self.opened
@@ -285,11 +312,11 @@ impl ArenaStore {
         &self.arena_config
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn ctx(&self, now: u32) -> Ctx {
+    pub(super) fn ctx(&self, now: u32) -> Ctx {
         Ctx {
             now,
             flush_cas: self.flush_cas.load(Ordering::Relaxed),
@@ -633,17 +660,7 @@ impl EntryStore for ArenaStore {
     }
 
     fn set_mem_limit(&self, bytes: usize, _now: u32) {
-        let mut g = self.lock();
-        let page = g.arena.page_size();
-        let premalloc = self.premalloc.load(Ordering::Relaxed);
-        let limit = g
-            .arena
-            .set_page_limit(bytes.saturating_sub(premalloc) / page);
-        g.arena.release_free_pages();
-        // Pages freed later, as items go, until the arena is back within the lowered limit.
-        self.shrinking
-            .store(g.arena.malloced_pages() > limit as u64, Ordering::Relaxed);
-        self.mem_limit.store(bytes, Ordering::Relaxed);
+        self.arena_set_mem_limit(bytes)
     }
 
     fn mem_limit(&self) -> usize {
@@ -651,47 +668,11 @@ impl EntryStore for ArenaStore {
     }
 
     fn counters(&self) -> StoreCounters {
-        let g = self.lock();
-        let st = g.arena.stats();
-        let classes = g.arena.class_stats();
-        let sum = |f: fn(&crate::arena::ClassStats) -> u64| classes.iter().map(f).sum::<u64>();
-        StoreCounters {
-            curr_items: st.items,
-            total_items: g.total_items,
-            bytes: st.bytes,
-            evictions: st.evictions,
-            reclaimed: st.reclaimed,
-            expired_unfetched: sum(|c| c.expired_unfetched),
-            get_expired: g.get_expired,
-            get_flushed: g.get_flushed,
-            evicted_unfetched: sum(|c| c.evicted_unfetched),
-            crawler_reclaimed: sum(|c| c.crawler_reclaimed),
-            crawler_checked: sum(|c| c.crawler_checked),
-            malloced: g.arena.pages_in_classes() * g.arena.page_size() as u64
-                + self.premalloc.load(Ordering::Relaxed) as u64,
-            pool_pages: g.arena.pool_pages(),
-            slabs_moved: st.moves,
-        }
+        self.arena_counters()
     }
 
     fn slabs(&self, now: u32) -> Option<Vec<SlabClass>> {
-        let g = self.lock();
-        Some(
-            g.arena
-                .class_stats()
-                .into_iter()
-                .enumerate()
-                .filter(|(_, c)| c.pages > 0 || c.used > 0)
-                .map(|(i, stats)| SlabClass {
-                    id: i + 1,
-                    stats,
-                    age: g
-                        .arena
-                        .lru_tail(i)
-                        .map_or(0, |it| now.saturating_sub(it.time)),
-                })
-                .collect(),
-        )
+        self.arena_slabs(now)
     }
 
     fn class_count(&self) -> usize {
@@ -699,86 +680,23 @@ impl EntryStore for ArenaStore {
     }
 
     fn metadump(&self, now: u32, which: &Dump) -> Option<Vec<MetaLine>> {
-        let ctx = self.ctx(now);
-        let g = self.lock();
-        let mut v = Vec::new();
-        let mut f = |it: Item<'_>| {
-            if ctx.live(&it) {
-                v.push(MetaLine {
-                    key: it.key.to_vec(),
-                    exptime: it.exptime,
-                    time: it.time,
-                    cas: it.cas,
-                    fetched: it.fetched(),
-                    class: it.class + 1,
-                    size: self.arena_config.item_size(it.key.len(), it.value.len()),
-                    flags: it.flags,
-                });
-            }
-        };
-        match which {
-            Dump::Hash => g.arena.walk_hash(&mut f),
-            Dump::All => g.arena.crawl(|_, it| f(it)),
-            Dump::Classes(ids) => {
-                for &id in ids {
-                    g.arena.lru(id.wrapping_sub(1), |it| {
-                        f(it);
-                        true
-                    });
-                }
-            }
-        }
-        Some(v)
+        self.arena_metadump(now, which)
     }
 
     fn crawl(&self, now: u32, classes: Option<&[usize]>, max: usize) -> (u64, u64) {
-        let ctx = self.ctx(now);
-        let mut g = self.lock();
-        let all: Vec<usize> = (1..=g.arena.class_count()).collect();
-        let (mut checked, mut reclaimed) = (0, 0);
-        for &id in classes.unwrap_or(&all) {
-            let (c, r) = g
-                .arena
-                .crawl_class(id.wrapping_sub(1), max, |it| !ctx.live(&it));
-            checked += c;
-            reclaimed += r;
-        }
-        if reclaimed > 0 {
-            g.rebuild_sizes(self.config.use_cas);
-        }
-        (checked, reclaimed)
+        self.crawl_pass(now, classes, max)
     }
 
     fn maintain(&self, now: u32) -> u64 {
-        /// Items looked at per class and pass: keeps the lock short on a large cache.
-        const TAIL: usize = 1000;
-        let ctx = self.ctx(now);
-        let mut g = self.lock();
-        if g.closed {
-            return 0;
-        }
-        let mut n = 0;
-        for c in 0..g.arena.class_count() {
-            n += g.arena.reclaim_tail(c, TAIL, |it| !ctx.live(&it));
-        }
-        if n > 0 {
-            g.rebuild_sizes(self.config.use_cas);
-        }
-        if self.shrinking.load(Ordering::Relaxed) {
-            g.arena.release_free_pages();
-            let limit = u64::from(g.arena.stats().page_limit);
-            self.shrinking
-                .store(g.arena.malloced_pages() > limit, Ordering::Relaxed);
-        }
-        n
+        self.maintain_pass(now)
     }
 
-    fn reassign(&self, from: usize, to: usize) -> Result<u64, ArenaError> {
-        let mut g = self.lock();
-        let from = from
-            .checked_sub(1)
-            .ok_or_else(|| ArenaError::Config("class 0 has no pages of its own".into()))?;
-        g.arena.move_page(from, to.checked_sub(1))
+    fn reassign(&self, from: usize, to: usize, now: u32) -> Result<u64, ArenaError> {
+        self.arena_reassign(from, to, now)
+    }
+
+    fn automove(&self, now: u32, mode: u32, window: u32, ratio: f64) -> u64 {
+        self.automove_pass(now, mode, window, ratio)
     }
 
     fn close(&self, epoch: i64) -> std::io::Result<()> {
@@ -788,5 +706,21 @@ impl EntryStore for ArenaStore {
         }
         g.closed = true;
         g.arena.mark_clean(epoch)
+    }
+
+    fn restart_state(&self) -> Option<RestartState> {
+        let g = self.lock();
+        let live = self.oldest_live.load(Ordering::Relaxed);
+        Some(RestartState {
+            cas: g.arena.peek_cas(),
+            flush_cas: self.flush_cas.load(Ordering::Relaxed),
+            oldest_live: u32::try_from(live).unwrap_or(0),
+            hash_power: g.arena.hash_level().0,
+            page_size: self.arena_config.page_size,
+        })
+    }
+
+    fn hash_table(&self) -> Option<(u32, bool)> {
+        Some(self.lock().arena.hash_level())
     }
 }

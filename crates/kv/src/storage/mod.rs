@@ -10,7 +10,9 @@
 //! Time is passed in (`now`, seconds on the server's relative clock) so the storage is
 //! deterministic and testable without sleeping. The tests in `tests.rs` run against both.
 
+mod arena_maint;
 mod arena_store;
+mod automove;
 mod heap;
 mod shard;
 
@@ -119,6 +121,15 @@ pub struct StoreCounters {
     pub malloced: u64,
     /// Pages in the global pool (`slab_global_page_pool`).
     pub pool_pages: u64,
+    /// Live items page moves copied elsewhere (`slab_reassign_rescues`).
+    pub reassign_rescues: u64,
+    /// Live items page moves evicted for want of a free chunk
+    /// (`slab_reassign_evictions_nomem`).
+    pub reassign_evictions_nomem: u64,
+    /// Free chunks in the moving page a rescue met (`slab_reassign_inline_reclaim`).
+    pub reassign_inline_reclaim: u64,
+    /// Items in use by replies that made a page busy (`slab_reassign_busy_items`).
+    pub reassign_busy_items: u64,
 }
 
 /// Which items `lru_crawler metadump` lists.
@@ -218,6 +229,22 @@ pub struct MetaLine {
     pub flags: u32,
 }
 
+/// What a warm restart carries besides the arena (memcached's `.meta` file): the next CAS,
+/// the flush state and the hash table's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestartState {
+    /// The CAS the next store gets (`current_cas`).
+    pub cas: u64,
+    /// Items with a CAS below this are flushed (`oldest_cas`; 0: none).
+    pub flush_cas: u64,
+    /// Items last written at or before this time are flushed (`oldest_live`; 0: none).
+    pub oldest_live: u32,
+    /// log2 of the hash buckets (`hashpower`).
+    pub hash_power: u32,
+    /// The arena's page size (`slab_page_size`, a setting the metadata file checks).
+    pub page_size: usize,
+}
+
 /// Item storage: everything the protocol handlers need.
 pub trait EntryStore: Send + Sync {
     /// The limits this store was made with.
@@ -305,8 +332,14 @@ pub trait EntryStore: Send + Sync {
         0
     }
     /// Moves a page from class `from` to class `to` (1-based; `to` 0 gives it back to the
-    /// global pool), evicting its items: memcached's `slabs reassign`.
-    fn reassign(&self, _from: usize, _to: usize) -> Result<u64, crate::arena::ArenaError> {
+    /// global pool): memcached's `slabs reassign`. Its live items are rescued into free
+    /// chunks of their class where there are some; returns how many were evicted.
+    fn reassign(
+        &self,
+        _from: usize,
+        _to: usize,
+        _now: u32,
+    ) -> Result<u64, crate::arena::ArenaError> {
         Err(crate::arena::ArenaError::Config(
             "this storage has no slab classes".into(),
         ))
@@ -315,6 +348,20 @@ pub trait EntryStore: Send + Sync {
     /// time of the relative clock's zero.
     fn close(&self, _epoch: i64) -> std::io::Result<()> {
         Ok(())
+    }
+    /// The slab automover's periodic pass (`slab_automove` mode 1 or 2, over a `window` of
+    /// passes, with memcached's age `ratio`); returns the pages moved.
+    fn automove(&self, _now: u32, _mode: u32, _window: u32, _ratio: f64) -> u64 {
+        0
+    }
+    /// What a warm restart needs besides the arena; `None`: nothing survives a restart.
+    fn restart_state(&self) -> Option<RestartState> {
+        None
+    }
+    /// The hash table: log2 of its buckets (counting a growth under way) and whether it grows;
+    /// `None`: no single table.
+    fn hash_table(&self) -> Option<(u32, bool)> {
+        None
     }
 }
 

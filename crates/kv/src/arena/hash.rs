@@ -1,0 +1,133 @@
+//! The hash table: bucket heads at a fixed offset, room reserved for the largest table the
+//! configuration allows, the active part growing as memcached's does (doubling once items pass
+//! 1.5 per bucket). Growth splits bucket `i` into `i` and `i + 2^p` in place, a few buckets at a
+//! time (memcached's incremental expansion): while it runs, an old bucket below the split
+//! cursor is already split and keys use one more hash bit.
+
+use super::layout::*;
+use super::{hash_with, Arena};
+
+/// Buckets split per link while the table grows: growth starts at 1.5 items per bucket and
+/// ends before 3, after `2^p / STEP` links at most.
+const STEP: usize = 2;
+
+impl Arena {
+    /// The offset of the bucket head for a key hashing to `h`.
+    #[inline]
+    pub(super) fn bucket_of_hash(&self, h: u64) -> usize {
+        let old = h as usize & ((1usize << self.hpower) - 1);
+        let i = if old < self.hsplit {
+            h as usize & ((2usize << self.hpower) - 1)
+        } else {
+            old
+        };
+        HEADER_BYTES + i * 8
+    }
+
+    pub(super) fn bucket(&self, key: &[u8]) -> usize {
+        self.bucket_of_hash(hash_with(self.seed, key))
+    }
+
+    /// Buckets in use: the active table plus the halves already split off.
+    pub(super) fn buckets_in_use(&self) -> usize {
+        (1usize << self.hpower) + self.hsplit
+    }
+
+    /// memcached's `hash_power_level` (counting a growth under way, as memcached does) and
+    /// `hash_is_expanding`.
+    pub fn hash_level(&self) -> (u32, bool) {
+        (self.hpower + u32::from(self.hexpanding), self.hexpanding)
+    }
+
+    /// Reads the active table's state from the header (open, restore).
+    pub(super) fn load_hash_state(&mut self) {
+        let b = self.b();
+        let (p, e, s) = (
+            u32_at(b, H_HASH_LEVEL),
+            u32_at(b, H_HASH_EXPANDING) == 1,
+            u64_at(b, H_HASH_SPLIT) as usize,
+        );
+        (self.hpower, self.hexpanding, self.hsplit) = (p, e, s);
+    }
+
+    fn store_hash_state(&mut self) {
+        let (p, e, s) = (self.hpower, self.hexpanding, self.hsplit);
+        let b = self.bm();
+        put_u32(b, H_HASH_LEVEL, p);
+        put_u32(b, H_HASH_EXPANDING, u32::from(e));
+        put_u64(b, H_HASH_SPLIT, s as u64);
+    }
+
+    /// After a link: starts a growth once items pass 1.5 per bucket (while the reserved room
+    /// allows), and moves a running one on by a few buckets.
+    pub(super) fn grow_on_link(&mut self) {
+        if !self.hexpanding {
+            let items = u64_at(self.b(), H_ITEMS);
+            let buckets = 1u64 << self.hpower;
+            if items <= buckets * 3 / 2 || (2usize << self.hpower) > self.geo.buckets {
+                return;
+            }
+            self.hexpanding = true;
+            self.hsplit = 0;
+        }
+        self.grow(STEP);
+    }
+
+    /// Splits up to `n` buckets of a growth under way (the maintainer finishes one without
+    /// waiting for links); returns whether one is still under way.
+    pub fn grow(&mut self, n: usize) -> bool {
+        if !self.hexpanding {
+            return false;
+        }
+        let half = 1usize << self.hpower;
+        for _ in 0..n {
+            let i = self.hsplit;
+            let (lo_at, hi_at) = (HEADER_BYTES + i * 8, HEADER_BYTES + (i + half) * 8);
+            let (mut lo, mut hi) = (0u64, 0u64);
+            let mut off = u64_at(self.b(), lo_at);
+            while off != 0 {
+                let next = self.at(off, I_HNEXT);
+                let h = hash_with(self.seed, self.key_of(off)) as usize;
+                let head = if h & half != 0 { &mut hi } else { &mut lo };
+                let old_head = *head;
+                *head = off;
+                self.put(off, I_HNEXT, old_head);
+                off = next;
+            }
+            // The upper bucket may hold bytes from an earlier arena in this file: written,
+            // never read before.
+            put_u64(self.bm(), lo_at, lo);
+            put_u64(self.bm(), hi_at, hi);
+            self.hsplit += 1;
+            if self.hsplit == half {
+                self.hpower += 1;
+                self.hsplit = 0;
+                self.hexpanding = false;
+                break;
+            }
+        }
+        self.store_hash_state();
+        self.hexpanding
+    }
+
+    /// Sets up an empty table of `2^power` buckets (a cold start).
+    pub(super) fn init_hash(&mut self, power: u32) {
+        self.hpower = power;
+        self.hsplit = 0;
+        self.hexpanding = false;
+        let n = 8usize << power;
+        self.bm()[HEADER_BYTES..HEADER_BYTES + n].fill(0);
+        self.store_hash_state();
+    }
+
+    /// Calls `f` with every linked item in hash table order (`lru_crawler metadump hash`).
+    pub fn walk_hash<'s>(&'s self, mut f: impl FnMut(super::Item<'s>)) {
+        for k in 0..self.buckets_in_use() {
+            let mut off = u64_at(self.b(), HEADER_BYTES + k * 8);
+            while off != 0 {
+                f(self.item(off));
+                off = self.at(off, I_HNEXT);
+            }
+        }
+    }
+}
