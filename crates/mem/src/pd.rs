@@ -6,7 +6,8 @@
 //! indexes rest in a quarantine of [`QUARANTINE`] before reuse (oldest first), and a slot never
 //! repeats an rkey tag within [`TAG_WINDOW`] reuses, so a stale rkey can only revive after more
 //! than `QUARANTINE * TAG_WINDOW` (131 072) deregistrations, and then by chance (the same kind
-//! of limit real 8-bit verbs key tags have). Index 0 is never used, so key 0 is never valid.
+//! of limit real 8-bit verbs key tags have). lkey tags likewise never repeat within
+//! [`LTAG_WINDOW`] reuses of a slot. Index 0 is never used, so key 0 is never valid.
 //!
 //! Pinning is per range, not counted (that is `mlock`'s semantics): two pinned regions over
 //! overlapping external memory share locks, and dropping one unlocks the shared pages.
@@ -46,25 +47,25 @@ struct Slot {
     region: Option<Arc<Region>>,
 }
 
-/// The last [`TAG_WINDOW`] rkey tags of a slot (kept apart from the slots so lookups touch
-/// only the small `Slot`s), plus its last lkey tag.
+/// A slot's lkey tag is not repeated within this many reuses of the slot.
+pub const LTAG_WINDOW: usize = 64;
+
+/// The last `N` tags drawn for one kind of key of a slot.
 #[derive(Debug)]
-struct TagHistory {
-    ring: [u8; TAG_WINDOW],
+struct TagWindow<const N: usize> {
+    ring: [u8; N],
     filled: usize,
     pos: usize,
     recent: [u64; 4],
-    last_ltag: Option<u8>,
 }
 
-impl Default for TagHistory {
+impl<const N: usize> Default for TagWindow<N> {
     fn default() -> Self {
-        TagHistory {
-            ring: [0; TAG_WINDOW],
+        TagWindow {
+            ring: [0; N],
             filled: 0,
             pos: 0,
             recent: [0; 4],
-            last_ltag: None,
         }
     }
 }
@@ -73,44 +74,56 @@ fn bit(t: u8) -> (usize, u64) {
     (t as usize / 64, 1 << (t % 64))
 }
 
-impl TagHistory {
+impl<const N: usize> TagWindow<N> {
     fn is_recent(&self, t: u8) -> bool {
         let (w, b) = bit(t);
         self.recent[w] & b != 0
     }
 
-    /// Draws an rkey tag uniformly (by `random`) among those not in the window, and records it.
-    fn draw_rtag(&mut self, random: u64) -> u8 {
-        // At most TAG_WINDOW tags are recent, so at least 128 are free and `nth` finds one.
-        let free = 256 - self.filled as u64;
+    /// Draws a tag uniformly (by `random`) among those not in the window and not `avoid`, and
+    /// records it.
+    fn draw(&mut self, random: u64, avoid: Option<u8>) -> u8 {
+        // At most N (<= 128) tags are recent and one avoided, so over 100 are free.
+        let free = (0..=255u8)
+            .filter(|&t| !self.is_recent(t) && Some(t) != avoid)
+            .count() as u64;
         let t = (0..=255u8)
-            .filter(|&t| !self.is_recent(t))
+            .filter(|&t| !self.is_recent(t) && Some(t) != avoid)
             .nth((random % free) as usize)
             .unwrap_or_default();
-        if self.filled == TAG_WINDOW {
+        if self.filled == N {
             let (w, b) = bit(self.ring[self.pos]);
             self.recent[w] &= !b;
         } else {
             self.filled += 1;
         }
         self.ring[self.pos] = t;
-        self.pos = (self.pos + 1) % TAG_WINDOW;
+        self.pos = (self.pos + 1) % N;
         let (w, b) = bit(t);
         self.recent[w] |= b;
         t
     }
+}
+
+/// The recent rkey and lkey tags of a slot (kept apart from the slots so lookups touch only
+/// the small `Slot`s).
+#[derive(Debug, Default)]
+struct TagHistory {
+    rtags: TagWindow<TAG_WINDOW>,
+    ltags: TagWindow<LTAG_WINDOW>,
+}
+
+impl TagHistory {
+    /// Draws an rkey tag uniformly among those not in the slot's window, and records it.
+    fn draw_rtag(&mut self, random: u64) -> u8 {
+        self.rtags.draw(random, None)
+    }
 
     /// Draws an lkey tag that differs from `rtag` (an lkey is never accepted as an rkey) and
-    /// from the slot's previous lkey tag.
+    /// from the slot's last [`LTAG_WINDOW`] lkey tags, so a stale lkey does not revive on the
+    /// next reuses of the slot either.
     fn draw_ltag(&mut self, random: u64, rtag: u8) -> u8 {
-        let mut t = random as u8;
-        let mut r = random >> 8;
-        while t == rtag || Some(t) == self.last_ltag {
-            t = t.wrapping_add(1 + (r & 0x3f) as u8);
-            r >>= 6;
-        }
-        self.last_ltag = Some(t);
-        t
+        self.ltags.draw(random, Some(rtag))
     }
 }
 
@@ -371,16 +384,22 @@ mod tests {
     }
 
     #[test]
-    fn ltag_differs_from_rtag_and_previous() {
+    fn ltags_differ_from_the_rtag_and_never_repeat_within_their_window() {
         let mut h = TagHistory::default();
-        let mut prev = None;
-        for r in [0u64, 1, 0x0101, u64::MAX, 0x4242_4242] {
-            for rtag in [0u8, 1, 0x42, 255] {
-                let l = h.draw_ltag(r, rtag);
-                assert_ne!(l, rtag);
-                assert_ne!(Some(l), prev);
-                prev = Some(l);
-            }
+        let pd = Pd::new();
+        let mut tags = Vec::new();
+        for r in [0u64, 1, 0x0101, u64::MAX, 0x4242_4242]
+            .into_iter()
+            .chain((0..3000).map(|_| pd.random()))
+        {
+            let rtag = h.draw_rtag(pd.random());
+            let l = h.draw_ltag(r, rtag);
+            assert_ne!(l, rtag);
+            tags.push(l);
+        }
+        for w in tags.windows(LTAG_WINDOW) {
+            let distinct = w.iter().collect::<std::collections::HashSet<_>>().len();
+            assert_eq!(distinct, LTAG_WINDOW, "an lkey tag repeated within its window");
         }
     }
 }
