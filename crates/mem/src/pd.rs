@@ -399,7 +399,10 @@ mod tests {
         }
         for w in tags.windows(LTAG_WINDOW) {
             let distinct = w.iter().collect::<std::collections::HashSet<_>>().len();
-            assert_eq!(distinct, LTAG_WINDOW, "an lkey tag repeated within its window");
+            assert_eq!(
+                distinct, LTAG_WINDOW,
+                "an lkey tag repeated within its window"
+            );
         }
     }
 }
