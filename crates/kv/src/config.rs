@@ -49,6 +49,18 @@ pub struct Tunables {
     pub lru_maintainer: bool,
     /// `lru_segmented` / `no_lru_segmented`.
     pub lru_segmented: bool,
+    /// `hot_lru_pct=N`: the hot LRU's share of a class' bytes (memcached's 20).
+    pub hot_lru_pct: u32,
+    /// `warm_lru_pct=N` (40).
+    pub warm_lru_pct: u32,
+    /// `hot_max_factor=F`: hot items idle beyond F times the cold tail's age drop (0.2).
+    pub hot_max_factor: f64,
+    /// `warm_max_factor=F` (2.0).
+    pub warm_max_factor: f64,
+    /// `temporary_ttl=N` given: items with a TTL up to `temporary_ttl` go to the temp LRU.
+    pub temp_lru: bool,
+    /// `temporary_ttl=N` (61).
+    pub temporary_ttl: u32,
     /// `maxconns_fast` / `no_maxconns_fast`.
     pub maxconns_fast: bool,
     /// `hash_algorithm=murmur3|jenkins|xxh3`.
@@ -70,6 +82,12 @@ impl Default for Tunables {
             lru_crawler: true,
             lru_maintainer: true,
             lru_segmented: true,
+            hot_lru_pct: 20,
+            warm_lru_pct: 40,
+            hot_max_factor: 0.2,
+            warm_max_factor: 2.0,
+            temp_lru: false,
+            temporary_ttl: 61,
             maxconns_fast: true,
             hash_algorithm: "murmur3".into(),
             hashpower_init: 0,
@@ -114,6 +132,16 @@ pub fn parse_size(s: &str) -> Option<usize> {
         _ => (s, 1),
     };
     num.parse::<usize>().ok()?.checked_mul(mul)
+}
+
+/// C `atof`, roughly: the longest leading prefix that parses as a number, 0 when none.
+fn atof(s: &str) -> f64 {
+    let s = s.trim_start();
+    (1..=s.len())
+        .rev()
+        .filter(|&n| s.is_char_boundary(n))
+        .find_map(|n| s[..n].parse::<f64>().ok())
+        .unwrap_or(0.0)
 }
 
 /// C `atoi`: leading digits, 0 when none (memcached uses it for several flags).
@@ -387,6 +415,13 @@ impl Config {
         if s.item_size_max > s.maxbytes / 2 {
             return err("Cannot set item size limit higher than 1/2 of memory max.");
         }
+        let t = &s.tunables;
+        if t.hot_lru_pct + t.warm_lru_pct > 80 {
+            return err("hot_lru_pct + warm_lru_pct cannot be more than 80% combined");
+        }
+        if t.temp_lru && !t.lru_maintainer {
+            return err("temporary_ttl requires lru_maintainer to be enabled");
+        }
         s.interfaces = cfg.listen.clone();
         s.verbose = cfg.verbose;
         cfg.settings = s;
@@ -474,6 +509,32 @@ impl Config {
                     s.tunables.lru_segmented = false;
                 }
                 ("lru_segmented", None) => s.tunables.lru_segmented = true,
+                ("hot_lru_pct", None) => return err("Missing hot_lru_pct argument"),
+                ("hot_lru_pct", Some(val)) => match atoi(val) {
+                    n @ 1..=79 => s.tunables.hot_lru_pct = n as u32,
+                    _ => return err("hot_lru_pct must be > 1 and < 80"),
+                },
+                ("warm_lru_pct", None) => return err("Missing warm_lru_pct argument"),
+                ("warm_lru_pct", Some(val)) => match atoi(val) {
+                    n @ 1..=79 => s.tunables.warm_lru_pct = n as u32,
+                    _ => return err("warm_lru_pct must be > 1 and < 80"),
+                },
+                ("hot_max_factor", None) => return err("Missing hot_max_factor argument"),
+                ("hot_max_factor", Some(val)) => match atof(val) {
+                    f if f > 0.0 => s.tunables.hot_max_factor = f,
+                    _ => return err("hot_max_factor must be > 0"),
+                },
+                ("warm_max_factor", None) => return err("Missing warm_max_factor argument"),
+                ("warm_max_factor", Some(val)) => match atof(val) {
+                    f if f > 0.0 => s.tunables.warm_max_factor = f,
+                    _ => return err("warm_max_factor must be > 0"),
+                },
+                ("temporary_ttl", None) => return err("Missing temporary_ttl argument"),
+                ("temporary_ttl", Some(val)) => {
+                    s.tunables.temp_lru = true;
+                    // memcached stores atoi's int in an unsigned setting.
+                    s.tunables.temporary_ttl = atoi(val) as u32;
+                }
                 ("no_lru_segmented", None) => s.tunables.lru_segmented = false,
                 ("maxconns_fast", None) => s.tunables.maxconns_fast = true,
                 ("no_maxconns_fast", None) => s.tunables.maxconns_fast = false,
@@ -531,10 +592,6 @@ const REPORTED: &[&str] = &[
     "no_maxconns_fast",
     "lru_crawler",
     "no_lru_crawler",
-    "lru_maintainer",
-    "no_lru_maintainer",
-    "lru_segmented",
-    "no_lru_segmented",
     "slab_chunk_max",
     "hash_algorithm",
 ];
@@ -544,7 +601,6 @@ const NO_EFFECT: &[&str] = &[
     "tail_repair_time",
     "worker_logbuf_size",
     "no_inline_ascii_resp",
-    "temporary_ttl",
     "drop_privileges",
     "no_drop_privileges",
     "resp_obj_mem_limit",
@@ -628,150 +684,4 @@ pub fn usage() -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn defaults_and_flags() {
-        let c = Config::parse::<&str>(&[]).unwrap();
-        assert_eq!(c.settings.tcpport, 11211);
-        assert_eq!(c.settings.threads, 4);
-        assert_eq!(c.settings.maxbytes, 64 << 20);
-        let c =
-            Config::parse(&["-p", "1234", "-U0", "-t2", "-m", "128", "-vv", "-c", "10"]).unwrap();
-        assert_eq!(c.settings.tcpport, 1234);
-        assert_eq!(c.settings.udpport, 0);
-        assert_eq!(c.settings.threads, 2);
-        assert_eq!(c.settings.maxbytes, 128 << 20);
-        assert_eq!(c.verbose, 2);
-        assert_eq!(c.settings.maxconns, 10);
-        let c =
-            Config::parse(&["-I", "2m", "-o", "modern,bogus=1", "-l", "127.0.0.1,::1"]).unwrap();
-        assert_eq!(c.settings.item_size_max, 2 << 20);
-        assert_eq!(c.listen, vec!["127.0.0.1", "::1"]);
-        assert!(c.warnings.iter().any(|w| w.contains("bogus")));
-        let c = Config::parse(&["-D", "/", "-k", "-b", "7", "-o", "track_sizes,io=epoll"]).unwrap();
-        assert_eq!(c.settings.prefix_delimiter, b'/');
-        assert!(c.settings.detail_enabled && c.settings.lock_memory && c.settings.track_sizes);
-        assert_eq!((c.settings.backlog, c.io), (7, IoDriver::Epoll));
-        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
-        assert_eq!(Config::parse::<&str>(&[]).unwrap().io, IoDriver::Epoll);
-        let c = Config::parse(&["-o", "io=uring"]).unwrap();
-        assert_eq!(c.io, IoDriver::Uring);
-        let c = Config::parse(&["-L"]).unwrap();
-        assert!(
-            c.warnings.iter().any(|w| w.contains("-L")),
-            "{:?}",
-            c.warnings
-        );
-        let c = Config::parse(&["--port=99", "--threads", "3"]).unwrap();
-        assert_eq!((c.settings.tcpport, c.settings.threads), (99, 3));
-    }
-
-    /// Regression (memcached's `issue_67.t`): `-p -1` (an ephemeral port) was refused and `-U`
-    /// alone left TCP on 11211; memcached takes atoi's value and moves TCP to the UDP port.
-    #[test]
-    fn ports_follow_memcached() {
-        let p = |a: &[&str]| {
-            let c = Config::parse(a).unwrap();
-            (c.settings.tcpport, c.settings.udpport)
-        };
-        assert_eq!(p(&["-p", "-1"]), (-1, 0));
-        assert_eq!(p(&["-p", "0"]), (0, 0));
-        assert_eq!(p(&["-U", "11222"]), (11222, 11222));
-        assert_eq!(p(&["-U", "-1"]), (-1, -1));
-        assert_eq!(p(&["-U", "0"]), (11211, 0));
-        assert_eq!(p(&["-p", "-1", "-U", "11252"]), (-1, 11252));
-        assert_eq!(p(&["-U", "5", "-p", "6"]), (6, 5));
-        let e = |a: &[&str]| Config::parse(a).unwrap_err().0;
-        assert_eq!(e(&["-p", "-2"]), "ERROR: Invalid port number -2.");
-        assert_eq!(
-            e(&["-p", "1", "-U", "70000"]),
-            "ERROR: Invalid UDP port number 70000."
-        );
-    }
-
-    /// Regression (memcached's `idle-timeout.t`, `conn-limits.t`, `stats.t`): `idle_timeout`
-    /// and `read_buf_mem_limit` were ignored, and the suboptions `stats settings` reports were
-    /// not kept.
-    #[test]
-    fn tunables_are_kept_and_checked_like_memcached() {
-        let t = |a: &[&str]| Config::parse(a).unwrap().settings.tunables;
-        assert_eq!(t(&[]), Tunables::default());
-        let x = t(&[
-            "-o",
-            "idle_timeout=3,read_buf_mem_limit=1,no_lru_crawler,no_lru_maintainer",
-        ]);
-        assert_eq!((x.idle_timeout, x.read_buf_mem_limit), (3, 1 << 20));
-        assert!(!x.lru_crawler && !x.lru_maintainer && !x.lru_segmented && x.slab_reassign);
-        let x = t(&["-o", "no_modern"]);
-        assert!(!x.slab_reassign && !x.maxconns_fast && !x.lru_crawler);
-        assert_eq!(
-            (x.slab_chunk_max, x.hash_algorithm.as_str()),
-            (1 << 20, "jenkins")
-        );
-        let x = t(&[
-            "-o",
-            "slab_chunk_max=1024,no_modern,hashpower=20,slab_automove=2",
-        ]);
-        assert_eq!(
-            (x.slab_chunk_max, x.hashpower_init, x.slab_automove),
-            (1024, 20, 2)
-        );
-        let e = |a: &[&str]| Config::parse(a).unwrap_err().0;
-        assert_eq!(
-            e(&["-o", "idle_timeout"]),
-            "Missing numeric argument for idle_timeout"
-        );
-        assert_eq!(
-            e(&["-o", "read_buf_mem_limit=lots"]),
-            "could not parse argument to read_buf_mem_limit"
-        );
-        assert_eq!(
-            e(&["-o", "slab_automove=3"]),
-            "slab_automove must be between 0 and 2"
-        );
-        assert_eq!(
-            e(&["-o", "hashpower=4"]),
-            "Initial hashtable multiplier of 4 is too low"
-        );
-        // Reported only: accepted with a warning that says so.
-        let c = Config::parse(&["-o", "no_lru_crawler"]).unwrap();
-        assert!(
-            c.warnings.iter().any(|w| w.contains("no_lru_crawler")),
-            "{:?}",
-            c.warnings
-        );
-    }
-
-    #[test]
-    fn refusals_use_memcached_wording() {
-        let e = |a: &[&str]| Config::parse(a).unwrap_err().0;
-        assert_eq!(e(&["-t", "0"]), "Number of threads must be greater than 0");
-        assert_eq!(
-            e(&["-c", "0"]),
-            "Maximum connections must be greater than 0"
-        );
-        assert_eq!(
-            e(&["-I", "100"]),
-            "Item max size cannot be less than 1024 bytes."
-        );
-        assert_eq!(
-            e(&["-m", "64", "-I", "64m"]),
-            "Cannot set item size limit higher than 1/2 of memory max."
-        );
-        assert_eq!(e(&["-p", "70000"]), "ERROR: Invalid port number 70000.");
-        assert!(e(&["-B", "xx"]).starts_with("Invalid value for binding protocol: xx"));
-        // Authentication that cannot be given is refused, never ignored.
-        assert_eq!(e(&["-S"]), "This server is not built with SASL support.");
-        assert_eq!(e(&["-Z"]), "This server is not built with TLS support.");
-        assert_eq!(
-            e(&["-R", "0"]),
-            "Number of requests per event must be greater than 0"
-        );
-        assert_eq!(e(&["-D", ""]), "No delimiter specified");
-        assert!(e(&["-o", "io=poll"]).starts_with("Invalid value for io"));
-        assert!(e(&["-p"]).contains("requires an argument"));
-        assert!(e(&["-Q"]).contains("Illegal argument"));
-    }
-}
+mod tests;

@@ -41,19 +41,41 @@ impl Arena {
             ));
         }
         for c in 0..self.classes {
-            let (mut n, mut prev, mut off) = (0u64, 0u64, self.field(c, C_HEAD));
-            while off != 0 {
-                if self.at(off, I_PREV) != prev || self.class_of(off) != c {
-                    return Err(format!("class {c}: LRU links broken at {off}"));
+            let (mut items, mut bytes) = (0u64, 0u64);
+            for l in [HOT, WARM, COLD, TEMP] {
+                let (mut n, mut b, mut prev) = (0u64, 0u64, 0u64);
+                let mut off = self.lf(c, l, L_HEAD);
+                while off != 0 {
+                    if self.at(off, I_PREV) != prev
+                        || self.class_of(off) != c
+                        || self.lru_of(off) != l
+                        || !linked.contains(&off)
+                    {
+                        return Err(format!("class {c} LRU {l}: links broken at {off}"));
+                    }
+                    n += 1;
+                    b += self.size_of(off);
+                    prev = off;
+                    off = self.at(off, I_NEXT);
                 }
-                n += 1;
-                prev = off;
-                off = self.at(off, I_NEXT);
+                if prev != self.lf(c, l, L_TAIL)
+                    || n != self.lf(c, l, L_COUNT)
+                    || b != self.lf(c, l, L_BYTES)
+                {
+                    return Err(format!(
+                        "class {c} LRU {l}: {n} items of {b} bytes, {} and {} counted",
+                        self.lf(c, l, L_COUNT),
+                        self.lf(c, l, L_BYTES)
+                    ));
+                }
+                items += n;
+                bytes += b;
             }
-            if prev != self.field(c, C_TAIL) || n != self.field(c, C_USED) {
+            if items != self.field(c, C_USED) || bytes != self.field(c, C_REQUESTED) {
                 return Err(format!(
-                    "class {c}: LRU of {n} items, {} counted",
-                    self.field(c, C_USED)
+                    "class {c}: LRUs hold {items} items of {bytes} bytes, {} and {} counted",
+                    self.field(c, C_USED),
+                    self.field(c, C_REQUESTED)
                 ));
             }
             let (mut free, mut off) = (0u64, self.field(c, C_FREE));

@@ -1,14 +1,10 @@
-//! Items: the hash chains, the per-class LRU lists, allocation with eviction, linking, and
-//! pins (values sent by reference).
+//! Items: the hash chains, allocation, linking, and pins (values sent by reference). The
+//! sub-LRUs and eviction are in `lru.rs`.
 
 use std::sync::Arc;
 
 use super::layout::*;
 use super::{Arena, ArenaError, Item, Pin, Victim};
-
-/// LRU tail items an allocation looks at before giving up on a class whose tail is pinned
-/// (memcached's search depth for the same case is 5).
-const TAIL_SEARCH: usize = 5;
 
 impl Arena {
     pub(super) fn at(&self, off: u64, f: usize) -> u64 {
@@ -96,43 +92,8 @@ impl Arena {
         u64_at(self.b(), H_CAS)
     }
 
-    fn lru_remove(&mut self, c: usize, off: u64) {
-        let (prev, next) = (self.at(off, I_PREV), self.at(off, I_NEXT));
-        if prev == 0 {
-            self.set_field(c, C_HEAD, next);
-        } else {
-            self.put(prev, I_NEXT, next);
-        }
-        if next == 0 {
-            self.set_field(c, C_TAIL, prev);
-        } else {
-            self.put(next, I_PREV, prev);
-        }
-    }
-
-    fn lru_push(&mut self, c: usize, off: u64) {
-        let head = self.field(c, C_HEAD);
-        self.put(off, I_PREV, 0);
-        self.put(off, I_NEXT, head);
-        if head == 0 {
-            self.set_field(c, C_TAIL, off);
-        } else {
-            self.put(head, I_PREV, off);
-        }
-        self.set_field(c, C_HEAD, off);
-    }
-
-    /// Moves a linked item to the head of its class' LRU.
-    pub fn bump(&mut self, off: u64) {
-        let c = self.class_of(off);
-        if self.field(c, C_HEAD) != off {
-            self.lru_remove(c, off);
-            self.lru_push(c, off);
-        }
-    }
-
     /// The bytes memcached counts for the item at `off`.
-    fn size_of(&self, off: u64) -> u64 {
+    pub(super) fn size_of(&self, off: u64) -> u64 {
         let o = off as usize;
         let nkey = self.b()[o + I_NKEY] as usize;
         let nbytes = u32_at(self.b(), o + I_NBYTES) as usize;
@@ -161,7 +122,7 @@ impl Arena {
             self.put(prev, I_HNEXT, next);
         }
         let c = self.class_of(off);
-        self.lru_remove(c, off);
+        self.lru_remove(off);
         self.set_field(c, C_USED, self.field(c, C_USED) - 1);
         self.add_header(H_ITEMS, -1);
         let size = self.size_of(off);
@@ -276,53 +237,19 @@ impl Arena {
             .or((used < self.geo.pages).then_some(used))
     }
 
-    /// A free chunk of class `c`: from its free list, a new page, or an LRU tail item that
-    /// `victim` lets go.
-    fn chunk(
-        &mut self,
-        c: usize,
-        victim: &mut dyn FnMut(Item<'_>) -> Victim,
-    ) -> Result<u64, ArenaError> {
-        self.reap();
+    /// A free chunk of class `c` from its free list or a new page, without evicting.
+    pub(super) fn take_free(&mut self, c: usize) -> Option<u64> {
         if self.field(c, C_FREE) == 0 {
-            if let Some(p) = self.free_page(c) {
-                if p == u32_at(self.b(), H_PAGES_USED) as usize {
-                    put_u32(self.bm(), H_PAGES_USED, p as u32 + 1);
-                }
-                self.carve(p, c);
-            } else {
-                let mut off = self.field(c, C_TAIL);
-                let mut tries = 0;
-                while off != 0 && self.pinned(off) && tries < TAIL_SEARCH {
-                    off = self.at(off, I_PREV);
-                    tries += 1;
-                }
-                if off == 0 || self.pinned(off) {
-                    self.count(c, C_OUTOFMEMORY, 1);
-                    return Err(ArenaError::NoMemory(c));
-                }
-                let it = self.item(off);
-                let (fetched, expires) = (it.fetched(), it.exptime != 0);
-                match victim(it) {
-                    Victim::Keep => {
-                        self.count(c, C_OUTOFMEMORY, 1);
-                        return Err(ArenaError::NoMemory(c));
-                    }
-                    Victim::Evict => {
-                        self.count(c, C_EVICTED, 1);
-                        self.count(c, C_EVICTED_UNFETCHED, u64::from(!fetched));
-                        self.count(c, C_EVICTED_NONZERO, u64::from(expires));
-                        self.add_header(H_EVICTIONS, 1);
-                    }
-                    Victim::Reclaim => self.count_dead(off),
-                }
-                self.unlink(off);
+            let p = self.free_page(c)?;
+            if p == u32_at(self.b(), H_PAGES_USED) as usize {
+                put_u32(self.bm(), H_PAGES_USED, p as u32 + 1);
             }
+            self.carve(p, c);
         }
         let off = self.field(c, C_FREE);
         self.set_field(c, C_FREE, self.at(off, I_NEXT));
         self.set_field(c, C_FREE_COUNT, self.field(c, C_FREE_COUNT) - 1);
-        Ok(off)
+        Some(off)
     }
 
     /// The class whose chunks hold `total` bytes.
@@ -394,20 +321,27 @@ impl Arena {
         self.add_header(H_RECLAIMED, 1);
     }
 
-    /// Walks class `c`'s LRU from its head while `f` says go on.
+    /// Walks class `c`'s sub-LRUs (hot, warm, cold, temp), each from its head, while `f`
+    /// says go on.
     pub fn lru(&self, c: usize, mut f: impl FnMut(Item<'_>) -> bool) {
         if c >= self.classes {
             return;
         }
-        let mut off = self.field(c, C_HEAD);
-        while off != 0 && f(self.item(off)) {
-            off = self.at(off, I_NEXT);
+        for l in [HOT, WARM, COLD, TEMP] {
+            let mut off = self.lf(c, l, L_HEAD);
+            while off != 0 {
+                if !f(self.item(off)) {
+                    return;
+                }
+                off = self.at(off, I_NEXT);
+            }
         }
     }
 
-    /// Class `c`'s least recently used item.
+    /// The tail of class `c`'s cold LRU (the next to be evicted; its age is memcached's
+    /// `age`).
     pub fn lru_tail(&self, c: usize) -> Option<Item<'_>> {
-        let off = (c < self.classes).then(|| self.field(c, C_TAIL))?;
+        let off = (c < self.classes).then(|| self.lf(c, COLD, L_TAIL))?;
         (off != 0).then(|| self.item(off))
     }
 
@@ -417,7 +351,8 @@ impl Arena {
         self.free_chunk(c, off);
     }
 
-    /// Links an allocated item, replacing any item of its key, at the head of its LRU.
+    /// Links an allocated item, replacing any item of its key, at the head of the sub-LRU
+    /// new items go to (hot; temp for a short TTL with `temporary_ttl`; cold when flat).
     pub fn link(&mut self, off: u64, cas: u64, flags: u32, exptime: u32, time: u32, bits: u8) {
         if let Some(old) = self.find(self.key_of(off)) {
             self.unlink(old);
@@ -435,7 +370,8 @@ impl Arena {
         self.put(off, I_HNEXT, head);
         put_u64(self.bm(), bucket, off);
         let c = self.class_of(off);
-        self.lru_push(c, off);
+        let l = self.new_item_lru(exptime, time);
+        self.lru_push(c, l, off);
         self.set_field(c, C_USED, self.field(c, C_USED) + 1);
         self.add_header(H_ITEMS, 1);
         let size = self.size_of(off);
@@ -449,8 +385,9 @@ impl Arena {
         e != 0 && e <= now
     }
 
-    /// The item of `key` (expired items are reclaimed, never returned); a hit moves it to the
-    /// head of its class' LRU.
+    /// The item of `key` (expired items are reclaimed, never returned). A hit counts as a
+    /// read when segmented ([`hit`](Self::hit)); flat, it moves the item to the head of its
+    /// list.
     pub fn get(&mut self, key: &[u8], now: u32) -> Option<Item<'_>> {
         let off = self.find(key)?;
         if self.expired(off, now) {
@@ -458,7 +395,11 @@ impl Arena {
             self.unlink(off);
             return None;
         }
-        self.bump(off);
+        if self.lru.segmented {
+            self.hit(off, now);
+        } else {
+            self.bump(off, now);
+        }
         Some(self.item(off))
     }
 

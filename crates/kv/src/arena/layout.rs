@@ -7,25 +7,28 @@
 //! | offset | field |
 //! | --- | --- |
 //! | 0 | next item in the hash chain |
-//! | 8, 16 | previous and next item in its class' LRU (a free chunk: 16 is the next free) |
+//! | 8, 16 | previous and next item in its sub-LRU (a free chunk: 16 is the next free) |
 //! | 24 | CAS |
 //! | 32 | expiry on the server's relative clock (0: never) |
 //! | 36 | client flags |
 //! | 40 | value length |
 //! | 44 | key length, class, state (0 free, 1 linked, 2 unlinked but still being sent), bits |
 //! | 48 | last access on the relative clock |
-//! | 52 | spare |
+//! | 52 | which of its class' sub-LRUs (hot, warm, cold, temp) holds it |
+//! | 53 | spare |
 //!
-//! The bits at 47 are memcached's item flags that replies depend on: fetched, stale (meta
-//! `I`), and the recache token handed out (meta `W`).
+//! The bits at 47 are memcached's item flags: fetched, active (read again since it was
+//! fetched: the segmented LRU keeps it), stale (meta `I`), and the recache token handed out
+//! (meta `W`).
 
 /// "RMRKVAR1": a remora kv arena.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RMRKVAR1");
 /// The layout version (2: 56-byte item headers with access time and bits; 3: per-class item
-/// counters; 4: a growing hash table and page-move counters).
-pub const VERSION: u32 = 4;
+/// counters; 4: a growing hash table and page-move counters; 5: memcached's segmented LRU,
+/// four sub-LRUs per class).
+pub const VERSION: u32 = 5;
 /// Bytes before the hash table.
-pub const HEADER_BYTES: usize = 16384;
+pub const HEADER_BYTES: usize = 32768;
 /// Bytes of an item's header.
 pub const ITEM_HEADER: usize = 56;
 /// memcached's `sizeof(item)` on 64-bit: class sizes start from it plus `-n`, so the classes
@@ -85,15 +88,13 @@ pub const H_BUSY_ITEMS: usize = 176;
 /// Free chunks a rescue took off the free list that lay in the page being moved.
 pub const H_INLINE_RECLAIM: usize = 184;
 const H_CLASS_TABLE: usize = 256;
-const CLASS_BYTES: usize = 192;
+const CLASS_BYTES: usize = 320;
 
 // Class record fields.
 pub const C_SIZE: usize = 0;
 pub const C_PER_PAGE: usize = 4;
 pub const C_PAGES: usize = 8;
 pub const C_FREE: usize = 16;
-pub const C_HEAD: usize = 24;
-pub const C_TAIL: usize = 32;
 pub const C_USED: usize = 40;
 pub const C_FREE_COUNT: usize = 48;
 pub const C_EVICTED: usize = 56;
@@ -107,8 +108,19 @@ pub const C_EXPIRED_UNFETCHED: usize = 96;
 pub const C_EVICTED_UNFETCHED: usize = 104;
 pub const C_EVICTED_NONZERO: usize = 112;
 pub const C_OUTOFMEMORY: usize = 120;
+/// The sub-LRUs: `lru_field(l, L_*)` for l in [`HOT`], [`WARM`], [`COLD`], [`TEMP`].
+const C_LRUS: usize = 128;
+// The segmented LRU's counters (memcached's `moves_*`, `evicted_active`, ...).
+pub const C_MOVES_TO_COLD: usize = 256;
+pub const C_MOVES_TO_WARM: usize = 264;
+pub const C_MOVES_WITHIN: usize = 272;
+pub const C_EVICTED_ACTIVE: usize = 280;
+/// Allocation rounds that had to evict or move items first (`direct_reclaims`).
+pub const C_DIRECT_RECLAIMS: usize = 288;
+/// Pinned tail items an eviction passed over (`lrutail_reflocked`).
+pub const C_REFLOCKED: usize = 296;
 /// The counters `stats reset` zeroes.
-pub const C_COUNTERS: [usize; 8] = [
+pub const C_COUNTERS: [usize; 14] = [
     C_EVICTED,
     C_RECLAIMED,
     C_CRAWLER_RECLAIMED,
@@ -117,7 +129,34 @@ pub const C_COUNTERS: [usize; 8] = [
     C_EVICTED_UNFETCHED,
     C_EVICTED_NONZERO,
     C_OUTOFMEMORY,
+    C_MOVES_TO_COLD,
+    C_MOVES_TO_WARM,
+    C_MOVES_WITHIN,
+    C_EVICTED_ACTIVE,
+    C_DIRECT_RECLAIMS,
+    C_REFLOCKED,
 ];
+
+// Sub-LRUs, in memcached's order.
+/// The hot LRU (`HOT_LRU`): new items.
+pub const HOT: usize = 0;
+/// The warm LRU: items read twice.
+pub const WARM: usize = 1;
+/// The cold LRU: evicted from; every item when flat.
+pub const COLD: usize = 2;
+/// The temp LRU: items with a TTL up to `temporary_ttl`, never evicted.
+pub const TEMP: usize = 3;
+pub const LRUS: usize = 4;
+// Sub-LRU record fields: head, tail, items, bytes as memcached counts them (`sizes_bytes`).
+pub const L_HEAD: usize = 0;
+pub const L_TAIL: usize = 8;
+pub const L_COUNT: usize = 16;
+pub const L_BYTES: usize = 24;
+
+/// The class record field of sub-LRU `l`'s field `f`.
+pub const fn lru_field(l: usize, f: usize) -> usize {
+    C_LRUS + l * 32 + f
+}
 
 // Item fields.
 pub const I_HNEXT: usize = 0;
@@ -132,6 +171,7 @@ pub const I_CLASS: usize = 45;
 pub const I_STATE: usize = 46;
 pub const I_BITS: usize = 47;
 pub const I_TIME: usize = 48;
+pub const I_LRU: usize = 52;
 
 // Item states.
 pub const FREE: u8 = 0;
@@ -146,6 +186,13 @@ pub const FETCHED: u8 = 1;
 pub const STALE: u8 = 2;
 /// A recache token (`W`) was handed out.
 pub const WIN_SENT: u8 = 4;
+/// Read again after its first read (memcached's `ITEM_ACTIVE`): the segmented LRU moves it
+/// to (or keeps it in) the warm LRU instead of letting it fall to the cold tail.
+pub const ACTIVE: u8 = 8;
+
+// The class table fits the header.
+const _: () = assert!(H_CLASS_TABLE + MAX_CLASSES * CLASS_BYTES <= HEADER_BYTES);
+const _: () = assert!(C_REFLOCKED + 8 <= CLASS_BYTES && lru_field(LRUS, 0) <= C_MOVES_TO_COLD);
 
 /// Offset of class `c`'s record field `f`.
 pub fn class_field(c: usize, f: usize) -> usize {

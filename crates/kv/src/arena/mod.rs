@@ -1,7 +1,8 @@
 //! Item memory in one relocatable arena with slab classes, as memcached lays it out: the
 //! storage `remora kv serve` keeps its items in (through [`crate::storage::ArenaStore`]).
 //!
-//! Every item (its header, key and value), the hash chains, the per-class LRU lists, the free
+//! Every item (its header, key and value), the hash chains, the per-class LRU lists (hot,
+//! warm, cold and temp: memcached's segmented LRU, `lru.rs`), the free
 //! lists and the counters live in one [`Mapping`] (anonymous memory, a memfd or a file on
 //! tmpfs/hugetlbfs), linked by offsets only, so the arena can be mapped at any address by
 //! another process or host. Memory is cut into pages (1 MiB by default) handed to slab classes
@@ -37,6 +38,9 @@ mod check;
 mod hash;
 mod items;
 mod layout;
+mod lru;
+#[cfg(test)]
+mod lru_tests;
 mod memory;
 mod slabs;
 #[cfg(test)]
@@ -46,6 +50,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use layout::*;
+pub use layout::{COLD, HOT, TEMP, WARM};
+pub use lru::{LruConfig, UPDATE_INTERVAL};
 pub use memory::{Backing, Mapping};
 
 /// How an arena is laid out (memcached's `-m`, `-f`, `-n`, `-I` and `-o hashpower`).
@@ -239,7 +245,7 @@ impl Item<'_> {
 
 /// Item bits, for [`Arena::set_bits`].
 pub mod bits {
-    pub use super::layout::{FETCHED, STALE, WIN_SENT};
+    pub use super::layout::{ACTIVE, FETCHED, STALE, WIN_SENT};
 }
 
 /// What the caller of an allocation decides about an LRU tail item.
@@ -284,6 +290,20 @@ pub struct ClassStats {
     pub evicted_nonzero: u64,
     /// `outofmemory`: allocations that found nothing to evict.
     pub outofmemory: u64,
+    /// `number_hot`, `number_warm`, `number_cold`, `number_temp`.
+    pub lru_items: [u64; 4],
+    /// `moves_to_cold`: hot or warm tail items the LRU moved down to cold.
+    pub moves_to_cold: u64,
+    /// `moves_to_warm`: active hot or cold items moved to warm.
+    pub moves_to_warm: u64,
+    /// `moves_within_lru`: active warm tail items moved back to warm's head.
+    pub moves_within_lru: u64,
+    /// `evicted_active`: evicted items that were active.
+    pub evicted_active: u64,
+    /// `direct_reclaims`: allocation rounds that evicted or moved items first.
+    pub direct_reclaims: u64,
+    /// `lrutail_reflocked`: pinned tail items eviction passed over.
+    pub reflocked: u64,
 }
 
 /// What one page move did with the live items of its page.
@@ -355,6 +375,12 @@ pub struct Arena {
     pins: HashMap<u64, Weak<Pin>>,
     /// Unlinked items still pinned: freed by [`Arena::reap`] once only this list holds them.
     held: Vec<(u64, Arc<Pin>)>,
+    /// How items move between the sub-LRUs (a setting, not kept in the arena).
+    lru: LruConfig,
+    /// Cold items reads made active, for the maintainer to move to warm.
+    bumps: Vec<u64>,
+    /// Reads that found `bumps` full.
+    bumps_dropped: u64,
 }
 
 impl Arena {
@@ -390,6 +416,9 @@ impl Arena {
             hsplit: 0,
             pins: HashMap::new(),
             held: Vec::new(),
+            lru: LruConfig::flat(),
+            bumps: Vec::new(),
+            bumps_dropped: 0,
         };
         let reason = if existed {
             a.mismatch(cfg, &sizes)
@@ -499,6 +528,7 @@ impl Arena {
         let sizes = cfg.classes()?;
         self.pins.clear();
         self.held.clear();
+        self.bumps.clear();
         self.init(cfg, &sizes);
         put_u32(self.bm(), H_CLEAN, 0);
         Ok(())
@@ -599,6 +629,13 @@ impl Arena {
                 evicted_unfetched: self.field(c, C_EVICTED_UNFETCHED),
                 evicted_nonzero: self.field(c, C_EVICTED_NONZERO),
                 outofmemory: self.field(c, C_OUTOFMEMORY),
+                lru_items: self.lru_counts(c),
+                moves_to_cold: self.field(c, C_MOVES_TO_COLD),
+                moves_to_warm: self.field(c, C_MOVES_TO_WARM),
+                moves_within_lru: self.field(c, C_MOVES_WITHIN),
+                evicted_active: self.field(c, C_EVICTED_ACTIVE),
+                direct_reclaims: self.field(c, C_DIRECT_RECLAIMS),
+                reflocked: self.field(c, C_REFLOCKED),
             })
             .collect()
     }

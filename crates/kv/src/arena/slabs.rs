@@ -57,10 +57,10 @@ impl Arena {
         gone.len() as u64
     }
 
-    /// The LRU crawler's pass over class `c`: up to `max` items (0: all) of its LRU from the
-    /// tail are checked, and those `dead` says are dead are taken back
-    /// (`crawler_items_checked`, `crawler_reclaimed`, `expired_unfetched`). Returns (checked,
-    /// reclaimed).
+    /// The LRU crawler's pass over class `c`: up to `max` items (0: all) of each of its
+    /// sub-LRUs from the tail are checked (memcached crawls each sub-LRU), and those `dead`
+    /// says are dead are taken back (`crawler_items_checked`, `crawler_reclaimed`,
+    /// `expired_unfetched`). Returns (checked, reclaimed).
     pub fn crawl_class(
         &mut self,
         c: usize,
@@ -72,13 +72,16 @@ impl Arena {
         }
         let (mut checked, mut gone) = (0, Vec::new());
         let max = if max == 0 { u64::MAX } else { max as u64 };
-        let mut off = self.field(c, C_TAIL);
-        while off != 0 && checked < max {
-            checked += 1;
-            if dead(self.item(off)) {
-                gone.push(off);
+        for l in [HOT, WARM, COLD, TEMP] {
+            let (mut n, mut off) = (0, self.lf(c, l, L_TAIL));
+            while off != 0 && n < max {
+                n += 1;
+                if dead(self.item(off)) {
+                    gone.push(off);
+                }
+                off = self.at(off, I_PREV);
             }
-            off = self.at(off, I_PREV);
+            checked += n;
         }
         for &off in &gone {
             let unfetched = !self.item(off).fetched();
@@ -90,8 +93,9 @@ impl Arena {
         (checked, gone.len() as u64)
     }
 
-    /// The LRU maintainer's pass over class `c`: looks at up to `max` items from its LRU tail
-    /// and takes back those `dead` says are dead (counted as `reclaimed`); returns how many.
+    /// The LRU maintainer's pass over class `c`: looks at up to `max` items from each
+    /// sub-LRU's tail and takes back those `dead` says are dead (counted as `reclaimed`);
+    /// returns how many.
     /// Bounded, so the owner's lock is held briefly however large the class.
     pub fn reclaim_tail(
         &mut self,
@@ -103,14 +107,15 @@ impl Arena {
             return 0;
         }
         let mut gone = Vec::new();
-        let mut off = self.field(c, C_TAIL);
-        let mut seen = 0;
-        while off != 0 && seen < max {
-            if dead(self.item(off)) {
-                gone.push(off);
+        for l in [HOT, WARM, COLD, TEMP] {
+            let (mut seen, mut off) = (0, self.lf(c, l, L_TAIL));
+            while off != 0 && seen < max {
+                if dead(self.item(off)) {
+                    gone.push(off);
+                }
+                seen += 1;
+                off = self.at(off, I_PREV);
             }
-            seen += 1;
-            off = self.at(off, I_PREV);
         }
         for &off in &gone {
             self.count_dead(off);
@@ -145,6 +150,10 @@ impl Arena {
         let geo = self.geo;
         let mut released = 0;
         let mut malloced = self.malloced_pages();
+        if malloced > limit {
+            // Queued offsets must not outlive their page's class.
+            self.clear_bumps();
+        }
         while malloced > limit {
             let used = u32_at(self.b(), H_PAGES_USED) as usize;
             let p = match (0..used).find(|&p| self.b()[geo.directory + p] == NO_CLASS) {
@@ -229,6 +238,8 @@ impl Arena {
             )));
         }
         self.reap();
+        // Queued offsets must not outlive their page's class (or an item's old chunk).
+        self.clear_bumps();
         let geo = self.geo;
         let used = u32_at(self.b(), H_PAGES_USED) as usize;
         let (size, per) = (self.field(from, C_SIZE), self.field(from, C_PER_PAGE));
@@ -339,15 +350,15 @@ impl Arena {
         } else {
             self.put(prev, I_HNEXT, new);
         }
-        let c = self.class_of(new);
+        let (c, l) = (self.class_of(new), self.lru_of(new));
         let (lp, ln) = (self.at(new, I_PREV), self.at(new, I_NEXT));
         if lp == 0 {
-            self.set_field(c, C_HEAD, new);
+            self.set_field(c, lru_field(l, L_HEAD), new);
         } else {
             self.put(lp, I_NEXT, new);
         }
         if ln == 0 {
-            self.set_field(c, C_TAIL, new);
+            self.set_field(c, lru_field(l, L_TAIL), new);
         } else {
             self.put(ln, I_PREV, new);
         }

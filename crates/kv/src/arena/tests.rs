@@ -407,6 +407,10 @@ enum Op {
     Delete(u8),
     Move(u8, u8),
     Expire(u8),
+    /// The maintainer's pass: queued reads, then every class' juggle.
+    Juggle,
+    /// The clock moves on this many seconds.
+    Tick(u8),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -416,6 +420,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..40).prop_map(Op::Delete),
         1 => (0u8..12, 0u8..12).prop_map(|(a, b)| Op::Move(a, b)),
         1 => (0u8..40).prop_map(Op::Expire),
+        2 => Just(Op::Juggle),
+        1 => (0u8..4).prop_map(Op::Tick),
     ]
 }
 
@@ -424,20 +430,32 @@ proptest! {
 
     /// Against a map: a value read is always the last one written under its key; a key is
     /// missing only after an eviction, a page move, a delete or its expiry; every structure
-    /// stays consistent after every step.
+    /// (each sub-LRU's links, items and bytes included) stays consistent after every step,
+    /// flat or segmented (with a temp LRU for the keys stored with a TTL).
     #[test]
-    fn the_arena_agrees_with_a_map_through_evictions_and_page_moves(ops in proptest::collection::vec(op(), 1..160)) {
+    fn the_arena_agrees_with_a_map_through_evictions_and_page_moves(
+        ops in proptest::collection::vec(op(), 1..160),
+        segmented in any::<bool>(),
+    ) {
         let cfg = small(HEADER_BYTES + (8 << 8) + 6 * (64 << 10) + 8192);
         let mut a = anon(&cfg);
+        a.set_lru_config(LruConfig {
+            segmented,
+            temp_ttl: Some(20_000),
+            ..LruConfig::default()
+        });
         // key -> (value, evictions + moves when it was written)
         let mut model: HashMap<u8, (Vec<u8>, u64)> = HashMap::new();
         let losses = |a: &Arena| a.stats().evictions + a.stats().moves;
-        let now = 10;
+        let mut now = 10;
         for (step, o) in ops.into_iter().enumerate() {
             match o {
                 Op::Set(k, n) => {
                     let v: Vec<u8> = (0..n).map(|i| (i as u8).wrapping_add(k).wrapping_add(step as u8)).collect();
-                    match a.set(&[b'k', k], &v, u32::from(k), 0, now) {
+                    // Every third key has a TTL short enough for the temp LRU (and far
+                    // beyond the clock's ticks here).
+                    let exp = if k % 3 == 0 { now + 10_000 } else { 0 };
+                    match a.set(&[b'k', k], &v, u32::from(k), exp, now) {
                         Ok(_) => { model.insert(k, (v, losses(&a))); }
                         Err(ArenaError::NoMemory(_)) => {}
                         Err(e) => panic!("{e}"),
@@ -469,6 +487,13 @@ proptest! {
                     }
                     model.remove(&k);
                 }
+                Op::Juggle => {
+                    a.drain_bumps(now);
+                    for c in 0..a.class_count() {
+                        a.juggle(c, now, &mut |it| it.exptime != 0 && it.exptime <= now);
+                    }
+                }
+                Op::Tick(s) => now += u32::from(s),
             }
             if let Err(e) = a.check() {
                 prop_assert!(false, "step {}: {}", step, e);

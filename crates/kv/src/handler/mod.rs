@@ -220,6 +220,15 @@ impl Cache {
                 {
                     a.set_premalloc(n);
                 }
+                let t = &settings.tunables;
+                a.set_lru(crate::arena::LruConfig {
+                    segmented: t.lru_segmented,
+                    hot_pct: t.hot_lru_pct,
+                    warm_pct: t.warm_lru_pct,
+                    hot_max_factor: t.hot_max_factor,
+                    warm_max_factor: t.warm_max_factor,
+                    temp_ttl: t.temp_lru.then_some(t.temporary_ttl),
+                });
                 if let Some(w) = warm {
                     process_started = w.epoch;
                     clock_base = (now_unix - w.epoch).clamp(2, u32::MAX as i64) as u32;

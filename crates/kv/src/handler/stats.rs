@@ -164,7 +164,10 @@ impl Cache {
             );
         }
         if tun.lru_maintainer {
-            zero(&mut put, &["lru_maintainer_juggles"]);
+            put(
+                "lru_maintainer_juggles",
+                c.lru_maintainer_juggles.to_string(),
+            );
         }
         zero(&mut put, &["malloc_fails", "log_worker_dropped"]);
         put("log_worker_written", self.logger.written().to_string());
@@ -179,24 +182,19 @@ impl Cache {
         put("expired_unfetched", c.expired_unfetched.to_string());
         put("evicted_unfetched", c.evicted_unfetched.to_string());
         if tun.lru_maintainer {
-            put("evicted_active", "0".into());
+            put("evicted_active", c.evicted_active.to_string());
         }
         put("evictions", c.evictions.to_string());
         put("reclaimed", c.reclaimed.to_string());
         put("crawler_reclaimed", c.crawler_reclaimed.to_string());
         put("crawler_items_checked", c.crawler_checked.to_string());
-        put("lrutail_reflocked", "0".into());
+        put("lrutail_reflocked", c.lrutail_reflocked.to_string());
         if tun.lru_maintainer {
-            zero(
-                &mut put,
-                &[
-                    "moves_to_cold",
-                    "moves_to_warm",
-                    "moves_within_lru",
-                    "direct_reclaims",
-                    "lru_bumps_dropped",
-                ],
-            );
+            put("moves_to_cold", c.moves_to_cold.to_string());
+            put("moves_to_warm", c.moves_to_warm.to_string());
+            put("moves_within_lru", c.moves_within_lru.to_string());
+            put("direct_reclaims", c.direct_reclaims.to_string());
+            put("lru_bumps_dropped", c.lru_bumps_dropped.to_string());
         }
         v
     }
@@ -282,12 +280,12 @@ impl Cache {
             ("hash_algorithm", tun.hash_algorithm.clone()),
             ("lru_maintainer_thread", yn(tun.lru_maintainer)),
             ("lru_segmented", yn(tun.lru_segmented)),
-            ("hot_lru_pct", "20".into()),
-            ("warm_lru_pct", "40".into()),
-            ("hot_max_factor", "0.20".into()),
-            ("warm_max_factor", "2.00".into()),
-            ("temp_lru", "no".into()),
-            ("temporary_ttl", "61".into()),
+            ("hot_lru_pct", tun.hot_lru_pct.to_string()),
+            ("warm_lru_pct", tun.warm_lru_pct.to_string()),
+            ("hot_max_factor", format!("{:.2}", tun.hot_max_factor)),
+            ("warm_max_factor", format!("{:.2}", tun.warm_max_factor)),
+            ("temp_lru", yn(tun.temp_lru)),
+            ("temporary_ttl", tun.temporary_ttl.to_string()),
             ("idle_timeout", tun.idle_timeout.to_string()),
             ("watcher_logbuf_size", s.watcher_logbuf_size.to_string()),
             ("worker_logbuf_size", "65536".into()),
@@ -332,13 +330,23 @@ impl Cache {
             return self.stats_items_heap();
         };
         let mut v = Vec::new();
-        // memcached's names in its order, less the segmented LRU's (remora keeps one LRU per
-        // class) and `evicted_time`.
+        let tun = &self.settings.tunables;
+        // memcached's names in its order, less `evicted_time` and `hits_to_*`.
         for c in classes.iter().filter(|c| c.stats.used > 0) {
             let st = &c.stats;
             let mut put =
                 |k: &str, val: u64| v.push((format!("items:{}:{k}", c.id), val.to_string()));
             put("number", st.used);
+            if tun.lru_maintainer {
+                put("number_hot", st.lru_items[crate::arena::HOT]);
+                put("number_warm", st.lru_items[crate::arena::WARM]);
+                put("number_cold", st.lru_items[crate::arena::COLD]);
+                if tun.temp_lru {
+                    put("number_temp", st.lru_items[crate::arena::TEMP]);
+                }
+                put("age_hot", u64::from(c.age_hot));
+                put("age_warm", u64::from(c.age_warm));
+            }
             put("age", u64::from(c.age));
             put("mem_requested", st.requested);
             put("evicted", st.evicted);
@@ -349,8 +357,18 @@ impl Cache {
             put("reclaimed", st.reclaimed);
             put("expired_unfetched", st.expired_unfetched);
             put("evicted_unfetched", st.evicted_unfetched);
+            if tun.lru_maintainer {
+                put("evicted_active", st.evicted_active);
+            }
             put("crawler_reclaimed", st.crawler_reclaimed);
             put("crawler_items_checked", st.crawler_checked);
+            put("lrutail_reflocked", st.reflocked);
+            if tun.lru_maintainer {
+                put("moves_to_cold", st.moves_to_cold);
+                put("moves_to_warm", st.moves_to_warm);
+                put("moves_within_lru", st.moves_within_lru);
+                put("direct_reclaims", st.direct_reclaims);
+            }
         }
         v
     }

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::arena::{ArenaError, Item};
+use crate::arena::{ArenaError, Item, COLD, HOT, WARM};
 
 use super::arena_store::ArenaStore;
 use super::automove::{Automover, Snap};
@@ -54,6 +54,14 @@ impl ArenaStore {
             reassign_evictions_nomem: moves.1,
             reassign_inline_reclaim: moves.2,
             reassign_busy_items: moves.3,
+            evicted_active: sum(|c| c.evicted_active),
+            moves_to_cold: sum(|c| c.moves_to_cold),
+            moves_to_warm: sum(|c| c.moves_to_warm),
+            moves_within_lru: sum(|c| c.moves_within_lru),
+            direct_reclaims: sum(|c| c.direct_reclaims),
+            lrutail_reflocked: sum(|c| c.reflocked),
+            lru_bumps_dropped: g.arena.bumps_dropped(),
+            lru_maintainer_juggles: g.juggles,
         }
     }
 
@@ -68,10 +76,9 @@ impl ArenaStore {
                 .map(|(i, stats)| SlabClass {
                     id: i + 1,
                     stats,
-                    age: g
-                        .arena
-                        .lru_tail(i)
-                        .map_or(0, |it| now.saturating_sub(it.time)),
+                    age: g.arena.lru_age(i, COLD, now),
+                    age_hot: g.arena.lru_age(i, HOT, now),
+                    age_warm: g.arena.lru_age(i, WARM, now),
                 })
                 .collect(),
         )
@@ -128,19 +135,28 @@ impl ArenaStore {
         (checked, reclaimed)
     }
 
+    /// The maintainer's pass: dead items near each sub-LRU's tail are taken back, cold items
+    /// reads made active move to warm, and each class' LRUs are juggled (memcached's
+    /// `lru_maintainer_juggle`). Returns the items reclaimed by the tail sweep.
     pub(super) fn maintain_pass(&self, now: u32) -> u64 {
-        /// Items looked at per class and pass: keeps the lock short on a large cache.
+        /// Items looked at per sub-LRU and pass: keeps the lock short on a large cache.
         const TAIL: usize = 1000;
         let ctx = self.ctx(now);
         let mut g = self.lock();
         if g.closed {
             return 0;
         }
+        g.juggles += 1;
         let mut n = 0;
         for c in 0..g.arena.class_count() {
             n += g.arena.reclaim_tail(c, TAIL, |it| !ctx.live(&it));
         }
-        if n > 0 {
+        g.arena.drain_bumps(now);
+        let reclaimed_before = g.arena.stats().reclaimed;
+        for c in 0..g.arena.class_count() {
+            g.arena.juggle(c, now, &mut |it| !ctx.live(&it));
+        }
+        if n > 0 || g.arena.stats().reclaimed != reclaimed_before {
             g.rebuild_sizes(self.config.use_cas);
         }
         if self.shrinking.load(Ordering::Relaxed) {

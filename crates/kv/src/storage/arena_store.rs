@@ -9,10 +9,12 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::arena::{bits, Arena, ArenaConfig, ArenaError, Backing, Item, Mapping, Opened, Victim};
+use crate::arena::{
+    bits, Arena, ArenaConfig, ArenaError, Backing, Item, LruConfig, Mapping, Opened, Victim,
+};
 use crate::out::SHARE_MIN;
 
-use super::shard::{parse_counter, BUMP_INTERVAL};
+use super::shard::parse_counter;
 use super::*;
 
 /// How the arena's memory is found or made.
@@ -40,6 +42,8 @@ pub(super) struct Inner {
     pub(super) mover: Option<super::automove::Automover>,
     /// Each class' evictions at the last mode-2 automove pass.
     pub(super) last_evicted: Vec<u64>,
+    /// Maintainer passes (`lru_maintainer_juggles`).
+    pub(super) juggles: u64,
 }
 
 /// Items in one arena.
@@ -251,6 +255,7 @@ impl ArenaStore {
                 closed: false,
                 mover: None,
                 last_evicted: Vec::new(),
+                juggles: 0,
             }),
             config,
             arena_config: ac,
@@ -300,6 +305,12 @@ impl ArenaStore {
         self.lock().arena.reset(&ac)?;
         self.opened = Opened::Cold(Some(why));
         Ok(())
+    }
+
+    /// How items move between each class' hot, warm, cold and temp LRUs (the arena starts
+    /// flat: one LRU per class).
+    pub fn set_lru(&self, cfg: LruConfig) {
+        self.lock().arena.set_lru_config(cfg);
     }
 
     /// Whether the arena was restored or started cold (and why).
@@ -401,11 +412,7 @@ impl EntryStore for ArenaStore {
         let a = &mut g.arena;
         let it = a.item(off);
         let (time, mut b, exp) = (it.time, it.bits, it.exptime);
-        let it_bits = b;
         let big = it.value.len() >= SHARE_MIN;
-        if !opts.no_bump && now.saturating_sub(time) >= BUMP_INTERVAL {
-            a.bump(off);
-        }
         let exptime = if opts.touch.is_some() {
             a.set_exptime(off, exptime_abs);
             exptime_abs
@@ -440,15 +447,10 @@ impl EntryStore for ArenaStore {
             stale: it.stale(),
             win,
         });
-        // Written only when they change: a hot item read by both workers then keeps its
-        // header's cache line shared instead of bouncing it between cores.
+        // Bits only (and a relink at most once a minute when flat): the maintainer moves
+        // items between the LRUs.
         if !opts.no_bump {
-            if b & bits::FETCHED == 0 || b != it_bits {
-                a.set_bits(off, b | bits::FETCHED);
-            }
-            if time != now {
-                a.set_time(off, now);
-            }
+            a.hit(off, now);
         }
         true
     }
@@ -486,7 +488,7 @@ impl EntryStore for ArenaStore {
         let (flags, exptime) = match (mode, old) {
             (StoreMode::Add, Some(off)) => {
                 // memcached refreshes the LRU position of the item an add collides with.
-                g.arena.bump(off);
+                g.arena.bump(off, now);
                 return StoreOutcome::NotStored;
             }
             (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
@@ -525,7 +527,9 @@ impl EntryStore for ArenaStore {
         };
         let value = joined.as_deref().unwrap_or(data);
         if let Some(off) = old {
-            g.arena.bump(off);
+            if !g.arena.lru_config().segmented {
+                g.arena.bump(off, now);
+            }
         }
         let off = match g.alloc(key, value.len(), &ctx, &self.config) {
             Ok(off) => off,
@@ -625,7 +629,7 @@ impl EntryStore for ArenaStore {
         let dst = g.arena.value_mut_linked(off);
         dst[..text.len()].copy_from_slice(text.as_bytes());
         dst[text.len()..].fill(b' ');
-        g.arena.bump(off);
+        g.arena.bump(off, now);
         let new_cas = self.cas(&mut g);
         g.arena.set_cas(off, new_cas);
         g.arena.set_time(off, now);

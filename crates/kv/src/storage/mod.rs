@@ -130,6 +130,22 @@ pub struct StoreCounters {
     pub reassign_inline_reclaim: u64,
     /// Items in use by replies that made a page busy (`slab_reassign_busy_items`).
     pub reassign_busy_items: u64,
+    /// Evicted items that were active (`evicted_active`).
+    pub evicted_active: u64,
+    /// Hot or warm items moved down to cold (`moves_to_cold`).
+    pub moves_to_cold: u64,
+    /// Active items moved to warm (`moves_to_warm`).
+    pub moves_to_warm: u64,
+    /// Active warm items moved back to its head (`moves_within_lru`).
+    pub moves_within_lru: u64,
+    /// Allocation rounds that evicted or moved first (`direct_reclaims`).
+    pub direct_reclaims: u64,
+    /// Pinned tail items eviction passed over (`lrutail_reflocked`).
+    pub lrutail_reflocked: u64,
+    /// Reads whose move to warm was dropped, the queue being full (`lru_bumps_dropped`).
+    pub lru_bumps_dropped: u64,
+    /// Maintainer passes (`lru_maintainer_juggles`).
+    pub lru_maintainer_juggles: u64,
 }
 
 /// Which items `lru_crawler metadump` lists.
@@ -204,8 +220,12 @@ pub struct SlabClass {
     pub id: usize,
     /// The arena's figures.
     pub stats: crate::arena::ClassStats,
-    /// Age in seconds of the class' oldest item (its LRU tail).
+    /// Age in seconds of the class' cold LRU tail (`age`).
     pub age: u32,
+    /// The same for the hot LRU (`age_hot`).
+    pub age_hot: u32,
+    /// The same for the warm LRU (`age_warm`).
+    pub age_warm: u32,
 }
 
 /// One line of `lru_crawler metadump`.

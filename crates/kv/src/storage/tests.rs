@@ -541,3 +541,36 @@ fn arena_premalloc_counts_against_the_limit() {
     assert_eq!(stored, 2, "the class' first page holds two, no second page");
     assert_eq!(s.counters().malloced, (8 << 20) + 32);
 }
+
+#[test]
+fn segmented_arena_store_keeps_an_item_read_twice_through_a_flood() {
+    // lru-maintainer.t's canary: read twice, moved to warm by the maintainer, it outlives a
+    // flood of its class that evicts from cold.
+    let s = ArenaStore::new(config(8 << 20));
+    s.set_lru(crate::arena::LruConfig::default());
+    let v = vec![b'B'; 66_560];
+    let set = |k: &str, now| s.store(StoreMode::Set, k.as_bytes(), 0, 0, &v, now);
+    assert!(matches!(set("canary", 10), StoreOutcome::Stored(_)));
+    for i in 0..30 {
+        set(&format!("key{i}"), 10);
+    }
+    s.maintain(10);
+    let c = s.counters();
+    assert!(
+        c.moves_to_cold > 0 && c.lru_maintainer_juggles == 1,
+        "{c:?}"
+    );
+    assert!(get(&s, b"canary", 11).is_some() && get(&s, b"canary", 11).is_some());
+    s.maintain(12);
+    assert_eq!(s.counters().moves_to_warm, 1);
+    for i in 30..200 {
+        assert!(matches!(
+            set(&format!("key{i}"), 12),
+            StoreOutcome::Stored(_)
+        ));
+    }
+    let c = s.counters();
+    assert!(c.evictions > 0 && c.direct_reclaims > 0, "{c:?}");
+    assert!(get(&s, b"canary", 12).is_some());
+    s.lock().arena.check().unwrap();
+}

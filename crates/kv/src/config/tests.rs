@@ -1,0 +1,174 @@
+//! The command line's parsing, refusals and defaults.
+
+use super::*;
+
+#[test]
+fn defaults_and_flags() {
+    let c = Config::parse::<&str>(&[]).unwrap();
+    assert_eq!(c.settings.tcpport, 11211);
+    assert_eq!(c.settings.threads, 4);
+    assert_eq!(c.settings.maxbytes, 64 << 20);
+    let c = Config::parse(&["-p", "1234", "-U0", "-t2", "-m", "128", "-vv", "-c", "10"]).unwrap();
+    assert_eq!(c.settings.tcpport, 1234);
+    assert_eq!(c.settings.udpport, 0);
+    assert_eq!(c.settings.threads, 2);
+    assert_eq!(c.settings.maxbytes, 128 << 20);
+    assert_eq!(c.verbose, 2);
+    assert_eq!(c.settings.maxconns, 10);
+    let c = Config::parse(&["-I", "2m", "-o", "modern,bogus=1", "-l", "127.0.0.1,::1"]).unwrap();
+    assert_eq!(c.settings.item_size_max, 2 << 20);
+    assert_eq!(c.listen, vec!["127.0.0.1", "::1"]);
+    assert!(c.warnings.iter().any(|w| w.contains("bogus")));
+    let c = Config::parse(&["-D", "/", "-k", "-b", "7", "-o", "track_sizes,io=epoll"]).unwrap();
+    assert_eq!(c.settings.prefix_delimiter, b'/');
+    assert!(c.settings.detail_enabled && c.settings.lock_memory && c.settings.track_sizes);
+    assert_eq!((c.settings.backlog, c.io), (7, IoDriver::Epoll));
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    assert_eq!(Config::parse::<&str>(&[]).unwrap().io, IoDriver::Epoll);
+    let c = Config::parse(&["-o", "io=uring"]).unwrap();
+    assert_eq!(c.io, IoDriver::Uring);
+    let c = Config::parse(&["-L"]).unwrap();
+    assert!(
+        c.warnings.iter().any(|w| w.contains("-L")),
+        "{:?}",
+        c.warnings
+    );
+    let c = Config::parse(&["--port=99", "--threads", "3"]).unwrap();
+    assert_eq!((c.settings.tcpport, c.settings.threads), (99, 3));
+}
+
+/// Regression (memcached's `issue_67.t`): `-p -1` (an ephemeral port) was refused and `-U`
+/// alone left TCP on 11211; memcached takes atoi's value and moves TCP to the UDP port.
+#[test]
+fn ports_follow_memcached() {
+    let p = |a: &[&str]| {
+        let c = Config::parse(a).unwrap();
+        (c.settings.tcpport, c.settings.udpport)
+    };
+    assert_eq!(p(&["-p", "-1"]), (-1, 0));
+    assert_eq!(p(&["-p", "0"]), (0, 0));
+    assert_eq!(p(&["-U", "11222"]), (11222, 11222));
+    assert_eq!(p(&["-U", "-1"]), (-1, -1));
+    assert_eq!(p(&["-U", "0"]), (11211, 0));
+    assert_eq!(p(&["-p", "-1", "-U", "11252"]), (-1, 11252));
+    assert_eq!(p(&["-U", "5", "-p", "6"]), (6, 5));
+    let e = |a: &[&str]| Config::parse(a).unwrap_err().0;
+    assert_eq!(e(&["-p", "-2"]), "ERROR: Invalid port number -2.");
+    assert_eq!(
+        e(&["-p", "1", "-U", "70000"]),
+        "ERROR: Invalid UDP port number 70000."
+    );
+}
+
+/// Regression (memcached's `idle-timeout.t`, `conn-limits.t`, `stats.t`): `idle_timeout`
+/// and `read_buf_mem_limit` were ignored, and the suboptions `stats settings` reports were
+/// not kept.
+#[test]
+fn tunables_are_kept_and_checked_like_memcached() {
+    let t = |a: &[&str]| Config::parse(a).unwrap().settings.tunables;
+    assert_eq!(t(&[]), Tunables::default());
+    let x = t(&[
+        "-o",
+        "idle_timeout=3,read_buf_mem_limit=1,no_lru_crawler,no_lru_maintainer",
+    ]);
+    assert_eq!((x.idle_timeout, x.read_buf_mem_limit), (3, 1 << 20));
+    assert!(!x.lru_crawler && !x.lru_maintainer && !x.lru_segmented && x.slab_reassign);
+    let x = t(&["-o", "no_modern"]);
+    assert!(!x.slab_reassign && !x.maxconns_fast && !x.lru_crawler);
+    assert_eq!(
+        (x.slab_chunk_max, x.hash_algorithm.as_str()),
+        (1 << 20, "jenkins")
+    );
+    let x = t(&[
+        "-o",
+        "slab_chunk_max=1024,no_modern,hashpower=20,slab_automove=2",
+    ]);
+    assert_eq!(
+        (x.slab_chunk_max, x.hashpower_init, x.slab_automove),
+        (1024, 20, 2)
+    );
+    let e = |a: &[&str]| Config::parse(a).unwrap_err().0;
+    assert_eq!(
+        e(&["-o", "idle_timeout"]),
+        "Missing numeric argument for idle_timeout"
+    );
+    assert_eq!(
+        e(&["-o", "read_buf_mem_limit=lots"]),
+        "could not parse argument to read_buf_mem_limit"
+    );
+    assert_eq!(
+        e(&["-o", "slab_automove=3"]),
+        "slab_automove must be between 0 and 2"
+    );
+    assert_eq!(
+        e(&["-o", "hashpower=4"]),
+        "Initial hashtable multiplier of 4 is too low"
+    );
+    // Reported only: accepted with a warning that says so.
+    let c = Config::parse(&["-o", "no_lru_crawler"]).unwrap();
+    assert!(
+        c.warnings.iter().any(|w| w.contains("no_lru_crawler")),
+        "{:?}",
+        c.warnings
+    );
+}
+
+#[test]
+fn refusals_use_memcached_wording() {
+    let e = |a: &[&str]| Config::parse(a).unwrap_err().0;
+    assert_eq!(e(&["-t", "0"]), "Number of threads must be greater than 0");
+    assert_eq!(
+        e(&["-c", "0"]),
+        "Maximum connections must be greater than 0"
+    );
+    assert_eq!(
+        e(&["-I", "100"]),
+        "Item max size cannot be less than 1024 bytes."
+    );
+    assert_eq!(
+        e(&["-m", "64", "-I", "64m"]),
+        "Cannot set item size limit higher than 1/2 of memory max."
+    );
+    assert_eq!(e(&["-p", "70000"]), "ERROR: Invalid port number 70000.");
+    assert!(e(&["-B", "xx"]).starts_with("Invalid value for binding protocol: xx"));
+    // Authentication that cannot be given is refused, never ignored.
+    assert_eq!(e(&["-S"]), "This server is not built with SASL support.");
+    assert_eq!(e(&["-Z"]), "This server is not built with TLS support.");
+    assert_eq!(
+        e(&["-R", "0"]),
+        "Number of requests per event must be greater than 0"
+    );
+    assert_eq!(e(&["-D", ""]), "No delimiter specified");
+    assert!(e(&["-o", "io=poll"]).starts_with("Invalid value for io"));
+    assert!(e(&["-p"]).contains("requires an argument"));
+    assert!(e(&["-Q"]).contains("Illegal argument"));
+}
+
+#[test]
+fn segmented_lru_suboptions_are_memcacheds() {
+    let e = |a: &[&str]| Config::parse(a).unwrap_err().0;
+    let t = Config::parse(&["-o", "hot_lru_pct=10,warm_lru_pct=30,hot_max_factor=0.5"])
+        .unwrap()
+        .settings
+        .tunables;
+    assert_eq!(
+        (t.hot_lru_pct, t.warm_lru_pct, t.hot_max_factor),
+        (10, 30, 0.5)
+    );
+    assert!(t.lru_segmented && !t.temp_lru);
+    let t = Config::parse(&["-o", "temporary_ttl=30"])
+        .unwrap()
+        .settings
+        .tunables;
+    assert_eq!((t.temp_lru, t.temporary_ttl), (true, 30));
+    assert!(e(&["-o", "hot_lru_pct=80"]).contains("hot_lru_pct must be > 1 and < 80"));
+    assert!(e(&["-o", "warm_max_factor=0"]).contains("warm_max_factor must be > 0"));
+    assert!(e(&["-o", "hot_lru_pct=50,warm_lru_pct=40"]).contains("cannot be more than 80%"));
+    assert!(e(&["-o", "no_lru_maintainer,temporary_ttl=5"])
+        .contains("temporary_ttl requires lru_maintainer"));
+    let t = Config::parse(&["-o", "no_lru_segmented"])
+        .unwrap()
+        .settings
+        .tunables;
+    assert!(!t.lru_segmented && t.lru_maintainer);
+}
