@@ -293,3 +293,234 @@ fn one_sided_shm_grants_only_regions_named_by_their_key() {
         "only the named region went one-sided"
     );
 }
+
+/// Receives of `len` bytes at `base + i * len` in the server's region, wr_id `1000 + i`.
+fn post_recvs(s: &End, n: usize, base: usize, len: usize) {
+    for i in 0..n {
+        s.qp.post_recv(1000 + i as u64, &s.region, base + i * len, len)
+            .unwrap();
+    }
+}
+
+#[test]
+fn one_sided_shm_sends_go_through_the_ring_every_byte_in_both_progress_modes() {
+    for progress in [Progress::Thread, Progress::Poll] {
+        let (c, s) = shm_pair(progress);
+        let base = 1 << 20;
+        let sizes = [1usize, 8, 100, 4095, 4096];
+        post_recvs(&s, sizes.len(), base, 4096);
+        for (i, &n) in sizes.iter().enumerate() {
+            let imm = (i % 2 == 1).then_some(i as u32 + 40);
+            c.qp.post_send(i as u64, &c.region, 3 * i, n, imm).unwrap();
+            let d = wait(&c.qp);
+            assert_eq!(
+                (d.wr_id, d.status, d.opcode),
+                (i as u64, Status::Success, WcOpcode::Send)
+            );
+            let r = wait(&s.qp);
+            assert_eq!(
+                (r.wr_id, r.status, r.opcode, r.byte_len as usize, r.imm),
+                (1000 + i as u64, Status::Success, WcOpcode::Recv, n, imm),
+                "{progress}"
+            );
+            assert_eq!(
+                bytes(&s.region, base + i * 4096, n),
+                bytes(&c.region, 3 * i, n)
+            );
+        }
+        // SENDs before any receive: they wait in the ring (RNR), then land when posted.
+        for i in 0..3u64 {
+            c.qp.post_send(10 + i, &c.region, 500 + i as usize, 700, Some(i as u32))
+                .unwrap();
+        }
+        assert!(
+            s.qp.wait(Duration::from_millis(100)).unwrap().is_none(),
+            "{progress}: nothing without a receive"
+        );
+        assert!(
+            c.qp.poll(&mut Vec::new(), 8) == 0,
+            "RC: not complete before placed"
+        );
+        let base2 = 2 << 20;
+        post_recvs(&s, 3, base2, 1000);
+        for i in 0..3u64 {
+            let r = wait(&s.qp);
+            assert_eq!(
+                (r.wr_id, r.status, r.byte_len, r.imm),
+                (1000 + i, Status::Success, 700, Some(i as u32))
+            );
+            let at = base2 + i as usize * 1000;
+            assert_eq!(
+                bytes(&s.region, at, 700),
+                bytes(&c.region, 500 + i as usize, 700)
+            );
+        }
+        for i in 0..3u64 {
+            let d = wait(&c.qp);
+            assert_eq!((d.wr_id, d.status), (10 + i, Status::Success));
+        }
+        let st = c.qp.stats().engine;
+        assert_eq!(st.ring_sends, sizes.len() as u64 + 3, "{progress}: {st:?}");
+        assert!(s.qp.stats().engine.ring_completions >= sizes.len() as u64 + 3);
+    }
+}
+
+#[test]
+fn one_sided_shm_send_too_long_fails_as_on_the_stream() {
+    // (receive buffer, SEND): through the stream (above a ring cell) and through the ring.
+    for (buf, n) in [(4500usize, 5000usize), (50, 100)] {
+        let (c, s) = shm_pair(Progress::Thread);
+        s.qp.post_recv(7, &s.region, 0, buf).unwrap();
+        c.qp.post_send(1, &c.region, 0, n, None).unwrap();
+        let r = wait(&s.qp);
+        assert_eq!(
+            (r.wr_id, r.status, r.opcode),
+            (7, Status::LocalLengthError, WcOpcode::Recv)
+        );
+        let d = wait(&c.qp);
+        assert_eq!(
+            (d.wr_id, d.status),
+            (1, Status::RemoteInvalidRequest),
+            "{n}"
+        );
+        // RC after the refusal: the queue pair is in error, as after a NAK.
+        assert!(c.qp.post_send(2, &c.region, 0, 8, None).is_err());
+        assert_eq!(c.qp.stats().engine.ring_sends, (n <= 4096) as u64);
+    }
+}
+
+#[test]
+fn one_sided_shm_sends_keep_order_with_writes_reads_and_large_sends() {
+    for progress in [Progress::Thread, Progress::Poll] {
+        let (c, s) = shm_pair(progress);
+        let rb = 3 << 20;
+        post_recvs(&s, 40, rb, 20_000);
+        // (kind, len): 0 WRITE+imm, 1 SEND, 2 READ, 3 SEND above a cell (the stream).
+        let plan: Vec<(u8, usize)> = (0..40)
+            .map(|i| match i % 7 {
+                0 | 4 => (0, 64 + i),
+                1 | 5 => (1, 10 * i + 1),
+                2 => (2, 4000),
+                3 => (1, 4096),
+                _ => (3, 5000 + i),
+            })
+            .collect();
+        let mut sends = 0;
+        for (i, &(k, n)) in plan.iter().enumerate() {
+            let id = i as u64;
+            let off = i * 8192;
+            match k {
+                0 => c.qp.post_write(
+                    id,
+                    &c.region,
+                    off,
+                    n,
+                    c.peer.addr + off as u64,
+                    c.peer.rkey,
+                    Some(i as u32),
+                ),
+                2 => {
+                    c.qp.post_read(id, &c.region, off, n, c.peer.addr + off as u64, c.peer.rkey)
+                }
+                _ => c.qp.post_send(id, &c.region, off, n, Some(i as u32)),
+            }
+            .unwrap();
+            sends += usize::from(k == 1 || k == 3);
+        }
+        for i in 0..plan.len() {
+            let d = wait(&c.qp);
+            assert_eq!(
+                (d.wr_id, d.status),
+                (i as u64, Status::Success),
+                "{progress}"
+            );
+        }
+        let mut recv = 0;
+        for (i, &(k, n)) in plan.iter().enumerate() {
+            if k == 2 {
+                assert_eq!(bytes(&c.region, i * 8192, n), bytes(&s.region, i * 8192, n));
+                continue;
+            }
+            let r = wait(&s.qp);
+            assert_eq!(
+                (r.imm, r.byte_len as usize),
+                (Some(i as u32), n),
+                "{progress}"
+            );
+            if k == 0 {
+                assert_eq!(r.opcode, WcOpcode::RecvRdmaWithImm);
+            } else {
+                assert_eq!((r.opcode, r.wr_id), (WcOpcode::Recv, 1000 + recv));
+                let at = rb + recv as usize * 20_000;
+                assert_eq!(bytes(&s.region, at, n), bytes(&c.region, i * 8192, n));
+                recv += 1;
+            }
+        }
+        assert_eq!(recv as usize, sends);
+        // The SENDs before the first large one went through the ring; after it, the queue
+        // pair's work had the stream to follow.
+        let st = c.qp.stats().engine;
+        assert!(st.ring_sends >= 2, "{progress}: {st:?}");
+    }
+}
+
+#[test]
+fn one_sided_shm_sends_wrap_the_ring_with_backpressure() {
+    for progress in [Progress::Thread, Progress::Poll] {
+        let (c, s) = shm_pair(progress);
+        let c = Arc::new(c);
+        // More SENDs than ring entries and cells, posted before any receive: the poster waits
+        // for room while the receiver has none (RNR), then everything lands in order.
+        let n = 3000usize;
+        let cc = c.clone();
+        let poster = thread::spawn(move || {
+            for i in 0..n {
+                let off = (i % 1000) * 64;
+                cc.qp
+                    .post_send(i as u64, &cc.region, off, 64, Some(i as u32))
+                    .unwrap();
+            }
+        });
+        thread::sleep(Duration::from_millis(200));
+        post_recvs(&s, n, 1 << 20, 64);
+        for i in 0..n {
+            let r = wait(&s.qp);
+            assert_eq!(
+                (r.wr_id, r.imm),
+                (1000 + i as u64, Some(i as u32)),
+                "{progress}"
+            );
+            let off = (i % 1000) * 64;
+            assert_eq!(
+                bytes(&s.region, (1 << 20) + i * 64, 64),
+                bytes(&c.region, off, 64)
+            );
+        }
+        poster.join().unwrap();
+        for i in 0..n {
+            let d = wait(&c.qp);
+            assert_eq!((d.wr_id, d.status), (i as u64, Status::Success));
+        }
+        assert_eq!(c.qp.stats().engine.ring_sends, n as u64, "{progress}");
+    }
+}
+
+#[test]
+fn one_sided_shm_uc_sends_complete_when_published() {
+    let opts = QpOptions {
+        transport: Transport::Shm,
+        qp_type: remora_fabric::QpType::Uc,
+        ..QpOptions::default()
+    };
+    let (c, s) = join(opts.clone(), 5, opts, true);
+    // UC leaves the ring for good once it used the stream: the first request must find the
+    // peer's ring (handed over in the first frames).
+    thread::sleep(Duration::from_millis(300));
+    s.qp.post_recv(9, &s.region, 0, 4096).unwrap();
+    c.qp.post_send(1, &c.region, 100, 300, Some(3)).unwrap();
+    assert_eq!(wait(&c.qp).status, Status::Success);
+    let r = wait(&s.qp);
+    assert_eq!((r.wr_id, r.byte_len, r.imm), (9, 300, Some(3)));
+    assert_eq!(bytes(&s.region, 0, 300), bytes(&c.region, 100, 300));
+    assert_eq!(c.qp.stats().engine.ring_sends, 1);
+}

@@ -222,9 +222,11 @@ pub struct Stats {
     pub source_faults: u64,
     /// shm, requester: WRITEs and READs carried out one-sided in a region the peer granted.
     pub one_sided: u64,
-    /// shm, responder: immediates taken from the completion ring (WRITE-with-immediate done
-    /// one-sided by the peer).
+    /// shm, responder: entries taken from the completion ring (WRITE-with-immediate done
+    /// one-sided by the peer, and SENDs through the ring).
     pub ring_completions: u64,
+    /// shm, requester: SENDs (up to 4 KiB) carried through the peer's completion ring.
+    pub ring_sends: u64,
 }
 
 /// Sums the counters of several queue pairs (a server's totals).
@@ -257,6 +259,7 @@ impl std::ops::AddAssign for Stats {
         self.source_faults += o.source_faults;
         self.one_sided += o.one_sided;
         self.ring_completions += o.ring_completions;
+        self.ring_sends += o.ring_sends;
     }
 }
 
@@ -317,6 +320,26 @@ impl Engine {
         wr.validate()?;
         self.resp.recv_queue.push_back(wr);
         Ok(())
+    }
+
+    /// A whole SEND that arrived outside the packet path (one-sided shm): matched with the next
+    /// posted receive, placed and completed by the responder's own logic (length error, MSN),
+    /// with no PSN and nothing to send back; the driver reports the outcome to the sender.
+    pub fn accept_send(&mut self, payload: &mut dyn Payload, imm: Option<u32>) -> Accepted {
+        let mut out = VecDeque::new();
+        let r = self
+            .resp
+            .accept_send(&self.cfg, payload, imm, &mut out, &mut self.stats);
+        let c = out.pop_front();
+        match r {
+            Ok(()) => Accepted::Placed(c.expect("a placed SEND completes its receive")),
+            Err(responder::Refuse::Rnr) => Accepted::NoReceive,
+            Err(responder::Refuse::Nak(code)) => Accepted::Refused(code, c),
+            // Stream engines bring pages in inline; a fault here would be a driver bug.
+            Err(responder::Refuse::Fault { .. }) => {
+                Accepted::Refused(NakCode::RemoteOperationalError, c)
+            }
+        }
     }
 
     /// Processes one received RoCEv2 payload (BTH .. ICRC; the ICRC is the transport's business).
@@ -495,6 +518,18 @@ impl Payload for &[u8] {
             .write_at(offset, self)
             .map_err(|_| NakCode::RemoteOperationalError)
     }
+}
+
+/// What became of a SEND given to [`Engine::accept_send`].
+#[derive(Debug)]
+pub enum Accepted {
+    /// Placed: the receive's completion.
+    Placed(Completion),
+    /// Refused with the NAK the packet path would send (the sender's request fails), and the
+    /// receive's completion when one was consumed (`LocalLengthError`).
+    Refused(NakCode, Option<Completion>),
+    /// No receive posted (RNR): try again once one is.
+    NoReceive,
 }
 
 /// Where the payload of an outgoing packet is: a checked range of a region.

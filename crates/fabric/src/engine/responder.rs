@@ -57,7 +57,7 @@ struct ReadResponse {
 }
 
 /// Why a request was not carried out.
-enum Refuse {
+pub(super) enum Refuse {
     Nak(NakCode),
     Rnr,
     /// PART: `[offset, offset+len)` of `region` is not resident; `rest` bytes of the message
@@ -422,15 +422,7 @@ impl Responder {
                 if (only && payload.len() > mtu) || (!only && payload.len() != mtu) {
                     return Err(invalid(stats));
                 }
-                let Some(recv) = self.recv_queue.front() else {
-                    return Err(Refuse::Rnr);
-                };
-                if payload.len() > recv.len {
-                    return Err(self.length_error(completions, stats));
-                }
-                check_place(cfg, &recv.local, recv.offset, payload.len(), recv.len)?;
-                let recv = self.recv_queue.pop_front().expect("checked above");
-                place(&recv.local, recv.offset, payload, stats)?;
+                let recv = self.take_recv(cfg, payload, completions, stats)?;
                 if only {
                     self.finish_send(recv, payload.len(), repr.immdt, completions);
                 } else {
@@ -502,6 +494,47 @@ impl Responder {
             }
             _ => Err(invalid(stats)),
         }
+    }
+
+    /// Places a SEND's (first) payload in the next posted receive, which it returns: RNR
+    /// without one, a length error (the receive completes with it) when it does not fit.
+    fn take_recv(
+        &mut self,
+        cfg: &EngineConfig,
+        payload: &mut dyn Payload,
+        completions: &mut VecDeque<Completion>,
+        stats: &mut Stats,
+    ) -> Result<RecvWr, Refuse> {
+        let Some(recv) = self.recv_queue.front() else {
+            return Err(Refuse::Rnr);
+        };
+        if payload.len() > recv.len {
+            return Err(self.length_error(completions, stats));
+        }
+        check_place(cfg, &recv.local, recv.offset, payload.len(), recv.len)?;
+        let recv = self.recv_queue.pop_front().expect("checked above");
+        place(&recv.local, recv.offset, payload, stats)?;
+        Ok(recv)
+    }
+
+    /// A whole SEND that arrived outside the packet path (the shm ring): matched, placed and
+    /// completed exactly as a SEND Only packet, without a PSN or an ACK.
+    pub(super) fn accept_send(
+        &mut self,
+        cfg: &EngineConfig,
+        payload: &mut dyn Payload,
+        imm: Option<u32>,
+        completions: &mut VecDeque<Completion>,
+        stats: &mut Stats,
+    ) -> Result<(), Refuse> {
+        if self.cur.is_some() || payload.len() > cfg.mtu {
+            stats.invalid_requests += 1;
+            return Err(Refuse::Nak(NakCode::InvalidRequest));
+        }
+        let recv = self.take_recv(cfg, payload, completions, stats)?;
+        let n = payload.len();
+        self.finish_send(recv, n, imm, completions);
+        Ok(())
     }
 
     fn read_request(

@@ -17,47 +17,54 @@
 //! must lie inside it (checked arithmetic). A refused access completes with
 //! `RemoteAccessError`, and on RC the queue pair goes to the error state, as after a NAK.
 //!
-//! The ring is single-producer (the peer's posting threads, serialized by a lock) and
-//! single-consumer (this side, under a lock). The producer publishes an entry with a release
-//! store of `head` after the payload's memcpy, so a consumer that sees the entry sees the data.
-//! Neither side trusts the other's counters: the consumer keeps its own tail and consumes at
-//! most a ring's worth, the producer keeps its own head. When the consumer may be asleep it
-//! raises the doorbell flag, and the producer then also sends a DOORBELL frame on the stream,
-//! which the consumer's receive thread turns into a drain of the ring into the completion queue
-//! (Dekker pattern on two SeqCst atomics: the producer stores head then loads the flag, the
-//! consumer stores the flag then loads head, so one of them sees the other). A producer that
-//! finds the ring full rings the doorbell anyway and waits for room, which the consumer's
-//! receive thread makes whether or not its application polls: backpressure, as a receiver not
-//! ready, never a lost immediate.
+//! The ring ([`super::ring`]) is single-producer (the peer's posting threads, serialized by a
+//! lock) and single-consumer (this side, under a lock). The producer publishes an entry with a
+//! release store of `head` after the payload's memcpy, so a consumer that sees the entry sees
+//! the data. When the consumer may be asleep it raises the doorbell flag, and the producer then
+//! also sends a DOORBELL frame on the stream, which the consumer's receive thread turns into a
+//! drain of the ring into the completion queue (Dekker pattern on two SeqCst atomics: the
+//! producer stores head then loads the flag, the consumer stores the flag then loads head, so
+//! one of them sees the other). A producer that finds the ring full rings the doorbell anyway
+//! and waits for room, which the consumer's receive thread makes whether or not its
+//! application polls: backpressure, as a receiver not ready, never a lost immediate.
+//!
+//! SENDs of up to [`CELL`] bytes take the ring too (larger ones the stream, as UCX's
+//! eager/rendezvous split): the payload goes into a data cell and the consumer matches the
+//! entry with the next posted receive through the engine ([`Engine::accept_send`], the
+//! responder's own matching, length check and MSN). With no receive posted the entry waits
+//! in the ring (RNR without limit, as on the stream) until `post_recv` drains it. Matching
+//! needs the engine, under the connection lock: a drain that holds it (a round, a DOORBELL,
+//! `post_recv`, `deliver`) takes SENDs; an application's drain takes the lock only after
+//! releasing the consumer's (the order is conn, then consumer), or stops at the SEND. The
+//! consumer writes a status per SEND into its entry before releasing `tail`, and rings back
+//! (a DOORBELL) when the producer raised its `wake` flag; an RC requester completes the SEND
+//! from that status: success, or `RemoteInvalidRequest` and the QP in error for a SEND that
+//! did not fit the receive buffer (the stream's NAK), as [`Shared::harvest`] finds it from
+//! whichever thread makes progress. UC completes a SEND once it is published.
 //!
 //! Order: a request takes this path only when no request of the queue pair is outstanding on
 //! the stream (RC) or the queue pair never used the stream (UC), and the receive thread drains
 //! the ring before it delivers a completion of its own, so completions keep the posting order.
+//! Send-side completions after a ring SEND wait behind it, and a request for the stream waits
+//! until the ring SENDs before it have their status (RC).
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use remora_mem::{Access, Buffer, Region};
 
 use super::frame::*;
 use super::io::Conn;
+use super::ring::*;
 use super::{lock, resident_slice, DataPath, Shared, StreamQp, MAX_PEER_MAPS};
 use crate::engine::access::{self, Window};
+use crate::engine::{Accepted, Engine};
 use crate::error::Error;
-use crate::wr::{Completion, SendWr, Status, WcOpcode, WrOp};
+use crate::wr::{Completion, SendWr, Status, WrOp};
 
-/// Longest a WRITE-with-immediate waits for room in the peer's completion ring.
+/// Longest a ring entry waits for room while the peer consumes nothing (a SEND waiting for a
+/// receive buffer, which the peer flags, waits without limit, as RNR on the stream does).
 const RING_FULL_LIMIT: Duration = Duration::from_secs(10);
-
-/// Entries in a completion ring.
-pub(super) const RING_SLOTS: u64 = 1024;
-const HEAD: usize = 0;
-const TAIL: usize = 64;
-const DOORBELL: usize = 128;
-const ENTRIES: usize = 192;
-const ENTRY: usize = 16;
-/// Bytes of a ring memfd.
-pub(super) const RING_BYTES: usize = ENTRIES + ENTRY * RING_SLOTS as usize;
 
 /// `code` bits of a GRANT frame.
 pub(super) const GRANT_READ: u8 = 1;
@@ -150,173 +157,6 @@ pub(super) fn grantable(r: &Region) -> Option<(u8, OwnedFd)> {
     Some((code, handed))
 }
 
-/// A completion ring mapping (ours as consumer, or the peer's as producer).
-pub(super) struct Ring {
-    map: Buffer,
-}
-
-impl Ring {
-    /// A fresh ring for the peer to fill; `doorbell` raised from the start when no thread of
-    /// ours polls it (progress by a thread).
-    pub(super) fn create(doorbell: bool) -> Result<Ring, String> {
-        let map = Buffer::memfd("remora-shm-ring", RING_BYTES).map_err(|e| e.to_string())?;
-        let r = Ring { map };
-        r.doorbell().store(doorbell as u32, Ordering::SeqCst);
-        Ok(r)
-    }
-
-    /// Maps the ring the peer handed over.
-    pub(super) fn map(fd: OwnedFd) -> Result<Ring, String> {
-        let map = Buffer::map_memfd(fd, RING_BYTES).map_err(|e| e.to_string())?;
-        Ok(Ring { map })
-    }
-
-    /// The ring's memfd, to hand over.
-    pub(super) fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        self.map.fd()
-    }
-
-    fn word64(&self, at: usize) -> &AtomicU64 {
-        // SAFETY: `at` is 8-aligned inside the page-aligned mapping, which lives as long as
-        // self; the peer writes it only through atomics of the same width.
-        unsafe { &*(self.map.as_ptr().add(at) as *const AtomicU64) }
-    }
-
-    fn head(&self) -> &AtomicU64 {
-        self.word64(HEAD)
-    }
-
-    fn tail(&self) -> &AtomicU64 {
-        self.word64(TAIL)
-    }
-
-    fn doorbell(&self) -> &AtomicU32 {
-        // SAFETY: as in `word64`.
-        unsafe { &*(self.map.as_ptr().add(DOORBELL) as *const AtomicU32) }
-    }
-
-    fn entry(&self, i: u64) -> *mut u8 {
-        // SAFETY: the index is reduced modulo the slot count.
-        unsafe {
-            self.map
-                .as_ptr()
-                .add(ENTRIES + ENTRY * (i % RING_SLOTS) as usize)
-        }
-    }
-}
-
-/// The producing side: a ring of the peer and the next index to write.
-pub(super) struct Producer {
-    ring: Ring,
-    head: u64,
-}
-
-/// What a push did.
-pub(super) enum Pushed {
-    /// Published; the consumer asked to be woken.
-    Ring { doorbell: bool },
-    /// No room: deliver it another way.
-    Full,
-}
-
-impl Producer {
-    pub(super) fn new(ring: Ring) -> Producer {
-        let head = ring.head().load(Ordering::Acquire);
-        Producer { ring, head }
-    }
-
-    /// Publishes an immediate of a WRITE whose bytes are already in place.
-    pub(super) fn push(&mut self, imm: u32, len: u32) -> Pushed {
-        let tail = self.ring.tail().load(Ordering::Acquire);
-        if self.head.wrapping_sub(tail) >= RING_SLOTS {
-            return Pushed::Full;
-        }
-        let e = self.ring.entry(self.head);
-        // SAFETY: a 16-byte slot inside the mapping, not being read (the consumer reads only
-        // slots below head).
-        unsafe {
-            std::ptr::write_volatile(e as *mut u32, imm);
-            std::ptr::write_volatile(e.add(4) as *mut u32, len);
-        }
-        self.head = self.head.wrapping_add(1);
-        self.ring.head().store(self.head, Ordering::SeqCst);
-        Pushed::Ring {
-            doorbell: self.ring.doorbell().load(Ordering::SeqCst) != 0,
-        }
-    }
-}
-
-/// The consuming side: our ring and the next index to read (kept here, not trusted from the
-/// shared page).
-pub(super) struct Consumer {
-    ring: Ring,
-    tail: u64,
-    /// Raised for good (progress by a thread): the receive thread drains on every doorbell.
-    always_ring: bool,
-}
-
-impl Consumer {
-    pub(super) fn new(ring: Ring, always_ring: bool) -> Consumer {
-        Consumer {
-            ring,
-            tail: 0,
-            always_ring,
-        }
-    }
-
-    pub(super) fn ring(&self) -> &Ring {
-        &self.ring
-    }
-
-    /// True when nothing is waiting (one atomic load).
-    pub(super) fn is_empty(&self) -> bool {
-        self.ring.head().load(Ordering::Acquire) == self.tail
-    }
-
-    /// Moves the published immediates into `out` as completions; returns how many, or an error
-    /// when the peer's head is beyond what a ring can hold (a corrupt or hostile peer).
-    pub(super) fn drain(&mut self, out: &mut Vec<Completion>) -> Result<usize, String> {
-        let head = self.ring.head().load(Ordering::Acquire);
-        let n = head.wrapping_sub(self.tail);
-        if n == 0 {
-            return Ok(0);
-        }
-        if n > RING_SLOTS {
-            return Err(format!(
-                "the peer's completion ring claims {n} entries, more than its {RING_SLOTS} slots"
-            ));
-        }
-        for i in self.tail..head {
-            let e = self.ring.entry(i);
-            // SAFETY: a slot below head, published by the producer's release store.
-            let (imm, len) = unsafe {
-                (
-                    std::ptr::read_volatile(e as *const u32),
-                    std::ptr::read_volatile(e.add(4) as *const u32),
-                )
-            };
-            out.push(Completion {
-                wr_id: 0,
-                status: Status::Success,
-                opcode: WcOpcode::RecvRdmaWithImm,
-                byte_len: len,
-                imm: Some(imm),
-                in_sequence: u32::MAX,
-            });
-        }
-        self.tail = head;
-        self.ring.tail().store(head, Ordering::Release);
-        Ok(n as usize)
-    }
-
-    /// Raises or lowers the doorbell flag around a sleep (no effect when it is up for good).
-    pub(super) fn want_doorbell(&self, on: bool) {
-        if !self.always_ring {
-            self.ring.doorbell().store(on as u32, Ordering::SeqCst);
-        }
-    }
-}
-
 /// The shm side of the driver: rings and grants (frames handled by [`super::io`]).
 impl Shared {
     /// Queues the RING frame that hands the peer our completion ring.
@@ -344,7 +184,7 @@ impl Shared {
             Some(fd) => Ring::map(fd),
         };
         match ring {
-            Ok(ring) => *lock(&self.producer) = Some(Producer::new(ring)),
+            Ok(ring) => *lock(&self.producer) = Some(Producer::new(ring, self.ring_thread)),
             Err(e) => {
                 self.count(|s| s.invalid_requests += 1);
                 tracing::debug!(error = %e, "cannot map the peer's completion ring");
@@ -399,50 +239,184 @@ impl Shared {
         Some((g, Some(fd)))
     }
 
-    /// Moves what the peer published in our ring into the completion queue.
-    pub(super) fn drain_ring(&self) -> bool {
-        if let Some(c) = &self.consumer {
-            let mut c = lock(c);
-            if !c.is_empty() {
-                self.drain_locked(&mut c);
-                return true;
+    /// Moves what the peer published in our ring into the completion queue, without the
+    /// connection lock (an application's poll). A SEND entry needs the engine's receive
+    /// queue, so the drain stops there and takes the connection with the consumer released
+    /// (the order is always conn, then consumer): waiting for it when `block`, else only if
+    /// free (a busy holder drains the ring on its way out, or the next poll does).
+    pub(super) fn drain_ring(&self, block: bool) -> bool {
+        let Some(cons) = &self.consumer else {
+            return false;
+        };
+        let stopped = {
+            let mut k = lock(cons);
+            if k.is_empty() {
+                return false;
+            }
+            self.drain_locked(&mut k, None).stopped
+        };
+        if stopped {
+            let conn = match self.conn.try_lock() {
+                Ok(c) => Some(c),
+                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => block.then(|| lock(&self.conn)),
+            };
+            if let Some(mut c) = conn {
+                self.drain_conn(&mut c);
+                if let Err(why) = self.flush(&mut c) {
+                    self.close(&mut c, &why);
+                }
             }
         }
-        false
+        true
     }
 
-    pub(super) fn drain_locked(&self, c: &mut Consumer) {
+    /// A DOORBELL frame: our ring has entries, or the peer wrote statuses of our SENDs in its
+    /// ring. The flags that coalesce frames are cleared before looking.
+    pub(super) fn doorbell_frame(&self, c: &mut Conn) {
+        if let Some(k) = &self.consumer {
+            lock(k).rung();
+        }
+        if let Some(p) = lock(&self.producer).as_ref() {
+            p.woken();
+        }
+        self.drain_conn(c);
+        self.harvest();
+    }
+
+    /// Drains the ring with the connection held, SENDs included; a wake-up the producer asked
+    /// for is queued in `c.ctl` for the caller's next flush (never flushed here: this runs
+    /// inside frame handling, where a write could interleave with one in progress).
+    pub(super) fn drain_conn(&self, c: &mut Conn) {
+        let Some(cons) = &self.consumer else {
+            return;
+        };
+        let mut k = lock(cons);
+        if k.is_empty() {
+            return;
+        }
+        let wake = self.drain_locked(&mut k, Some(&mut c.engine)).wake;
+        drop(k);
+        if wake {
+            c.ctl.push_back((doorbell(), None));
+        }
+    }
+
+    /// Drains under the consumer lock into the completion queue; SENDs are matched with posted
+    /// receives by `engine` (RC waits for one; UC drops the SEND, as on the packet path).
+    pub(super) fn drain_locked(&self, k: &mut Consumer, engine: Option<&mut Engine>) -> Drained {
         let mut out = Vec::new();
-        match c.drain(&mut out) {
-            Ok(n) => self.count(|s| s.ring_completions += n as u64),
+        let reliable = self.reliable;
+        let mut dropped = 0;
+        let r = match engine {
+            None => k.drain(&mut out, None),
+            Some(e) => {
+                let mut f = |p: &mut CellPayload, imm| match e.accept_send(p, imm) {
+                    Accepted::Placed(c) => SendFate::Done(Some(c), ST_OK),
+                    Accepted::Refused(_, c) if reliable => SendFate::Done(c, ST_REFUSED),
+                    Accepted::NoReceive if reliable => SendFate::Wait,
+                    Accepted::Refused(_, c) => {
+                        dropped += 1;
+                        SendFate::Done(c, ST_FLUSHED)
+                    }
+                    Accepted::NoReceive => {
+                        dropped += 1;
+                        SendFate::Done(None, ST_FLUSHED)
+                    }
+                };
+                k.drain(&mut out, Some(&mut f))
+            }
+        };
+        let d = match r {
+            Ok(d) => d,
             Err(e) => {
                 // A peer that corrupts the ring is treated as a broken connection.
                 tracing::warn!(error = %e, "shm completion ring");
                 self.count(|s| s.rx_malformed += 1);
                 self.error.store(true, Ordering::Release);
+                Drained::default()
+            }
+        };
+        self.count(|s| {
+            s.ring_completions += d.n as u64;
+            s.uc_messages_dropped += dropped;
+        });
+        self.cq.push_all(out);
+        d
+    }
+
+    /// Raises or lowers the doorbell of our ring (and, polled, the wake-up of the peer's)
+    /// around a sleep of a waiting thread, taking what came before the flags went up.
+    pub(super) fn want_doorbell(&self, on: bool) {
+        if !self.ring_thread {
+            if let Some(p) = lock(&self.producer).as_ref() {
+                p.want_wake(on);
             }
         }
+        if let Some(c) = &self.consumer {
+            lock(c).want_doorbell(on);
+            if on {
+                self.drain_ring(true);
+                self.harvest();
+            }
+        }
+    }
+
+    /// Completes, in order, the send-side work that waited for the statuses of our ring SENDs.
+    pub(super) fn harvest(&self) {
+        let mut out = Vec::new();
+        let mut g = lock(&self.producer);
+        let Some(p) = g.as_mut().filter(|p| p.holding()) else {
+            return;
+        };
+        if let Err(e) = p.collect() {
+            tracing::warn!(error = %e, "shm completion ring; QP in error");
+            self.count(|s| s.rx_malformed += 1);
+            p.flush_all(&mut out);
+        }
+        if p.failed {
+            self.error.store(true, Ordering::Release);
+        }
+        p.ready(&mut out);
+        // Under the producer lock, so that no later send-side completion slips in between.
         self.cq.push_all(out);
     }
 
-    /// Raises or lowers the doorbell around a sleep of a polling thread (draining what came
-    /// before the flag went up).
-    pub(super) fn want_doorbell(&self, on: bool) {
-        if let Some(c) = &self.consumer {
-            let c = lock(c);
-            c.want_doorbell(on);
-            if on && !c.is_empty() {
-                drop(c);
-                self.drain_ring();
-            }
+    /// Delivers a send-side completion after those held behind ring SENDs.
+    pub(super) fn complete_send(&self, c: Completion) {
+        let mut g = lock(&self.producer);
+        if let Some(c) = g.as_mut().map_or(Some(c), |p| p.in_order(c)) {
+            self.cq.push_all([c]);
         }
+    }
+
+    /// The connection is gone: ring SENDs without a status complete as flushed.
+    pub(super) fn flush_ring_sends(&self) {
+        let mut out = Vec::new();
+        if let Some(p) = lock(&self.producer).as_mut() {
+            p.flush_all(&mut out);
+            self.cq.push_all(out);
+        }
+    }
+
+    /// True while a completion is held behind a ring SEND.
+    fn holding(&self) -> bool {
+        lock(&self.producer).as_ref().is_some_and(|p| p.holding())
+    }
+}
+
+fn doorbell() -> Frame {
+    Frame {
+        kind: super::frame::DOORBELL,
+        ..Frame::default()
     }
 }
 
 /// The one-sided requester.
 impl StreamQp {
-    /// shm, one-sided: carries out a WRITE or READ on a region the peer granted, when the
-    /// order allows it; false when the request must take the stream.
+    /// shm, one-sided: carries out a WRITE or READ on a region the peer granted, or a SEND of
+    /// up to a cell through the peer's ring, when the order allows it; false when the request
+    /// must take the stream.
     pub(super) fn try_direct(&self, wr: &SendWr) -> crate::Result<bool> {
         let sh = &self.shared;
         if !matches!(sh.path, DataPath::Shm) {
@@ -451,16 +425,25 @@ impl StreamQp {
         let need = match wr.op {
             WrOp::Write { .. } => Access::REMOTE_WRITE,
             WrOp::Read => Access::REMOTE_READ,
+            WrOp::Send { .. } if wr.len <= CELL => Access::NONE,
             WrOp::Send { .. } => return Ok(false),
         };
         // Only when nothing of ours is in the stream, which it could overtake.
         let behind_stream = if sh.reliable {
-            lock(&sh.conn).engine.outstanding() > 0
+            let c = lock(&sh.conn);
+            if c.engine.is_error() {
+                // A NAK on the stream put the queue pair in error.
+                return Err(Error::QpError);
+            }
+            c.engine.outstanding() > 0
         } else {
             sh.uc_streamed.load(Ordering::Acquire)
         };
         if behind_stream {
             return Ok(false);
+        }
+        if let WrOp::Send { imm } = wr.op {
+            return self.ring_send(wr, imm);
         }
         let grants = sh.grants.read().unwrap_or_else(|e| e.into_inner());
         let Some(g) = grants.iter().find(|g| g.rkey() == wr.rkey) else {
@@ -481,12 +464,12 @@ impl StreamQp {
             if sh.reliable {
                 sh.error.store(true, Ordering::Release);
             }
-            sh.cq.push_all([Completion::send_side(
+            sh.complete_send(Completion::send_side(
                 wr.wr_id,
                 wr.op,
                 Status::RemoteAccessError,
                 wr.len,
-            )]);
+            ));
             return Ok(true);
         };
         // SAFETY: validate() checked offset+len against the local region; the remote range is
@@ -500,16 +483,69 @@ impl StreamQp {
         }
         drop(grants);
         if let WrOp::Write { imm: Some(imm) } = wr.op {
-            self.notify(imm, wr.len as u32)?;
+            self.publish(&Entry {
+                imm: Some(imm),
+                len: wr.len as u32,
+                send: None,
+                hold: None,
+            })?;
         }
         sh.count(|s| s.one_sided += 1);
-        sh.cq.push_all([Completion::send_side(
+        sh.complete_send(Completion::send_side(
             wr.wr_id,
             wr.op,
             Status::Success,
             wr.len,
-        )]);
+        ));
         Ok(true)
+    }
+
+    /// A SEND through the peer's ring: its payload copied into a cell. RC completes it when
+    /// the peer's status comes back ([`Shared::harvest`]), UC once published.
+    fn ring_send(&self, wr: &SendWr, imm: Option<u32>) -> crate::Result<bool> {
+        let sh = &self.shared;
+        if lock(&sh.producer).is_none() {
+            return Ok(false);
+        }
+        // SAFETY: validate() checked offset+len against the local region.
+        let data = unsafe { resident_slice(&wr.local, wr.offset, wr.len) };
+        let done = Completion::send_side(wr.wr_id, wr.op, Status::Success, wr.len);
+        self.publish(&Entry {
+            imm,
+            len: wr.len as u32,
+            send: Some(data),
+            hold: sh.reliable.then_some(done),
+        })?;
+        sh.count(|s| {
+            s.one_sided += 1;
+            s.ring_sends += 1;
+        });
+        if !sh.reliable {
+            sh.complete_send(done);
+        }
+        Ok(true)
+    }
+
+    /// RC: a request for the stream waits until our ring SENDs before it have their status,
+    /// so that it can neither be carried out nor complete before them. Without limit, as the
+    /// stream's RNR: a peer that never posts a receive holds it, a peer that goes ends it.
+    pub(super) fn wait_ring_sends(&self) -> crate::Result<()> {
+        let sh = &self.shared;
+        let start = std::time::Instant::now();
+        loop {
+            sh.harvest();
+            if !sh.holding() {
+                return Ok(());
+            }
+            if sh.error.load(Ordering::Acquire) || sh.is_closed() {
+                return Err(Error::QpError);
+            }
+            if start.elapsed() < Duration::from_millis(1) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
     }
 
     /// Asks the peer, once per remote key, to grant that region for one-sided access; this
@@ -543,34 +579,39 @@ impl StreamQp {
         Ok(())
     }
 
-    /// Publishes an immediate in the peer's ring, ringing the doorbell when it sleeps, and
-    /// waiting for room when the ring is full (the peer drains it on the doorbell).
-    fn notify(&self, imm: u32, len: u32) -> crate::Result<()> {
+    /// Publishes an entry in the peer's ring, ringing the doorbell when it sleeps, and waiting
+    /// for room when the ring is full (the peer drains it on the doorbell).
+    fn publish(&self, e: &Entry<'_>) -> crate::Result<()> {
         let sh = &self.shared;
-        let start = std::time::Instant::now();
+        let mut start = std::time::Instant::now();
         let mut waited = start;
         let mut rang = false;
-        let doorbell = Frame {
-            kind: super::frame::DOORBELL,
-            ..Frame::default()
-        };
         loop {
-            let pushed = match lock(&sh.producer).as_mut() {
-                Some(p) => p.push(imm, len),
+            let pushed = match lock(&sh.producer).as_mut().map(|p| p.push(e)) {
+                Some(Ok(p)) => p,
+                Some(Err(why)) => {
+                    tracing::warn!(error = %why, "shm completion ring; QP in error");
+                    sh.error.store(true, Ordering::Release);
+                    return Err(Error::QpError);
+                }
                 None => return Err(Error::QpError),
             };
             match pushed {
                 Pushed::Ring { doorbell: ring } => {
                     if ring {
-                        self.send_ctl(doorbell)?;
+                        self.send_ctl(doorbell())?;
                     }
                     return Ok(());
                 }
-                Pushed::Full => {
+                Pushed::Full { rnr } => {
                     if sh.error.load(Ordering::Acquire) || sh.is_closed() {
                         return Err(Error::Disconnected);
                     }
-                    if start.elapsed() > RING_FULL_LIMIT {
+                    // Statuses may have come back meanwhile.
+                    sh.harvest();
+                    if rnr {
+                        start = std::time::Instant::now();
+                    } else if start.elapsed() > RING_FULL_LIMIT {
                         // A ring full this long is a broken or hostile peer (its tail word is
                         // in memory it writes), not a slow one.
                         tracing::warn!("shm: the peer's completion ring stayed full; QP in error");
@@ -578,7 +619,7 @@ impl StreamQp {
                         return Err(Error::QpError);
                     }
                     if !rang {
-                        self.send_ctl(doorbell)?;
+                        self.send_ctl(doorbell())?;
                         rang = true;
                         waited = std::time::Instant::now();
                     } else if waited.elapsed() > Duration::from_millis(100) {

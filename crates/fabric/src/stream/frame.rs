@@ -26,7 +26,8 @@ pub(super) const GRANT: u8 = 10;
 pub(super) const GRANT_REQ: u8 = 13;
 /// shm, one-sided: hands the peer the completion ring it fills (the memfd as `SCM_RIGHTS`).
 pub(super) const RING: u8 = 11;
-/// shm, one-sided: the ring has entries and its consumer asked to be woken.
+/// shm, one-sided: the ring has entries and its consumer asked to be woken, or (the other
+/// way) statuses of the receiver's SENDs are in the ring it produces into.
 pub(super) const DOORBELL: u8 = 12;
 /// `code` of a DATA frame whose payload is at `aux` in a handed-over memfd, not in the stream.
 pub(super) const BYREF: u8 = 1;

@@ -200,13 +200,22 @@ impl Shared {
             if c.engine.poll_timeout().is_some_and(|t| t <= now) {
                 c.engine.handle_timeout(now);
             }
+            // Deliver before the ACK goes out: the ring entries here now were published before
+            // the peer saw it, so they are older than what it acknowledges; once it is out,
+            // the peer may publish newer ones, which must come after.
+            self.deliver(c);
             // Answer after every batch: one coalesced ACK per batch keeps the peer's window open.
             self.flush_with(c, defer_ack)?;
             if n < FRAMES_PER_READ {
                 break;
             }
         }
+        // What a read nested in a blocked write brought, and what it queued (a wake-up for
+        // the peer's ring SENDs).
         self.deliver(c);
+        if !c.ctl.is_empty() {
+            self.flush(c)?;
+        }
         Ok(())
     }
 
@@ -214,7 +223,7 @@ impl Shared {
     pub(super) fn deliver(&self, c: &mut Conn) {
         if c.engine.completions_pending() > 0 {
             let items: Vec<_> = std::iter::from_fn(|| c.engine.poll_completion()).collect();
-            self.push_in_order(items);
+            self.push_in_order(c, items);
         }
     }
 
@@ -319,7 +328,7 @@ impl Shared {
                 Ok(())
             }
             DOORBELL => {
-                self.drain_ring();
+                self.doorbell_frame(c);
                 Ok(())
             }
             k => {

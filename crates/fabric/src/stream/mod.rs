@@ -34,6 +34,7 @@ use crate::wr::{Completion, RecvWr, SendWr, WrOp};
 mod direct;
 mod frame;
 mod io;
+mod ring;
 pub(crate) mod sock;
 
 use io::Conn;
@@ -85,10 +86,13 @@ struct Shared {
     handover: Mutex<Vec<OwnedFd>>,
     /// shm, one-sided: the peer's regions it granted us, mapped here.
     grants: RwLock<Vec<direct::Grant>>,
-    /// shm, one-sided: the peer's completion ring, which our WRITE-with-immediate fill.
-    producer: Mutex<Option<direct::Producer>>,
+    /// shm, one-sided: the peer's completion ring, which our WRITE-with-immediate and small
+    /// SENDs fill. Lock order: conn, then producer or consumer (never both).
+    producer: Mutex<Option<ring::Producer>>,
     /// shm, one-sided: our completion ring, which the peer fills.
-    consumer: Option<Mutex<direct::Consumer>>,
+    consumer: Option<Mutex<ring::Consumer>>,
+    /// shm: a thread drives our side ([`Progress::Thread`]): the ring flags stay up for good.
+    ring_thread: bool,
     /// UC: a data request went through the stream, so the direct path (which could overtake
     /// it) is closed for good.
     uc_streamed: AtomicBool,
@@ -109,13 +113,23 @@ impl Shared {
 
     /// Delivers completions after the ring's older ones (under the consumer's lock, so a
     /// polling thread cannot slip newer ring entries in between).
-    fn push_in_order(&self, items: Vec<Completion>) {
+    fn push_in_order(&self, c: &mut Conn, items: Vec<Completion>) {
         match &self.consumer {
             None => self.cq.push_all(items),
-            Some(c) => {
-                let mut c = lock(c);
-                self.drain_locked(&mut c);
+            Some(k) => {
+                let mut k = lock(k);
+                let wake = self.drain_locked(&mut k, Some(&mut c.engine)).wake;
                 self.cq.push_all(items);
+                drop(k);
+                if wake {
+                    c.ctl.push_back((
+                        frame::Frame {
+                            kind: frame::DOORBELL,
+                            ..frame::Frame::default()
+                        },
+                        None,
+                    ));
+                }
             }
         }
     }
@@ -146,6 +160,7 @@ impl Shared {
         self.error.store(true, Ordering::Release);
         c.engine.close();
         self.deliver(c);
+        self.flush_ring_sends();
         *lock(&self.closed) = true;
         self.closed_cv.notify_all();
     }
@@ -182,6 +197,8 @@ impl Shared {
             let defer = self.lazy_ack && wait.is_zero();
             self.run_round(&mut lock(&self.conn), defer)?;
         }
+        // shm: statuses of our ring SENDs (the peer rang back, or a poller looks).
+        self.harvest();
         Ok(true)
     }
 
@@ -226,7 +243,7 @@ impl StreamQp {
         // shm: our completion ring, with the doorbell up for good when a thread drives us.
         let ring = match path {
             DataPath::Shm => Some(
-                direct::Ring::create(progress == Progress::Thread)
+                ring::Ring::create(progress == Progress::Thread)
                     .map_err(|e| Error::Setup(format!("shm completion ring: {e}")))?,
             ),
             DataPath::Inline => None,
@@ -261,7 +278,8 @@ impl StreamQp {
             grants: RwLock::new(Vec::new()),
             producer: Mutex::new(None),
             consumer: ring
-                .map(|r| Mutex::new(direct::Consumer::new(r, progress == Progress::Thread))),
+                .map(|r| Mutex::new(ring::Consumer::new(r, progress == Progress::Thread))),
+            ring_thread: progress == Progress::Thread,
             uc_streamed: AtomicBool::new(false),
             asked: Mutex::new(HashSet::new()),
             grants_given: AtomicUsize::new(0),
@@ -301,7 +319,7 @@ impl StreamQp {
     /// One round of progress when polled ([`Progress::Poll`]), sleeping up to `wait` on the
     /// socket and `also`; `Ok(false)` when another thread is driving it.
     pub(crate) fn progress(&self, wait: Duration, also: Option<RawFd>) -> Result<bool> {
-        self.shared.drain_ring();
+        self.drain_ring();
         if !self.polled() {
             return Ok(false);
         }
@@ -311,7 +329,7 @@ impl StreamQp {
     /// A turn of busy polling: the shm ring each time, the socket on tcp each time and on shm
     /// every 16th (a system call, and one-sided traffic needs none).
     pub(crate) fn spin_once(&self) -> Result<()> {
-        let ring = self.shared.drain_ring();
+        let ring = self.drain_ring();
         let n = self.spins.fetch_add(1, Ordering::Relaxed);
         let look = matches!(self.shared.path, DataPath::Inline) || (!ring && n % 16 == 0);
         if self.polled() && look && !self.is_closed() {
@@ -323,7 +341,9 @@ impl StreamQp {
     /// shm: moves what the peer published in our completion ring into the completion queue;
     /// true if there was anything.
     pub(crate) fn drain_ring(&self) -> bool {
-        self.shared.drain_ring()
+        let any = self.shared.drain_ring(false);
+        self.shared.harvest();
+        any
     }
 
     /// shm: raises or lowers the doorbell around a sleep of a waiting thread.
@@ -340,14 +360,20 @@ impl StreamQp {
         if self.try_direct(&wr)? {
             return Ok(());
         }
+        if sh.reliable {
+            self.wait_ring_sends()?;
+        }
         if !sh.reliable && wr.op != WrOp::Read {
             sh.uc_streamed.store(true, Ordering::Release);
         }
         let mut c = lock(&sh.conn);
         c.engine.post_send(Instant::now(), wr)?;
         // The poster sends its packets itself; completions (UC) go out after the bytes did.
-        let r = sh.flush(&mut c);
+        let mut r = sh.flush(&mut c);
         sh.deliver(&mut c);
+        if r.is_ok() && !c.ctl.is_empty() {
+            r = sh.flush(&mut c);
+        }
         if let Err(why) = r {
             sh.close(&mut c, &why);
             return Err(Error::Disconnected);
@@ -356,7 +382,17 @@ impl StreamQp {
     }
 
     pub(crate) fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        lock(&self.shared.conn).engine.post_recv(wr)
+        let sh = &self.shared;
+        let mut c = lock(&sh.conn);
+        c.engine.post_recv(wr)?;
+        // shm: a SEND may be waiting in the ring for this buffer.
+        sh.drain_conn(&mut c);
+        if !c.ctl.is_empty() {
+            if let Err(why) = sh.flush(&mut c) {
+                sh.close(&mut c, &why);
+            }
+        }
+        Ok(())
     }
 
     /// shm: the peer's kernel-checked identity.
@@ -414,8 +450,7 @@ impl StreamQp {
     }
 
     /// Ends the queue pair: the progress thread stops after its round (the packets it owed,
-    /// ACKs included, are out by then: a round sends before it delivers completions), then
-    /// the stream is shut.
+    /// ACKs included, are out by then: a round ends with its flush), then the stream is shut.
     pub(crate) fn stop(&self) {
         let sh = &self.shared;
         sh.stop.store(true, Ordering::Release);
