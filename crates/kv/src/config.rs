@@ -415,6 +415,27 @@ impl Config {
         if s.item_size_max > s.maxbytes / 2 {
             return err("Cannot set item size limit higher than 1/2 of memory max.");
         }
+        // memcached's checks of slab_chunk_max against -I and its 1 MiB page (an -I above
+        // a page brings no_modern's whole-page chunks back to half a page).
+        if s.item_size_max > 1 << 20 && !cfg.chunk_max_given {
+            s.tunables.slab_chunk_max = 1 << 19;
+        }
+        let (chunk, item, page) = (s.tunables.slab_chunk_max, s.item_size_max as i64, 1 << 20);
+        if chunk > item {
+            return err(format!(
+                "slab_chunk_max (bytes: {chunk}) cannot be larger than -I (item_size_max {item})"
+            ));
+        }
+        if chunk <= 0 || item % chunk != 0 {
+            return err(format!(
+                "-I (item_size_max: {item}) must be evenly divisible by slab_chunk_max (bytes: {chunk})"
+            ));
+        }
+        if page % chunk != 0 {
+            return err(format!(
+                "slab_chunk_max (bytes: {chunk}) must divide evenly into {page} (slab_page_size)"
+            ));
+        }
         let t = &s.tunables;
         if t.hot_lru_pct + t.warm_lru_pct > 80 {
             return err("hot_lru_pct + warm_lru_pct cannot be more than 80% combined");
@@ -592,7 +613,6 @@ const REPORTED: &[&str] = &[
     "no_maxconns_fast",
     "lru_crawler",
     "no_lru_crawler",
-    "slab_chunk_max",
     "hash_algorithm",
 ];
 
@@ -646,7 +666,9 @@ pub fn usage() -> String {
 -o suboptions:
                           io=epoll|uring       worker I/O loop (default: epoll; uring
                                                falls back to epoll without a ring)
-                          item_size_max=<num>  same as -I
+                          item_size_max=<num>  same as -I (up to 1 GiB)
+                          slab_chunk_max=<num> largest chunk (default: half the 1 MiB
+                                               page); larger items are chunked
                           track_sizes          keep the item size histogram (stats sizes)
                           idle_timeout=<secs>  close connections silent for longer
                                                (counted in stats idle_kicks)

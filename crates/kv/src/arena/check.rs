@@ -93,18 +93,56 @@ impl Arena {
                 ));
             }
             let total = self.field(c, C_PAGES) * self.field(c, C_PER_PAGE);
-            let mut held = 0u64;
-            self.chunks(|off, state| {
-                if state == HELD && self.class_of(off) == c {
-                    held += 1;
-                }
+            let (mut seen, mut free_state) = (0u64, 0u64);
+            self.page_chunks(c, |_, state| {
+                seen += 1;
+                free_state += u64::from(state == FREE);
             });
-            if free + self.field(c, C_USED) + held != total {
+            if seen != total || free_state != free {
                 return Err(format!(
-                    "class {c}: chunks lost ({free} free + used + {held} held != {total})"
+                    "class {c}: {seen} chunks in its pages of {total}, {free_state} free of {free} listed"
                 ));
             }
         }
+        self.check_chains(&linked)?;
         Ok(())
+    }
+
+    /// Every chunked item's chain: chunks in state `CHUNK` of their recorded class, linked
+    /// both ways, holding the value's bytes; every chunk in use is in exactly one chain or is
+    /// a linked (or held) item in the class of its page.
+    fn check_chains(&self, linked: &std::collections::HashSet<u64>) -> Result<(), String> {
+        let mut chained = std::collections::HashSet::new();
+        for &off in linked {
+            if !self.is_chunked(off) {
+                continue;
+            }
+            let (mut prev, mut bytes) = (off, 0u64);
+            for ch in self.chain(off) {
+                if self.state_of(ch) != CHUNK || self.at(ch, I_PREV) != prev || !chained.insert(ch)
+                {
+                    return Err(format!("item {off}: chain broken at {ch}"));
+                }
+                bytes += u64::from(u32_at(self.b(), ch as usize + I_NBYTES));
+                prev = ch;
+            }
+            if bytes != u64::from(u32_at(self.b(), off as usize + I_NBYTES)) {
+                return Err(format!("item {off}: chain holds {bytes} bytes"));
+            }
+        }
+        let mut err = None;
+        for c in 0..self.classes {
+            self.page_chunks(c, |off, state| {
+                let ok = match state {
+                    CHUNK => chained.contains(&off) && self.class_of(off) == c,
+                    LINKED | HELD => self.mem_class_of(off) == c,
+                    _ => true,
+                };
+                if !ok && err.is_none() {
+                    err = Some(format!("class {c}: chunk {off} (state {state}) is lost"));
+                }
+            });
+        }
+        err.map_or(Ok(()), Err)
     }
 }

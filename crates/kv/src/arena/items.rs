@@ -29,6 +29,102 @@ impl Arena {
         self.b()[off as usize + I_STATE]
     }
 
+    /// Whether the item at `off` is a chunked item's header.
+    pub(super) fn is_chunked(&self, off: u64) -> bool {
+        self.b()[off as usize + I_KIND] == CHUNKED
+    }
+
+    /// Where a chunked header's value-area field `f` lies.
+    fn vfield(&self, off: u64, f: usize) -> usize {
+        off as usize + ITEM_HEADER + self.b()[off as usize + I_NKEY] as usize + f
+    }
+
+    /// A chunked header's first chunk.
+    pub(super) fn first_chunk(&self, off: u64) -> u64 {
+        u64_at(self.b(), self.vfield(off, V_FIRST))
+    }
+
+    pub(super) fn set_first_chunk(&mut self, off: u64, ch: u64) {
+        let at = self.vfield(off, V_FIRST);
+        put_u64(self.bm(), at, ch);
+    }
+
+    /// The class whose chunk holds the item at `off` (a chunked item's LRU class is another).
+    pub(super) fn mem_class_of(&self, off: u64) -> usize {
+        if self.is_chunked(off) {
+            self.b()[self.vfield(off, V_HCLASS)] as usize
+        } else {
+            self.class_of(off)
+        }
+    }
+
+    /// The chunks of a chunked item's chain, in order (empty for a whole item).
+    pub(super) fn chain(&self, off: u64) -> Vec<u64> {
+        let mut v = Vec::new();
+        if self.is_chunked(off) {
+            let mut ch = self.first_chunk(off);
+            while ch != 0 {
+                v.push(ch);
+                ch = self.at(ch, I_HNEXT);
+            }
+        }
+        v
+    }
+
+    /// The data of chunk `ch`.
+    fn chunk_data(&self, ch: u64) -> &[u8] {
+        let o = ch as usize + ITEM_HEADER;
+        &self.b()[o..o + u32_at(self.b(), ch as usize + I_NBYTES) as usize]
+    }
+
+    /// The header a chain chunk belongs to (following the back links).
+    pub(super) fn head_of(&self, mut ch: u64) -> u64 {
+        while self.state_of(ch) == CHUNK {
+            ch = self.at(ch, I_PREV);
+        }
+        ch
+    }
+
+    /// Bytes a relocation copies: the header, key and value (or a chunked item's chain
+    /// fields, or a chunk's data).
+    pub(super) fn used_len(&self, off: u64) -> usize {
+        let o = off as usize;
+        let n = u32_at(self.b(), o + I_NBYTES) as usize;
+        if self.state_of(off) == CHUNK {
+            return ITEM_HEADER + n;
+        }
+        let v = if self.is_chunked(off) { V_BYTES } else { n };
+        ITEM_HEADER + self.b()[o + I_NKEY] as usize + v
+    }
+
+    /// The value of the item at `off`, copied when it is chunked.
+    pub fn value_bytes(&self, off: u64) -> std::borrow::Cow<'_, [u8]> {
+        if !self.is_chunked(off) {
+            return self.item(off).value.into();
+        }
+        let mut v = Vec::with_capacity(u32_at(self.b(), off as usize + I_NBYTES) as usize);
+        for ch in self.chain(off) {
+            v.extend_from_slice(self.chunk_data(ch));
+        }
+        v.into()
+    }
+
+    /// Writes the whole value of an allocated, not yet linked item.
+    pub fn write_value(&mut self, off: u64, data: &[u8]) {
+        if !self.is_chunked(off) {
+            self.value_mut(off).copy_from_slice(data);
+            return;
+        }
+        let mut at = 0;
+        for ch in self.chain(off) {
+            let o = ch as usize + ITEM_HEADER;
+            let n = u32_at(self.b(), ch as usize + I_NBYTES) as usize;
+            self.bm()[o..o + n].copy_from_slice(&data[at..at + n]);
+            at += n;
+        }
+        debug_assert_eq!(at, data.len());
+    }
+
     /// The offset of `key`'s linked item, live or not.
     pub fn find(&self, key: &[u8]) -> Option<u64> {
         let mut off = u64_at(self.b(), self.bucket(key));
@@ -48,9 +144,13 @@ impl Arena {
         let nkey = b[o + I_NKEY] as usize;
         let nbytes = u32_at(b, o + I_NBYTES) as usize;
         let start = o + ITEM_HEADER;
+        let chunked = b[o + I_KIND] == CHUNKED;
+        let vlen = if chunked { 0 } else { nbytes };
         Item {
             key: &b[start..start + nkey],
-            value: &b[start + nkey..start + nkey + nbytes],
+            value: &b[start + nkey..start + nkey + vlen],
+            value_len: nbytes,
+            chunked,
             flags: u32_at(b, o + I_FLAGS),
             cas: u64_at(b, o + I_CAS),
             exptime: u32_at(b, o + I_EXP),
@@ -137,8 +237,20 @@ impl Arena {
                 self.bm()[off as usize + I_STATE] = HELD;
                 self.held.push((off, pin));
             }
-            None => self.free_chunk(c, off),
+            None => self.free_item(off),
         }
+    }
+
+    /// Frees an unlinked item's chunk, and a chunked item's chain with it (the header last,
+    /// so it is at the head of its free list).
+    pub(super) fn free_item(&mut self, off: u64) {
+        for ch in self.chain(off) {
+            let c = self.class_of(ch);
+            self.free_chunk(c, ch);
+        }
+        let c = self.mem_class_of(off);
+        self.bm()[off as usize + I_KIND] = 0;
+        self.free_chunk(c, off);
     }
 
     pub(super) fn pinned(&self, off: u64) -> bool {
@@ -154,10 +266,22 @@ impl Arena {
         let o = off as usize;
         let nkey = self.b()[o + I_NKEY] as usize;
         let nbytes = u32_at(self.b(), o + I_NBYTES) as usize;
+        if self.is_chunked(off) {
+            // Copied: nothing in the arena is held, so no page waits on this reply.
+            let mut copy = self.key_of(off).to_vec();
+            copy.extend_from_slice(&self.value_bytes(off));
+            return Arc::new(Pin {
+                map: self.map.clone(),
+                start: 0,
+                len: 0,
+                copy: Some(copy.into()),
+            });
+        }
         let pin = Arc::new(Pin {
             map: self.map.clone(),
             start: o + ITEM_HEADER,
             len: nkey + nbytes,
+            copy: None,
         });
         if self.pins.len() > 64 && self.pins.len() > 2 * self.held.len() {
             self.pins.retain(|_, w| w.strong_count() > 0);
@@ -174,8 +298,7 @@ impl Arena {
         let held = std::mem::take(&mut self.held);
         for (off, pin) in held {
             if Arc::strong_count(&pin) == 1 {
-                let c = self.class_of(off);
-                self.free_chunk(c, off);
+                self.free_item(off);
             } else {
                 self.held.push((off, pin));
             }
@@ -191,8 +314,7 @@ impl Arena {
             }
         });
         for off in held {
-            let c = self.class_of(off);
-            self.free_chunk(c, off);
+            self.free_item(off);
         }
     }
 
@@ -279,20 +401,84 @@ impl Arena {
         if total > u32_at(self.b(), H_ITEM_MAX) as usize {
             return Err(ArenaError::TooLarge(total));
         }
+        if total > u32_at(self.b(), H_CHUNK_MAX) as usize {
+            return self.alloc_chunked(key, value_len, victim);
+        }
         let c = self.class_for(total).ok_or(ArenaError::TooLarge(total))?;
         let off = self.chunk(c, victim)?;
+        self.init_header(off, key, value_len, c, 0);
+        Ok(off)
+    }
+
+    fn init_header(&mut self, off: u64, key: &[u8], value_len: usize, c: usize, kind: u8) {
         let o = off as usize;
         let b = self.bm();
         put_u32(b, o + I_NBYTES, value_len as u32);
         b[o + I_NKEY] = key.len() as u8;
         b[o + I_CLASS] = c as u8;
         b[o + I_BITS] = 0;
+        b[o + I_KIND] = kind;
         b[o + ITEM_HEADER..o + ITEM_HEADER + key.len()].copy_from_slice(key);
+    }
+
+    /// memcached's chunked item (`do_item_alloc` with `ITEM_CHUNKED`, `do_item_alloc_chunk`):
+    /// a header from the class that fits it, linked later in the largest class' LRU, then
+    /// chunks of the largest class, the last from the class that fits what is left. Each
+    /// chunk may evict from its class' LRU; on failure everything taken goes back.
+    fn alloc_chunked(
+        &mut self,
+        key: &[u8],
+        value_len: usize,
+        victim: &mut dyn FnMut(Item<'_>) -> Victim,
+    ) -> Result<u64, ArenaError> {
+        let cas = if self.cas_bytes { 8 } else { 0 };
+        let htotal = (MC_ITEM_HEADER + key.len() + 1 + MC_CHUNK_HEADER + cas)
+            .max(ITEM_HEADER + key.len() + V_BYTES);
+        let largest = self.classes - 1;
+        let hc = self.class_for(htotal).ok_or(ArenaError::TooLarge(htotal))?;
+        let off = self.chunk(hc, victim)?;
+        self.init_header(off, key, value_len, largest, CHUNKED);
+        let at = self.vfield(off, V_HCLASS);
+        self.bm()[at] = hc as u8;
+        self.set_first_chunk(off, 0);
+        let chunk_max = self.field(largest, C_SIZE) as usize;
+        let (mut left, mut last) = (value_len, off);
+        while left > 0 {
+            let want = (left + ITEM_HEADER).min(chunk_max);
+            let c = self.class_for(want).unwrap_or(largest);
+            let ch = match self.chunk(c, victim) {
+                Ok(ch) => ch,
+                Err(e) => {
+                    self.free_item(off);
+                    return Err(e);
+                }
+            };
+            let n = left.min(self.field(c, C_SIZE) as usize - ITEM_HEADER);
+            let o = ch as usize;
+            let b = self.bm();
+            b[o + I_STATE] = CHUNK;
+            b[o + I_CLASS] = c as u8;
+            b[o + I_KIND] = 0;
+            put_u32(b, o + I_NBYTES, n as u32);
+            self.put(ch, I_HNEXT, 0);
+            self.put(ch, I_PREV, last);
+            if last == off {
+                self.set_first_chunk(off, ch);
+            } else {
+                self.put(last, I_HNEXT, ch);
+            }
+            last = ch;
+            left -= n;
+        }
         Ok(off)
     }
 
     /// The value bytes of an allocated, not yet linked item.
     pub fn value_mut(&mut self, off: u64) -> &mut [u8] {
+        assert!(
+            !self.is_chunked(off),
+            "a chunked value is written by write_value"
+        );
         let o = off as usize;
         let nkey = self.b()[o + I_NKEY] as usize;
         let nbytes = u32_at(self.b(), o + I_NBYTES) as usize;
@@ -347,8 +533,7 @@ impl Arena {
 
     /// Gives back an allocated chunk that was not linked.
     pub fn release(&mut self, off: u64) {
-        let c = self.class_of(off);
-        self.free_chunk(c, off);
+        self.free_item(off);
     }
 
     /// Links an allocated item, replacing any item of its key, at the head of the sub-LRU
@@ -422,7 +607,7 @@ impl Arena {
             }
         };
         let off = self.alloc(key, value.len(), &mut victim)?;
-        self.value_mut(off).copy_from_slice(value);
+        self.write_value(off, value);
         let cas = self.next_cas();
         self.link(off, cas, flags, exptime, now, 0);
         Ok(cas)

@@ -15,7 +15,14 @@
 //! | 44 | key length, class, state (0 free, 1 linked, 2 unlinked but still being sent), bits |
 //! | 48 | last access on the relative clock |
 //! | 52 | which of its class' sub-LRUs (hot, warm, cold, temp) holds it |
-//! | 53 | spare |
+//! | 53 | kind: 0 a whole item, 1 the header of a chunked item |
+//!
+//! A chunked item (memcached's `ITEM_CHUNKED`, larger than `slab_chunk_max`) is a header
+//! item whose value area holds the offset of its first chunk (8 bytes) and the class its own
+//! chunk came from (1 byte); its class byte (45) is the class whose LRU holds it (the largest,
+//! as in memcached). Its value lies in a chain of chunks (state `CHUNK`): 0 is the next chunk,
+//! 8 the previous one (or the header), 40 the data bytes, 45 the chunk's class, and the data
+//! starts at 56. The chain moves with its pages: every link is an offset.
 //!
 //! The bits at 47 are memcached's item flags: fetched, active (read again since it was
 //! fetched: the segmented LRU keeps it), stale (meta `I`), and the recache token handed out
@@ -25,8 +32,8 @@
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RMRKVAR1");
 /// The layout version (2: 56-byte item headers with access time and bits; 3: per-class item
 /// counters; 4: a growing hash table and page-move counters; 5: memcached's segmented LRU,
-/// four sub-LRUs per class).
-pub const VERSION: u32 = 5;
+/// four sub-LRUs per class; 6: chunked items).
+pub const VERSION: u32 = 6;
 /// Bytes before the hash table.
 pub const HEADER_BYTES: usize = 32768;
 /// Bytes of an item's header.
@@ -87,6 +94,10 @@ pub const H_EVICT_NOMEM: usize = 168;
 pub const H_BUSY_ITEMS: usize = 176;
 /// Free chunks a rescue took off the free list that lay in the page being moved.
 pub const H_INLINE_RECLAIM: usize = 184;
+/// Chunks of chunked items a page move copied out of its page (`slab_reassign_chunk_rescues`).
+pub const H_CHUNK_RESCUES: usize = 192;
+/// The largest chunk (`slab_chunk_max`): larger items are chunked.
+pub const H_CHUNK_MAX: usize = 200;
 const H_CLASS_TABLE: usize = 256;
 const CLASS_BYTES: usize = 320;
 
@@ -172,12 +183,26 @@ pub const I_STATE: usize = 46;
 pub const I_BITS: usize = 47;
 pub const I_TIME: usize = 48;
 pub const I_LRU: usize = 52;
+pub const I_KIND: usize = 53;
+// For a chunked item's header: where its value area's fields are, from the value's start.
+/// The first chunk's offset.
+pub const V_FIRST: usize = 0;
+/// The class of the header's own chunk.
+pub const V_HCLASS: usize = 8;
+/// Bytes of a chunked item's value area.
+pub const V_BYTES: usize = 9;
+/// The kind of a chunked item's header.
+pub const CHUNKED: u8 = 1;
+/// memcached's `sizeof(item_chunk)`: it picks the classes of a header and the last chunk.
+pub const MC_CHUNK_HEADER: usize = 48;
 
 // Item states.
 pub const FREE: u8 = 0;
 pub const LINKED: u8 = 1;
 /// Unlinked while a reply still sends its value: freed once the last reference goes.
 pub const HELD: u8 = 2;
+/// A piece of a chunked item's value.
+pub const CHUNK: u8 = 3;
 
 // Item bits.
 /// Read since it was stored.

@@ -7,7 +7,7 @@
 //! tmpfs/hugetlbfs), linked by offsets only, so the arena can be mapped at any address by
 //! another process or host. Memory is cut into pages (1 MiB by default) handed to slab classes
 //! on demand; a class's chunk size grows by the factor (`-f`) from memcached's 48-byte header
-//! plus the minimum space (`-n`) up to the page size, so the classes are memcached's. A class
+//! plus the minimum space (`-n`) up to `slab_chunk_max`, so the classes are memcached's. A class
 //! with no free chunk and no page left evicts from its LRU tail (the caller decides what goes
 //! and counts it). Pages move between classes ([`Arena::move_page`], memcached's
 //! `slab_reassign`). A graceful [`Arena::close`] marks the arena clean; opening a clean arena
@@ -22,8 +22,10 @@
 //! Concurrency: the arena is single-writer; its owner holds one lock around every call. Pins
 //! read their bytes without the lock, which is sound because nothing writes a pinned chunk.
 //!
-//! Not done: memcached's chunked items (an item here fits one chunk; the page size grows to
-//! the item size limit instead).
+//! An item larger than `slab_chunk_max` is chunked as memcached's are (`items.rs`): a header
+//! item linked in the largest class' LRU, its value in a chain of chunks of the largest class
+//! (the last from the class that fits it), allocated, evicted, moved and freed as one item.
+//! Such a value is copied out under the lock for a reply (a [`Pin`] that owns its bytes).
 //!
 //! ```
 //! use remora_kv::arena::{Arena, ArenaConfig, Backing, Mapping};
@@ -61,11 +63,14 @@ pub struct ArenaConfig {
     pub memory: usize,
     /// Bytes per page (memcached's `slab_page_size`, 1 MiB).
     pub page_size: usize,
+    /// The largest chunk (`-o slab_chunk_max`, half a page; at most the page): larger items
+    /// are chunked.
+    pub chunk_max: usize,
     /// Chunk size growth factor between classes (`-f`, 1.25).
     pub growth_factor: f64,
     /// Key + value bytes of the smallest chunk (`-n`, 48).
     pub min_space: usize,
-    /// Largest item as memcached counts it (`-I`; at most the page size).
+    /// Largest item as memcached counts it (`-I`, up to 1 GiB).
     pub item_max: usize,
     /// log2 of the most hash buckets: the room reserved for the table to grow into.
     pub hash_power: u32,
@@ -86,6 +91,7 @@ impl ArenaConfig {
         ArenaConfig {
             memory,
             page_size: 1 << 20,
+            chunk_max: 1 << 19,
             growth_factor: 1.25,
             min_space: 48,
             item_max: 1 << 20,
@@ -110,11 +116,18 @@ impl ArenaConfig {
                 self.page_size
             ));
         }
-        if self.item_max > self.page_size || self.item_max < ITEM_HEADER + 2 {
+        if self.item_max > 1 << 30 || self.item_max < ITEM_HEADER + 2 {
             return bad(format!(
-                "item size limit {} must be {} to the page size {}",
+                "item size limit {} must be {} to 1 GiB",
                 self.item_max,
-                ITEM_HEADER + 2,
+                ITEM_HEADER + 2
+            ));
+        }
+        // A chunk holds a chunked item's header and some data, and pages hold whole chunks.
+        let chunk_max = self.chunk_limit();
+        if chunk_max < 1024 || self.page_size % chunk_max != 0 {
+            return bad(format!(
+                "slab_chunk_max {chunk_max} must be at least 1024 and divide the page size {}",
                 self.page_size
             ));
         }
@@ -122,7 +135,7 @@ impl ArenaConfig {
         let mut size = (MC_ITEM_HEADER + self.min_space.max(1)) as f64;
         loop {
             let s = (size as usize).next_multiple_of(8);
-            if s as f64 > self.page_size as f64 / self.growth_factor || v.len() == MAX_CLASSES - 1 {
+            if s as f64 > chunk_max as f64 / self.growth_factor || v.len() == MAX_CLASSES - 1 {
                 break;
             }
             if v.last() != Some(&(s as u32)) {
@@ -130,8 +143,13 @@ impl ArenaConfig {
             }
             size = s as f64 * self.growth_factor;
         }
-        v.push(self.page_size as u32);
+        v.push(chunk_max as u32);
         Ok(v)
+    }
+
+    /// The largest chunk: `chunk_max`, or the page when that is smaller.
+    pub fn chunk_limit(&self) -> usize {
+        self.chunk_max.min(self.page_size)
     }
 
     /// Pages of items `-m` allows (at least one).
@@ -222,8 +240,12 @@ pub struct Item<'a> {
     pub time: u32,
     /// Fetched, stale and recache-token bits.
     pub bits: u8,
-    /// Slab class.
+    /// Slab class (of its LRU: the largest for a chunked item).
     pub class: usize,
+    /// Value bytes (`value` is empty for a chunked item: see [`Arena::value_bytes`]).
+    pub value_len: usize,
+    /// Chunked: the value lies in a chain of chunks.
+    pub chunked: bool,
 }
 
 impl Item<'_> {
@@ -336,21 +358,28 @@ pub struct ArenaStats {
     pub reclaimed: u64,
     /// Pages moved between classes.
     pub moves: u64,
+    /// Chunks of chunked items a page move copied out of its page.
+    pub chunk_rescues: u64,
     /// Chunks unlinked but still being sent.
     pub held: u64,
 }
 
-/// A pinned item's key and value, readable without the arena's lock until dropped.
+/// A pinned item's key and value, readable without the arena's lock until dropped. A
+/// chunked item's are copied out instead (its value is not contiguous in the arena).
 #[derive(Debug)]
 pub struct Pin {
     map: Arc<Mapping>,
     start: usize,
     len: usize,
+    copy: Option<Box<[u8]>>,
 }
 
 impl Pin {
     /// The item's key followed by its value.
     pub fn bytes(&self) -> &[u8] {
+        if let Some(c) = &self.copy {
+            return c;
+        }
         // SAFETY: `start + len` lies inside the mapping, which `map` keeps alive; the arena
         // never writes a chunk while a pin on it exists (it is neither freed, moved nor
         // evicted, and replacing the item writes a new chunk).
@@ -466,6 +495,7 @@ impl Arena {
             && u64_at(b, H_FACTOR) == cfg.growth_factor.to_bits()
             && u32_at(b, H_MIN_SPACE) as usize == cfg.min_space
             && u32_at(b, H_ITEM_MAX) as usize == cfg.item_max
+            && u32_at(b, H_CHUNK_MAX) as usize == cfg.chunk_limit()
             && u32_at(b, H_CLASSES) as usize == sizes.len()
             && u32_at(b, H_PAGES) as usize == self.geo.pages
             && (u32_at(b, H_CAS_ON) == 1) == cfg.cas;
@@ -475,7 +505,7 @@ impl Arena {
         }
         if !same {
             return Some(
-                "the arena was made with other settings (-m, -f, -n, -I, -C or hashpower)".into(),
+                "the arena was made with other settings (-m, -f, -n, -I, -C, slab_chunk_max or hashpower)".into(),
             );
         }
         let seed = u64_at(b, H_SEED);
@@ -506,6 +536,7 @@ impl Arena {
         put_u64(b, H_FACTOR, cfg.growth_factor.to_bits());
         put_u32(b, H_MIN_SPACE, cfg.min_space as u32);
         put_u32(b, H_ITEM_MAX, cfg.item_max as u32);
+        put_u32(b, H_CHUNK_MAX, cfg.chunk_limit() as u32);
         put_u64(b, H_SEED, seed);
         put_u32(b, H_HASH_CHECK, hash_with(seed, b"remora") as u32);
         put_u64(b, H_CAS, 1);
@@ -652,6 +683,7 @@ impl Arena {
             evictions: u64_at(b, H_EVICTIONS),
             reclaimed: u64_at(b, H_RECLAIMED),
             moves: u64_at(b, H_MOVES),
+            chunk_rescues: u64_at(b, H_CHUNK_RESCUES),
             held: self.held.len() as u64,
         }
     }

@@ -26,6 +26,20 @@ impl Arena {
         }
     }
 
+    /// Calls `f` with every chunk of class `c`'s pages, and its state.
+    pub(super) fn page_chunks(&self, c: usize, mut f: impl FnMut(u64, u8)) {
+        let geo = self.geo;
+        let used = u32_at(self.b(), H_PAGES_USED) as usize;
+        let (size, per) = (self.field(c, C_SIZE), self.field(c, C_PER_PAGE));
+        for p in (0..used).filter(|&p| self.b()[geo.directory + p] as usize == c) {
+            let base = (geo.first_page + p * geo.page_size) as u64;
+            for k in 0..per {
+                let off = base + k * size;
+                f(off, self.state_of(off));
+            }
+        }
+    }
+
     /// Calls `f` with every linked item, in page order.
     pub fn crawl<'s>(&'s self, mut f: impl FnMut(u64, Item<'s>)) {
         self.chunks(|off, state| {
@@ -278,8 +292,25 @@ impl Arena {
         let mut moved = Moved::default();
         for k in 0..per {
             let off = base + k * size;
-            if self.state_of(off) != LINKED {
-                continue;
+            match self.state_of(off) {
+                LINKED => {}
+                CHUNK => {
+                    // A piece of a chunked item: copied out, or the whole item goes (its
+                    // chunks in this page come off the free list below).
+                    let head = self.head_of(off);
+                    if dead(self.item(head)) {
+                        self.unlink(head);
+                        moved.dropped += 1;
+                    } else if let Some(new) = self.rescue_chunk(from, base..end) {
+                        self.relocate_chunk(off, new);
+                        self.add_header(H_CHUNK_RESCUES, 1);
+                    } else {
+                        self.unlink(head);
+                        moved.evicted += 1;
+                    }
+                    continue;
+                }
+                _ => continue,
             }
             if dead(self.item(off)) {
                 self.unlink(off);
@@ -335,9 +366,14 @@ impl Arena {
     /// the copy in its place in the hash chain and the LRU.
     fn relocate(&mut self, off: u64, new: u64) {
         let o = off as usize;
-        let len =
-            ITEM_HEADER + self.b()[o + I_NKEY] as usize + u32_at(self.b(), o + I_NBYTES) as usize;
+        let len = self.used_len(off);
         self.bm().copy_within(o..o + len, new as usize);
+        if self.is_chunked(new) {
+            let first = self.first_chunk(new);
+            if first != 0 {
+                self.put(first, I_PREV, new);
+            }
+        }
         let bucket = self.bucket(self.key_of(new));
         let mut prev = 0u64;
         let mut cur = u64_at(self.b(), bucket);
@@ -363,6 +399,24 @@ impl Arena {
             self.put(ln, I_PREV, new);
         }
         // The old chunk is on no list; its page is carved afresh or pooled.
+        self.bm()[o + I_STATE] = FREE;
+    }
+
+    /// Copies chain chunk `off` into the free chunk `new` of its class and relinks its
+    /// neighbours to the copy.
+    fn relocate_chunk(&mut self, off: u64, new: u64) {
+        let o = off as usize;
+        let len = self.used_len(off);
+        self.bm().copy_within(o..o + len, new as usize);
+        let (prev, next) = (self.at(new, I_PREV), self.at(new, I_HNEXT));
+        if self.state_of(prev) == CHUNK {
+            self.put(prev, I_HNEXT, new);
+        } else {
+            self.set_first_chunk(prev, new);
+        }
+        if next != 0 {
+            self.put(next, I_PREV, new);
+        }
         self.bm()[o + I_STATE] = FREE;
     }
 

@@ -28,7 +28,8 @@ fn classes_grow_by_the_factor_from_the_minimum_space_to_the_page() {
     let c = ArenaConfig::new(64 << 20).classes().unwrap();
     // memcached 1.6 with -n 48 -f 1.25: 96, 120, 152, 192, 240, ...
     assert_eq!(&c[..5], &[96, 120, 152, 192, 240]);
-    assert_eq!(*c.last().unwrap(), 1 << 20);
+    // Up to memcached's slab_chunk_max (half a page); larger items are chunked.
+    assert_eq!(*c.last().unwrap(), 1 << 19);
     assert!(c.windows(2).all(|w| w[0] < w[1] && w[0] % 8 == 0));
     assert!(c.len() <= 63);
     let bad = ArenaConfig {
@@ -263,7 +264,10 @@ fn a_clean_close_restores_every_item_and_a_crash_or_other_settings_start_cold() 
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("arena");
     let _ = std::fs::remove_file(&path);
-    let cfg = small(1 << 20);
+    let cfg = ArenaConfig {
+        chunk_max: 8192,
+        ..small(1 << 20)
+    };
     let open = |cfg: &ArenaConfig| {
         let map = Mapping::new(Backing::File(path.clone()), cfg.mapped()).unwrap();
         Arena::open(map, cfg).unwrap()
@@ -271,15 +275,19 @@ fn a_clean_close_restores_every_item_and_a_crash_or_other_settings_start_cold() 
     let (mut a, o) = open(&cfg);
     assert_eq!(o, Opened::Cold(None));
     let cas = a.set(b"kept", b"value", 9, 4000, 1).unwrap();
+    let big: Vec<u8> = (0..30_000).map(|i| i as u8).collect();
+    a.set(b"chunked", &big, 0, 0, 1).unwrap();
     a.close(1_700_000_000).unwrap();
     let (mut a, o) = open(&cfg);
     assert_eq!(
         o,
         Opened::Restored {
-            items: 1,
+            items: 2,
             epoch: 1_700_000_000
         }
     );
+    let off = a.find(b"chunked").unwrap();
+    assert_eq!(a.value_bytes(off), big);
     let it = a.get(b"kept", 2).unwrap();
     assert_eq!(
         (it.value, it.flags, it.cas, it.exptime),
@@ -298,16 +306,23 @@ fn a_clean_close_restores_every_item_and_a_crash_or_other_settings_start_cold() 
     assert_eq!(a.stats().items, 0);
     a.close(1_700_000_000).unwrap();
     // Other settings: cold, with the reason.
-    let other = ArenaConfig {
-        growth_factor: 1.5,
-        ..cfg.clone()
-    };
-    let (a, o) = open(&other);
-    assert!(
-        matches!(&o, Opened::Cold(Some(r)) if r.contains("other settings")),
-        "{o:?}"
-    );
-    drop(a);
+    for other in [
+        ArenaConfig {
+            growth_factor: 1.5,
+            ..cfg.clone()
+        },
+        ArenaConfig {
+            chunk_max: 16384,
+            ..cfg.clone()
+        },
+    ] {
+        let (a, o) = open(&other);
+        assert!(
+            matches!(&o, Opened::Cold(Some(r)) if r.contains("other settings")),
+            "{o:?}"
+        );
+        a.close(1_700_000_000).unwrap();
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -436,8 +451,13 @@ proptest! {
     fn the_arena_agrees_with_a_map_through_evictions_and_page_moves(
         ops in proptest::collection::vec(op(), 1..160),
         segmented in any::<bool>(),
+        chunked in any::<bool>(),
     ) {
-        let cfg = small(HEADER_BYTES + (8 << 8) + 6 * (64 << 10) + 8192);
+        let mut cfg = small(HEADER_BYTES + (8 << 8) + 6 * (64 << 10) + 8192);
+        if chunked {
+            // Values above 4 KiB are chunked: chains across classes, moved and evicted.
+            cfg.chunk_max = 4096;
+        }
         let mut a = anon(&cfg);
         a.set_lru_config(LruConfig {
             segmented,
@@ -462,7 +482,11 @@ proptest! {
                     }
                 }
                 Op::Get(k) => {
-                    let got = a.get(&[b'k', k], now).map(|i| (i.value.to_vec(), i.flags));
+                    let got = a.get(&[b'k', k], now).map(|i| i.flags);
+                    let got = got.map(|f| {
+                        let off = a.find(&[b'k', k]).unwrap();
+                        (a.value_bytes(off).to_vec(), f)
+                    });
                     match (got, model.get(&k)) {
                         (Some((v, f)), Some((want, _))) => {
                             prop_assert_eq!(&v, want);
@@ -500,6 +524,60 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn chunked_items_chain_over_classes_move_with_their_pages_and_go_as_one() {
+    let cfg = ArenaConfig {
+        chunk_max: 4096,
+        ..small(HEADER_BYTES + (8 << 8) + 8 * (64 << 10) + 8192)
+    };
+    let mut a = anon(&cfg);
+    let top = a.class_count() - 1;
+    let val = |i: usize| -> Vec<u8> { (0..11_000).map(|j| (i * 7 + j) as u8).collect() };
+    for i in 0..8 {
+        a.set(format!("n{i}").as_bytes(), &val(i), 1, 0, 10)
+            .unwrap();
+    }
+    a.check().unwrap();
+    let off = a.find(b"n3").unwrap();
+    let it = a.item(off);
+    // Linked in the largest class' LRU; its header lives in a small class.
+    assert!(it.chunked && it.value.is_empty() && it.value_len == 11_000);
+    assert_eq!(it.class, top);
+    assert!(a.mem_class_of(off) < top);
+    assert_eq!(a.value_bytes(off), val(3));
+    assert!(a.chain(off).len() >= 3);
+    // A pin owns a copy: the item may go while the reply holds it.
+    let pin = a.pin(off);
+    a.delete(b"n3");
+    assert_eq!(&pin.bytes()[2..], &val(3)[..]);
+    a.check().unwrap();
+    // Moving pages of the largest class rescues chunks into free ones, else evicts whole
+    // items.
+    let before = a.stats().items;
+    a.set(b"n3", &val(3), 1, 0, 10).unwrap();
+    a.delete(b"n0");
+    let moved = a.move_page(top, None, &mut |_| false).unwrap();
+    assert!(a.stats().chunk_rescues > 0, "{moved:?}");
+    a.check().unwrap();
+    for i in 1..8 {
+        if let Some(off) = a.find(format!("n{i}").as_bytes()) {
+            assert_eq!(a.value_bytes(off), val(i), "n{i}");
+        }
+    }
+    assert!(a.stats().items <= before);
+    // A full class evicts chunked items whole; every chain stays consistent.
+    for i in 0..40 {
+        a.set(format!("m{i}").as_bytes(), &val(i), 0, 0, 11)
+            .unwrap();
+        a.check().unwrap();
+    }
+    assert!(a.stats().evictions > 0);
+    let off = a.find(b"m39").unwrap();
+    assert_eq!(a.value_bytes(off), val(39));
+    // A warm restart keeps the chains.
+    a.close(1_700_000_000).unwrap();
 }
 
 #[test]

@@ -129,6 +129,28 @@ fn refusals_use_memcached_wording() {
         e(&["-m", "64", "-I", "64m"]),
         "Cannot set item size limit higher than 1/2 of memory max."
     );
+    // slab_chunk_max against -I and the page, with memcached's messages; -I up to 1 GiB.
+    assert_eq!(
+        e(&["-I", "2000"]),
+        "slab_chunk_max (bytes: 524288) cannot be larger than -I (item_size_max 2000)"
+    );
+    assert_eq!(
+        e(&["-I", "3m", "-o", "slab_chunk_max=2048000"]),
+        "-I (item_size_max: 3145728) must be evenly divisible by slab_chunk_max (bytes: 2048000)"
+    );
+    assert_eq!(
+        e(&["-I", "3072k", "-o", "slab_chunk_max=3072"]),
+        "slab_chunk_max (bytes: 3072) must divide evenly into 1048576 (slab_page_size)"
+    );
+    assert_eq!(
+        e(&["-m", "4096", "-I", "2g"]),
+        "Cannot set item size limit higher than 1 gigabyte."
+    );
+    let x = Config::parse(&["-m", "4096", "-I", "1024m", "-o", "no_modern"]).unwrap();
+    assert_eq!(
+        (x.settings.item_size_max, x.settings.tunables.slab_chunk_max),
+        (1 << 30, 1 << 19)
+    );
     assert_eq!(e(&["-p", "70000"]), "ERROR: Invalid port number 70000.");
     assert!(e(&["-B", "xx"]).starts_with("Invalid value for binding protocol: xx"));
     // Authentication that cannot be given is refused, never ignored.

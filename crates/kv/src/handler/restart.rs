@@ -201,6 +201,7 @@ pub(super) fn open_arena(
     let mut ac = ArenaConfig::new(settings.maxbytes);
     ac.growth_factor = settings.growth_factor;
     ac.min_space = settings.chunk_size;
+    ac.chunk_max = usize::try_from(settings.tunables.slab_chunk_max).unwrap_or(ac.chunk_max);
     let hp = settings.tunables.hashpower_init;
     if hp > 0 {
         ac.hash_power_init = hp;

@@ -134,8 +134,10 @@ impl Cache {
         };
         if tun.slab_reassign {
             put("slab_reassign_rescues", c.reassign_rescues.to_string());
-            // No chunked items: no chunk is ever rescued on its own.
-            put("slab_reassign_chunk_rescues", "0".into());
+            put(
+                "slab_reassign_chunk_rescues",
+                c.reassign_chunk_rescues.to_string(),
+            );
             put(
                 "slab_reassign_evictions_nomem",
                 c.reassign_evictions_nomem.to_string(),
@@ -418,7 +420,9 @@ impl Cache {
             put("chunks_per_page", st.chunks_per_page.to_string());
             put("total_pages", st.pages.to_string());
             put("total_chunks", total.to_string());
-            put("used_chunks", st.used.to_string());
+            // As memcached counts them: chunked items' headers and chains, and chunks
+            // replies still send, are used too.
+            put("used_chunks", (total - st.free).to_string());
             put("free_chunks", st.free.to_string());
             // Pages are cut into free chunks whole: none wait at a page's end.
             put("free_chunks_end", "0".into());

@@ -53,6 +53,7 @@ impl ArenaStore {
             reassign_rescues: moves.0,
             reassign_evictions_nomem: moves.1,
             reassign_inline_reclaim: moves.2,
+            reassign_chunk_rescues: st.chunk_rescues,
             reassign_busy_items: moves.3,
             evicted_active: sum(|c| c.evicted_active),
             moves_to_cold: sum(|c| c.moves_to_cold),
@@ -97,7 +98,7 @@ impl ArenaStore {
                     cas: it.cas,
                     fetched: it.fetched(),
                     class: it.class + 1,
-                    size: self.arena_config.item_size(it.key.len(), it.value.len()),
+                    size: self.arena_config.item_size(it.key.len(), it.value_len),
                     flags: it.flags,
                 });
             }

@@ -104,7 +104,7 @@ impl Inner {
         }
         let mut all = Vec::new();
         self.arena
-            .crawl(|_, it| all.push(size_bucket(it.key.len(), it.value.len(), it.flags)));
+            .crawl(|_, it| all.push(size_bucket(it.key.len(), it.value_len, it.flags)));
         let h = self.sizes.as_mut().expect("checked");
         for b in all {
             *h.entry(b).or_default() += 1;
@@ -115,7 +115,7 @@ impl Inner {
     fn remove(&mut self, off: u64, use_cas: bool) {
         if self.sizes.is_some() {
             let it = self.arena.item(off);
-            let (k, v, f) = (it.key.len(), it.value.len(), it.flags);
+            let (k, v, f) = (it.key.len(), it.value_len, it.flags);
             if let Some(h) = self.sizes.as_mut() {
                 if use_cas {
                     let n = h.entry(size_bucket(k, v, f)).or_default();
@@ -160,7 +160,7 @@ impl Inner {
             }
             if let (Some(h), true) = (sizes.as_mut(), cfg.use_cas) {
                 let n = h
-                    .entry(size_bucket(it.key.len(), it.value.len(), it.flags))
+                    .entry(size_bucket(it.key.len(), it.value_len, it.flags))
                     .or_default();
                 *n = n.saturating_sub(1);
             }
@@ -177,7 +177,7 @@ impl Inner {
                         it.exptime as i64 - ctx.now as i64
                     },
                     last_access: ctx.now.saturating_sub(it.time),
-                    size: it.value.len(),
+                    size: it.value_len,
                 });
             }
             Victim::Evict
@@ -207,7 +207,7 @@ impl Inner {
         self.arena.link(off, cas, flags, exptime, now, b);
         self.total_items += 1;
         let it = self.arena.item(off);
-        let (k, v, f) = (it.key.len(), it.value.len(), it.flags);
+        let (k, v, f) = (it.key.len(), it.value_len, it.flags);
         if let (Some(h), true) = (self.sizes.as_mut(), cas_on) {
             *h.entry(size_bucket(k, v, f)).or_default() += 1;
         }
@@ -230,13 +230,12 @@ impl ArenaStore {
         arena: ArenaConfig,
         opening: &Opening,
     ) -> Result<ArenaStore, ArenaError> {
-        let mut ac = ArenaConfig {
+        let ac = ArenaConfig {
             memory: config.mem_limit,
             item_max: config.item_max,
             cas: config.use_cas,
             ..arena
         };
-        ac.page_size = ac.page_size.max(ac.item_max);
         let backing = match opening {
             Opening::Anonymous => Backing::Anonymous,
             Opening::Memfd => Backing::Memfd,
@@ -377,7 +376,7 @@ impl EntryStore for ArenaStore {
         let mut v = Vec::new();
         g.arena.lru(class.wrapping_sub(1), |it| {
             if v.len() < limit && ctx.live(&it) {
-                v.push((it.key.to_vec(), it.value.len(), it.exptime));
+                v.push((it.key.to_vec(), it.value_len, it.exptime));
             }
             v.len() < limit
         });
@@ -412,7 +411,8 @@ impl EntryStore for ArenaStore {
         let a = &mut g.arena;
         let it = a.item(off);
         let (time, mut b, exp) = (it.time, it.bits, it.exptime);
-        let big = it.value.len() >= SHARE_MIN;
+        // A chunked value is copied out (its pin owns the copy) and sent from there.
+        let big = it.value_len >= SHARE_MIN || it.chunked;
         let exptime = if opts.touch.is_some() {
             a.set_exptime(off, exptime_abs);
             exptime_abs
@@ -435,9 +435,13 @@ impl EntryStore for ArenaStore {
         }
         let held = big.then(|| Held::Arena(a.pin(off)));
         let it = a.item(off);
+        let value = match (&held, it.chunked) {
+            (Some(h), true) => &h.bytes()[it.key.len()..],
+            _ => it.value,
+        };
         f(ItemRef {
             key: it.key,
-            value: it.value,
+            value,
             shared: held.as_ref(),
             flags: it.flags,
             cas: it.cas,
@@ -508,17 +512,19 @@ impl EntryStore for ArenaStore {
             }
             (StoreMode::Append | StoreMode::Prepend, Some(off)) => {
                 let it = g.arena.item(off);
-                if !self.fits(key.len(), it.value.len() + data.len()) {
+                if !self.fits(key.len(), it.value_len + data.len()) {
                     return StoreOutcome::TooLarge;
                 }
-                let mut v = Vec::with_capacity(it.value.len() + data.len());
+                let old_value = g.arena.value_bytes(off);
+                let mut v = Vec::with_capacity(old_value.len() + data.len());
                 if mode == StoreMode::Append {
-                    v.extend_from_slice(it.value);
+                    v.extend_from_slice(&old_value);
                     v.extend_from_slice(data);
                 } else {
                     v.extend_from_slice(data);
-                    v.extend_from_slice(it.value);
+                    v.extend_from_slice(&old_value);
                 }
+                let it = g.arena.item(off);
                 let kept = (it.flags, it.exptime);
                 joined = Some(v);
                 kept
@@ -535,7 +541,7 @@ impl EntryStore for ArenaStore {
             Ok(off) => off,
             Err(e) => return outcome(e),
         };
-        g.arena.value_mut(off).copy_from_slice(value);
+        g.arena.write_value(off, value);
         let cas = self.cas(&mut g);
         let b = match stale_of {
             Some(true) => bits::STALE | bits::WIN_SENT,
@@ -604,7 +610,8 @@ impl EntryStore for ArenaStore {
         if cas.is_some_and(|c| c != 0 && it.cas != c) {
             return ArithOutcome::Exists;
         }
-        let Some(cur) = parse_counter(it.value) else {
+        // A chunked value is far longer than any number.
+        let Some(cur) = (!it.chunked).then(|| parse_counter(it.value)).flatten() else {
             return ArithOutcome::NonNumeric;
         };
         let v = if incr {
@@ -613,7 +620,7 @@ impl EntryStore for ArenaStore {
             cur.saturating_sub(delta)
         };
         let text = v.to_string();
-        let (old_len, flags, exptime, b) = (it.value.len(), it.flags, it.exptime, it.bits);
+        let (old_len, flags, exptime, b) = (it.value_len, it.flags, it.exptime, it.bits);
         // Like memcached, a number no longer than the old one is written in place, padded
         // with spaces; a longer one takes a new item.
         let off = if text.len() <= old_len && !g.arena.is_pinned(off) {

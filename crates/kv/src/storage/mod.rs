@@ -128,6 +128,8 @@ pub struct StoreCounters {
     pub reassign_evictions_nomem: u64,
     /// Free chunks in the moving page a rescue met (`slab_reassign_inline_reclaim`).
     pub reassign_inline_reclaim: u64,
+    /// Chunks of chunked items a page move copied out (`slab_reassign_chunk_rescues`).
+    pub reassign_chunk_rescues: u64,
     /// Items in use by replies that made a page busy (`slab_reassign_busy_items`).
     pub reassign_busy_items: u64,
     /// Evicted items that were active (`evicted_active`).
