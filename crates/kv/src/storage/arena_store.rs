@@ -6,7 +6,7 @@
 //! value is pinned and sent after the lock is released, so the lock never covers a send.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::arena::{
@@ -51,8 +51,7 @@ pub struct ArenaStore {
     pub(super) inner: Mutex<Inner>,
     pub(super) config: StoreConfig,
     pub(super) arena_config: ArenaConfig,
-    pub(super) flush_cas: AtomicU64,
-    pub(super) oldest_live: AtomicU64,
+    pub(super) flush: super::flush::Flush,
     pub(super) mem_limit: AtomicUsize,
     /// Bytes counted as allocated before any page (memcached's `T_MEMD_INITIAL_MALLOC`).
     pub(super) premalloc: AtomicUsize,
@@ -62,26 +61,16 @@ pub struct ArenaStore {
     pub(super) opened: Opened,
 }
 
-/// Time and flush state that judge liveness.
-#[derive(Clone, Copy)]
-pub(super) struct Ctx {
-    pub(super) now: u32,
-    pub(super) flush_cas: u64,
-    pub(super) oldest_live: u64,
-}
+pub(super) use super::flush::Ctx;
 
 impl Ctx {
     /// Invalidated by a `flush_all` (memcached checks this before expiry).
     fn flushed(&self, it: &Item<'_>) -> bool {
-        if it.cas < self.flush_cas && it.cas != 0 {
-            return true;
-        }
-        self.oldest_live <= self.now as u64 && it.time as u64 <= self.oldest_live
+        self.flushed_at(it.cas, it.time)
     }
 
     pub(super) fn live(&self, it: &Item<'_>) -> bool {
-        let expired = it.exptime != 0 && it.exptime <= self.now;
-        !expired && !self.flushed(it)
+        self.live_at(it.exptime, it.cas, it.time)
     }
 }
 
@@ -258,8 +247,7 @@ impl ArenaStore {
             }),
             config,
             arena_config: ac,
-            flush_cas: AtomicU64::new(0),
-            oldest_live: AtomicU64::new(u64::MAX),
+            flush: Default::default(),
             mem_limit: AtomicUsize::new(config.mem_limit),
             premalloc: AtomicUsize::new(0),
             shrinking: AtomicBool::new(false),
@@ -288,13 +276,7 @@ impl ArenaStore {
     /// The flush state and next CAS a warm restart carries in its metadata file (the arena's
     /// own header holds the same CAS; see [`EntryStore::restart_state`]).
     pub fn restore(&self, st: &RestartState) {
-        self.flush_cas.store(st.flush_cas, Ordering::Relaxed);
-        let live = if st.oldest_live == 0 {
-            u64::MAX
-        } else {
-            u64::from(st.oldest_live)
-        };
-        self.oldest_live.store(live, Ordering::Relaxed);
+        self.flush.restore(st.flush_cas, st.oldest_live);
     }
 
     /// Empties a restored arena: the start is cold after all (`why`: the restart metadata is
@@ -327,11 +309,7 @@ impl ArenaStore {
     }
 
     pub(super) fn ctx(&self, now: u32) -> Ctx {
-        Ctx {
-            now,
-            flush_cas: self.flush_cas.load(Ordering::Relaxed),
-            oldest_live: self.oldest_live.load(Ordering::Relaxed),
-        }
+        self.flush.ctx(now)
     }
 
     fn cas(&self, g: &mut Inner) -> u64 {
@@ -644,29 +622,23 @@ impl EntryStore for ArenaStore {
     }
 
     fn flush_now(&self, now: u32) {
-        self.flush(None);
+        let mut g = self.lock();
+        self.flush.now(g.arena.peek_cas(), now, self.config.use_cas);
+        // Without CAS values liveness rests on the time mark alone, which a later delayed
+        // flush moves: the items go now.
         if !self.config.use_cas {
-            self.oldest_live.store(now as u64, Ordering::Relaxed);
+            g.arena.flush();
+            if let Some(h) = g.sizes.as_mut() {
+                h.clear();
+            }
         }
     }
 
     fn flush(&self, delay_until: Option<u32>) {
         match delay_until {
-            None => {
-                let mut g = self.lock();
-                self.flush_cas.store(g.arena.peek_cas(), Ordering::Relaxed);
-                self.oldest_live.store(u64::MAX, Ordering::Relaxed);
-                // With CAS values the flushed items stay, dead, until a read finds them or the
-                // LRU reclaims them, as in memcached; without them liveness rests on
-                // `oldest_live` alone, which a later delayed flush moves: the items go now.
-                if !self.config.use_cas {
-                    g.arena.flush();
-                    if let Some(h) = g.sizes.as_mut() {
-                        h.clear();
-                    }
-                }
-            }
-            Some(t) => self.oldest_live.store(t as u64, Ordering::Relaxed),
+            // The relative clock never reads 0, so an immediate flush's time mark is moot.
+            None => self.flush_now(0),
+            Some(t) => self.flush.at(t),
         }
     }
 
@@ -721,11 +693,11 @@ impl EntryStore for ArenaStore {
 
     fn restart_state(&self) -> Option<RestartState> {
         let g = self.lock();
-        let live = self.oldest_live.load(Ordering::Relaxed);
+        let (flush_cas, oldest_live) = self.flush.marks();
         Some(RestartState {
             cas: g.arena.peek_cas(),
-            flush_cas: self.flush_cas.load(Ordering::Relaxed),
-            oldest_live: u32::try_from(live).unwrap_or(0),
+            flush_cas,
+            oldest_live,
             hash_power: g.arena.hash_level().0,
             page_size: self.arena_config.page_size,
         })

@@ -15,11 +15,7 @@ pub struct HeapStore {
     mask: u64,
     next_cas: AtomicU64,
     config: StoreConfig,
-    /// Immediate flushes invalidate every item with a lower CAS (items stored in the same second
-    /// as the flush survive only if they come after it).
-    flush_cas: AtomicU64,
-    /// Delayed flush: items last written at or before this time die once `now` reaches it.
-    oldest_live: AtomicU64,
+    flush: super::flush::Flush,
     mem_limit: std::sync::atomic::AtomicUsize,
 }
 
@@ -40,8 +36,7 @@ impl HeapStore {
             mask: (n - 1) as u64,
             next_cas: AtomicU64::new(1),
             config,
-            flush_cas: AtomicU64::new(0),
-            oldest_live: AtomicU64::new(u64::MAX),
+            flush: Default::default(),
             mem_limit: std::sync::atomic::AtomicUsize::new(config.mem_limit),
         }
     }
@@ -69,11 +64,7 @@ impl HeapStore {
     }
 
     fn ctx(&self, now: u32) -> shard::Ctx {
-        shard::Ctx {
-            now,
-            flush_cas: self.flush_cas.load(Ordering::Relaxed),
-            oldest_live: self.oldest_live.load(Ordering::Relaxed),
-        }
+        self.flush.ctx(now)
     }
 }
 
@@ -243,35 +234,26 @@ impl EntryStore for HeapStore {
     /// memcached can only compare times, so items stored in the same second as the flush are
     /// flushed too, as memcached does.
     fn flush_now(&self, now: u32) {
-        self.flush(None);
+        self.flush.now(
+            self.next_cas.load(Ordering::Relaxed),
+            now,
+            self.config.use_cas,
+        );
+        // Without CAS values liveness rests on the time mark alone, which a later delayed
+        // flush moves: the items go now.
         if !self.config.use_cas {
-            self.oldest_live.store(now as u64, Ordering::Relaxed);
+            for s in self.shards.iter() {
+                s.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            }
         }
     }
 
     /// Invalidates every item now (`delay_until` = None) or once `now` reaches the given time.
     fn flush(&self, delay_until: Option<u32>) {
         match delay_until {
-            None => {
-                let c = self.next_cas.load(Ordering::Relaxed);
-                self.flush_cas.store(c, Ordering::Relaxed);
-                self.oldest_live.store(u64::MAX, Ordering::Relaxed);
-                // With CAS values the flushed items stay, dead, until a read finds them (and
-                // counts `get_flushed`) or the LRU reclaims them, as in memcached. Without
-                // them (`-C`) liveness rests on `oldest_live` alone, which a later delayed
-                // flush moves: the items go now.
-                if self.config.use_cas {
-                    return;
-                }
-                for s in self.shards.iter() {
-                    let mut g = match s.lock() {
-                        Ok(g) => g,
-                        Err(p) => p.into_inner(),
-                    };
-                    g.clear();
-                }
-            }
-            Some(t) => self.oldest_live.store(t as u64, Ordering::Relaxed),
+            // The relative clock never reads 0, so an immediate flush's time mark is moot.
+            None => self.flush_now(0),
+            Some(t) => self.flush.at(t),
         }
     }
 

@@ -13,6 +13,7 @@
 mod arena_maint;
 mod arena_store;
 mod automove;
+mod flush;
 mod heap;
 mod shard;
 

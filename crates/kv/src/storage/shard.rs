@@ -17,12 +17,7 @@ const NIL: u32 = u32::MAX;
 /// relinking touches two neighbouring entries, which costs two cache misses per hit.
 pub(super) const BUMP_INTERVAL: u32 = 60;
 
-/// Time and flush state a shard needs to judge liveness.
-pub(super) struct Ctx {
-    pub now: u32,
-    pub flush_cas: u64,
-    pub oldest_live: u64,
-}
+pub(super) use super::flush::Ctx;
 
 struct Entry {
     /// Key followed by value in one allocation: one cache miss reaches both.
@@ -61,19 +56,11 @@ impl Entry {
     }
 
     fn live(&self, ctx: &Ctx) -> bool {
-        if self.exptime != 0 && self.exptime <= ctx.now {
-            return false;
-        }
-        !self.flushed(ctx)
+        ctx.live_at(self.exptime, self.cas, self.time)
     }
 
-    /// Invalidated by a `flush_all` (memcached counts a read of it in `get_flushed`, of an
-    /// expired one in `get_expired`, and checks the flush first).
     fn flushed(&self, ctx: &Ctx) -> bool {
-        if self.cas < ctx.flush_cas && self.cas != 0 {
-            return true;
-        }
-        ctx.oldest_live <= ctx.now as u64 && self.time as u64 <= ctx.oldest_live
+        ctx.flushed_at(self.cas, self.time)
     }
 }
 
