@@ -42,6 +42,7 @@ pub mod engine;
 mod error;
 mod fault;
 mod options;
+mod poll;
 mod qp;
 mod shm;
 mod stream;

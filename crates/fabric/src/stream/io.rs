@@ -19,9 +19,9 @@ use remora_mem::Region;
 use remora_wire::{aeth, bth, immdt, reth, AethRepr, BthRepr, NakCode, Repr, RethRepr};
 
 use super::frame::*;
-use super::sock::wait_io;
 use super::{region_slice, DataPath, Shared, MAX_PEER_MAPS};
 use crate::engine::{Engine, Payload};
+use crate::poll::wait_io;
 
 /// Receive buffer: frames and the first bytes of payloads land here.
 const RX_BUFFER: usize = 256 << 10;

@@ -188,7 +188,7 @@ impl Shared {
                 return Err(Error::Disconnected);
             }
             drop(c);
-            let (readable, _) = sock::wait_io(self.sock.raw_fd(), false, also, Some(wait))
+            let (readable, _) = crate::poll::wait_io(self.sock.raw_fd(), false, also, Some(wait))
                 .map_err(io_err("poll on the stream"))?;
             readable || timer.is_some_and(|t| t <= Instant::now())
         };

@@ -253,7 +253,9 @@ impl Device {
         let readable = if wait.is_zero() {
             true
         } else {
-            sys::wait_either(fd, also, Some(wait)).map_err(io_err("poll on the udp device"))?
+            crate::poll::wait_io(fd, false, also, Some(wait))
+                .map_err(io_err("poll on the udp device"))?
+                .0
         };
         touched.clear();
         if readable {

@@ -6,7 +6,6 @@ use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::RawFd;
-use std::time::Duration;
 
 // Not in every libc release.
 const UDP_SEGMENT: libc::c_int = 103;
@@ -288,43 +287,4 @@ pub(crate) fn recv_batch(
         });
     }
     Ok(r as usize)
-}
-
-/// Waits until `fd` or `also` (an eventfd that says there is other work) is readable, or
-/// `timeout` passes; true if `fd` is readable.
-pub(crate) fn wait_either(
-    fd: RawFd,
-    also: Option<RawFd>,
-    timeout: Option<Duration>,
-) -> io::Result<bool> {
-    let mut pfd = [
-        libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: also.unwrap_or(-1),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
-    let n = if also.is_some() { 2 } else { 1 };
-    let ts = timeout.map(|t| libc::timespec {
-        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: t.subsec_nanos() as libc::c_long,
-    });
-    let tsp = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `n` valid pollfds; the timespec (if any) outlives the call.
-    let r = unsafe { libc::ppoll(pfd.as_mut_ptr(), n, tsp, std::ptr::null()) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(false);
-        }
-        return Err(e);
-    }
-    Ok(r > 0 && pfd[0].revents != 0)
 }
