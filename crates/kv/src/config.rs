@@ -114,12 +114,60 @@ pub struct Config {
     pub info: Option<String>,
     /// Worker I/O loop.
     pub io: IoDriver,
+    /// `--migrate-from HOST:PORT` (remora): pull a running cache from another server
+    /// (post-copy live migration) instead of starting empty.
+    pub migrate: Option<crate::migrate::MigrateFrom>,
     /// `-o slab_chunk_max` was given (`no_modern` leaves it alone then).
     chunk_max_given: bool,
 }
 
 fn err<T>(m: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError(m.into()))
+}
+
+/// remora's long options for post-copy migration (memcached has none of them).
+const MIGRATE_OPTS: [&str; 4] = [
+    "migrate-from",
+    "migrate-push-rate",
+    "migrate-wait",
+    "migrate-unit",
+];
+
+fn migrate_options(
+    opts: &[(&str, String)],
+) -> Result<Option<crate::migrate::MigrateFrom>, ConfigError> {
+    let Some((_, from)) = opts.iter().find(|(n, _)| *n == "migrate-from") else {
+        if let Some((n, _)) = opts.first() {
+            return err(format!("--{n} needs --migrate-from HOST:PORT"));
+        }
+        return Ok(None);
+    };
+    if !from.contains(':') {
+        return err(format!("--migrate-from {from}: expected HOST:PORT"));
+    }
+    let mut m = crate::migrate::MigrateFrom::new(from);
+    for (name, v) in opts {
+        match *name {
+            "migrate-push-rate" => match parse_size(v) {
+                Some(0) | None => {
+                    return err(format!(
+                        "--migrate-push-rate {v}: expected bytes per second (k, m, g allowed)"
+                    ))
+                }
+                Some(r) => m.push_rate = Some(r as u64),
+            },
+            "migrate-wait" => match v.parse::<u64>() {
+                Ok(s) => m.wait = std::time::Duration::from_secs(s),
+                Err(_) => return err(format!("--migrate-wait {v}: expected seconds")),
+            },
+            "migrate-unit" => match parse_size(v) {
+                Some(u) if u.is_power_of_two() && (4096..=2 << 20).contains(&u) => m.unit = u,
+                _ => return err(format!("--migrate-unit {v}: a power of two from 4k to 2m")),
+            },
+            _ => {}
+        }
+    }
+    Ok(Some(m))
 }
 
 /// Parses a size with an optional k/m/g suffix (as `-I` accepts).
@@ -209,8 +257,10 @@ impl Config {
             warnings: Vec::new(),
             info: None,
             io: IoDriver::default(),
+            migrate: None,
             chunk_max_given: false,
         };
+        let mut migrate_opts: Vec<(&str, String)> = Vec::new();
         let mut opts: Vec<(char, Option<String>)> = Vec::new();
         let mut i = 0;
         while i < args.len() {
@@ -221,6 +271,18 @@ impl Config {
                     Some((n, v)) => (n, Some(v.to_string())),
                     None => (long, None),
                 };
+                if let Some(opt) = MIGRATE_OPTS.iter().find(|o| **o == name) {
+                    let v = match val {
+                        Some(v) => v,
+                        None if i < args.len() => {
+                            i += 1;
+                            args[i - 1].as_ref().to_string()
+                        }
+                        None => return err(format!("option '--{name}' requires an argument")),
+                    };
+                    migrate_opts.push((opt, v));
+                    continue;
+                }
                 let Some(&(_, c)) = LONG.iter().find(|(n, _)| *n == name) else {
                     return err(format!("memcached: unrecognized option '--{name}'"));
                 };
@@ -260,6 +322,7 @@ impl Config {
                 opts.push((c, None));
             }
         }
+        cfg.migrate = migrate_options(&migrate_opts)?;
         let (mut tcp_given, mut udp_given) = (false, false);
         for (c, v) in opts {
             let v = v.unwrap_or_default();

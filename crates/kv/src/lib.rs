@@ -21,6 +21,7 @@ pub mod config;
 pub mod conns;
 pub mod handler;
 pub mod logger;
+pub mod migrate;
 pub mod out;
 pub mod prefix;
 pub mod protocol;

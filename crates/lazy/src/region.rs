@@ -84,6 +84,10 @@ pub struct Options {
     pub record: bool,
     /// A recorded working set to fetch first, in the background.
     pub working_set: Option<WorkingSet>,
+    /// Most bytes per second the background push installs from fetched data (zero ranges
+    /// are free); `None`: as fast as the server sends. Faults are never throttled (QEMU's
+    /// `max-postcopy-bandwidth`: the bulk copy must not starve the service being moved).
+    pub push_rate: Option<u64>,
 }
 
 impl Default for Options {
@@ -96,6 +100,7 @@ impl Default for Options {
             deadline: Duration::from_secs(5),
             record: false,
             working_set: None,
+            push_rate: None,
         }
     }
 }
@@ -179,6 +184,8 @@ pub(crate) struct Core {
     prefetching: bool,
     /// 1 + the unit of the latest fault, for the push thread (0: none).
     push_hint: AtomicU64,
+    /// [`Options::push_rate`].
+    push_rate: Option<u64>,
     record: Option<Mutex<Vec<usize>>>,
 }
 
@@ -255,6 +262,7 @@ impl LazyRegion {
             prefetching: opts.prefetch != Prefetch::None,
             wake: !sigbus,
             push_hint: AtomicU64::new(0),
+            push_rate: opts.push_rate.filter(|&r| r > 0),
             record: opts.record.then(|| Mutex::new(Vec::new())),
         });
         let mut r = LazyRegion {
@@ -849,6 +857,8 @@ impl Core {
         let mut stream = None;
         let mut buf = Vec::new();
         let mut failures = 0u32;
+        // Bytes of data pushed since `started`, for the rate limit.
+        let (started, mut pushed) = (Instant::now(), 0u64);
         while !self.closing.load(Ordering::Acquire) {
             if self.present.load(Ordering::Acquire) + self.poisoned.load(Ordering::Acquire)
                 >= self.units
@@ -875,7 +885,21 @@ impl Core {
                 continue;
             }
             match s.next(&mut buf, Duration::from_millis(20)) {
-                Ok(PushNext::Chunk(c)) => self.install_pushed(c.offset, c.len, c.zero, &mut buf),
+                Ok(PushNext::Chunk(c)) => {
+                    self.install_pushed(c.offset, c.len, c.zero, &mut buf);
+                    if let (Some(rate), false) = (self.push_rate, c.zero) {
+                        pushed += c.len as u64;
+                        let due = Duration::from_secs_f64(pushed as f64 / rate as f64);
+                        // Sleep in slices so a close is not held up.
+                        loop {
+                            let ahead = due.saturating_sub(started.elapsed());
+                            if ahead.is_zero() || self.closing.load(Ordering::Acquire) {
+                                break;
+                            }
+                            std::thread::sleep(ahead.min(Duration::from_millis(50)));
+                        }
+                    }
+                }
                 Ok(PushNext::Idle) => {}
                 Ok(PushNext::End) => {
                     // Units faulted or in flight while the stream passed them: go round again.

@@ -286,6 +286,13 @@ where
         .map_err(|e| Error::io("spawn push reader", e))?;
     let mut cur = PushCursor::new(src.len(), from, unit);
     let mut buf = vec![0u8; HEADER_LEN + MAX_CHUNK as usize];
+    // Pages the source says are zero are pushed as such without being read (an arena or a
+    // sparse file is mostly room nothing uses).
+    let known = Hello {
+        len: src.len(),
+        segments: Vec::new(),
+        zero_map: src.zero_map(),
+    };
     loop {
         if closed.load(Ordering::Acquire) {
             return Ok(());
@@ -315,8 +322,10 @@ where
             continue;
         };
         let n = n as usize;
-        src.read_at(at, &mut buf[HEADER_LEN..HEADER_LEN + n])?;
-        let zero = is_zero(&buf[HEADER_LEN..HEADER_LEN + n]);
+        let zero = known.is_zero(at, n as u64) || {
+            src.read_at(at, &mut buf[HEADER_LEN..HEADER_LEN + n])?;
+            is_zero(&buf[HEADER_LEN..HEADER_LEN + n])
+        };
         let r = Reply {
             status: if zero { Status::Zero } else { Status::Data },
             len: n as u32,

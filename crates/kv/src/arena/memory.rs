@@ -1,11 +1,14 @@
 //! The memory an arena lives in: a `remora-mem` [`Buffer`] of anonymous memory, a memfd, or a
 //! file (on tmpfs or hugetlbfs, for a warm restart: `-e PATH`). The arena addresses its
 //! contents by offset only, so a mapping at another address (another process, another host
-//! through lazy memory) reads the same items.
+//! through lazy memory) reads the same items. A migration target maps the source's arena as a
+//! `remora-lazy` region ([`Mapping::lazy`]): its pages arrive on first touch and by push.
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use remora_lazy::LazyRegion;
 use remora_mem::Buffer;
 
 /// Where the arena's bytes come from.
@@ -17,12 +20,29 @@ pub enum Backing {
     Memfd,
     /// A file, created or reused (survives the process: warm restart).
     File(PathBuf),
+    /// Another server's arena, filled on demand from its page server (a migration target).
+    Lazy,
+}
+
+/// The memory behind a mapping.
+enum Memory {
+    Buffer(Buffer),
+    Lazy(Arc<LazyRegion>),
+}
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Memory::Buffer(b) => b.fmt(f),
+            Memory::Lazy(r) => write!(f, "LazyRegion({} bytes)", r.len()),
+        }
+    }
 }
 
 /// The arena's `len` bytes of one buffer (whose length is rounded up to pages).
 #[derive(Debug)]
 pub struct Mapping {
-    buf: Buffer,
+    buf: Memory,
     len: usize,
     backing: Backing,
     /// The file existed with this length before it was mapped (its contents may be an arena).
@@ -53,9 +73,14 @@ impl Mapping {
                 false,
             ),
             Backing::File(p) => Buffer::file(p, len).map_err(io_err)?,
+            Backing::Lazy => {
+                return Err(io::Error::other(
+                    "a lazy arena is mapped from a migration source (Mapping::lazy)",
+                ))
+            }
         };
         Ok(Mapping {
-            buf,
+            buf: Memory::Buffer(buf),
             len,
             backing,
             existed,
@@ -63,11 +88,34 @@ impl Mapping {
         })
     }
 
+    /// The arena another server handed over, mapped lazily: it opens as that server's
+    /// arena (a clean one restores), and its pages are fetched as they are touched.
+    pub fn lazy(region: Arc<LazyRegion>) -> Mapping {
+        Mapping {
+            len: region.len(),
+            buf: Memory::Lazy(region),
+            backing: Backing::Lazy,
+            existed: true,
+            resized_from: None,
+        }
+    }
+
+    /// The lazy region behind a migration target's arena.
+    pub fn lazy_region(&self) -> Option<&Arc<LazyRegion>> {
+        match &self.buf {
+            Memory::Lazy(r) => Some(r),
+            Memory::Buffer(_) => None,
+        }
+    }
+
     /// The first byte: the arena reads and writes through it under its owner's lock while
     /// replies read pinned values through [`Pin`](super::Pin)s (bytes nobody writes while
     /// pinned).
     pub(crate) fn as_ptr(&self) -> *mut u8 {
-        self.buf.as_ptr()
+        match &self.buf {
+            Memory::Buffer(b) => b.as_ptr(),
+            Memory::Lazy(r) => r.as_ptr(),
+        }
     }
 
     /// Gives the memory of `len` bytes at `offset` (page-aligned) back to the system; they
@@ -81,6 +129,13 @@ impl Mapping {
             Backing::Anonymous => libc::MADV_DONTNEED,
             // Shared memory: DONTNEED would keep the file's pages; REMOVE frees them.
             Backing::Memfd | Backing::File(_) => libc::MADV_REMOVE,
+            // A dropped page of a lazy region faults in from the source again (stale bytes,
+            // or none once the source is gone): zero it in place instead.
+            Backing::Lazy => {
+                // SAFETY: as below; the arena rereads the page as zeroes.
+                unsafe { std::ptr::write_bytes(self.as_ptr().add(offset), 0, len) };
+                return;
+            }
         };
         // SAFETY: the range lies inside the mapping; the arena calls this only for a page no
         // class owns and no pin reads, and rereads it as zeroes.
@@ -103,18 +158,21 @@ impl Mapping {
     pub fn bytes(&mut self) -> &mut [u8] {
         // SAFETY: the buffer maps at least `len` bytes and lives as long as `self`; the
         // exclusive borrow of `self` is the only way to these bytes.
-        unsafe { std::slice::from_raw_parts_mut(self.buf.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.as_ptr(), self.len) }
     }
 
     /// The bytes, read-only.
     pub fn view(&self) -> &[u8] {
         // SAFETY: as in `bytes`, shared.
-        unsafe { std::slice::from_raw_parts(self.buf.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts(self.as_ptr(), self.len) }
     }
 
     /// Writes a memfd- or file-backed arena's pages out (a graceful stop).
     pub fn sync(&self) -> io::Result<()> {
-        self.buf.sync().map_err(io_err)
+        match &self.buf {
+            Memory::Buffer(b) => b.sync().map_err(io_err),
+            Memory::Lazy(_) => Ok(()),
+        }
     }
 
     /// What backs it.
@@ -124,6 +182,9 @@ impl Mapping {
 
     /// The memfd or file descriptor, to hand the arena to another process.
     pub fn fd(&self) -> Option<BorrowedFd<'_>> {
-        self.buf.fd()
+        match &self.buf {
+            Memory::Buffer(b) => b.fd(),
+            Memory::Lazy(_) => None,
+        }
     }
 }

@@ -37,6 +37,7 @@
 //! assert_eq!((it.value, it.flags), (&b"value"[..], 7));
 //! ```
 mod check;
+mod handover;
 mod hash;
 mod items;
 mod layout;
@@ -51,6 +52,7 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
+pub use handover::ZERO_PAGE;
 use layout::*;
 pub use layout::{COLD, HOT, TEMP, WARM};
 pub use lru::{LruConfig, UPDATE_INTERVAL};

@@ -169,6 +169,11 @@ impl Cache {
 
     /// The LRU maintainer's pass (once a second from the server's maintainer thread).
     pub fn maintain(&self) -> u64 {
+        // A frozen or moved arena is not this server's to change.
+        let _gate = match self.migration.enter() {
+            crate::migrate::Entry::Go(g) => g,
+            crate::migrate::Entry::Redirect(_) => return 0,
+        };
         let now = self.now();
         let n = self.store.maintain(now);
         if self.settings.tunables.slab_reassign {

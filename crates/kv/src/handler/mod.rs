@@ -22,12 +22,13 @@ use crate::stats::{inc, ConnCounters, Counters};
 use crate::storage::{
     ArithOutcome, DeleteOutcome, HeapStore, ReadOpts, Store, StoreConfig, StoreMode, StoreOutcome,
 };
+use restart::Warm;
 
 pub mod auth;
 mod binary_cmds;
 pub mod crawler;
 mod meta_cmds;
-mod restart;
+pub(crate) mod restart;
 mod stats;
 mod text_cmds;
 
@@ -178,6 +179,39 @@ pub struct Cache {
     pub shutdown: std::sync::atomic::AtomicBool,
     /// The stop is graceful (SIGUSR1, `shutdown graceful`): a `-e` memory file is saved.
     pub graceful: std::sync::atomic::AtomicBool,
+    /// Post-copy live migration: the gate every request passes, and where the cache went.
+    pub migration: crate::migrate::Migration,
+}
+
+/// The store's share of the settings.
+pub(crate) fn store_config(settings: &Settings) -> StoreConfig {
+    StoreConfig {
+        mem_limit: settings.maxbytes,
+        item_max: settings.item_size_max,
+        no_evict: !settings.evictions,
+        use_cas: settings.cas_enabled,
+        track_sizes: settings.track_sizes,
+    }
+}
+
+/// The arena settings that live outside the arena: the LRU's segments and memcached's
+/// `T_MEMD_INITIAL_MALLOC` test hook.
+pub(crate) fn tune_arena(a: &crate::storage::ArenaStore, settings: &Settings) {
+    if let Some(n) = std::env::var("T_MEMD_INITIAL_MALLOC")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        a.set_premalloc(n);
+    }
+    let t = &settings.tunables;
+    a.set_lru(crate::arena::LruConfig {
+        segmented: t.lru_segmented,
+        hot_pct: t.hot_lru_pct,
+        warm_pct: t.warm_lru_pct,
+        hot_max_factor: t.hot_max_factor,
+        warm_max_factor: t.warm_max_factor,
+        temp_ttl: t.temp_lru.then_some(t.temporary_ttl),
+    });
 }
 
 fn unix_now() -> i64 {
@@ -198,45 +232,34 @@ impl Cache {
     /// Creates the cache for these settings: the arena in `memory_file` when one is given,
     /// restored when a graceful stop left it clean with the same settings.
     pub fn open(settings: Settings) -> Result<Cache, crate::arena::ArenaError> {
-        let config = StoreConfig {
-            mem_limit: settings.maxbytes,
-            item_max: settings.item_size_max,
-            no_evict: !settings.evictions,
-            use_cas: settings.cas_enabled,
-            track_sizes: settings.track_sizes,
+        let config = store_config(&settings);
+        let (store, warm): (Box<Store>, _) = match settings.storage {
+            StorageKind::Heap => (Box::new(HeapStore::new(config)), None),
+            StorageKind::Arena => {
+                let (a, warm) = restart::open_arena(&settings, config)?;
+                tune_arena(&a, &settings);
+                (Box::new(a), warm)
+            }
         };
+        Ok(Cache::with_store(settings, store, warm))
+    }
+
+    /// The cache over a store made elsewhere (a migration target's lazily mapped arena);
+    /// `warm` carries the clock and log ids of a restored arena.
+    pub(crate) fn with_store(
+        settings: Settings,
+        mut store: Box<Store>,
+        warm: Option<Warm>,
+    ) -> Cache {
         let now_unix = unix_now();
         // Relative clock starts at 2 so 0 and 1 keep their special meanings.
         let (mut process_started, mut clock_base) = (now_unix - 2, 2u32);
         let mut logger_gid = 0;
-        let mut store: Box<Store> = match settings.storage {
-            StorageKind::Heap => Box::new(HeapStore::new(config)),
-            StorageKind::Arena => {
-                let (a, warm) = restart::open_arena(&settings, config)?;
-                // memcached's test hook: bytes counted as allocated before any page.
-                if let Some(n) = std::env::var("T_MEMD_INITIAL_MALLOC")
-                    .ok()
-                    .and_then(|v| v.parse::<usize>().ok())
-                {
-                    a.set_premalloc(n);
-                }
-                let t = &settings.tunables;
-                a.set_lru(crate::arena::LruConfig {
-                    segmented: t.lru_segmented,
-                    hot_pct: t.hot_lru_pct,
-                    warm_pct: t.warm_lru_pct,
-                    hot_max_factor: t.hot_max_factor,
-                    warm_max_factor: t.warm_max_factor,
-                    temp_ttl: t.temp_lru.then_some(t.temporary_ttl),
-                });
-                if let Some(w) = warm {
-                    process_started = w.epoch;
-                    clock_base = (now_unix - w.epoch).clamp(2, u32::MAX as i64) as u32;
-                    logger_gid = w.logger_gid;
-                }
-                Box::new(a)
-            }
-        };
+        if let Some(w) = warm {
+            process_started = w.epoch;
+            clock_base = (now_unix - w.epoch).clamp(2, u32::MAX as i64) as u32;
+            logger_gid = w.logger_gid;
+        }
         let prefixes = PrefixStats::new(settings.prefix_delimiter);
         prefixes.set_enabled(settings.detail_enabled);
         let automove = settings.tunables.slab_automove as u64;
@@ -248,7 +271,7 @@ impl Cache {
             let l = logger.clone();
             store.set_evict_hook(Box::new(move |e| l.eviction(e)));
         }
-        Ok(Cache {
+        Cache {
             store,
             settings,
             conns: ConnCounters::default(),
@@ -265,7 +288,13 @@ impl Cache {
             crawler: crawler::CrawlerState::new(lru_crawler),
             shutdown: std::sync::atomic::AtomicBool::new(false),
             graceful: std::sync::atomic::AtomicBool::new(false),
-        })
+            migration: crate::migrate::Migration::default(),
+        }
+    }
+
+    /// Unix time of the relative clock's zero.
+    pub fn process_started(&self) -> i64 {
+        self.process_started
     }
 
     /// Seconds on the relative clock.
@@ -481,6 +510,11 @@ fn run(
     out_limit: usize,
     one: bool,
 ) -> Outcome {
+    // A migration's freeze waits for this call to end; a moved cache runs nothing.
+    let _gate = match eng.migration.enter() {
+        crate::migrate::Entry::Go(g) => g,
+        crate::migrate::Entry::Redirect(line) => return redirect(eng, s, input, out, &line),
+    };
     let lim = eng.limits();
     let now = eng.now();
     let mut pos = 0;
@@ -646,6 +680,36 @@ fn run(
         consumed: pos,
         close,
         yielded,
+    }
+}
+
+/// The cache moved away (or a migration target lost its source): ASCII clients are told
+/// where it went with a `SERVER_ERROR` line, binary ones are closed; nothing is run, so no
+/// request that waited through the switch-over was acknowledged here.
+fn redirect(eng: &Cache, s: &mut Session, input: &[u8], out: &mut Out, line: &str) -> Outcome {
+    // `stats migration` still answers: the operator follows the migration through it.
+    const ASK: &[u8] = b"stats migration\r\n";
+    if input.starts_with(ASK) && s.proto != Proto::Binary {
+        for (k, v) in eng.migration.stats() {
+            out.extend_from_slice(format!("STAT {k} {v}\r\n").as_bytes());
+        }
+        out.extend_from_slice(b"END\r\n");
+        return Outcome {
+            consumed: ASK.len(),
+            close: false,
+            yielded: false,
+        };
+    }
+    let binary = s.proto == Proto::Binary
+        || (s.proto == Proto::Unknown && input.first() == Some(&binary::MAGIC_REQ));
+    if !binary && !input.is_empty() {
+        out.extend_from_slice(line.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    Outcome {
+        consumed: input.len(),
+        close: true,
+        yielded: false,
     }
 }
 

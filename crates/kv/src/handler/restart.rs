@@ -36,11 +36,11 @@ const KEYS: [&str; 16] = [
 ];
 
 /// A warm start: what the metadata file restores besides the arena.
-pub(super) struct Warm {
+pub(crate) struct Warm {
     /// Unix time of the relative clock's zero.
-    pub epoch: i64,
+    pub(crate) epoch: i64,
     /// The next log line id.
-    pub logger_gid: u64,
+    pub(crate) logger_gid: u64,
 }
 
 fn meta_path(file: &Path) -> PathBuf {
@@ -64,15 +64,15 @@ fn settings_kv(s: &Settings, page_size: usize) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// Writes `FILE.meta` after the arena was marked clean (a graceful stop).
-pub(super) fn write_meta(
-    file: &Path,
+/// The metadata as text: the tag line, then one `Kkey value` line per setting and state
+/// (what `FILE.meta` holds, and what a migration source sends its target).
+pub(crate) fn meta_text(
     s: &Settings,
     st: &RestartState,
     epoch: i64,
     now: u32,
     logger_gid: u64,
-) -> std::io::Result<()> {
+) -> String {
     let mut text = String::from("Tmain\n");
     let mut kv = settings_kv(s, st.page_size);
     kv.extend([
@@ -88,6 +88,19 @@ pub(super) fn write_meta(
     for (k, v) in kv {
         text.push_str(&format!("K{k} {v}\n"));
     }
+    text
+}
+
+/// Writes `FILE.meta` after the arena was marked clean (a graceful stop).
+pub(super) fn write_meta(
+    file: &Path,
+    s: &Settings,
+    st: &RestartState,
+    epoch: i64,
+    now: u32,
+    logger_gid: u64,
+) -> std::io::Result<()> {
+    let text = meta_text(s, st, epoch, now, logger_gid);
     // Written aside and renamed: a stop cut short leaves no half file, so the next start is
     // clean rather than refused.
     let path = meta_path(file);
@@ -136,7 +149,7 @@ fn read_meta(file: &Path) -> Result<Option<Vec<String>>, String> {
 
 /// The saved state when every line is valid and the settings are these; else the lines
 /// memcached prints before starting clean.
-fn validate(
+pub(crate) fn validate(
     lines: &[String],
     s: &Settings,
     page_size: usize,
@@ -192,12 +205,8 @@ fn validate(
     Ok((st, epoch, gid))
 }
 
-/// Opens the arena store for `settings`: in the `-e` file when one is given, restored when a
-/// graceful stop left it clean and its metadata file agrees; `Some` on a warm start.
-pub(super) fn open_arena(
-    settings: &Settings,
-    config: StoreConfig,
-) -> Result<(ArenaStore, Option<Warm>), ArenaError> {
+/// The arena layout `settings` ask for (`-m`, `-f`, `-n`, `slab_chunk_max`, `hashpower`).
+pub(crate) fn arena_config(settings: &Settings) -> ArenaConfig {
     let mut ac = ArenaConfig::new(settings.maxbytes);
     ac.growth_factor = settings.growth_factor;
     ac.min_space = settings.chunk_size;
@@ -207,6 +216,16 @@ pub(super) fn open_arena(
         ac.hash_power_init = hp;
         ac.hash_power = ac.hash_power.max(hp);
     }
+    ac
+}
+
+/// Opens the arena store for `settings`: in the `-e` file when one is given, restored when a
+/// graceful stop left it clean and its metadata file agrees; `Some` on a warm start.
+pub(super) fn open_arena(
+    settings: &Settings,
+    config: StoreConfig,
+) -> Result<(ArenaStore, Option<Warm>), ArenaError> {
+    let ac = arena_config(settings);
     let Some(file) = &settings.memory_file else {
         return Ok((ArenaStore::open(config, ac, &Opening::Anonymous)?, None));
     };

@@ -554,6 +554,7 @@ impl Cache {
                 None => vec![("sizes_status".into(), "disabled".into())],
             }),
             Some(b"conns") => Some(self.conn_table.lines(now)),
+            Some(b"migration") => Some(self.migration.stats()),
             _ => None,
         }
     }

@@ -251,6 +251,33 @@ pub(super) fn run_text(
                 return Next::Close;
             }
         }
+        Command::Migrate(cmd) => {
+            use crate::protocol::request::MigrateCmd;
+            let m = &eng.migration;
+            let r = match cmd {
+                MigrateCmd::Begin => match crate::migrate::source_begin(eng, s) {
+                    // The connection is the migration's control channel now.
+                    Ok(()) => return Next::Close,
+                    Err(why) => Err(why),
+                },
+                _ if !eng.settings.shutdown_enabled => {
+                    Err("ERROR: migrate not enabled (start with -A)")
+                }
+                MigrateCmd::To(to) => match std::str::from_utf8(to) {
+                    Ok(t) if t.contains(':') && t.len() <= 255 => m.arm(t),
+                    _ => Err("CLIENT_ERROR bad command line format"),
+                },
+                MigrateCmd::Cancel => m.cancel(),
+                MigrateCmd::Invalid => Err("CLIENT_ERROR bad command line format"),
+            };
+            match r {
+                Ok(()) => Reply::Ok.write(out),
+                Err(line) => {
+                    out.extend_from_slice(line.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
+            }
+        }
         Command::SlabsAutomove { set, noreply } => {
             match set {
                 Automove::Mode(m) => eng.slab_automove.store(m as u64, Relaxed),

@@ -127,6 +127,8 @@ pub enum Command<'a> {
     Quit,
     /// `shutdown` or `shutdown graceful` (refused unless `-A`).
     Shutdown(ShutdownMode),
+    /// remora's `migrate …` (post-copy live migration; refused unless `-A`).
+    Migrate(MigrateCmd<'a>),
     /// slabs automove 0|1|2 or slabs automove ratio R.
     SlabsAutomove {
         /// The new mode, or the new ratio.
@@ -173,6 +175,21 @@ pub enum Command<'a> {
     /// An HTTP request line (an unknown command whose last token starts with `HTTP/`):
     /// memcached closes the connection without a reply.
     Hangup,
+}
+
+/// A `migrate` subcommand (`crate::migrate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigrateCmd<'a> {
+    /// `migrate to HOST:PORT`: arm this server to hand its cache to the target that asks,
+    /// sending its clients to `HOST:PORT`.
+    To(&'a [u8]),
+    /// `migrate cancel`: disarm.
+    Cancel,
+    /// `migrate begin`: a target asks for the cache (the connection becomes the control
+    /// channel).
+    Begin,
+    /// Anything else.
+    Invalid,
 }
 
 /// What `shutdown` asked for.

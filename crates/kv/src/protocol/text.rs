@@ -7,7 +7,8 @@
 use super::meta;
 use super::reply::Fail;
 pub use super::request::{
-    Automove, Command, Crawler, GetKind, Parse, ShutdownMode, StoreCmd, Tokens, MAX_TOKENS,
+    Automove, Command, Crawler, GetKind, MigrateCmd, Parse, ShutdownMode, StoreCmd, Tokens,
+    MAX_TOKENS,
 };
 use super::{key_ok, parse_i64, parse_u64, Limits};
 
@@ -269,6 +270,12 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
             [] => ShutdownMode::Now,
             [m] if *m == b"graceful" => ShutdownMode::Graceful,
             _ => ShutdownMode::Invalid,
+        })),
+        b"migrate" => done(Command::Migrate(match &t[1..n] {
+            [b"to", to] => MigrateCmd::To(to),
+            [b"cancel"] => MigrateCmd::Cancel,
+            [b"begin"] => MigrateCmd::Begin,
+            _ => MigrateCmd::Invalid,
         })),
         b"verbosity" if (2..=3).contains(&n) => {
             let noreply = noreply_last;

@@ -56,6 +56,9 @@ pub enum ServerError {
     /// The item arena could not be made (`-m`, `-f`, `-n`, `-I`, `-e`).
     #[error("{0}")]
     Arena(#[from] crate::arena::ArenaError),
+    /// `--migrate-from`: the cache could not be pulled from its source.
+    #[error("migration: {0}")]
+    Migrate(String),
 }
 
 /// A running server.
@@ -269,7 +272,18 @@ fn drop_privileges(cfg: &Config) -> Result<(), ServerError> {
 impl Server {
     /// Binds every listener, drops privileges, and starts the threads.
     pub fn start(cfg: &Config) -> Result<Server, ServerError> {
-        let engine = Arc::new(Cache::open(cfg.settings.clone())?);
+        // A migration target pulls the cache from its source (still serving until the
+        // listeners below are up and it takes over).
+        let (cache, link) = match &cfg.migrate {
+            None => (Cache::open(cfg.settings.clone())?, None),
+            Some(m) => {
+                let (c, l) =
+                    crate::migrate::pull(m, cfg.settings.clone()).map_err(ServerError::Migrate)?;
+                (c, Some(l))
+            }
+        };
+        let engine = Arc::new(cache);
+        engine.migration.attach(&engine);
         let stop = Arc::new(AtomicBool::new(false));
         let s = &cfg.settings;
         let mut tcp = Vec::new();
@@ -389,6 +403,12 @@ impl Server {
                 .name("kv-accept".into())
                 .spawn(move || acceptor(poll, tcp, unix, handoff, eng, st))?,
         );
+        if let Some(link) = link {
+            if let Err(e) = crate::migrate::take_over(&engine, link) {
+                stop.store(true, Ordering::Relaxed);
+                return Err(ServerError::Migrate(e));
+            }
+        }
         Ok(Server {
             cache: engine,
             tcp_addrs,

@@ -231,6 +231,16 @@ impl ArenaStore {
             Opening::File(p) => Backing::File(p.clone()),
         };
         let map = Mapping::new(backing, ac.mapped())?;
+        ArenaStore::from_mapping(config, ac, map)
+    }
+
+    /// Opens the arena in `map` (made for `ac`, whose `memory`, `item_max` and `cas` must
+    /// follow `config`): a migration target's lazily mapped arena, or any other mapping.
+    pub fn from_mapping(
+        config: StoreConfig,
+        ac: ArenaConfig,
+        map: Mapping,
+    ) -> Result<ArenaStore, ArenaError> {
         let (arena, opened) = Arena::open(map, &ac)?;
         Ok(ArenaStore {
             inner: Mutex::new(Inner {
@@ -253,6 +263,11 @@ impl ArenaStore {
             shrinking: AtomicBool::new(false),
             opened,
         })
+    }
+
+    /// The lazy region behind a migration target's arena.
+    pub fn lazy_region(&self) -> Option<std::sync::Arc<remora_lazy::LazyRegion>> {
+        self.lock().arena.mapping().lazy_region().cloned()
     }
 
     /// An anonymous arena with memcached's slab defaults (tests, in-process use).
@@ -705,5 +720,32 @@ impl EntryStore for ArenaStore {
 
     fn hash_table(&self) -> Option<(u32, bool)> {
         Some(self.lock().arena.hash_level())
+    }
+
+    fn hand_over(&self, epoch: i64) -> Option<Handover> {
+        let mut g = self.lock();
+        if g.closed {
+            return None;
+        }
+        g.closed = true;
+        g.arena.mark_handed_over(epoch);
+        let (flush_cas, oldest_live) = self.flush.marks();
+        Some(Handover {
+            map: g.arena.shared_mapping(),
+            zero_map: g.arena.zero_map(),
+            state: RestartState {
+                cas: g.arena.peek_cas(),
+                flush_cas,
+                oldest_live,
+                hash_power: g.arena.hash_level().0,
+                page_size: self.arena_config.page_size,
+            },
+        })
+    }
+
+    fn take_back(&self) {
+        let mut g = self.lock();
+        g.closed = false;
+        g.arena.mark_running();
     }
 }

@@ -386,6 +386,25 @@ pub trait EntryStore: Send + Sync {
     fn hash_table(&self) -> Option<(u32, bool)> {
         None
     }
+    /// Freezes the items for a post-copy migration: nothing changes them from here on (the
+    /// caller keeps every request away too), and the arena is marked clean so another
+    /// server opens it restored; `None`: this storage cannot be handed over (the heap), or
+    /// it is closed already.
+    fn hand_over(&self, _epoch: i64) -> Option<Handover> {
+        None
+    }
+    /// Undoes [`hand_over`](Self::hand_over): the items are this server's again.
+    fn take_back(&self) {}
+}
+
+/// A store frozen for migration ([`EntryStore::hand_over`]).
+pub struct Handover {
+    /// The arena's memory, to serve to the target.
+    pub map: Arc<crate::arena::Mapping>,
+    /// One bit per 4 KiB page the target may install as zero without a fetch.
+    pub zero_map: Vec<u64>,
+    /// The state outside the arena, as a warm restart's metadata carries it.
+    pub state: RestartState,
 }
 
 /// The handlers' name for the store.

@@ -2,6 +2,8 @@
 use anyhow::Context;
 use clap::Subcommand;
 
+mod migrate;
+
 /// `remora kv` subcommands.
 #[derive(Subcommand)]
 pub enum Cmd {
@@ -12,12 +14,17 @@ pub enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<String>,
     },
+    /// Moves a running cache to another server by post-copy live migration: arms the source
+    /// (`--source`) to hand its arena to the server started with `--migrate-from SOURCE`,
+    /// sending clients to `--to`, and follows the copy to its end.
+    Migrate(migrate::Args),
 }
 
 /// Runs a `remora kv` subcommand.
 pub fn run(cmd: Cmd) -> anyhow::Result<()> {
     match cmd {
         Cmd::Serve { args } => serve(&raw_serve_args().unwrap_or(args)),
+        Cmd::Migrate(a) => migrate::run(a),
     }
 }
 
@@ -101,7 +108,11 @@ fn serve(args: &[String]) -> anyhow::Result<()> {
             })
             .context("signal thread")?;
     }
+    let cache = server.cache.clone();
     server.join();
+    if cache.migration.state() == remora_kv::migrate::State::Done {
+        eprintln!("remora kv: the cache moved away (migration complete); stopped");
+    }
     Ok(())
 }
 

@@ -1,0 +1,60 @@
+//! `remora kv migrate`: the operator's command for post-copy live migration.
+use std::time::Duration;
+
+use anyhow::bail;
+use remora_kv::migrate::client::{self, Printer, Progress};
+
+/// `remora kv migrate` arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Where clients go: the target's memcached address (HOST:PORT), started with
+    /// `remora kv serve ... --migrate-from SOURCE`.
+    #[arg(long)]
+    to: String,
+    /// The running source's memcached address (it must run with `-A`).
+    #[arg(long, default_value = "127.0.0.1:11211")]
+    source: String,
+    /// Seconds to wait for the target to ask before disarming.
+    #[arg(long, default_value_t = 60)]
+    wait: u64,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `remora kv migrate`.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let mut printer = Printer::new();
+    let mut report = |p: &Progress| {
+        if let Some(l) = printer.line(p) {
+            eprintln!("{l}");
+        }
+    };
+    let r = client::migrate(&a.source, &a.to, Duration::from_secs(a.wait), &mut report);
+    match r {
+        Ok(s) => {
+            if a.json {
+                println!(
+                    "{{\"source\": \"{}\", \"target\": \"{}\", \"bytes\": {}, \"downtime_ms\": {}, \"total_s\": {:.3}}}",
+                    a.source,
+                    a.to,
+                    s.bytes,
+                    s.downtime_ms.map_or("null".into(), |d| format!("{d:.3}")),
+                    s.total_s
+                );
+            } else {
+                println!(
+                    "migrated {} to {}: switch-over {}, full copy of {} MiB after {:.2} s",
+                    a.source,
+                    a.to,
+                    s.downtime_ms
+                        .map_or("unknown".into(), |d| format!("{d:.2} ms")),
+                    s.bytes >> 20,
+                    s.total_s
+                );
+            }
+            Ok(())
+        }
+        Err(e) => bail!("remora kv migrate: {e}"),
+    }
+}

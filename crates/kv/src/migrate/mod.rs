@@ -1,0 +1,281 @@
+//! Post-copy live migration of a running cache to another server, on lazy memory (OPERA's
+//! reason for remote page faults).
+//!
+//! The operator arms the source (`migrate to HOST:PORT`, or `remora kv migrate --to`), naming
+//! where its clients should go; the target starts with `--migrate-from SOURCE` and asks for
+//! the arena on the source's own port (`migrate begin`), whose connection then becomes the
+//! migration's control channel:
+//!
+//! 1. **Freeze** (source): new requests wait at the [`Migration`] gate, those under way
+//!    finish, and the arena is marked clean and handed over: nothing changes it from here.
+//! 2. **Hand-over**: the source serves the arena's pages with a `remora-lazy` page server and
+//!    sends the port and the state a warm restart keeps (settings, CAS, flush marks, clock).
+//!    The target maps the arena as a lazy region, opens it restored (only the header pages
+//!    are fetched), starts serving, and says `migrate serving`.
+//! 3. **Switch**: the source answers every request, the waiting ones too, with
+//!    `SERVER_ERROR migrated to HOST:PORT` and closes the connection (binary clients are
+//!    closed): a write it held was never acknowledged. The target faults in what its
+//!    clients touch and the background push copies the rest.
+//! 4. **Done**: when every page is in, the target says `migrate done` and the source stops.
+//!
+//! Failures end in one consistent side, with a `[migrate]` log line and a counter
+//! (`stats migration`):
+//! - the target leaves before it serves (killed, a bind that fails, a switch-over past 10 s):
+//!   the source takes its arena back and serves on, every item kept (`migrate_aborts`);
+//! - the target leaves after it took over: its acknowledged writes are gone with it, so the
+//!   source stops its page server and serves on with every item flushed rather than serve
+//!   values older than writes it never saw (`migrate_failures`);
+//! - the source leaves before the copy is complete: the target cannot serve what it has not
+//!   got, so it answers `SERVER_ERROR`, says how far the copy went, and exits with status 75
+//!   (`EX_TEMPFAIL`) before any fault on a missing page could return wrong bytes.
+//!
+//! Both sides watch each other on the control channel (progress lines every 200 ms, each
+//! answered): silence for [`LIVENESS`] counts as leaving.
+
+pub mod client;
+mod page_source;
+mod source;
+mod target;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, Weak};
+use std::time::{Duration, Instant};
+
+use crate::handler::Cache;
+
+pub(crate) use source::begin as source_begin;
+pub use target::MigrateFrom;
+pub(crate) use target::{pull, take_over};
+
+/// How long either side waits for the other on the control channel.
+pub const LIVENESS: Duration = Duration::from_secs(10);
+/// How often the target reports progress.
+pub const REPORT_EVERY: Duration = Duration::from_millis(200);
+/// Exit status of a target that lost its source before the copy was complete.
+pub const EXIT_SOURCE_LOST: i32 = 75;
+
+/// A server's part in a migration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// Not migrating.
+    #[default]
+    None,
+    /// Moving away.
+    Source,
+    /// Moving in.
+    Target,
+}
+
+/// Where a migration stands (`stats migration`'s `migrate_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum State {
+    /// Nothing asked.
+    #[default]
+    Idle,
+    /// Source: `migrate to` named a target; waiting for it to ask.
+    Armed,
+    /// Source: requests held, the arena being handed over.
+    Freezing,
+    /// Source: waiting for the target to serve.
+    HandingOver,
+    /// Source: the target serves; pages are being copied.
+    Moved,
+    /// Source: the copy is complete; stopping.
+    Done,
+    /// Source: the target left before serving; serving again with every item.
+    Aborted,
+    /// Source: the target left after taking over; serving again, flushed. Target: the source
+    /// left before the copy was complete.
+    Failed,
+    /// Target: serving while pages arrive.
+    Pulling,
+    /// Target: every page is here.
+    Complete,
+}
+
+impl State {
+    /// The name `stats migration` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Idle => "idle",
+            State::Armed => "armed",
+            State::Freezing => "freezing",
+            State::HandingOver => "handing_over",
+            State::Moved => "moved",
+            State::Done => "done",
+            State::Aborted => "aborted",
+            State::Failed => "failed",
+            State::Pulling => "pulling",
+            State::Complete => "complete",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Status {
+    role: Role,
+    state: State,
+    /// Source: the target clients are sent to. Target: the source.
+    peer: String,
+    /// Source: from freeze to the target serving.
+    downtime: Option<Duration>,
+    started: Option<Instant>,
+    /// Time from the hand-over to the full copy.
+    copy_time: Option<Duration>,
+    /// Units present and in all, as the target last reported them (source side).
+    reported: (u64, u64),
+    bytes: u64,
+}
+
+/// A server's migration state: the gate every request passes, the redirect once the cache
+/// moved, and the figures of `stats migration`.
+#[derive(Default)]
+pub struct Migration {
+    /// Requests hold it shared; a freeze holds it exclusively.
+    gate: RwLock<()>,
+    /// Requests are answered with `redirect` instead of being run.
+    moved: AtomicBool,
+    redirect: Mutex<String>,
+    status: Mutex<Status>,
+    /// Source: the target `migrate to` named.
+    armed: Mutex<Option<String>>,
+    aborts: AtomicU64,
+    failures: AtomicU64,
+    redirects: AtomicU64,
+    cache: OnceLock<Weak<Cache>>,
+    /// Target: the lazy region's figures.
+    region: OnceLock<std::sync::Arc<remora_lazy::LazyRegion>>,
+}
+
+/// What a request found at the gate.
+pub enum Entry<'a> {
+    /// Run it (the guard keeps a freeze waiting until it is done).
+    Go(RwLockReadGuard<'a, ()>),
+    /// The cache is not here: answer with this and close.
+    Redirect(String),
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Migration {
+    /// Lets the migration reach the cache it belongs to (the server does this at start).
+    pub fn attach(&self, cache: &std::sync::Arc<Cache>) {
+        let _ = self.cache.set(std::sync::Arc::downgrade(cache));
+    }
+
+    fn cache(&self) -> Option<std::sync::Arc<Cache>> {
+        self.cache.get().and_then(Weak::upgrade)
+    }
+
+    /// Passes the gate: waits while a freeze is under way; tells a moved cache's requests
+    /// where to go.
+    pub fn enter(&self) -> Entry<'_> {
+        let g = self.gate.read().unwrap_or_else(|p| p.into_inner());
+        if self.moved.load(Ordering::Acquire) {
+            drop(g);
+            self.redirects.fetch_add(1, Ordering::Relaxed);
+            return Entry::Redirect(lock(&self.redirect).clone());
+        }
+        Entry::Go(g)
+    }
+
+    /// True once the cache moved away (or a target lost its source): requests are refused.
+    pub fn is_moved(&self) -> bool {
+        self.moved.load(Ordering::Acquire)
+    }
+
+    fn set_moved(&self, reply: String) {
+        *lock(&self.redirect) = reply;
+        self.moved.store(true, Ordering::Release);
+    }
+
+    fn clear_moved(&self) {
+        self.moved.store(false, Ordering::Release);
+    }
+
+    fn set_state(&self, state: State) {
+        lock(&self.status).state = state;
+    }
+
+    /// Where the migration stands.
+    pub fn state(&self) -> State {
+        lock(&self.status).state
+    }
+
+    /// `migrate to HOST:PORT`: arms the source. Errors say why not.
+    pub fn arm(&self, to: &str) -> Result<(), &'static str> {
+        let mut st = lock(&self.status);
+        match st.state {
+            State::Freezing | State::HandingOver | State::Moved | State::Done => {
+                return Err("SERVER_ERROR a migration is under way")
+            }
+            _ if st.role == Role::Target && st.state == State::Pulling => {
+                return Err("SERVER_ERROR this server is still pulling its own migration")
+            }
+            _ => {}
+        }
+        *lock(&self.armed) = Some(to.to_string());
+        st.role = Role::Source;
+        st.state = State::Armed;
+        st.peer = to.to_string();
+        Ok(())
+    }
+
+    /// `migrate cancel`: disarms a source no target has asked yet.
+    pub fn cancel(&self) -> Result<(), &'static str> {
+        let mut st = lock(&self.status);
+        if st.state != State::Armed {
+            return Err("SERVER_ERROR no armed migration to cancel");
+        }
+        *lock(&self.armed) = None;
+        st.state = State::Idle;
+        Ok(())
+    }
+
+    /// The `stats migration` lines.
+    pub fn stats(&self) -> Vec<(String, String)> {
+        let st = lock(&self.status);
+        let role = match st.role {
+            Role::None => "none",
+            Role::Source => "source",
+            Role::Target => "target",
+        };
+        let mut v = vec![
+            ("migrate_role".to_string(), role.to_string()),
+            ("migrate_state".into(), st.state.name().into()),
+            ("migrate_peer".into(), st.peer.clone()),
+        ];
+        let ms = |d: Option<Duration>| {
+            d.map_or("-1".to_string(), |d| {
+                format!("{:.3}", d.as_secs_f64() * 1e3)
+            })
+        };
+        v.push(("migrate_downtime_ms".into(), ms(st.downtime)));
+        v.push(("migrate_copy_ms".into(), ms(st.copy_time)));
+        let (present, units) = match self.region.get() {
+            Some(r) => {
+                let p = r.progress();
+                (p.present as u64, p.units as u64)
+            }
+            None => st.reported,
+        };
+        v.push(("migrate_units_present".into(), present.to_string()));
+        v.push(("migrate_units_total".into(), units.to_string()));
+        v.push(("migrate_bytes_total".into(), st.bytes.to_string()));
+        if let Some(r) = self.region.get() {
+            let s = r.stats();
+            v.push(("migrate_unit_bytes".into(), r.unit().to_string()));
+            v.push(("migrate_faults".into(), s.faults.to_string()));
+            v.push(("migrate_units_fetched".into(), s.units_copied.to_string()));
+            v.push(("migrate_units_zero".into(), s.units_zero.to_string()));
+            v.push(("migrate_units_pushed".into(), s.units_pushed.to_string()));
+        }
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
+        v.push(("migrate_redirects".into(), n(&self.redirects)));
+        v.push(("migrate_aborts".into(), n(&self.aborts)));
+        v.push(("migrate_failures".into(), n(&self.failures)));
+        v
+    }
+}
