@@ -348,3 +348,107 @@ fn discarded_pages_are_fetched_again() {
         }
     });
 }
+
+/// A source whose second half is declared zero and must never be read.
+struct HalfZero {
+    bytes: Vec<u8>,
+    reads_of_zero: std::sync::atomic::AtomicU64,
+}
+
+impl PageSource for HalfZero {
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let half = self.bytes.len() as u64 / 2;
+        // A chunk across the boundary is read: it is not all zero.
+        if offset >= half {
+            self.reads_of_zero
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let n = self.bytes.len();
+        let s = (offset as usize).min(n);
+        let e = (offset as usize + buf.len()).min(n);
+        buf[..e - s].copy_from_slice(&self.bytes[s..e]);
+        buf[e - s..].fill(0);
+        Ok(())
+    }
+    fn zero_map(&self) -> Vec<u64> {
+        let pages = self.bytes.len() / 4096;
+        let mut m = vec![0u64; pages.div_ceil(64)];
+        for p in pages / 2..pages {
+            m[p / 64] |= 1 << (p % 64);
+        }
+        m
+    }
+    fn describe(&self) -> String {
+        "half zero".into()
+    }
+}
+
+#[test]
+fn push_sends_zero_map_pages_without_reading_them() {
+    bounded(60, || {
+        let mut bytes = pattern(8 << 20, 4096);
+        bytes[4 << 20..].fill(0);
+        let src = Arc::new(HalfZero {
+            bytes: bytes.clone(),
+            reads_of_zero: Default::default(),
+        });
+        let srv = PageServer::bind("127.0.0.1:0".parse().unwrap(), src.clone())
+            .unwrap()
+            .spawn()
+            .unwrap();
+        let f = Arc::new(TcpFetcher::connect(srv.addr(), Duration::from_secs(2)).unwrap());
+        let r = LazyRegion::open(
+            f,
+            Options {
+                unit: 65536,
+                push: true,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        assert!(
+            r.wait_complete(Duration::from_secs(20)),
+            "{:?}",
+            r.progress()
+        );
+        assert!(r.as_slice() == &bytes[..]);
+        assert_eq!(
+            src.reads_of_zero.load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "the server read pages its zero map names"
+        );
+    });
+}
+
+#[test]
+fn a_push_rate_holds_the_background_copy_back_but_not_faults() {
+    bounded(60, || {
+        // 8 MiB at 1 MiB/s takes 8 s: far from complete after the checks below.
+        let src = pattern(8 << 20, 4096);
+        let r = LazyRegion::open(
+            local(src.clone()),
+            Options {
+                unit: 65536,
+                push: true,
+                push_rate: Some(1 << 20),
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        // A fault is served at once, whatever the push's budget.
+        assert_eq!(r.as_slice()[7 << 20], src[7 << 20]);
+        std::thread::sleep(Duration::from_millis(300));
+        let p = r.progress();
+        assert!(!p.complete() && p.present > 0, "{p:?}");
+        assert!(
+            r.stats().units_pushed < p.units as u64 / 2,
+            "{:?}",
+            r.stats()
+        );
+        // Closing does not wait for the budget.
+        r.close();
+    });
+}

@@ -61,4 +61,43 @@ impl Arena {
     pub fn mark_running(&mut self) {
         put_u32(self.bm(), H_CLEAN, 0);
     }
+
+    /// The chunks unlinked but still pinned by replies (freed by whoever opens the arena
+    /// next: the pins stay here).
+    pub fn held_offsets(&self) -> Vec<u64> {
+        self.held.iter().map(|(off, _)| *off).collect()
+    }
+
+    /// Frees the held chunks a handing-over server named; an offset that is not the start of
+    /// a held chunk is ignored (the list comes from another process).
+    pub(super) fn free_named_held(&mut self, offs: &[u64]) {
+        for &off in offs {
+            if self.is_chunk_start(off) && self.state_of(off) == HELD {
+                self.free_item(off);
+            }
+        }
+    }
+
+    /// Whether `off` is where a chunk of a page handed to a class begins.
+    fn is_chunk_start(&self, off: u64) -> bool {
+        let geo = self.geo;
+        let Some(rel) = (off as usize).checked_sub(geo.first_page) else {
+            return false;
+        };
+        let p = rel / geo.page_size;
+        let used = u32_at(self.b(), H_PAGES_USED) as usize;
+        if p >= used.min(geo.pages) {
+            return false;
+        }
+        let c = self.b()[geo.directory + p];
+        if c == NO_CLASS || c == RELEASED || c as usize >= self.classes {
+            return false;
+        }
+        let (size, per) = (
+            self.field(c as usize, C_SIZE) as usize,
+            self.field(c as usize, C_PER_PAGE) as usize,
+        );
+        let within = rel % geo.page_size;
+        size > 0 && within % size == 0 && within / size < per
+    }
 }

@@ -418,6 +418,26 @@ impl Arena {
     /// Opens `map` as an arena of `cfg`: restores a clean arena of the same configuration,
     /// else lays out an empty one (with the reason when the memory held another).
     pub fn open(map: Mapping, cfg: &ArenaConfig) -> Result<(Arena, Opened), ArenaError> {
+        Arena::open_with(map, cfg, None)
+    }
+
+    /// [`open`](Self::open) for an arena another server handed over, which names the chunks
+    /// its replies held (`held`, [`Arena::held_offsets`]): a restore frees those instead of
+    /// walking every chunk, so it reads the header pages only (a lazily mapped arena fetches
+    /// nothing else before it serves).
+    pub fn open_handed_over(
+        map: Mapping,
+        cfg: &ArenaConfig,
+        held: &[u64],
+    ) -> Result<(Arena, Opened), ArenaError> {
+        Arena::open_with(map, cfg, Some(held))
+    }
+
+    fn open_with(
+        map: Mapping,
+        cfg: &ArenaConfig,
+        held: Option<&[u64]>,
+    ) -> Result<(Arena, Opened), ArenaError> {
         let sizes = cfg.classes()?;
         if map.len() != cfg.mapped() {
             return Err(ArenaError::Config(format!(
@@ -460,7 +480,10 @@ impl Arena {
             (true, None) => {
                 a.seed = u64_at(a.b(), H_SEED);
                 a.load_hash_state();
-                a.free_held_chunks();
+                match held {
+                    Some(offs) => a.free_named_held(offs),
+                    None => a.free_held_chunks(),
+                }
                 Opened::Restored {
                     items: u64_at(a.b(), H_ITEMS),
                     epoch: u64_at(a.b(), H_EPOCH) as i64,

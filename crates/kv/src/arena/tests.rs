@@ -651,3 +651,119 @@ fn pages_beyond_a_lowered_limit_go_back_and_are_reused() {
     assert_eq!(a.stats().evictions, 0);
     a.check().unwrap();
 }
+
+/// What a migration target maps: a sparse file with every page of `a` but those its zero
+/// map names (checked to be zero in fresh memory, as far as the used pages reach).
+fn copy_but_zero_pages(
+    a: &Arena,
+    cfg: &ArenaConfig,
+    zero: &[u64],
+    name: &str,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::FileExt;
+    let pages = cfg.mapped() / ZERO_PAGE;
+    let src = a.mapping().view();
+    let reach = (16 << 20) / ZERO_PAGE;
+    for p in (0..reach).filter(|&p| zero[p / 64] >> (p % 64) & 1 == 1) {
+        assert!(src[p * ZERO_PAGE..(p + 1) * ZERO_PAGE]
+            .iter()
+            .all(|&b| b == 0));
+    }
+    let dir = std::env::temp_dir().join(format!("remora-arena-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("arena");
+    let f = std::fs::File::create(&path).unwrap();
+    f.set_len(cfg.mapped() as u64).unwrap();
+    for p in (0..pages).filter(|&p| zero[p / 64] >> (p % 64) & 1 == 0) {
+        let r = p * ZERO_PAGE..(p + 1) * ZERO_PAGE;
+        f.write_all_at(&src[r], (p * ZERO_PAGE) as u64).unwrap();
+    }
+    (dir, path)
+}
+
+#[test]
+fn a_handed_over_arena_frees_the_chunks_its_source_held_and_nothing_else() {
+    let cfg = small(4 * (64 << 10));
+    let mut a = anon(&cfg);
+    a.set(b"p", &[7; 5000], 0, 0, 1).unwrap();
+    let off = a.find(b"p").unwrap();
+    let class = a.item(off).class;
+    let pin = a.pin(off);
+    a.set(b"p", &[8; 5000], 0, 0, 1).unwrap();
+    a.set(b"q", &[9; 5000], 0, 0, 1).unwrap();
+    assert_eq!(a.held_offsets(), vec![off]);
+    let free_before = a.class_stats()[class].free;
+    a.mark_handed_over(1_700_000_000);
+    let zero = a.zero_map();
+    let (dir, path) = copy_but_zero_pages(&a, &cfg, &zero, "held");
+    let map = Mapping::new(Backing::File(path), cfg.mapped()).unwrap();
+    let q = b"q".as_slice();
+    let live = a.find(q).unwrap();
+    // Bogus names (outside the pages, inside a chunk, a live item) change nothing.
+    let bogus = [off, 3, off + 1, live, u64::MAX];
+    let (mut b, o) = Arena::open_handed_over(map, &cfg, &bogus).unwrap();
+    assert!(matches!(o, Opened::Restored { items: 2, .. }), "{o:?}");
+    assert_eq!(b.class_stats()[class].free, free_before + 1);
+    assert_eq!(b.get(b"p", 2).unwrap().value, &[8; 5000][..]);
+    assert_eq!(b.get(q, 2).unwrap().value, &[9; 5000][..]);
+    b.check().unwrap();
+    drop(pin);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_arena_copied_without_its_zero_map_pages_opens_restored_and_works() {
+    // What a migration target gets: every page but those the zero map names, which it
+    // installs as zeroes. The copy must be the same cache: items, chains, lists, free pages.
+    let cfg = small(8 * (64 << 10));
+    let mut a = anon(&cfg);
+    let v = vec![b'x'; 20_000];
+    for i in 0..24 {
+        a.set(format!("big{i}").as_bytes(), &v, 0, 0, 10).unwrap();
+    }
+    // Pages given back to the system, then small items growing the hash table.
+    a.set_page_limit(3);
+    for i in 0..20 {
+        a.delete(format!("big{i}").as_bytes());
+    }
+    assert!(a.release_free_pages() > 0);
+    for i in 0..300 {
+        a.set(
+            format!("small{i}").as_bytes(),
+            format!("value {i}").as_bytes(),
+            i,
+            0,
+            11,
+        )
+        .unwrap();
+    }
+    a.mark_handed_over(1_700_000_000);
+    let zero = a.zero_map();
+    let pages = cfg.mapped() / ZERO_PAGE;
+    let zeroed = (0..pages)
+        .filter(|&p| zero[p / 64] >> (p % 64) & 1 == 1)
+        .count();
+    assert!(zeroed > pages / 2, "{zeroed} of {pages} pages known zero");
+    let (dir, path) = copy_but_zero_pages(&a, &cfg, &zero, "zero");
+    let map = Mapping::new(Backing::File(path.clone()), cfg.mapped()).unwrap();
+    let (mut b, o) = Arena::open(map, &cfg).unwrap();
+    assert!(matches!(o, Opened::Restored { items: 304, .. }), "{o:?}");
+    b.check().unwrap();
+    for i in 0..300 {
+        let it = b.get(format!("small{i}").as_bytes(), 12).unwrap();
+        assert_eq!((it.value, it.flags), (format!("value {i}").as_bytes(), i));
+    }
+    for i in 20..24 {
+        assert_eq!(
+            b.get(format!("big{i}").as_bytes(), 12).unwrap().value,
+            &v[..]
+        );
+    }
+    // And it goes on as a cache: the released pages come back into use.
+    b.set_page_limit(8);
+    for i in 0..24 {
+        b.set(format!("again{i}").as_bytes(), &v, 0, 0, 12).unwrap();
+    }
+    b.check().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -194,3 +194,31 @@ fn segmented_lru_suboptions_are_memcacheds() {
         .tunables;
     assert!(!t.lru_segmented && t.lru_maintainer);
 }
+
+#[test]
+fn migrate_from_and_its_options_are_parsed_and_checked() {
+    let c = Config::parse(&["-p", "11212", "--migrate-from", "10.0.0.1:11211"]).unwrap();
+    let m = c.migrate.unwrap();
+    assert_eq!(m.source, "10.0.0.1:11211");
+    assert_eq!((m.push_rate, m.unit), (None, 64 << 10));
+    let c = Config::parse(&[
+        "--migrate-from=h:1",
+        "--migrate-push-rate",
+        "2m",
+        "--migrate-wait=5",
+        "--migrate-unit",
+        "4k",
+    ])
+    .unwrap();
+    let m = c.migrate.unwrap();
+    assert_eq!(m.push_rate, Some(2 << 20));
+    assert_eq!((m.wait.as_secs(), m.unit), (5, 4096));
+    assert!(Config::parse(&["-p", "1"]).unwrap().migrate.is_none());
+    let e = |a: &[&str]| Config::parse(a).unwrap_err().0;
+    assert!(e(&["--migrate-from", "nohostport"]).contains("expected HOST:PORT"));
+    assert!(e(&["--migrate-push-rate", "1m"]).contains("needs --migrate-from"));
+    assert!(e(&["--migrate-from", "h:1", "--migrate-unit", "3000"]).contains("power of two"));
+    assert!(e(&["--migrate-from", "h:1", "--migrate-push-rate", "0"]).contains("bytes per second"));
+    assert!(e(&["--migrate-from", "h:1", "--migrate-wait", "x"]).contains("seconds"));
+    assert!(e(&["--migrate-from"]).contains("requires an argument"));
+}

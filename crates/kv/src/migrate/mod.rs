@@ -279,3 +279,59 @@ impl Migration {
         v
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_runs_requests_until_the_cache_moves_then_redirects_them() {
+        let m = Migration::default();
+        assert!(matches!(m.enter(), Entry::Go(_)));
+        m.set_moved("SERVER_ERROR migrated to h:1".into());
+        match m.enter() {
+            Entry::Redirect(l) => assert_eq!(l, "SERVER_ERROR migrated to h:1"),
+            Entry::Go(_) => panic!("a moved cache ran a request"),
+        }
+        assert_eq!(m.redirects.load(Ordering::Relaxed), 1);
+        m.clear_moved();
+        assert!(matches!(m.enter(), Entry::Go(_)));
+    }
+
+    #[test]
+    fn a_freeze_waits_for_requests_under_way_and_holds_new_ones() {
+        let m = std::sync::Arc::new(Migration::default());
+        let Entry::Go(g) = m.enter() else {
+            panic!("not moved")
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let m2 = m.clone();
+        let freezer = std::thread::spawn(move || {
+            let _w = m2.gate.write().unwrap();
+            tx.send(()).unwrap();
+            m2.set_moved("SERVER_ERROR migrated to h:1".into());
+        });
+        // The request under way holds the freeze off.
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+        drop(g);
+        rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        freezer.join().unwrap();
+        assert!(matches!(m.enter(), Entry::Redirect(_)));
+    }
+
+    #[test]
+    fn arming_and_cancelling_follow_the_state() {
+        let m = Migration::default();
+        assert!(m.cancel().is_err());
+        m.arm("h:1").unwrap();
+        assert_eq!(m.state(), State::Armed);
+        assert_eq!(lock(&m.armed).as_deref(), Some("h:1"));
+        m.cancel().unwrap();
+        assert_eq!(m.state(), State::Idle);
+        m.set_state(State::Moved);
+        assert!(m.arm("h:2").is_err());
+        let stats: std::collections::HashMap<_, _> = m.stats().into_iter().collect();
+        assert_eq!(stats["migrate_state"], "moved");
+        assert_eq!(stats["migrate_role"], "source");
+    }
+}

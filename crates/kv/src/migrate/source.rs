@@ -63,10 +63,15 @@ pub(crate) fn begin(eng: &Cache, s: &mut Session) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Extra metadata lines a target needs beyond a warm restart's.
-fn extra_meta(eng: &Cache) -> String {
+/// Extra metadata lines a target needs beyond a warm restart's: `-o hashpower` (it sizes the
+/// mapping) and the chunks replies held here, for the target to free.
+fn extra_meta(eng: &Cache, held: &[u64]) -> String {
     let t = &eng.settings.tunables;
-    format!("Xhashpower_init {}\n", t.hashpower_init)
+    let mut s = format!("Xhashpower_init {}\nXheld", t.hashpower_init);
+    for off in held {
+        s.push_str(&format!(" {off}"));
+    }
+    s + "\n"
 }
 
 fn control(eng: Arc<Cache>, sock: TcpStream, to: String) {
@@ -88,7 +93,7 @@ fn control(eng: Arc<Cache>, sock: TcpStream, to: String) {
         return abort_early(&eng, "the store refused to hand its arena over");
     };
     let meta = restart::meta_text(&eng.settings, &h.state, epoch, eng.now(), eng.logger.gid())
-        + &extra_meta(&eng);
+        + &extra_meta(&eng, &h.held);
     let len = h.map.len() as u64;
     let src = Arc::new(ArenaSource {
         map: h.map,

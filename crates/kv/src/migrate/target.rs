@@ -182,6 +182,20 @@ fn adopt(meta: &[String], s: &mut Settings) -> Result<Vec<String>, String> {
     Ok(changed)
 }
 
+/// The chunks the source's replies held (`Xheld OFF…`), which the target frees.
+fn held_offsets(meta: &[String]) -> Result<Vec<u64>, String> {
+    let Some(l) = meta.iter().find(|l| l.starts_with("Xheld")) else {
+        return Err("the source did not name its held chunks (another build?)".into());
+    };
+    l["Xheld".len()..]
+        .split_whitespace()
+        .map(|t| {
+            t.parse()
+                .map_err(|_| format!("the source sent a bad held chunk: {t}"))
+        })
+        .collect()
+}
+
 /// Pulls the cache from `from.source`: the arena mapped lazily and opened restored, the
 /// cache made over it. The server takes over with [`take_over`] once it listens.
 pub(crate) fn pull(from: &MigrateFrom, mut settings: Settings) -> Result<(Cache, Link), String> {
@@ -229,7 +243,8 @@ pub(crate) fn pull(from: &MigrateFrom, mut settings: Settings) -> Result<(Cache,
     .map_err(|e| format!("mapping the source's arena: {e}"))?;
     let region = Arc::new(region);
     let config = store_config(&settings);
-    let store = ArenaStore::from_mapping(config, ac, Mapping::lazy(region.clone()))
+    let held = held_offsets(&offer.meta)?;
+    let store = ArenaStore::from_mapping(config, ac, Mapping::lazy(region.clone()), Some(&held))
         .map_err(|e| format!("opening the source's arena: {e}"))?;
     let items = match store.opened() {
         Opened::Restored { items, .. } => *items,

@@ -231,17 +231,22 @@ impl ArenaStore {
             Opening::File(p) => Backing::File(p.clone()),
         };
         let map = Mapping::new(backing, ac.mapped())?;
-        ArenaStore::from_mapping(config, ac, map)
+        ArenaStore::from_mapping(config, ac, map, None)
     }
 
     /// Opens the arena in `map` (made for `ac`, whose `memory`, `item_max` and `cas` must
-    /// follow `config`): a migration target's lazily mapped arena, or any other mapping.
+    /// follow `config`): a migration target's lazily mapped arena (with the held chunks its
+    /// source named: [`Arena::open_handed_over`]), or any other mapping.
     pub fn from_mapping(
         config: StoreConfig,
         ac: ArenaConfig,
         map: Mapping,
+        held: Option<&[u64]>,
     ) -> Result<ArenaStore, ArenaError> {
-        let (arena, opened) = Arena::open(map, &ac)?;
+        let (arena, opened) = match held {
+            Some(h) => Arena::open_handed_over(map, &ac, h)?,
+            None => Arena::open(map, &ac)?,
+        };
         Ok(ArenaStore {
             inner: Mutex::new(Inner {
                 arena,
@@ -731,6 +736,7 @@ impl EntryStore for ArenaStore {
         g.arena.mark_handed_over(epoch);
         let (flush_cas, oldest_live) = self.flush.marks();
         Some(Handover {
+            held: g.arena.held_offsets(),
             map: g.arena.shared_mapping(),
             zero_map: g.arena.zero_map(),
             state: RestartState {

@@ -403,6 +403,8 @@ pub struct Handover {
     pub map: Arc<crate::arena::Mapping>,
     /// One bit per 4 KiB page the target may install as zero without a fetch.
     pub zero_map: Vec<u64>,
+    /// Chunks replies still hold here: the target frees them ([`crate::arena::Arena::held_offsets`]).
+    pub held: Vec<u64>,
     /// The state outside the arena, as a warm restart's metadata carries it.
     pub state: RestartState,
 }
