@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 mod acq;
 mod daq;
 mod fabric;
+mod kv;
 mod lazy;
 mod matching;
 mod resize;
@@ -33,5 +34,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     })?;
     submodule(m, "match", matching::register)?;
     submodule(m, "resize", resize::register)?;
+    submodule(m, "kv", kv::register)?;
     Ok(())
 }

@@ -29,6 +29,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         if let Some(l) = printer.line(p) {
             eprintln!("{l}");
         }
+        std::ops::ControlFlow::Continue(())
     };
     let r = client::migrate(&a.source, &a.to, Duration::from_secs(a.wait), &mut report);
     match r {

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 /// A migration's figures as the servers report them.
@@ -48,10 +49,16 @@ pub enum ClientError {
     /// The migration was abandoned by one side (the servers' logs say why).
     #[error("the migration {0}")]
     Failed(String),
-    /// No target asked, or the copy did not end, in time.
+    /// No target asked, or the copy stopped moving, in time.
     #[error("timed out {0}")]
     Timeout(String),
+    /// The caller stopped following (a source still armed was disarmed).
+    #[error("stopped by the caller{0}")]
+    Stopped(&'static str),
 }
+
+/// How long the copy may stand still before the client gives up following it.
+pub const STALL: Duration = Duration::from_secs(60);
 
 /// One text-protocol connection.
 struct Conn {
@@ -133,12 +140,13 @@ fn progress(m: &HashMap<String, String>, t0: Instant) -> Progress {
 
 /// Arms `source` to hand its cache to the server that asks with `--migrate-from`, sending
 /// its clients to `to`, and follows the migration until the copy is complete. `wait` bounds
-/// the time until a target asks; `report` sees every progress step.
+/// the time until a target asks; `report` sees every progress step and may stop following
+/// (a source no target asked yet is disarmed then; a migration under way goes on).
 pub fn migrate(
     source: &str,
     to: &str,
     wait: Duration,
-    report: &mut dyn FnMut(&Progress),
+    report: &mut dyn FnMut(&Progress) -> ControlFlow<()>,
 ) -> Result<Summary, ClientError> {
     let t0 = Instant::now();
     let mut src = Conn::open(source)?;
@@ -151,14 +159,23 @@ pub fn migrate(
     // Follow the source until it stops.
     while let Some(m) = src.stats() {
         last = progress(&m, t0);
-        report(&last);
+        let stop = report(&last).is_break();
         match last.state.as_str() {
+            "armed" if stop => {
+                let _ = src.ask("migrate cancel");
+                return Err(ClientError::Stopped(": the source was disarmed"));
+            }
             "armed" if t0.elapsed() > wait => {
                 let _ = src.ask("migrate cancel");
                 return Err(ClientError::Timeout(format!(
-                    "after {} s: no target asked (start it with --migrate-from {source})",
-                    wait.as_secs()
+                    "after {:.1} s: no target asked (start it with --migrate-from {source})",
+                    wait.as_secs_f64()
                 )));
+            }
+            "idle" => {
+                return Err(ClientError::Failed(
+                    "was cancelled on the source before a target asked".into(),
+                ))
             }
             "aborted" => {
                 return Err(ClientError::Failed(
@@ -171,6 +188,11 @@ pub fn migrate(
                 ))
             }
             "done" => break,
+            _ if stop => {
+                return Err(ClientError::Stopped(
+                    " (the migration goes on without it)",
+                ))
+            }
             _ => {}
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -183,13 +205,14 @@ pub fn migrate(
     }
     // The source has stopped (or is stopping): the target has the last word.
     let mut tgt = Conn::open(to)?;
+    let (mut moved_at, mut seen) = (Instant::now(), 0);
     loop {
         let m = tgt
             .stats()
             .ok_or_else(|| ClientError::Io(format!("{to}: no `stats migration` answer")))?;
         let mut p = progress(&m, t0);
         p.downtime_ms = last.downtime_ms;
-        report(&p);
+        let stop = report(&p).is_break();
         match p.state.as_str() {
             "complete" => {
                 return Ok(Summary {
@@ -199,8 +222,20 @@ pub fn migrate(
                 })
             }
             "failed" => return Err(ClientError::Failed("failed on the target".into())),
-            _ => std::thread::sleep(Duration::from_millis(100)),
+            _ if stop => return Err(ClientError::Stopped(" (the migration goes on without it)")),
+            _ => {}
         }
+        if p.present != seen {
+            (moved_at, seen) = (Instant::now(), p.present);
+        } else if moved_at.elapsed() > STALL {
+            return Err(ClientError::Timeout(format!(
+                "the copy to {to} stood still at {}/{} units for {} s",
+                p.present,
+                p.units,
+                STALL.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -250,6 +285,11 @@ impl Printer {
                 p.elapsed
             ),
             "freezing" | "handing_over" => format!("[{:6.1}s] migrate: handing over", p.elapsed),
+            "moved" | "done" if p.units == 0 => format!(
+                "[{:6.1}s] migrate: the target serves; copying {} MiB{down}",
+                p.elapsed,
+                p.bytes >> 20
+            ),
             "moved" | "pulling" | "done" | "complete" => format!(
                 "[{:6.1}s] migrate: {}: {}/{} units ({pct:.1}%) of {} MiB{down}",
                 p.elapsed,

@@ -215,7 +215,12 @@ pub(crate) fn pull(from: &MigrateFrom, mut settings: Settings) -> Result<(Cache,
         );
     }
     settings.storage = crate::handler::StorageKind::Arena;
-    settings.memory_file = None;
+    if let Some(f) = settings.memory_file.take() {
+        eprintln!(
+            "[migrate] the pulled arena lives in memory: -e {} is not used",
+            f.display()
+        );
+    }
     let ac = restart::arena_config(&settings);
     if ac.mapped() as u64 != offer.len {
         return Err(format!(
@@ -282,6 +287,11 @@ pub(crate) fn pull(from: &MigrateFrom, mut settings: Settings) -> Result<(Cache,
     );
     {
         let m = &cache.migration;
+        // Until the source lets go, its cache is still the one clients write to.
+        m.set_moved(format!(
+            "SERVER_ERROR not serving yet: taking over from {}",
+            from.source
+        ));
         let _ = m.region.set(region.clone());
         let mut st = lock(&m.status);
         st.role = Role::Target;
@@ -323,6 +333,7 @@ pub(crate) fn take_over(cache: &Arc<Cache>, mut link: Link) -> Result<(), String
         }
     }
     cache.migration.set_state(State::Pulling);
+    cache.migration.clear_moved();
     let c = cache.clone();
     std::thread::Builder::new()
         .name("kv-migrate".into())
