@@ -67,6 +67,9 @@ enum BenchCmd {
     Match(matching::BenchArgs),
     /// JPEG resizing: remora vs vipsthumbnail and ImageMagick, same files and cores, with SSIM.
     Resize(resize::BenchArgs),
+    /// Post-copy live migration of a populated cache (`remora kv serve --migrate-from`) against
+    /// stop-and-copy (dump and reload): downtime a client sees, time to full copy.
+    Migrate(kv::bench::BenchArgs),
 }
 
 /// Logs go to stderr, coloured only when stderr is a terminal and `NO_COLOR` is unset or empty
@@ -140,6 +143,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Bench(BenchCmd::Acquisition(a)) => daq::bench_acquisition(a),
         Cmd::Bench(BenchCmd::Match(a)) => matching::bench(a),
         Cmd::Bench(BenchCmd::Resize(a)) => resize::bench(a),
+        Cmd::Bench(BenchCmd::Migrate(a)) => kv::bench::run(a),
         Cmd::Match(a) => matching::run(a),
         Cmd::Resize(a) => resize::run(*a),
         Cmd::Daq(c) => daq::run(c),

@@ -2,6 +2,7 @@
 use anyhow::Context;
 use clap::Subcommand;
 
+pub mod bench;
 mod migrate;
 
 /// `remora kv` subcommands.

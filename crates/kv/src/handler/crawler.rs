@@ -169,6 +169,9 @@ impl Cache {
 
     /// The LRU maintainer's pass (once a second from the server's maintainer thread).
     pub fn maintain(&self) -> u64 {
+        if self.migration.copying() {
+            return 0;
+        }
         // A frozen or moved arena is not this server's to change.
         let _gate = match self.migration.enter() {
             crate::migrate::Entry::Go(g) => g,

@@ -135,6 +135,12 @@ pub struct Migration {
     gate: RwLock<()>,
     /// Requests are answered with `redirect` instead of being run.
     moved: AtomicBool,
+    /// Target: requests wait until the source has let go (`held` under `hold`).
+    holding: AtomicBool,
+    hold: Mutex<bool>,
+    released: std::sync::Condvar,
+    /// Target: the copy is under way (the LRU maintainer stays off the arena meanwhile).
+    copying: AtomicBool,
     redirect: Mutex<String>,
     status: Mutex<Status>,
     /// Source: the target `migrate to` named.
@@ -172,6 +178,9 @@ impl Migration {
     /// Passes the gate: waits while a freeze is under way; tells a moved cache's requests
     /// where to go.
     pub fn enter(&self) -> Entry<'_> {
+        if self.holding.load(Ordering::Acquire) {
+            self.wait_released();
+        }
         let g = self.gate.read().unwrap_or_else(|p| p.into_inner());
         if self.moved.load(Ordering::Acquire) {
             drop(g);
@@ -184,6 +193,37 @@ impl Migration {
     /// True once the cache moved away (or a target lost its source): requests are refused.
     pub fn is_moved(&self) -> bool {
         self.moved.load(Ordering::Acquire)
+    }
+
+    /// Target: holds requests until [`release`](Self::release) (the source still owns the
+    /// cache; its clients arrive once it lets go, and one that comes early waits).
+    fn hold(&self) {
+        *lock(&self.hold) = true;
+        self.holding.store(true, Ordering::Release);
+    }
+
+    fn release(&self) {
+        *lock(&self.hold) = false;
+        self.holding.store(false, Ordering::Release);
+        self.released.notify_all();
+    }
+
+    fn wait_released(&self) {
+        let mut h = lock(&self.hold);
+        while *h {
+            h = self
+                .released
+                .wait_timeout(h, LIVENESS)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Target: pages are still arriving. Background work that walks the arena (the LRU
+    /// maintainer, a hash table growth) waits for the copy: under the store's lock it would
+    /// fault in pages nobody asked for and hold every request up meanwhile.
+    pub fn copying(&self) -> bool {
+        self.copying.load(Ordering::Relaxed)
     }
 
     fn set_moved(&self, reply: String) {

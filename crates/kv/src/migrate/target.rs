@@ -287,11 +287,10 @@ pub(crate) fn pull(from: &MigrateFrom, mut settings: Settings) -> Result<(Cache,
     );
     {
         let m = &cache.migration;
-        // Until the source lets go, its cache is still the one clients write to.
-        m.set_moved(format!(
-            "SERVER_ERROR not serving yet: taking over from {}",
-            from.source
-        ));
+        // Until the source lets go, its cache is still the one clients write to: a client
+        // that comes early waits.
+        m.hold();
+        m.copying.store(true, Ordering::Relaxed);
         let _ = m.region.set(region.clone());
         let mut st = lock(&m.status);
         st.role = Role::Target;
@@ -333,7 +332,7 @@ pub(crate) fn take_over(cache: &Arc<Cache>, mut link: Link) -> Result<(), String
         }
     }
     cache.migration.set_state(State::Pulling);
-    cache.migration.clear_moved();
+    cache.migration.release();
     let c = cache.clone();
     std::thread::Builder::new()
         .name("kv-migrate".into())
@@ -354,6 +353,7 @@ fn watch(cache: Arc<Cache>, mut link: Link) {
         if p.complete() {
             let _ = link.out.write_all(b"migrate done\r\n");
             let _ = read_line(&mut link.lines);
+            m.copying.store(false, Ordering::Relaxed);
             let elapsed = {
                 let mut st = lock(&m.status);
                 st.state = State::Complete;
