@@ -114,7 +114,8 @@ pub struct Stats {
     pub fetches: u64,
     /// Units installed from fetched data.
     pub units_copied: u64,
-    /// Units installed as zero pages.
+    /// Units installed as zero pages (by a fault or by the push, which counts them in
+    /// `units_pushed` too).
     pub units_zero: u64,
     /// Units installed by prefetch (beyond the faulting unit).
     pub units_prefetched: u64,
@@ -886,9 +887,10 @@ impl Core {
             }
             match s.next(&mut buf, Duration::from_millis(20)) {
                 Ok(PushNext::Chunk(c)) => {
-                    self.install_pushed(c.offset, c.len, c.zero, &mut buf);
+                    let n = self.install_pushed(c.offset, c.len, c.zero, &mut buf);
+                    // Units already present (sent again after a restart) are not charged.
                     if let (Some(rate), false) = (self.push_rate, c.zero) {
-                        pushed += c.len as u64;
+                        pushed += (n * self.unit) as u64;
                         let due = Duration::from_secs_f64(pushed as f64 / rate as f64);
                         // Sleep in slices so a close is not held up.
                         loop {
@@ -922,11 +924,13 @@ impl Core {
     }
 
     /// Installs the whole units of a pushed chunk that are still missing.
-    fn install_pushed(&self, offset: u64, len: usize, zero: bool, buf: &mut Vec<u8>) {
+    /// Returns the units installed (those already present are passed over).
+    fn install_pushed(&self, offset: u64, len: usize, zero: bool, buf: &mut Vec<u8>) -> usize {
         let unit = self.unit as u64;
         if offset % unit != 0 || offset >= self.len {
-            return;
+            return 0;
         }
+        let mut installed = 0;
         let mut end = offset + len as u64;
         if end >= self.len {
             // The last unit may extend past the source: its tail is zero.
@@ -981,6 +985,12 @@ impl Core {
                     self.c
                         .units_pushed
                         .fetch_add((e - u) as u64, Ordering::Relaxed);
+                    if zero {
+                        self.c
+                            .units_zero
+                            .fetch_add((e - u) as u64, Ordering::Relaxed);
+                    }
+                    installed += e - u;
                     self.notify();
                 }
                 Err(err) => {
@@ -992,6 +1002,7 @@ impl Core {
             }
             u = e;
         }
+        installed
     }
 }
 

@@ -321,26 +321,61 @@ where
             }
             continue;
         };
-        let n = n as usize;
-        let zero = known.is_zero(at, n as u64) || {
-            src.read_at(at, &mut buf[HEADER_LEN..HEADER_LEN + n])?;
-            is_zero(&buf[HEADER_LEN..HEADER_LEN + n])
-        };
-        let r = Reply {
-            status: if zero { Status::Zero } else { Status::Data },
-            len: n as u32,
-            offset: at,
-        };
-        buf[..HEADER_LEN].copy_from_slice(&r.emit());
-        let out = if zero {
-            &buf[..HEADER_LEN]
+        // A chunk that mixes pages the zero map names with others goes as runs of whole
+        // units of each kind: the zero runs unread and free of the client's rate limit.
+        let end = at + n;
+        let step = if unit.is_power_of_two() && (4096..=MAX_CHUNK as u64).contains(&unit) {
+            unit
         } else {
-            &buf[..HEADER_LEN + n]
+            n.max(1)
         };
-        stream
-            .write_all(out)
-            .map_err(|e| Error::io("send push chunk", e))?;
+        let mut run = at;
+        while run < end {
+            let zero_run = known.is_zero(run, step.min(end - run));
+            let mut stop = (run + step).min(end);
+            while stop < end && known.is_zero(stop, step.min(end - stop)) == zero_run {
+                stop = (stop + step).min(end);
+            }
+            send_push_run(
+                &mut stream,
+                src,
+                run,
+                (stop - run) as usize,
+                zero_run,
+                &mut buf,
+            )?;
+            run = stop;
+        }
     }
+}
+
+/// Sends `[at, at+n)` of a push as one reply: zero (known, or read and found so) or data.
+fn send_push_run<S: Write>(
+    stream: &mut S,
+    src: &dyn PageSource,
+    at: u64,
+    n: usize,
+    known_zero: bool,
+    buf: &mut [u8],
+) -> Result<()> {
+    let zero = known_zero || {
+        src.read_at(at, &mut buf[HEADER_LEN..HEADER_LEN + n])?;
+        is_zero(&buf[HEADER_LEN..HEADER_LEN + n])
+    };
+    let r = Reply {
+        status: if zero { Status::Zero } else { Status::Data },
+        len: n as u32,
+        offset: at,
+    };
+    buf[..HEADER_LEN].copy_from_slice(&r.emit());
+    let out = if zero {
+        &buf[..HEADER_LEN]
+    } else {
+        &buf[..HEADER_LEN + n]
+    };
+    stream
+        .write_all(out)
+        .map_err(|e| Error::io("send push chunk", e))
 }
 
 /// How long a connection thread busy-polls for the next request before sleeping in recv.

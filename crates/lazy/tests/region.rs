@@ -361,8 +361,8 @@ impl PageSource for HalfZero {
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let half = self.bytes.len() as u64 / 2;
-        // A chunk across the boundary is read: it is not all zero.
-        if offset >= half {
+        // A chunk across the boundary goes as a data run and a zero run.
+        if offset + buf.len() as u64 > half {
             self.reads_of_zero
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }

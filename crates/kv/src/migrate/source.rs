@@ -116,9 +116,11 @@ fn control(eng: Arc<Cache>, sock: TcpStream, to: String) {
         st.bytes = len;
         st.started = Some(t0);
     }
+    // Lines end in CRLF, as the rest of the text protocol.
     let hello = format!(
-        "MIGRATE {} {len} {to}\r\n{meta}END\r\n",
-        server.addr().port()
+        "MIGRATE {} {len} {to}\r\n{}END\r\n",
+        server.addr().port(),
+        meta.replace('\n', "\r\n")
     );
     let mut lines = BufReader::new(sock);
     let _ = lines.get_ref().set_read_timeout(Some(LIVENESS));

@@ -221,7 +221,10 @@ pub(crate) fn pull(from: &MigrateFrom, mut settings: Settings) -> Result<(Cache,
             f.display()
         );
     }
-    let ac = restart::arena_config(&settings);
+    let mut ac = restart::arena_config(&settings);
+    // What ArenaStore::open takes from the store's settings.
+    ac.item_max = settings.item_size_max;
+    ac.cas = settings.cas_enabled;
     if ac.mapped() as u64 != offer.len {
         return Err(format!(
             "the source's arena is {} bytes where its settings make {} here (another build?)",
