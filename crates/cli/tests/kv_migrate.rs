@@ -399,6 +399,28 @@ fn load(addr: &str, n: usize, base: usize) {
 
 /// Reads every key of `model` (key -> version) from `addr`; the keys that are missing or
 /// differ, described.
+/// The target's copy is complete and every item in `model` reads back from it.
+fn assert_copied(
+    m: &HashMap<String, String>,
+    addr: &str,
+    model: &HashMap<String, u64>,
+    base: usize,
+    what: &str,
+) {
+    assert_eq!(
+        stat_n(m, "migrate_units_present"),
+        stat_n(m, "migrate_units_total"),
+        "{m:?}"
+    );
+    let bad = check_all(addr, model, base);
+    assert!(
+        bad.is_empty(),
+        "{} items wrong on the {what}: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(10)]
+    );
+}
+
 fn check_all(addr: &str, model: &HashMap<String, u64>, base: usize) -> Vec<String> {
     let mut c = Conn::open(addr, Duration::from_secs(30)).unwrap();
     let mut keys: Vec<&String> = model.keys().collect();
@@ -864,18 +886,7 @@ fn between_two_network_namespaces() {
     );
     let m = stats(&tgt_addr).expect("target stats");
     assert_eq!(stat(&m, "migrate_state"), "complete", "{m:?}");
-    assert_eq!(
-        stat_n(&m, "migrate_units_present"),
-        stat_n(&m, "migrate_units_total"),
-        "{m:?}"
-    );
-    let bad = check_all(&tgt_addr, &model, BASE);
-    assert!(
-        bad.is_empty(),
-        "{} items wrong on the target: {:?}",
-        bad.len(),
-        &bad[..bad.len().min(10)]
-    );
+    assert_copied(&m, &tgt_addr, &model, BASE, "target");
     assert!(tgt.running(), "the target serves on: {}", tgt.log());
     drop(tgt);
     drop(ns);
@@ -1082,18 +1093,7 @@ fn a_target_that_leaves_before_taking_over_leaves_every_item_on_the_source() {
         Reply::Line("OK".into())
     );
     let m = wait_state(&tgt_addr, &["complete"], Duration::from_secs(120));
-    assert_eq!(
-        stat_n(&m, "migrate_units_present"),
-        stat_n(&m, "migrate_units_total"),
-        "{m:?}"
-    );
-    let bad = check_all(&tgt_addr, &model, BASE);
-    assert!(
-        bad.is_empty(),
-        "{} items wrong on the second target: {:?}",
-        bad.len(),
-        &bad[..bad.len().min(10)]
-    );
+    assert_copied(&m, &tgt_addr, &model, BASE, "second target");
     let mut c = Conn::open(&tgt_addr, Duration::from_secs(30)).unwrap();
     assert_eq!(
         c.get(&["fresh"]),
