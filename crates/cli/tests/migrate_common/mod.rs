@@ -291,24 +291,9 @@ pub fn ask(addr: &str, req: &str) -> Reply {
     }
 }
 
-/// `stats migration` of `addr`; `None` when it does not answer.
+/// `stats migration` of `addr` (the operator client's reader); `None` when it does not answer.
 pub fn stats(addr: &str) -> Option<HashMap<String, String>> {
-    let mut c = Conn::open(addr, Duration::from_secs(30)).ok()?;
-    c.send(b"stats migration\r\n").ok()?;
-    let mut m = HashMap::new();
-    loop {
-        let l = c.line().ok()?;
-        if l == "END" {
-            return Some(m);
-        }
-        let mut t = l.splitn(3, ' ');
-        match (t.next(), t.next(), t.next()) {
-            (Some("STAT"), Some(k), v) => {
-                m.insert(k.to_string(), v.unwrap_or("").to_string());
-            }
-            _ => return None,
-        }
-    }
+    remora_kv::migrate::client::stats(addr).ok()
 }
 
 pub fn stat<'a>(m: &'a HashMap<String, String>, k: &str) -> &'a str {

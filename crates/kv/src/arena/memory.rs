@@ -100,14 +100,6 @@ impl Mapping {
         }
     }
 
-    /// The lazy region behind a migration target's arena.
-    pub fn lazy_region(&self) -> Option<&Arc<LazyRegion>> {
-        match &self.buf {
-            Memory::Lazy(r) => Some(r),
-            Memory::Buffer(_) => None,
-        }
-    }
-
     /// The first byte: the arena reads and writes through it under its owner's lock while
     /// replies read pinned values through [`Pin`](super::Pin)s (bytes nobody writes while
     /// pinned).

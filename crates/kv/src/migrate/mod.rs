@@ -190,11 +190,6 @@ impl Migration {
         Entry::Go(g)
     }
 
-    /// True once the cache moved away (or a target lost its source): requests are refused.
-    pub fn is_moved(&self) -> bool {
-        self.moved.load(Ordering::Acquire)
-    }
-
     /// Target: holds requests until [`release`](Self::release) (the source still owns the
     /// cache; its clients arrive once it lets go, and one that comes early waits).
     fn hold(&self) {

@@ -270,11 +270,6 @@ impl ArenaStore {
         })
     }
 
-    /// The lazy region behind a migration target's arena.
-    pub fn lazy_region(&self) -> Option<std::sync::Arc<remora_lazy::LazyRegion>> {
-        self.lock().arena.mapping().lazy_region().cloned()
-    }
-
     /// An anonymous arena with memcached's slab defaults (tests, in-process use).
     pub fn new(config: StoreConfig) -> ArenaStore {
         ArenaStore::open(
