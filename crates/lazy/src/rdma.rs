@@ -45,8 +45,9 @@ use crate::fetch::{FetchError, Fetched, PageFetcher, PushChunk, PushNext, PushSt
 use crate::protocol::Hello;
 use crate::source::{is_zero, PageSource, ProcessSource, PushCursor, PUSH_MAX_CHUNK};
 use remora_fabric::{Completion, Listener, Progress, Qp, QpOptions, RegionInfo, Status, Transport};
-use remora_mem::{Access, Buffer, Mode, Pd, Region};
+use remora_mem::{grant, Access, Buffer, Mode, Pd, Region};
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -120,12 +121,14 @@ impl FabricServer {
         } else if let Some(pid) = live_pid {
             Some(crate::shmmap::pidfd(pid).map_err(|e| Error::io(format!("pidfd_open {pid}"), e))?)
         } else {
+            // A served memfd may still be written by the process that handed it over; a
+            // snapshot is final. Either way no client can reopen it writable.
             let ro = match src.file() {
-                Some(f) => crate::shmmap::read_only(f),
+                Some(f) => grant::read_only(f.as_fd(), grant::Writes::Continue),
                 None => buf
                     .fd()
                     .ok_or_else(|| std::io::Error::other("snapshot has no fd"))
-                    .and_then(crate::shmmap::read_only),
+                    .and_then(|fd| grant::read_only(fd, grant::Writes::Done)),
             };
             Some(ro.map_err(|e| Error::io("reopen the served source read-only", e))?)
         };

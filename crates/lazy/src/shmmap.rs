@@ -24,7 +24,7 @@
 //! shrinks while mapped reads as zeros past its new end (the crate's SIGBUS handler guards the
 //! mapping as it guards the server's own), the same outcome as an RC READ of it.
 use crate::error::{Error, Result};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 const MAGIC: &[u8; 4] = b"RSH2";
 /// Bytes of the announcement: magic, kind, 0, index, length.
@@ -116,13 +116,6 @@ impl PeerMap {
     }
 }
 
-/// A read-only descriptor of the same file as `fd`, to hand to clients: a new open file
-/// description, so the client's rights are read-only even if ours are not.
-pub(crate) fn read_only(fd: impl AsFd) -> std::io::Result<OwnedFd> {
-    let path = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
-    Ok(std::fs::File::open(path)?.into())
-}
-
 /// A pidfd of `pid` (`pidfd_open`), which a client checks to know the process still runs.
 pub(crate) fn pidfd(pid: i32) -> std::io::Result<OwnedFd> {
     let pid = rustix::process::Pid::from_raw(pid)
@@ -162,6 +155,7 @@ pub(crate) fn still_running(pidfd: &OwnedFd) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
 
     #[test]
     fn announcement_round_trips_and_junk_is_ignored() {
@@ -189,7 +183,7 @@ mod tests {
     #[test]
     fn a_short_share_or_a_write_through_a_read_only_handover_is_refused() {
         let f = tempfile_with(8192);
-        let ro = read_only(&f).unwrap();
+        let ro = remora_mem::grant::read_only(f.as_fd(), remora_mem::grant::Writes::Done).unwrap();
         let short = Share {
             kind: Kind::Fd,
             index: 0,

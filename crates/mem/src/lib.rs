@@ -33,6 +33,7 @@
 pub mod access;
 pub mod buffer;
 pub mod error;
+pub mod grant;
 pub mod pd;
 pub mod region;
 pub mod residency;

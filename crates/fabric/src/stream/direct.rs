@@ -51,7 +51,7 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use remora_mem::{Access, Buffer, Region};
+use remora_mem::{grant, Access, Buffer, Region};
 
 use super::frame::*;
 use super::io::Conn;
@@ -128,17 +128,6 @@ pub(super) fn sealed(fd: BorrowedFd<'_>) -> bool {
     rustix::fs::fcntl_get_seals(fd).is_ok_and(|s| s.contains(rustix::fs::SealFlags::SHRINK))
 }
 
-/// A fresh read-only open of the same file: a writable shared mapping of it fails.
-pub(super) fn read_only(fd: BorrowedFd<'_>) -> Option<OwnedFd> {
-    let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
-    rustix::fs::open(
-        path.as_str(),
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )
-    .ok()
-}
-
 /// What of a region to grant the peer: `None` unless it is a sealed memfd with remote rights;
 /// else the frame's access code and the descriptor to hand over (read-only without write).
 pub(super) fn grantable(r: &Region) -> Option<(u8, OwnedFd)> {
@@ -149,10 +138,14 @@ pub(super) fn grantable(r: &Region) -> Option<(u8, OwnedFd)> {
     if !sealed(fd) || code == 0 {
         return None;
     }
+    // Frozen seals: a peer holding the writable descriptor cannot add F_SEAL_FUTURE_WRITE
+    // and so break every other peer's writable mapping. A read-only grant cannot be reopened
+    // writable (see `remora_mem::grant`).
     let handed = if code & GRANT_WRITE != 0 {
+        grant::seal_seals(fd).ok()?;
         fd.try_clone_to_owned().ok()?
     } else {
-        read_only(fd)?
+        grant::read_only(fd, grant::Writes::Continue).ok()?
     };
     Some((code, handed))
 }
@@ -162,10 +155,11 @@ impl Shared {
     /// Queues the RING frame that hands the peer our completion ring.
     pub(super) fn queue_ring(&self, c: &mut Conn) {
         let fd = self.consumer.as_ref().and_then(|cons| {
-            lock(cons)
-                .ring()
-                .fd()
-                .and_then(|f| f.try_clone_to_owned().ok())
+            lock(cons).ring().fd().and_then(|f| {
+                grant::seal_seals(f)
+                    .and_then(|()| f.try_clone_to_owned())
+                    .ok()
+            })
         });
         if let Some(fd) = fd {
             let f = Frame {

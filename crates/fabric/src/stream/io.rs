@@ -535,7 +535,7 @@ impl Shared {
         }
         let handed = done.values().filter(|&&b| b).count();
         let ro = (super::direct::sealed(fd) && handed < MAX_PEER_MAPS)
-            .then(|| super::direct::read_only(fd))
+            .then(|| remora_mem::grant::read_only(fd, remora_mem::grant::Writes::Continue).ok())
             .flatten();
         let Some(ro) = ro else {
             done.insert(r.lkey(), false);
