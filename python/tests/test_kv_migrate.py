@@ -1,5 +1,6 @@
 """remora.kv.migrate: a live cache moves to a target started with --migrate-from."""
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -12,6 +13,7 @@ from remora import kv
 
 ROOT = Path(__file__).resolve().parents[2]
 N_ITEMS = 3000
+SECRET = "0123456789abcdef0123456789abcdef"
 
 
 def remora_bin():
@@ -114,10 +116,13 @@ def test_migrate_moves_every_item(servers):
     p_src, p_tgt = free_port(), free_port()
     src = servers(p_src, "-A")
     fill(p_src, N_ITEMS)
-    tgt = servers(p_tgt, "--migrate-from", f"127.0.0.1:{p_src}", wait_listen=False)
+    secret = secrets.token_hex(16)
+    tgt = servers(
+        p_tgt, "--migrate-from", f"127.0.0.1:{p_src}", "--migrate-secret", secret, wait_listen=False
+    )
     steps = []
     try:
-        r = kv.migrate(f"127.0.0.1:{p_src}", f"127.0.0.1:{p_tgt}", progress=steps.append)
+        r = kv.migrate(f"127.0.0.1:{p_src}", f"127.0.0.1:{p_tgt}", secret, progress=steps.append)
     except Exception:
         print(src.log.read_text(), tgt.log.read_text(), sep="\n")
         raise
@@ -143,7 +148,7 @@ def test_migrate_moves_every_item(servers):
 
 def test_unreachable_source_raises_connection_error():
     with pytest.raises(ConnectionError):
-        kv.migrate(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}", progress=False)
+        kv.migrate(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}", SECRET, progress=False)
     with pytest.raises(ConnectionError):
         kv.migration_stats(f"127.0.0.1:{free_port()}")
 
@@ -152,7 +157,7 @@ def test_source_without_admin_is_refused(servers):
     p_src = free_port()
     servers(p_src)
     with pytest.raises(RuntimeError, match="not enabled"):
-        kv.migrate(f"127.0.0.1:{p_src}", f"127.0.0.1:{free_port()}", progress=False)
+        kv.migrate(f"127.0.0.1:{p_src}", f"127.0.0.1:{free_port()}", SECRET, progress=False)
     assert kv.migration_stats(f"127.0.0.1:{p_src}").get("migrate_state", "idle") == "idle"
 
 
@@ -161,7 +166,7 @@ def test_no_target_times_out_and_callback_errors_propagate(servers):
     servers(p_src, "-A")
     src, to = f"127.0.0.1:{p_src}", f"127.0.0.1:{free_port()}"
     with pytest.raises(TimeoutError, match="no target asked"):
-        kv.migrate(src, to, wait=0.3, progress=False)
+        kv.migrate(src, to, SECRET, wait=0.3, progress=False)
 
     calls = []
 
@@ -170,9 +175,14 @@ def test_no_target_times_out_and_callback_errors_propagate(servers):
         raise ValueError("stop here")
 
     with pytest.raises(ValueError, match="stop here"):
-        kv.migrate(src, to, wait=0.3, progress=boom)
+        kv.migrate(src, to, SECRET, wait=0.3, progress=boom)
     assert len(calls) == 1 and calls[0]["state"] == "armed"
     with pytest.raises(TypeError):
-        kv.migrate(src, to, progress=3)
+        kv.migrate(src, to, SECRET, progress=3)
     # disarmed after each timeout: the source serves on
     assert kv.migration_stats(src)["migrate_state"] != "armed"
+
+
+def test_a_short_secret_is_a_value_error():
+    with pytest.raises(ValueError, match="at least 32"):
+        kv.migrate(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}", "short", progress=False)

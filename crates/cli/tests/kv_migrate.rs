@@ -233,10 +233,7 @@ fn slow_migration(d: &Path, n: usize, base: usize) -> (Proc, String, Proc, Strin
         &["--migrate-push-rate", "100k"],
         None,
     );
-    assert_eq!(
-        ask(&src_addr, &format!("migrate to {tgt_addr}")),
-        Reply::Line("OK".into())
-    );
+    arm(&src_addr, &tgt_addr);
     let m = wait_state(&tgt_addr, &["pulling", "complete"], Duration::from_secs(90));
     assert_eq!(stat(&m, "migrate_state"), "pulling", "{m:?}");
     wait_serving(&tgt_addr, Duration::from_secs(30));
@@ -367,14 +364,12 @@ fn a_target_that_leaves_before_taking_over_leaves_every_item_on_the_source() {
     load(&src_addr, N, BASE);
     let model = initial_model(N);
     let first_to = format!("127.0.0.1:{}", free_port());
-    assert_eq!(
-        ask(&src_addr, &format!("migrate to {first_to}")),
-        Reply::Line("OK".into())
-    );
+    arm(&src_addr, &first_to);
     // A target that asks, reads the offer, and leaves.
     {
         let mut c = Conn::open(&src_addr, Duration::from_secs(30)).unwrap();
-        c.send(b"migrate begin\r\n").unwrap();
+        c.send(format!("migrate begin {SECRET}\r\n").as_bytes())
+            .unwrap();
         let first = c.line().expect("the offer");
         assert!(first.starts_with("MIGRATE "), "{first}");
         assert!(
@@ -413,10 +408,7 @@ fn a_target_that_leaves_before_taking_over_leaves_every_item_on_the_source() {
     drop(c);
     // Armed again, it hands every item to a real target.
     let (mut tgt, tgt_addr) = target(&d, "127.0.0.1", &src_addr, &[], None);
-    assert_eq!(
-        ask(&src_addr, &format!("migrate to {tgt_addr}")),
-        Reply::Line("OK".into())
-    );
+    arm(&src_addr, &tgt_addr);
     let m = wait_state(&tgt_addr, &["complete"], Duration::from_secs(120));
     assert_copied(&m, &tgt_addr, &model, BASE, "second target");
     let mut c = Conn::open(&tgt_addr, Duration::from_secs(30)).unwrap();
@@ -426,6 +418,49 @@ fn a_target_that_leaves_before_taking_over_leaves_every_item_on_the_source() {
     );
     let st = src.wait_exit(Duration::from_secs(60));
     assert!(st.is_some_and(|s| s.success()), "{st:?}: {}", src.log());
+    assert!(tgt.running(), "{}", tgt.log());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Issue 27, finding 8: any client could take an armed source's hand-over with `migrate
+/// begin`, then end the source with `migrate serving` and `migrate done`, its cache gone. Now
+/// a `migrate begin` without the armed secret, or with another, is refused and counted; the
+/// source keeps every item, stays armed, and hands them to the target that shows it.
+#[test]
+fn an_armed_source_hands_its_cache_only_to_a_target_with_the_secret() {
+    const N: usize = 1000;
+    const BASE: usize = 200;
+    let d = dir("hijack");
+    let (mut src, src_addr) = source(&d, "127.0.0.1", &[], None);
+    load(&src_addr, N, BASE);
+    let model = initial_model(N);
+    arm(&src_addr, &format!("127.0.0.1:{}", free_port()));
+    let refused = "SERVER_ERROR migrate begin: missing or wrong secret";
+    let mut c = Conn::open(&src_addr, Duration::from_secs(30)).unwrap();
+    answers_then_serves(&mut c, "migrate begin", refused, true);
+    let wrong = format!("migrate begin {}", SECRET.replace('0', "1"));
+    answers_then_serves(&mut c, &wrong, refused, true);
+    let bad = "CLIENT_ERROR bad command line format";
+    answers_then_serves(&mut c, "migrate serving", bad, false);
+    answers_then_serves(&mut c, "migrate done", bad, false);
+    let m = stats(&src_addr).unwrap();
+    assert_eq!(stat(&m, "migrate_state"), "armed", "{m:?}");
+    assert_eq!(stat_n(&m, "migrate_begins_refused"), 2, "{m:?}");
+    assert!(src.running(), "{}", src.log());
+    let lost = check_all(&src_addr, &model, BASE);
+    assert!(
+        lost.is_empty(),
+        "{} items lost: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+    // The real target, armed for anew, gets every item.
+    answers_then_serves(&mut c, "migrate cancel", "OK", false);
+    drop(c);
+    let (mut tgt, tgt_addr) = target(&d, "127.0.0.1", &src_addr, &[], None);
+    arm(&src_addr, &tgt_addr);
+    let m = wait_state(&tgt_addr, &["complete"], Duration::from_secs(120));
+    assert_copied(&m, &tgt_addr, &model, BASE, "the target with the secret");
     assert!(tgt.running(), "{}", tgt.log());
     let _ = std::fs::remove_dir_all(&d);
 }
@@ -506,7 +541,8 @@ fn migrate_commands_need_dash_a_and_an_armed_source() {
     let m = stats(&src_addr).unwrap();
     assert_eq!(stat(&m, "migrate_state"), "idle", "{m:?}");
     // Armed, then cancelled: a target asking then is refused.
-    answers_then_serves(&mut c, "migrate to 127.0.0.1:1", "OK", false);
+    // Without the operator's secret the source makes one up and answers it.
+    answers_then_serves(&mut c, "migrate to 127.0.0.1:1", "SECRET ", true);
     let m = stats(&src_addr).unwrap();
     assert_eq!(stat(&m, "migrate_role"), "source", "{m:?}");
     assert_eq!(stat(&m, "migrate_state"), "armed", "{m:?}");
@@ -532,10 +568,7 @@ fn a_source_started_with_dash_i_or_dash_c_migrates_too() {
         let (mut src, src_addr) = source(&d, "127.0.0.1", flags, None);
         load(&src_addr, 200, 100);
         let (mut tgt, tgt_addr) = target(&d, "127.0.0.1", &src_addr, flags, None);
-        assert_eq!(
-            ask(&src_addr, &format!("migrate to {tgt_addr}")),
-            Reply::Line("OK".into())
-        );
+        arm(&src_addr, &tgt_addr);
         wait_listening(&mut tgt, &tgt_addr, Duration::from_secs(60));
         wait_state(&tgt_addr, &["complete"], Duration::from_secs(120));
         let bad = check_all(&tgt_addr, &initial_model(200), 100);

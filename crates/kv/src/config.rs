@@ -126,8 +126,10 @@ fn err<T>(m: impl Into<String>) -> Result<T, ConfigError> {
 }
 
 /// remora's long options for post-copy migration (memcached has none of them).
-const MIGRATE_OPTS: [&str; 4] = [
+const MIGRATE_OPTS: [&str; 6] = [
     "migrate-from",
+    "migrate-secret",
+    "migrate-secret-file",
     "migrate-push-rate",
     "migrate-wait",
     "migrate-unit",
@@ -145,7 +147,31 @@ fn migrate_options(
     if !from.contains(':') {
         return err(format!("--migrate-from {from}: expected HOST:PORT"));
     }
-    let mut m = crate::migrate::MigrateFrom::new(from);
+    let mut secret = None;
+    for (name, v) in opts {
+        let given = match *name {
+            "migrate-secret" => v.clone(),
+            "migrate-secret-file" => match std::fs::read_to_string(v) {
+                Ok(s) => s.trim_end_matches(['\r', '\n']).to_string(),
+                Err(e) => return err(format!("--migrate-secret-file {v}: {e}")),
+            },
+            _ => continue,
+        };
+        if secret.is_some() {
+            return err("give one of --migrate-secret and --migrate-secret-file, once");
+        }
+        if let Err(why) = crate::migrate::secret::check(&given) {
+            return err(format!("--{name}: {why}"));
+        }
+        secret = Some(given);
+    }
+    let Some(secret) = secret else {
+        return err(format!(
+            "--migrate-from {from} needs the secret the source was armed with: \
+             --migrate-secret-file FILE (or --migrate-secret S, which other users see in ps)"
+        ));
+    };
+    let mut m = crate::migrate::MigrateFrom::new(from, &secret);
     for (name, v) in opts {
         match *name {
             "migrate-push-rate" => match parse_size(v) {

@@ -48,8 +48,10 @@ fn step<'py>(py: Python<'py>, p: &Progress) -> PyResult<Bound<'py, PyDict>> {
 }
 
 /// Arms the running server at `source` ("host:port", started with `-A`) to hand its cache to
-/// the server started with `remora kv serve ... --migrate-from SOURCE`, sending its clients to
-/// `target`, and follows the migration until the target holds every page. `wait` bounds the
+/// the server started with `remora kv serve ... --migrate-from SOURCE --migrate-secret-file
+/// FILE`, sending its clients to `target`, and follows the migration until the target holds
+/// every page. `secret` is that file's content (32 to 128 printable characters, e.g.
+/// `secrets.token_hex(16)`): only a target showing it gets the cache. `wait` bounds the
 /// seconds until a target asks (the source is disarmed then).
 ///
 /// `progress`: True prints the lines `remora kv migrate` prints (stderr), False nothing, a
@@ -63,13 +65,14 @@ fn step<'py>(py: Python<'py>, p: &Progress) -> PyResult<Bound<'py, PyDict>> {
 /// ConnectionError (a server unreachable or gone).
 #[pyfunction]
 #[pyo3(
-    signature = (source, target, wait = 60.0, progress = ProgressArg::Flag(true)),
-    text_signature = "(source, target, wait=60.0, progress=True)"
+    signature = (source, target, secret, wait = 60.0, progress = ProgressArg::Flag(true)),
+    text_signature = "(source, target, secret, wait=60.0, progress=True)"
 )]
 fn migrate<'py>(
     py: Python<'py>,
     source: &str,
     target: &str,
+    secret: &str,
     wait: f64,
     progress: ProgressArg,
 ) -> PyResult<Bound<'py, PyDict>> {
@@ -78,6 +81,7 @@ fn migrate<'py>(
             "wait must be a non-negative number of seconds",
         ));
     }
+    remora_kv::migrate::secret::check(secret).map_err(PyValueError::new_err)?;
     let mut report = match progress {
         ProgressArg::Flag(false) => Report::Quiet,
         ProgressArg::Flag(true) => Report::Print(Printer::new()),
@@ -118,7 +122,7 @@ fn migrate<'py>(
                 }
             }
         };
-        client::migrate(source, target, wait, &mut on_step)
+        client::migrate(source, target, Some(secret), wait, &mut on_step)
     });
     if let Some(e) = failed {
         return Err(e);

@@ -1,7 +1,7 @@
 //! `remora kv migrate`: the operator's command for post-copy live migration.
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use remora_kv::migrate::client::{self, Printer, Progress};
 
 /// `remora kv migrate` arguments.
@@ -14,6 +14,14 @@ pub struct Args {
     /// The running source's memcached address (it must run with `-A`).
     #[arg(long, default_value = "127.0.0.1:11211")]
     source: String,
+    /// A file holding the secret the target shows (`--migrate-secret-file` there), for a
+    /// target started first; without it (or `--secret`) the source makes one up, printed
+    /// here for the target.
+    #[arg(long, value_name = "FILE", conflicts_with = "secret")]
+    secret_file: Option<std::path::PathBuf>,
+    /// The secret itself (other local users see it in `ps`; prefer --secret-file).
+    #[arg(long, value_name = "S")]
+    secret: Option<String>,
     /// Seconds to wait for the target to ask before disarming.
     #[arg(long, default_value_t = 60)]
     wait: u64,
@@ -31,7 +39,25 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         std::ops::ControlFlow::Continue(())
     };
-    let r = client::migrate(&a.source, &a.to, Duration::from_secs(a.wait), &mut report);
+    let chosen = match (&a.secret_file, &a.secret) {
+        (Some(f), _) => Some(
+            std::fs::read_to_string(f)
+                .with_context(|| format!("--secret-file {}", f.display()))?
+                .trim_end_matches(['\r', '\n'])
+                .to_string(),
+        ),
+        (None, s) => s.clone(),
+    };
+    let armed = client::arm(&a.source, &a.to, chosen.as_deref())
+        .map_err(|e| anyhow::anyhow!("remora kv migrate: {e}"))?;
+    if chosen.is_none() {
+        eprintln!(
+            "[migrate] armed; start the target with --migrate-from {} and this secret \
+             (one use) in --migrate-secret-file:\n{}",
+            a.source, armed.secret
+        );
+    }
+    let r = armed.follow(Duration::from_secs(a.wait), &mut report);
     match r {
         Ok(s) => {
             if a.json {

@@ -146,7 +146,14 @@ pub fn target(
     netns: Option<&str>,
 ) -> (Proc, String) {
     let port = free_port();
-    let mut args = vec!["--migrate-from", from, "--migrate-wait", "60"];
+    let mut args = vec![
+        "--migrate-from",
+        from,
+        "--migrate-secret",
+        SECRET,
+        "--migrate-wait",
+        "60",
+    ];
     args.extend(extra);
     let p = Proc::spawn(
         serve_cmd(ip, port, &args, netns),
@@ -156,10 +163,22 @@ pub fn target(
     (p, format!("{ip}:{port}"))
 }
 
-/// `remora kv migrate --source SRC --to TO --wait 30`, in the background.
+/// The secret the tests arm sources with and start targets with.
+pub const SECRET: &str = "remora-test-secret-0123456789abcdef";
+
+/// Arms the source at `src` for `to` with [`SECRET`] (`migrate to TO SECRET`).
+pub fn arm(src: &str, to: &str) {
+    assert_eq!(
+        ask(src, &format!("migrate to {to} {SECRET}")),
+        Reply::Line(format!("SECRET {SECRET}"))
+    );
+}
+
+/// `remora kv migrate --source SRC --to TO --wait 30 --secret SECRET`, in the background.
 pub fn operator(d: &Path, src: &str, to: &str) -> Proc {
     let mut c = Command::new(EXE);
     c.args(["kv", "migrate", "--source", src, "--to", to, "--wait", "30"]);
+    c.args(["--secret", SECRET]);
     Proc::spawn(c, d.join("migrate.log"), "remora kv migrate")
 }
 

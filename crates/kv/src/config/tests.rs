@@ -197,12 +197,26 @@ fn segmented_lru_suboptions_are_memcacheds() {
 
 #[test]
 fn migrate_from_and_its_options_are_parsed_and_checked() {
-    let c = Config::parse(&["-p", "11212", "--migrate-from", "10.0.0.1:11211"]).unwrap();
+    const S: &str = "0123456789abcdef0123456789abcdef";
+    let c = Config::parse(&[
+        "-p",
+        "11212",
+        "--migrate-from",
+        "10.0.0.1:11211",
+        "--migrate-secret",
+        S,
+    ])
+    .unwrap();
     let m = c.migrate.unwrap();
     assert_eq!(m.source, "10.0.0.1:11211");
+    assert_eq!(m.secret, S);
     assert_eq!((m.push_rate, m.unit), (None, 64 << 10));
+    let file = std::env::temp_dir().join(format!("remora-secret-{}", std::process::id()));
+    std::fs::write(&file, format!("{S}\n")).unwrap();
+    let file_arg = format!("--migrate-secret-file={}", file.display());
     let c = Config::parse(&[
         "--migrate-from=h:1",
+        &file_arg,
         "--migrate-push-rate",
         "2m",
         "--migrate-wait=5",
@@ -210,15 +224,35 @@ fn migrate_from_and_its_options_are_parsed_and_checked() {
         "4k",
     ])
     .unwrap();
+    std::fs::remove_file(&file).unwrap();
     let m = c.migrate.unwrap();
+    assert_eq!(m.secret, S, "the file's line, without its newline");
     assert_eq!(m.push_rate, Some(2 << 20));
     assert_eq!((m.wait.as_secs(), m.unit), (5, 4096));
     assert!(Config::parse(&["-p", "1"]).unwrap().migrate.is_none());
     let e = |a: &[&str]| Config::parse(a).unwrap_err().0;
-    assert!(e(&["--migrate-from", "nohostport"]).contains("expected HOST:PORT"));
+    let from = |extra: &[&str]| {
+        let mut a = vec!["--migrate-from", "h:1", "--migrate-secret", S];
+        a.extend(extra);
+        e(&a)
+    };
+    assert!(
+        e(&["--migrate-from", "nohostport", "--migrate-secret", S]).contains("expected HOST:PORT")
+    );
     assert!(e(&["--migrate-push-rate", "1m"]).contains("needs --migrate-from"));
-    assert!(e(&["--migrate-from", "h:1", "--migrate-unit", "3000"]).contains("power of two"));
-    assert!(e(&["--migrate-from", "h:1", "--migrate-push-rate", "0"]).contains("bytes per second"));
-    assert!(e(&["--migrate-from", "h:1", "--migrate-wait", "x"]).contains("seconds"));
+    assert!(from(&["--migrate-unit", "3000"]).contains("power of two"));
+    assert!(from(&["--migrate-push-rate", "0"]).contains("bytes per second"));
+    assert!(from(&["--migrate-wait", "x"]).contains("seconds"));
     assert!(e(&["--migrate-from"]).contains("requires an argument"));
+    // Issue 27, finding 8: a target needs the secret the source was armed with.
+    assert!(e(&["--migrate-from", "h:1"]).contains("needs the secret"));
+    assert!(e(&["--migrate-from", "h:1", "--migrate-secret", "short"]).contains("at least 32"));
+    assert!(from(&["--migrate-secret", S]).contains("once"));
+    assert!(e(&[
+        "--migrate-from",
+        "h:1",
+        "--migrate-secret-file",
+        "/nonexistent/s"
+    ])
+    .contains("--migrate-secret-file /nonexistent/s"));
 }

@@ -255,7 +255,7 @@ pub(super) fn run_text(
             use crate::protocol::request::MigrateCmd;
             let m = &eng.migration;
             let r = match cmd {
-                MigrateCmd::Begin => match crate::migrate::source_begin(eng, s) {
+                MigrateCmd::Begin(secret) => match crate::migrate::source_begin(eng, s, secret) {
                     // The connection is the migration's control channel now.
                     Ok(()) => return Next::Close,
                     Err(why) => Err(why),
@@ -263,15 +263,27 @@ pub(super) fn run_text(
                 _ if !eng.settings.shutdown_enabled => {
                     Err("ERROR: migrate not enabled (start with -A)")
                 }
-                MigrateCmd::To(to) => match std::str::from_utf8(to) {
-                    Ok(t) if t.contains(':') && t.len() <= 255 => m.arm(t),
-                    _ => Err("CLIENT_ERROR bad command line format"),
-                },
-                MigrateCmd::Cancel => m.cancel(),
+                MigrateCmd::To { to, secret } => {
+                    let secret = secret.map(std::str::from_utf8);
+                    match (std::str::from_utf8(to), secret) {
+                        (_, Some(Err(_))) => Err("CLIENT_ERROR bad command line format"),
+                        (Ok(t), secret) if t.contains(':') && t.len() <= 255 => {
+                            m.arm(t, secret.and_then(Result::ok)).map(Some)
+                        }
+                        _ => Err("CLIENT_ERROR bad command line format"),
+                    }
+                }
+                MigrateCmd::Cancel => m.cancel().map(|()| None),
                 MigrateCmd::Invalid => Err("CLIENT_ERROR bad command line format"),
             };
             match r {
-                Ok(()) => Reply::Ok.write(out),
+                Ok(None) => Reply::Ok.write(out),
+                // Armed: the secret the target must show.
+                Ok(Some(secret)) => {
+                    out.extend_from_slice(b"SECRET ");
+                    out.extend_from_slice(secret.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
                 Err(line) => {
                     out.extend_from_slice(line.as_bytes());
                     out.extend_from_slice(b"\r\n");

@@ -138,23 +138,85 @@ fn progress(m: &HashMap<String, String>, t0: Instant) -> Progress {
     }
 }
 
-/// Arms `source` to hand its cache to the server that asks with `--migrate-from`, sending
-/// its clients to `to`, and follows the migration until the copy is complete. `wait` bounds
-/// the time until a target asks; `report` sees every progress step and may stop following
-/// (a source no target asked yet is disarmed then; a migration under way goes on).
+/// A source armed by [`arm`], to follow with [`Armed::follow`].
+pub struct Armed {
+    src: Conn,
+    source: String,
+    to: String,
+    t0: Instant,
+    /// The secret the target must show (`--migrate-secret-file`): the operator's, or the one
+    /// the source made up.
+    pub secret: String,
+}
+
+/// Arms `source` to hand its cache to the server that asks with `--migrate-from` and the
+/// secret, sending its clients to `to`. With `secret` `None` the source makes one up; either
+/// way [`Armed::secret`] has it.
+pub fn arm(source: &str, to: &str, secret: Option<&str>) -> Result<Armed, ClientError> {
+    let t0 = Instant::now();
+    if let Some(s) = secret {
+        super::secret::check(s).map_err(|why| ClientError::Refused(why.into()))?;
+    }
+    let mut src = Conn::open(source)?;
+    let cmd = match secret {
+        Some(s) => format!("migrate to {to} {s}"),
+        None => format!("migrate to {to}"),
+    };
+    let secret = match src.ask(&cmd) {
+        Some(l) => match l.strip_prefix("SECRET ") {
+            Some(s) => s.to_string(),
+            None => return Err(ClientError::Refused(l)),
+        },
+        None => return Err(ClientError::Io(format!("{source}: connection closed"))),
+    };
+    Ok(Armed {
+        src,
+        source: source.to_string(),
+        to: to.to_string(),
+        t0,
+        secret,
+    })
+}
+
+/// [`arm`], then [`Armed::follow`].
 pub fn migrate(
     source: &str,
     to: &str,
+    secret: Option<&str>,
     wait: Duration,
     report: &mut dyn FnMut(&Progress) -> ControlFlow<()>,
 ) -> Result<Summary, ClientError> {
-    let t0 = Instant::now();
-    let mut src = Conn::open(source)?;
-    match src.ask(&format!("migrate to {to}")) {
-        Some(l) if l == "OK" => {}
-        Some(l) => return Err(ClientError::Refused(l)),
-        None => return Err(ClientError::Io(format!("{source}: connection closed"))),
+    arm(source, to, secret)?.follow(wait, report)
+}
+
+impl Armed {
+    /// Follows the migration until the copy is complete. `wait` bounds the time until a target
+    /// asks; `report` sees every progress step and may stop following (a source no target
+    /// asked yet is disarmed then; a migration under way goes on).
+    pub fn follow(
+        self,
+        wait: Duration,
+        report: &mut dyn FnMut(&Progress) -> ControlFlow<()>,
+    ) -> Result<Summary, ClientError> {
+        let Armed {
+            mut src,
+            source,
+            to,
+            t0,
+            ..
+        } = self;
+        follow(&mut src, &source, &to, t0, wait, report)
     }
+}
+
+fn follow(
+    src: &mut Conn,
+    source: &str,
+    to: &str,
+    t0: Instant,
+    wait: Duration,
+    report: &mut dyn FnMut(&Progress) -> ControlFlow<()>,
+) -> Result<Summary, ClientError> {
     let mut last = Progress::default();
     // Follow the source until it stops.
     while let Some(m) = src.stats() {
@@ -168,7 +230,8 @@ pub fn migrate(
             "armed" if t0.elapsed() > wait => {
                 let _ = src.ask("migrate cancel");
                 return Err(ClientError::Timeout(format!(
-                    "after {:.1} s: no target asked (start it with --migrate-from {source})",
+                    "after {:.1} s: no target asked (start it with --migrate-from {source} \
+                     --migrate-secret-file FILE)",
                     wait.as_secs_f64()
                 )));
             }

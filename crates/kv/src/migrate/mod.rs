@@ -34,6 +34,7 @@
 
 pub mod client;
 mod page_source;
+pub mod secret;
 mod source;
 mod target;
 
@@ -143,14 +144,22 @@ pub struct Migration {
     copying: AtomicBool,
     redirect: Mutex<String>,
     status: Mutex<Status>,
-    /// Source: the target `migrate to` named.
-    armed: Mutex<Option<String>>,
+    /// Source: the target `migrate to` named and the secret it must show.
+    armed: Mutex<Option<Armed>>,
+    /// Source: `migrate begin` refused for a missing or wrong secret.
+    begins_refused: AtomicU64,
     aborts: AtomicU64,
     failures: AtomicU64,
     redirects: AtomicU64,
     cache: OnceLock<Weak<Cache>>,
     /// Target: the lazy region's figures.
     region: OnceLock<std::sync::Arc<remora_lazy::LazyRegion>>,
+}
+
+/// Source: what `migrate to` set up.
+struct Armed {
+    to: String,
+    secret: String,
 }
 
 /// What a request found at the gate.
@@ -239,8 +248,9 @@ impl Migration {
         lock(&self.status).state
     }
 
-    /// `migrate to HOST:PORT`: arms the source. Errors say why not.
-    pub fn arm(&self, to: &str) -> Result<(), &'static str> {
+    /// `migrate to HOST:PORT [SECRET]`: arms the source, with the operator's secret or a new
+    /// one, which it returns (the target must show it in `migrate begin`). Errors say why not.
+    pub fn arm(&self, to: &str, secret: Option<&str>) -> Result<String, &'static str> {
         let mut st = lock(&self.status);
         match st.state {
             State::Freezing | State::HandingOver | State::Moved | State::Done => {
@@ -251,11 +261,40 @@ impl Migration {
             }
             _ => {}
         }
-        *lock(&self.armed) = Some(to.to_string());
+        let secret = match secret {
+            Some(s) => {
+                secret::check(s).map_err(|_| {
+                    "CLIENT_ERROR a migration secret is 32 to 128 printable characters"
+                })?;
+                s.to_string()
+            }
+            None => secret::generate().map_err(|_| "SERVER_ERROR cannot make a secret")?,
+        };
+        *lock(&self.armed) = Some(Armed {
+            to: to.to_string(),
+            secret: secret.clone(),
+        });
         st.role = Role::Source;
         st.state = State::Armed;
         st.peer = to.to_string();
-        Ok(())
+        Ok(secret)
+    }
+
+    /// Source: takes the armed target's address if `secret` is the armed one (it is not
+    /// armed any more then); `None` (counted) otherwise.
+    fn take_armed(&self, secret: &[u8]) -> Option<String> {
+        let mut a = lock(&self.armed);
+        match a.as_ref() {
+            Some(armed) if secret::matches(&armed.secret, secret) => a.take().map(|a| a.to),
+            _ => {
+                self.begins_refused.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    fn is_armed(&self) -> bool {
+        lock(&self.armed).is_some()
     }
 
     /// `migrate cancel`: disarms a source no target has asked yet.
@@ -309,6 +348,7 @@ impl Migration {
         }
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
         v.push(("migrate_redirects".into(), n(&self.redirects)));
+        v.push(("migrate_begins_refused".into(), n(&self.begins_refused)));
         v.push(("migrate_aborts".into(), n(&self.aborts)));
         v.push(("migrate_failures".into(), n(&self.failures)));
         v
@@ -358,15 +398,32 @@ mod tests {
     fn arming_and_cancelling_follow_the_state() {
         let m = Migration::default();
         assert!(m.cancel().is_err());
-        m.arm("h:1").unwrap();
+        let secret = m.arm("h:1", None).unwrap();
         assert_eq!(m.state(), State::Armed);
-        assert_eq!(lock(&m.armed).as_deref(), Some("h:1"));
+        assert_eq!(lock(&m.armed).as_ref().map(|a| a.to.as_str()), Some("h:1"));
+        assert_eq!(secret.len(), 32);
         m.cancel().unwrap();
         assert_eq!(m.state(), State::Idle);
         m.set_state(State::Moved);
-        assert!(m.arm("h:2").is_err());
+        assert!(m.arm("h:2", None).is_err());
         let stats: std::collections::HashMap<_, _> = m.stats().into_iter().collect();
         assert_eq!(stats["migrate_state"], "moved");
         assert_eq!(stats["migrate_role"], "source");
+    }
+
+    #[test]
+    fn only_the_armed_secret_takes_the_cache_and_only_once() {
+        let m = Migration::default();
+        assert_eq!(m.take_armed(b""), None, "nothing armed");
+        let chosen = "0123456789abcdef0123456789abcdef";
+        assert_eq!(m.arm("h:1", Some(chosen)).unwrap(), chosen);
+        assert_eq!(m.take_armed(b""), None);
+        assert_eq!(m.take_armed(b"0123456789abcdef0123456789abcdee"), None);
+        assert!(m.is_armed(), "a wrong secret does not disarm");
+        assert_eq!(m.take_armed(chosen.as_bytes()).as_deref(), Some("h:1"));
+        assert_eq!(m.take_armed(chosen.as_bytes()), None, "one time only");
+        let stats: std::collections::HashMap<_, _> = m.stats().into_iter().collect();
+        assert_eq!(stats["migrate_begins_refused"], "4");
+        assert!(m.arm("h:1", Some("short")).is_err());
     }
 }

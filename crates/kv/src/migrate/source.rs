@@ -21,7 +21,7 @@ pub(crate) fn refusal(eng: &Cache) -> Option<&'static str> {
     if eng.settings.storage != crate::handler::StorageKind::Arena {
         return Some("SERVER_ERROR migration needs the arena storage (not -o storage=heap)");
     }
-    if lock(&m.armed).is_none() {
+    if !m.is_armed() {
         return Some(
             "SERVER_ERROR migration not armed: run `remora kv migrate --to HOST:PORT` on the source",
         );
@@ -35,9 +35,10 @@ pub(crate) fn refusal(eng: &Cache) -> Option<&'static str> {
     None
 }
 
-/// `migrate begin`: takes the connection (a duplicate of its socket) for the controller.
-/// The caller lets the connection go without shutting the socket down.
-pub(crate) fn begin(eng: &Cache, s: &mut Session) -> Result<(), &'static str> {
+/// `migrate begin SECRET`: takes the connection (a duplicate of its socket) for the
+/// controller if SECRET is the one armed. The caller lets the connection go without shutting
+/// the socket down.
+pub(crate) fn begin(eng: &Cache, s: &mut Session, secret: &[u8]) -> Result<(), &'static str> {
     if let Some(why) = refusal(eng) {
         return Err(why);
     }
@@ -51,7 +52,10 @@ pub(crate) fn begin(eng: &Cache, s: &mut Session) -> Result<(), &'static str> {
     // SAFETY: `dup` is a new descriptor nothing else owns.
     let sock = unsafe { TcpStream::from_raw_fd(dup) };
     let cache = eng.migration.cache().ok_or("SERVER_ERROR no server")?;
-    let to = lock(&eng.migration.armed).take().unwrap_or_default();
+    // Last: a secret taken is a source disarmed.
+    let to = eng.migration.take_armed(secret).ok_or(
+        "SERVER_ERROR migrate begin: missing or wrong secret (the target's --migrate-secret-file)",
+    )?;
     eng.migration.set_state(State::Freezing);
     s.close_reason = None;
     let spawned = std::thread::Builder::new()

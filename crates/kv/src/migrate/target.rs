@@ -21,6 +21,8 @@ use crate::storage::{ArenaStore, EntryStore};
 pub struct MigrateFrom {
     /// The source's memcached address.
     pub source: String,
+    /// `--migrate-secret-file FILE` / `--migrate-secret S`: what the source was armed with.
+    pub secret: String,
     /// `--migrate-push-rate BYTES`: most bytes per second the background copy takes
     /// (faults are never held back); `None`: as fast as it goes.
     pub push_rate: Option<u64>,
@@ -31,10 +33,12 @@ pub struct MigrateFrom {
 }
 
 impl MigrateFrom {
-    /// Pulling from `source` with the defaults: no push limit, 30 s of waiting, 64 KiB units.
-    pub fn new(source: &str) -> MigrateFrom {
+    /// Pulling from `source`, showing `secret`, with the defaults: no push limit, 30 s of
+    /// waiting, 64 KiB units.
+    pub fn new(source: &str, secret: &str) -> MigrateFrom {
         MigrateFrom {
             source: source.to_string(),
+            secret: secret.to_string(),
             push_rate: None,
             wait: Duration::from_secs(30),
             unit: 64 << 10,
@@ -83,7 +87,7 @@ fn ask(from: &MigrateFrom) -> Result<Offer, String> {
         let _ = sock.set_read_timeout(Some(LIVENESS));
         let mut out = sock.try_clone().map_err(|e| e.to_string())?;
         let mut lines = BufReader::new(sock);
-        out.write_all(b"migrate begin\r\n")
+        out.write_all(format!("migrate begin {}\r\n", from.secret).as_bytes())
             .map_err(|e| format!("source {addr}: {e}"))?;
         let first = read_line(&mut lines)
             .ok_or_else(|| format!("the source {addr} closed or did not answer `migrate begin`"))?;

@@ -180,14 +180,20 @@ pub enum Command<'a> {
 /// A `migrate` subcommand (`crate::migrate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MigrateCmd<'a> {
-    /// `migrate to HOST:PORT`: arm this server to hand its cache to the target that asks,
-    /// sending its clients to `HOST:PORT`.
-    To(&'a [u8]),
+    /// `migrate to HOST:PORT [SECRET]`: arm this server to hand its cache to the target that
+    /// asks with the secret (the operator's, or one made up and answered), sending its
+    /// clients to `HOST:PORT`.
+    To {
+        /// Where clients go.
+        to: &'a [u8],
+        /// The operator's secret, if given.
+        secret: Option<&'a [u8]>,
+    },
     /// `migrate cancel`: disarm.
     Cancel,
-    /// `migrate begin`: a target asks for the cache (the connection becomes the control
-    /// channel).
-    Begin,
+    /// `migrate begin SECRET`: a target asks for the cache (the connection becomes the
+    /// control channel); empty when the secret is missing.
+    Begin(&'a [u8]),
     /// Anything else.
     Invalid,
 }

@@ -272,9 +272,14 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
             _ => ShutdownMode::Invalid,
         })),
         b"migrate" => done(Command::Migrate(match &t[1..n] {
-            [b"to", to] => MigrateCmd::To(to),
+            [b"to", to] => MigrateCmd::To { to, secret: None },
+            [b"to", to, secret] => MigrateCmd::To {
+                to,
+                secret: Some(secret),
+            },
             [b"cancel"] => MigrateCmd::Cancel,
-            [b"begin"] => MigrateCmd::Begin,
+            [b"begin"] => MigrateCmd::Begin(b""),
+            [b"begin", secret] => MigrateCmd::Begin(secret),
             _ => MigrateCmd::Invalid,
         })),
         b"verbosity" if (2..=3).contains(&n) => {

@@ -130,8 +130,11 @@ fn post_copy(a: &BenchArgs, mb: u64, t_start: Instant) -> Result<(Phase, PostCop
     let (shared, client) = start_client(&src, a, 0x5EED_0001)?;
     std::thread::sleep(SETTLE);
     let mut args = server_args(tp, mb, a.threads);
+    let secret = remora_kv::migrate::secret::generate()?;
     args.push("--migrate-from".into());
     args.push(src.clone());
+    args.push("--migrate-secret".into());
+    args.push(secret.clone());
     args.extend(a.target_flag.iter().cloned());
     servers.spawn("post-copy target", &args)?;
     let mut printer = Printer::new();
@@ -142,7 +145,13 @@ fn post_copy(a: &BenchArgs, mb: u64, t_start: Instant) -> Result<(Phase, PostCop
         std::ops::ControlFlow::Continue(())
     };
     let t0 = Instant::now();
-    let summary = kv_client::migrate(&src, &tgt, Duration::from_secs(60), &mut report);
+    let summary = kv_client::migrate(
+        &src,
+        &tgt,
+        Some(&secret),
+        Duration::from_secs(60),
+        &mut report,
+    );
     let t1 = Instant::now();
     let summary = match summary {
         Ok(s) => s,
