@@ -3,19 +3,24 @@
 Exposed as ``remora.daq.Client``::
 
     from remora.daq import Client
-    c = Client("http://127.0.0.1:8750")
+    c = Client("http://127.0.0.1:8750/?token=...")   # the address `remora daq serve` printed
     c.configure(open("examples/demo.toml").read())   # TOML text, a dict, or a path
     c.start()
     status = c.wait(timeout=120)
     print(status["state"], status["counters"]["kept"], status["summary"]["files"])
 
+Every call carries the service's token: the one in the address (``?token=...``, as the service
+prints it), ``token=``, or the environment variable ``REMORA_DAQ_TOKEN``.
+
 Every refused request raises :class:`ControlError` with the HTTP status and the service's reason
-(409 for a request that does not fit the state, 400 for a bad configuration naming the key).
+(409 for a request that does not fit the state, 400 for a bad configuration naming the key, 401
+without the token).
 """
 import json
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 __all__ = ["Client", "ControlError"]
@@ -31,19 +36,23 @@ class ControlError(Exception):
 
 
 class Client:
-    """The REST API of ``remora daq serve`` at ``url``; ``token`` for the mutating calls."""
+    """The REST API of ``remora daq serve`` at ``url`` (the printed address, with its
+    ``?token=``, will do); ``token`` overrides the address' token."""
 
     def __init__(self, url="http://127.0.0.1:8750", token=None, timeout=30.0):
-        self.url = url.rstrip("/")
-        self.token = token
+        parts = urllib.parse.urlsplit(url)
+        from_url = urllib.parse.parse_qs(parts.query).get("token", [None])[0]
+        self.url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")).rstrip("/")
+        self.token = token or from_url or os.environ.get("REMORA_DAQ_TOKEN") or None
         self.timeout = timeout
 
+    def _headers(self):
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
     def _request(self, method, path, body=None, content_type=None, timeout=None, raw=False):
-        headers = {}
+        headers = self._headers()
         if content_type:
             headers["Content-Type"] = content_type
-        if self.token and method != "GET":
-            headers["Authorization"] = f"Bearer {self.token}"
         data = body.encode("utf-8") if isinstance(body, str) else body
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
@@ -69,7 +78,8 @@ class Client:
     def configure(self, config):
         """Loads a configuration: TOML text, a dict (sent as JSON), or the path of a TOML file.
 
-        Relative paths inside it are the service's (its working directory), not this client's.
+        File paths inside it are relative to the service's directories (``--data-dir`` for the
+        output, ``--input-dir`` for the rest), not to this client's working directory.
         """
         if isinstance(config, dict):
             return self._request("PUT", "/config", json.dumps(config), "application/json")
@@ -123,7 +133,7 @@ class Client:
 
     def events(self):
         """Yields status dicts from the server-sent event stream as they come (endless)."""
-        req = urllib.request.Request(self.url + "/events")
+        req = urllib.request.Request(self.url + "/events", headers=self._headers())
         with urllib.request.urlopen(req, timeout=self.timeout) as r:
             data = []
             for line in r:

@@ -8,14 +8,17 @@ the page talks to, with the same fields as the real service:
     GET  /events                 server-sent events ``event: status``, every 0.5 s and on changes
     GET  /preview/image          PNG of a made-up assembled frame (scale=log|linear, max, bin)
     GET  /preview/profile        a made-up azimuthal profile
-    POST /start, /stop, /pedestal  409 in the wrong state, 401 without the token when one is set
+    POST /start, /stop, /pedestal  409 in the wrong state
+
+With a token, every call but ``/`` needs it (``Authorization: Bearer T`` or ``?token=T``) and gets
+401 without, as from the real service.
 
 A run counts frames up at ``--rate`` frames/s until ``--frames``; a pedestal run takes
 ``{"frames": N}`` (64 by default). Run it and open the address it prints::
 
     python python/tests/mock_daq_server.py --listen 127.0.0.1:8750 [--token T]
 
-It prints ``serving on http://HOST:PORT`` once listening, like the real service, so the live
+It prints ``serving on http://HOST:PORT/[?token=T]`` once listening, like the real service, so the live
 view test can drive it too (``REMORA_LIVE_VIEW_MOCK=1``). Standard library and numpy only.
 """
 import argparse
@@ -243,12 +246,24 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def authorized(self):
+        if not self.token:
+            return True
+        q = parse_qs(urlsplit(self.path).query)
+        return (self.headers.get("Authorization") == f"Bearer {self.token}"
+                or q.get("token", [None])[-1] == self.token)
+
+    def refuse(self):
+        return self.send(401, {"error": "this call needs the service's token: Authorization: Bearer TOKEN, or ?token=TOKEN"})
+
     def do_GET(self):
         url = urlsplit(self.path)
         q = {k: v[-1] for k, v in parse_qs(url.query).items()}
         daq = self.daq
         if url.path == "/":
             return self.send(200, PAGE.read_bytes(), "text/html; charset=utf-8")
+        if not self.authorized():
+            return self.refuse()
         if url.path == "/status":
             return self.send(200, daq.status())
         if url.path == "/events":
@@ -273,8 +288,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        if self.token and self.headers.get("Authorization") != f"Bearer {self.token}":
-            return self.send(401, {"error": "this service needs Authorization: Bearer TOKEN"})
+        if not self.authorized():
+            return self.refuse()
         try:
             body = json.loads(raw or b"{}")
         except ValueError as e:
@@ -331,7 +346,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     server = serve(a.listen, a.token, a.frames, a.rate, a.modules)
     host, port = server.server_address[:2]
-    print(f"serving on http://{host}:{port}", flush=True)
+    print(f"serving on http://{host}:{port}/" + (f"?token={a.token}" if a.token else ""), flush=True)
     try:
         while True:
             time.sleep(3600)

@@ -1,6 +1,7 @@
 """The acquisition control service over real HTTP: ``remora daq serve`` as a process, every
-endpoint's success and error paths, the OpenAPI document validated, a whole acquisition driven
-through ``remora.daq.Client`` and checked against its HDF5 file."""
+endpoint's success and error paths, the token every call needs, the OpenAPI document validated,
+a whole acquisition driven through ``remora.daq.Client`` and checked against its HDF5 file
+(written beneath the service's data directory)."""
 import json
 import os
 import pathlib
@@ -8,6 +9,7 @@ import subprocess
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import numpy as np
@@ -34,12 +36,17 @@ bins = 200
 
 # Every path the tests below call, checked against the served OpenAPI document.
 CALLED = set()
+# The token of each running server, by its base URL: ``call`` sends it unless asked not to.
+TOKENS = {}
 
 
 class Server:
+    """``remora daq serve`` in ``tmp`` (its data directory: ``tmp/data``)."""
+
     def __init__(self, tmp, token=None, config=None):
         if not EXE.exists():
             pytest.skip(f"{EXE} is not built (make build)")
+        (tmp / "data").mkdir(exist_ok=True)
         args = [str(EXE), "daq", "serve", "--listen", "127.0.0.1:0"]
         if config:
             p = tmp / "start.toml"
@@ -53,7 +60,12 @@ class Server:
                                      text=True, cwd=tmp, env=env)
         line = self.proc.stdout.readline()
         assert line.startswith("serving on "), (line, self.proc.stderr.read())
-        self.url = line.split()[-1]
+        # http://ADDR/?token=TOKEN, as Jupyter prints it.
+        self.printed = line.split()[-1]
+        parts = urllib.parse.urlsplit(self.printed)
+        self.url = f"{parts.scheme}://{parts.netloc}"
+        self.token = urllib.parse.parse_qs(parts.query)["token"][0]
+        TOKENS[self.url] = self.token
 
     def close(self):
         self.proc.terminate()
@@ -71,11 +83,15 @@ def server(tmp_path):
     s.close()
 
 
-def call(url, method, path, body=None, headers=None):
-    """(status, parsed JSON or bytes) without raising on 4xx."""
+def call(url, method, path, body=None, headers=None, auth=True):
+    """(status, parsed JSON or bytes) without raising on 4xx; with the server's token unless
+    ``auth`` is false or ``headers`` has one."""
     CALLED.add(path.split("?")[0])
     data = body.encode() if isinstance(body, str) else body
-    req = urllib.request.Request(url + path, data=data, method=method, headers=headers or {})
+    headers = dict(headers or {})
+    if auth and "Authorization" not in headers and url in TOKENS:
+        headers["Authorization"] = f"Bearer {TOKENS[url]}"
+    req = urllib.request.Request(url + path, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             raw, code, ctype = r.read(), r.status, r.headers.get("Content-Type", "")
@@ -182,23 +198,54 @@ def test_bad_requests_get_a_reason_and_the_service_keeps_serving(server):
     assert server.proc.poll() is None
 
 
-def test_a_token_guards_the_mutating_calls(tmp_path):
+def test_a_token_guards_every_call_but_the_page(tmp_path):
     s = Server(tmp_path, token="s3cret", config=CONFIG.format(frames=8, rate=0))
     try:
         u = s.url
-        assert call(u, "GET", "/status")[1]["state"] == "configured"
+        assert s.printed == u + "/?token=s3cret"
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
-            code, e = call(u, "POST", "/start", b"", headers)
+            code, e = call(u, "POST", "/start", b"", headers, auth=False)
             assert code == 401 and "token" in e["error"]
-            assert call(u, "PUT", "/config", CONFIG.format(frames=8, rate=0), headers)[0] == 401
+            assert call(u, "PUT", "/config", CONFIG.format(frames=8, rate=0), headers, auth=False)[0] == 401
+            for path in ("/status", "/wait?timeout=0", "/config", "/preview/profile", "/events"):
+                assert call(u, "GET", path, None, headers, auth=False)[0] == 401, (path, headers)
+        assert call(u, "GET", "/status?token=wrong", auth=False)[0] == 401
+        assert call(u, "GET", "/status?token=s3cret", auth=False)[1]["state"] == "configured"
+        assert call(u, "GET", "/", auth=False)[0] == 200
+        assert call(u, "GET", "/openapi.json", auth=False)[0] == 200
         with pytest.raises(ControlError) as e:
-            Client(u).start()
+            Client(u).status()
         assert e.value.status == 401
-        c = Client(u, token="s3cret")
+        # The printed address is enough: the client takes the token from it.
+        c = Client(s.printed)
         assert c.start()["run"] == 1
         assert c.wait(120)["counters"]["frames_complete"] == 8
     finally:
         s.close()
+
+
+def test_a_random_token_is_printed_when_none_is_given(server):
+    assert len(server.token) == 32 and all(ch in "0123456789abcdef" for ch in server.token)
+    assert server.printed == f"{server.url}/?token={server.token}"
+    assert call(server.url, "GET", "/status", auth=False)[0] == 401
+    assert Client(server.printed).status()["state"] == "idle"
+
+
+def test_client_paths_stay_beneath_the_data_directory(server, tmp_path):
+    outside = tmp_path / "outside.h5"
+    for path in (str(outside), "../outside.h5", "/etc/remora-test.h5"):
+        code, e = call(server.url, "PUT", "/config",
+                       CONFIG.format(frames=8, rate=0) + f'[output]\nfile = "{path}"\n')
+        assert code == 400 and "output.file" in e["error"] and "outside the data directory" in e["error"], e
+    code, e = call(server.url, "PUT", "/config",
+                   CONFIG.format(frames=8, rate=0).replace("[source]", '[source]\nkind = "raw"\npath = "/dev/zero"'))
+    assert code == 400 and "source.path" in e["error"], e
+    code, e = call(server.url, "PUT", "/config",
+                   CONFIG.format(frames=8, rate=0).replace("modules = 2", "modules = 32")
+                   .replace("distinct = 4", "distinct = 4096"))
+    assert code == 400 and "memory budget" in e["error"], e
+    assert not outside.exists()
+    assert call(server.url, "GET", "/status")[1]["state"] == "idle"
 
 
 def test_openapi_document_validates_and_holds_every_path_called(server):
@@ -216,13 +263,14 @@ def test_openapi_document_validates_and_holds_every_path_called(server):
 def test_a_whole_acquisition_through_the_client_matches_its_file(server, tmp_path):
     h5py = pytest.importorskip("h5py")
     pytest.importorskip("hdf5plugin")
-    out = tmp_path / "run.h5"
-    c = Client(server.url)
+    out = tmp_path / "data" / "run.h5"
+    c = Client(server.printed)
     with pytest.raises(ControlError) as e:
         c.start()
     assert e.value.status == 409
+    # Relative to the service's data directory.
     c.configure(CONFIG.format(frames=48, rate=0).replace("bunch = 4", "bunch = 24")
-                + f'[output]\nfile = "{out}"\n')
+                + '[output]\nfile = "run.h5"\n')
     assert c.status()["state"] == "configured"
 
     # A dark run first: its pedestal is reported and used by the acquisition.
@@ -234,7 +282,7 @@ def test_a_whole_acquisition_through_the_client_matches_its_file(server, tmp_pat
     seen = []
 
     def listen():
-        for ev in Client(server.url, timeout=120).events():
+        for ev in Client(server.printed, timeout=120).events():
             seen.append(ev)
             if ev["run"] == 2 and ev["state"] == "configured":
                 return
@@ -263,4 +311,4 @@ def test_a_whole_acquisition_through_the_client_matches_its_file(server, tmp_pat
         lost = fr["lost_modules"][:]
         assert sum(bin(int(v)).count("1") for v in lost) == counters["modules_lost"]
         assert f["/entry/azint/I"].shape[0] == counters["kept"]
-    assert st["summary"]["files"] == [str(out)]
+    assert st["summary"]["files"] == ["run.h5"]

@@ -1,7 +1,8 @@
 """The live view page in headless Chromium (Debian's chromium + chromium-driver, driven by
-Selenium; nothing is downloaded): it loads from the real ``remora daq serve``, its counters move
-while a run goes on, the image and the profile render, and start and stop work from its
-buttons. A screenshot is saved to python/tests/artifacts/live_view.png.
+Selenium; nothing is downloaded): it loads from the real ``remora daq serve`` at the address it
+prints (with its token), its counters move while a run goes on, the image and the profile
+render, and start and stop work from its buttons; without the token it shows the refusal. A
+screenshot is saved to python/tests/artifacts/live_view.png.
 
 ``REMORA_LIVE_VIEW_MOCK=1`` runs it against mock_daq_server.py instead (for work on the page
 without a Rust build); by default it needs the real binary and skips without it."""
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 
 import pytest
 
@@ -110,9 +112,16 @@ def launch(tmp_path, *extra):
             line = None
         assert line and line.startswith("serving on "), (
             f"no 'serving on' line within {STARTUP_S} s: {line!r}; stderr: {log.read_text()[-4000:]}")
+        # The page's address as printed: http://ADDR/?token=T (or without a token).
         yield line.split()[-1]
     finally:
         stop(p)
+
+
+def base_of(url):
+    """http://ADDR of a printed address."""
+    p = urllib.parse.urlsplit(url)
+    return f"{p.scheme}://{p.netloc}"
 
 
 @pytest.fixture
@@ -156,7 +165,7 @@ def test_the_page_follows_a_run_and_drives_it(server, browser):
     from selenium.webdriver.common.by import By
 
     d = browser
-    d.get(server + "/")
+    d.get(server)
     text = lambda i: d.find_element(By.ID, i).text  # noqa: E731
     wait_for("state configured", lambda: text("state").lower() == "configured")
     assert d.find_element(By.ID, "start").is_enabled()
@@ -196,15 +205,19 @@ def test_the_page_sends_the_token_from_its_address(server_with_token, browser):
 
     d = browser
     text = lambda i: d.find_element(By.ID, i).text  # noqa: E731
-    d.get(server_with_token + "/")
-    wait_for("state configured", lambda: text("state").lower() == "configured")
-    d.find_element(By.ID, "start").click()
-    wait_for("the refusal shown", lambda: text("message").startswith("401"), timeout=10)
-    assert text("state").lower() == "configured"
+    base = base_of(server_with_token)
+    # Without the token the page loads, but the service tells it nothing.
+    d.get(base + "/")
+    wait_for("the refusal shown", lambda: text("message").startswith("401"), timeout=15)
+    assert text("state").lower() != "configured"
 
-    d.get(server_with_token + "/#token=" + TOKEN)
-    wait_for("state configured", lambda: text("state").lower() == "configured")
+    # The token typed in after '#', and the address as printed ('?token='): both work.
+    for url in (base + "/#token=" + TOKEN, server_with_token):
+        d.get(url)
+        wait_for("state configured", lambda: text("state").lower() == "configured")
     d.find_element(By.ID, "start").click()
     wait_for("state running", lambda: text("state").lower() == "running", timeout=30)
+    img = d.find_element(By.ID, "image")
+    wait_for("a non-blank image through ?token=", lambda: d.execute_script(NOT_BLANK, img))
     d.find_element(By.ID, "stop").click()
     wait_for("state configured again", lambda: text("state").lower() == "configured", timeout=30)

@@ -311,19 +311,22 @@ fn daq_run_serve_shows_the_run_on_its_page_and_prints_the_summary() {
     let mut err = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
-    let addr = line
+    // The page's address with the service's token, as `daq serve` prints it.
+    let (addr, token) = line
         .trim()
         .strip_prefix("live view: http://")
-        .and_then(|a| a.strip_suffix('/'))
-        .unwrap_or_else(|| panic!("no page address: {line:?}"))
-        .to_string();
+        .and_then(|a| a.split_once("/?token="))
+        .unwrap_or_else(|| panic!("no page address with a token: {line:?}"));
+    let (addr, token) = (addr.to_string(), token.to_string());
     let (code, page) = http_get(&addr, "/");
     assert!(code.contains("200"), "{code}");
     assert!(
         page.contains("<html") || page.contains("<!doctype"),
         "{page}"
     );
-    let (code, body) = http_get(&addr, "/status");
+    let (code, _) = http_get(&addr, "/status");
+    assert!(code.contains("401"), "{code}");
+    let (code, body) = http_get(&addr, &format!("/status?token={token}"));
     assert!(code.contains("200"), "{code}");
     let st: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(

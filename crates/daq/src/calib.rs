@@ -9,6 +9,7 @@ use std::path::Path;
 
 use rand::{RngExt, SeedableRng};
 
+use crate::access::Files;
 use crate::model::{Detector, MODULE_PIXELS};
 use crate::{DaqError, Result};
 
@@ -34,12 +35,24 @@ impl GainMaps {
     /// Reads a PSI gain file; the size must match the detector exactly, and every gain must be
     /// usable as in [`GainMaps::from_vec`] (the error names the file).
     pub fn load(path: &Path, detector: Detector) -> Result<Self> {
-        let bytes = read_sized(path, "gain", detector, GAIN_MAPS_PER_MODULE * 8)?;
+        Self::open(&Files::Any, "detector.gain", path, detector)
+    }
+
+    /// [`GainMaps::load`] under a file rule; errors name `key`, and say nothing of the file's
+    /// contents or size when the rule confines paths.
+    pub fn open(files: &Files, key: &'static str, path: &Path, detector: Detector) -> Result<Self> {
+        let (bytes, detail) = read_sized(files, key, path, SizedFile::Gain, detector)?;
         let data = bytes
             .chunks_exact(8)
             .map(|c| f64::from_le_bytes(c.try_into().unwrap_or_default()))
             .collect();
-        Self::checked(detector, data, Some(path))
+        Self::checked(detector, data, Some(path)).map_err(|e| match e {
+            DaqError::BadGain { .. } if !detail => DaqError::Config(format!(
+                "{key}: {:?}: holds gains no conversion can use (zero, subnormal, infinite or NaN as float32)",
+                path.display().to_string()
+            )),
+            e => e,
+        })
     }
 
     fn checked(detector: Detector, data: Vec<f64>, origin: Option<&Path>) -> Result<Self> {
@@ -90,7 +103,12 @@ impl PedestalMaps {
 
     /// Reads a pedestal file; the size must match the detector exactly.
     pub fn load(path: &Path, detector: Detector) -> Result<Self> {
-        let bytes = read_sized(path, "pedestal", detector, 3 * 4)?;
+        Self::open(&Files::Any, "detector.pedestal", path, detector)
+    }
+
+    /// [`PedestalMaps::load`] under a file rule (as [`GainMaps::open`]).
+    pub fn open(files: &Files, key: &'static str, path: &Path, detector: Detector) -> Result<Self> {
+        let (bytes, _) = read_sized(files, key, path, SizedFile::Pedestal, detector)?;
         let data = bytes
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes(c.try_into().unwrap_or_default()))
@@ -120,41 +138,85 @@ impl PedestalMaps {
     }
 }
 
-fn read_sized(path: &Path, what: &'static str, det: Detector, per_pixel: usize) -> Result<Vec<u8>> {
-    let per_module = (MODULE_PIXELS * per_pixel) as u64;
+/// The calibration files of a fixed size.
+#[derive(Debug, Clone, Copy)]
+enum SizedFile {
+    Gain,
+    Pedestal,
+}
+
+impl SizedFile {
+    fn what(self) -> &'static str {
+        match self {
+            SizedFile::Gain => "gain",
+            SizedFile::Pedestal => "pedestal",
+        }
+    }
+
+    fn per_pixel(self) -> usize {
+        match self {
+            SizedFile::Gain => GAIN_MAPS_PER_MODULE * 8,
+            SizedFile::Pedestal => 3 * 4,
+        }
+    }
+
+    fn maps(self) -> &'static str {
+        match self {
+            SizedFile::Gain => "6 maps of 512 x 1024 f64 gains",
+            SizedFile::Pedestal => "3 maps of 512 x 1024 f32 pedestals",
+        }
+    }
+}
+
+/// The file's bytes, and whether messages may describe them ([`crate::access::Input::detail`]).
+fn read_sized(
+    files: &Files,
+    key: &'static str,
+    path: &Path,
+    kind: SizedFile,
+    det: Detector,
+) -> Result<(Vec<u8>, bool)> {
+    let what = kind.what();
+    let per_module = (MODULE_PIXELS * kind.per_pixel()) as u64;
     let expected = per_module * det.modules() as u64;
-    let meta = std::fs::metadata(path).map_err(|source| DaqError::Io {
-        path: path.into(),
-        source,
-    })?;
     // A directory's "size" is its entry table (4096 bytes), which says nothing useful.
-    if !meta.is_file() {
-        return Err(DaqError::NotAFile {
-            path: path.into(),
-            kind: if meta.is_dir() {
-                "a directory"
-            } else {
-                "not a regular file"
-            },
-            what,
-            modules: det.modules(),
-            expected,
+    let input = files.open_with(key, path, |k| {
+        if files.is_confined() {
+            DaqError::Config(format!(
+                "{key}: {:?} is {k}, not a {what} file",
+                path.display().to_string()
+            ))
+        } else {
+            DaqError::NotAFile {
+                path: path.into(),
+                kind: k,
+                what,
+                modules: det.modules(),
+                expected,
+            }
+        }
+    })?;
+    if input.len() != expected {
+        return Err(if input.detail() {
+            DaqError::FileSize {
+                path: path.into(),
+                what,
+                modules: det.modules(),
+                per_module,
+                expected,
+                got: input.len(),
+            }
+        } else {
+            // Only what the configuration implies: nothing of the file's own size.
+            input.refused(format_args!(
+                "the size does not match {} module(s) of {} ({expected} bytes)",
+                det.modules(),
+                kind.maps()
+            ))
         });
     }
-    if meta.len() != expected {
-        return Err(DaqError::FileSize {
-            path: path.into(),
-            what,
-            modules: det.modules(),
-            per_module,
-            expected,
-            got: meta.len(),
-        });
-    }
-    std::fs::read(path).map_err(|source| DaqError::Io {
-        path: path.into(),
-        source,
-    })
+    let detail = input.detail();
+    Ok((input.read_all()?, detail))
 }
 
 /// Writes `values` little-endian through a small buffer, so saving a 64-module gain file does

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::access::{Access, Estimate};
 use crate::ring::Roi;
 use crate::{DaqError, Result};
 
@@ -52,6 +53,10 @@ pub struct Config {
     /// Output file.
     #[serde(default)]
     pub output: OutputCfg,
+    /// What a run of this configuration may touch on this host (not part of the file: set by
+    /// whoever loads it; the default allows any path and sets no memory budget).
+    #[serde(skip)]
+    pub access: Access,
 }
 
 fn one_receiver() -> Vec<ReceiverCfg> {
@@ -657,6 +662,45 @@ impl Config {
         }
         if !(1..=1 << 20).contains(&self.output.queue) {
             return Err(err("output.queue", "1..=1048576 frames"));
+        }
+        self.check_access()
+    }
+
+    /// The input files the configuration names, with their keys.
+    pub fn inputs(&self) -> [(&'static str, Option<&Path>); 5] {
+        let d = &self.detector;
+        [
+            ("detector.gain", d.gain.as_deref()),
+            ("detector.pedestal", d.pedestal.as_deref()),
+            ("detector.geometry", d.geometry.as_deref()),
+            ("detector.poni", d.poni.as_deref()),
+            (
+                "source.path",
+                match self.source.kind {
+                    SourceKind::Synthetic => None,
+                    _ => self.source.path.as_deref(),
+                },
+            ),
+        ]
+    }
+
+    /// Checks the configuration against its [`Access`] ([`Config::validate`] does too): every
+    /// file path against the file rule, and the memory its values imply against the budget.
+    /// The message names the key.
+    pub fn check_access(&self) -> Result<()> {
+        let files = &self.access.files;
+        for (key, path) in self.inputs() {
+            if let Some(p) = path {
+                files.check_input(key, p)?;
+            }
+        }
+        for i in 0..self.receivers.len() {
+            if let Some(p) = self.output_of(i) {
+                files.check_output("output.file", &p)?;
+            }
+        }
+        if let Some(budget) = self.access.memory {
+            Estimate::of(self).check(budget)?;
         }
         Ok(())
     }

@@ -5,10 +5,9 @@
 //! Sources: the synthetic generator (with its ground truth), raw little-endian u16 frames, a
 //! `.npy` array of u16, or an HDF5 dataset. The stream cycles through the loaded frames: the
 //! acquisition's frame `i` is dataset frame `i mod len`.
-use std::path::Path;
-
 use rayon::prelude::*;
 
+use crate::access::{Estimate, Input};
 use crate::config::{Config, SourceKind};
 use crate::model::Detector;
 use crate::pedestal::DarkPattern;
@@ -48,24 +47,47 @@ impl Dataset {
             .collect()
     }
 
-    /// Loads what the configuration names.
+    /// Loads what the configuration names, through its [`crate::access::Access`]: a file source
+    /// must be a regular file, and its frames must fit the memory budget before they are read.
     pub fn load(cfg: &Config) -> Result<Dataset> {
         let modules = cfg.detector.modules;
         match cfg.source.kind {
-            SourceKind::Synthetic => Self::synthetic(cfg),
+            SourceKind::Synthetic => {
+                if let Some(b) = cfg.access.memory {
+                    Estimate::of(cfg).check(b)?;
+                }
+                Self::synthetic(cfg)
+            }
             SourceKind::Raw | SourceKind::Npy | SourceKind::Hdf5 => {
                 let path = cfg.source.path.as_deref().expect("validated");
+                let input = cfg.access.files.open("source.path", path)?;
+                let fits = |bytes: u64| match cfg.access.memory {
+                    Some(b) => Estimate::of(cfg).with_source(bytes).check(b),
+                    None => Ok(()),
+                };
+                let detail = input.detail();
+                let shown = format!("{:?}", path.display().to_string());
                 let words = match cfg.source.kind {
-                    SourceKind::Raw => read_file(path)?,
-                    SourceKind::Npy => npy_u16(path)?,
-                    _ => h5_u16(path, &cfg.source.dataset)?,
+                    SourceKind::Raw => {
+                        fits(input.len())?;
+                        input.read_all()?
+                    }
+                    SourceKind::Npy => {
+                        fits(input.len())?;
+                        npy_u16(input)?
+                    }
+                    _ => h5_u16(input, &cfg.source.dataset, fits)?,
                 };
                 let per = Detector::new(modules)?.frame_bytes();
                 if words.is_empty() || words.len() % per != 0 {
+                    let what = if detail {
+                        format!("{} bytes", words.len())
+                    } else {
+                        // Nothing of the file's own size beneath a directory.
+                        "the data".into()
+                    };
                     return Err(DaqError::Config(format!(
-                        "{}: {} bytes is not a whole number of {modules}-module frames ({per} bytes each)",
-                        path.display(),
-                        words.len()
+                        "source.path: {shown}: {what} is not a whole number of {modules}-module frames ({per} bytes each)",
                     )));
                 }
                 Ok(Dataset {
@@ -115,39 +137,32 @@ impl Dataset {
     }
 }
 
-fn read_file(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|source| DaqError::Io {
-        path: path.to_owned(),
-        source,
-    })
-}
-
-/// An HDF5 dataset of u16 words (any shape, C order) as little-endian bytes.
-fn h5_u16(path: &Path, dataset: &str) -> Result<Vec<u8>> {
-    let bad = |e: hdf5::Error| DaqError::Config(format!("{}: {dataset}: {e}", path.display()));
-    if !path.is_file() {
-        return Err(DaqError::Config(format!(
-            "{}: no such file",
-            path.display()
-        )));
-    }
-    let f = hdf5::File::open(path).map_err(bad)?;
+/// An HDF5 dataset of u16 words (any shape, C order) as little-endian bytes; `fits` sees its
+/// size in bytes before it is read (a compressed dataset can be far larger than its file).
+fn h5_u16(input: Input, dataset: &str, fits: impl Fn(u64) -> Result<()>) -> Result<Vec<u8>> {
+    let shown = format!("{:?}", input.shown().display().to_string());
+    let bad = |e: hdf5::Error| DaqError::Config(format!("source.path: {shown}: {dataset}: {e}"));
+    // HDF5 opens by name: the name of the very file opened and checked above.
+    let f = hdf5::File::open(input.fd_path()).map_err(bad)?;
     let d = f.dataset(dataset).map_err(bad)?;
+    fits((d.size() as u64).saturating_mul(2))?;
     let words: Vec<u16> = d.read_raw().map_err(bad)?;
+    drop(input);
     Ok(words.iter().flat_map(|w| w.to_le_bytes()).collect())
 }
 
 /// The data bytes of a little-endian u16 `.npy` file (C order), checked.
-fn npy_u16(path: &Path) -> Result<Vec<u8>> {
-    let b = read_file(path)?;
-    let bad = |m: &str| DaqError::Config(format!("{}: {m}", path.display()));
+fn npy_u16(input: Input) -> Result<Vec<u8>> {
+    let shown = format!("{:?}", input.shown().display().to_string());
+    let bad = |m: &str| DaqError::Config(format!("source.path: {shown}: {m}"));
+    let b = input.read_all()?;
     if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
         return Err(bad("not a .npy file"));
     }
     let (hlen, start) = match b[6] {
         1 => (u16::from_le_bytes([b[8], b[9]]) as usize, 10),
         2 | 3 if b.len() >= 12 => (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12),
-        v => return Err(bad(&format!("unsupported .npy version {v}"))),
+        _ => return Err(bad("not a .npy file of a version this reads (1, 2 or 3)")),
     };
     let header = b
         .get(start..start + hlen)
@@ -165,6 +180,7 @@ fn npy_u16(path: &Path) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::access::Files;
 
     #[test]
     fn synthetic_frames_keep_their_darkness_when_cycled() {
@@ -182,10 +198,14 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("x.npy");
         std::fs::write(&p, b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f4'}").unwrap();
-        let e = npy_u16(&p).unwrap_err().to_string();
+        let open = || Files::Any.open("source.path", &p).unwrap();
+        let e = npy_u16(open()).unwrap_err().to_string();
         assert!(e.contains("uint16"), "{e}");
         std::fs::write(&p, b"hello").unwrap();
-        assert!(npy_u16(&p).unwrap_err().to_string().contains("not a .npy"));
+        assert!(npy_u16(open())
+            .unwrap_err()
+            .to_string()
+            .contains("not a .npy"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -21,9 +21,13 @@
 //! stop, dark runs, status, previews); with the `http` feature it serves them as a REST API
 //! with its OpenAPI document and a live view page.
 //!
+//! What a run may touch on the host: [`access`] (the files it may open and how, the memory its
+//! configuration may imply), set by whoever loads the configuration.
+//!
 //! What it does not: no GPU engine yet (the trait is shaped so one can slot in).
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod azint;
 pub mod bench;
 pub mod calib;

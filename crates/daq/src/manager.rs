@@ -234,10 +234,12 @@ pub fn run_controlled(
             }
         }
     }
-    let emu = emu?;
+    // A receiver that failed (a file it could not open, say) closes its address, and the
+    // emulator then fails to connect: the receiver's error is the cause, report it first.
     if let Some(e) = first_err {
         return Err(e);
     }
+    let emu = emu?;
     let reps = reps
         .into_iter()
         .map(|r| r.expect("every receiver reported"))

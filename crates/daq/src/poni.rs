@@ -29,6 +29,9 @@ pub struct Poni {
     pub pixel2: f64,
 }
 
+/// The largest PONI file read (a real one is a few hundred bytes).
+const MAX_LEN: u64 = 64 << 10;
+
 /// JUNGFRAU pixel pitch.
 pub const JUNGFRAU_PIXEL: f64 = 75e-6;
 
@@ -104,11 +107,24 @@ impl Poni {
 
     /// Reads and parses a PONI file.
     pub fn load(path: &std::path::Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| DaqError::Io {
-            path: path.into(),
-            source,
-        })?;
-        Self::parse(&text)
+        Self::open(&crate::access::Files::Any, "detector.poni", path)
+    }
+
+    /// [`Poni::load`] under a file rule. When the rule confines paths, a file that does not
+    /// parse is refused without a word of its contents ("not a valid PONI file"), since the
+    /// parser's own messages quote the offending line.
+    pub fn open(
+        files: &crate::access::Files,
+        key: &'static str,
+        path: &std::path::Path,
+    ) -> Result<Self> {
+        let input = files.open(key, path)?;
+        let detail = input.detail();
+        let quiet = input.refused(
+            "not a valid PONI file (pyFAI's Distance, Poni1, Poni2, Rot1-3, Wavelength and pixel sizes)",
+        );
+        let text = input.read_text(MAX_LEN, "PONI file")?;
+        Self::parse(&text).map_err(|e| if detail { e } else { quiet })
     }
 
     /// Checks that every value is finite and sizes are positive.

@@ -1,6 +1,7 @@
 //! Everything a receiver's processing unit needs, built from the configuration: calibration,
 //! layout, geometry, mask and the pipeline. Tests use the same function to run the pipeline
 //! directly on the emulator's frames, so both sides are built the same way.
+use crate::access::Estimate;
 use crate::azint::{AzConfig, Unit};
 use crate::calib::{Calibration, GainMaps, PedestalMaps};
 use crate::config::Config;
@@ -13,6 +14,9 @@ use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::poni::Poni;
 use crate::synth::Synth;
 use crate::{DaqError, Result};
+
+/// The largest geometry layout read (64 modules take a few kilobytes).
+const GEOMETRY_MAX_LEN: u64 = 1 << 20;
 
 /// The processing unit's inputs.
 #[derive(Debug)]
@@ -35,10 +39,11 @@ impl Setup {
     /// Builds receiver `index`'s inputs.
     pub fn new(cfg: &Config, index: usize) -> Result<Setup> {
         let det = Detector::new(cfg.detector.modules)?;
+        let files = &cfg.access.files;
         let (calibration, calibration_source) = match (&cfg.detector.gain, &cfg.detector.pedestal) {
             (Some(g), Some(p)) => {
-                let gain = GainMaps::load(g, det)?;
-                let ped = PedestalMaps::load(p, det)?;
+                let gain = GainMaps::open(files, "detector.gain", g, det)?;
+                let ped = PedestalMaps::open(files, "detector.pedestal", p, det)?;
                 (
                     Calibration::new(gain, ped)?,
                     format!("gain {}, pedestal {}", g.display(), p.display()),
@@ -54,16 +59,30 @@ impl Setup {
         };
         let layout = match &cfg.detector.geometry {
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|source| DaqError::Io {
-                    path: p.clone(),
-                    source,
-                })?;
+                let input = files.open("detector.geometry", p)?;
+                let detail = input.detail();
+                // The JSON parser's messages quote the file (field names, values): not beneath
+                // a directory, where the file may be anyone's.
+                let quiet = input.refused(
+                    "not a geometry layout (JSON: rows, cols and modules: [{row, col, flip_rows, flip_cols}])",
+                );
+                let text = input.read_text(GEOMETRY_MAX_LEN, "geometry layout")?;
                 Layout::from_json(&text).map_err(|e| {
-                    DaqError::Config(format!("detector.geometry {}: {e}", p.display()))
+                    if detail {
+                        DaqError::Config(format!("detector.geometry {}: {e}", p.display()))
+                    } else {
+                        quiet
+                    }
                 })?
             }
             None => Layout::standard(cfg.detector.modules)?,
         };
+        if cfg.detector.geometry.is_some() {
+            // A layout may spread the modules over a far larger image than the standard one.
+            if let Some(b) = cfg.access.memory {
+                Estimate::with_image(cfg, (layout.rows * layout.cols) as u64).check(b)?;
+            }
+        }
         if layout.modules.len() != cfg.detector.modules {
             return Err(DaqError::Config(format!(
                 "detector.geometry places {} modules, detector.modules is {}",
@@ -72,7 +91,7 @@ impl Setup {
             )));
         }
         let poni = match &cfg.detector.poni {
-            Some(p) => Poni::load(p)?,
+            Some(p) => Poni::open(files, "detector.poni", p)?,
             None => Dataset::synth_config(cfg)?.poni,
         };
         let roi = cfg.roi_of(index);

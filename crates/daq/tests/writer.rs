@@ -150,3 +150,34 @@ fn the_writer_thread_drops_and_counts_instead_of_blocking() {
     assert!(refused > 0, "a queue of 1 took 2000 records without a drop");
     std::fs::remove_file(&path).ok();
 }
+
+/// Issue 27, finding 7: a queue of many records holds at most its byte bound, however large
+/// each record's CSR is (a low `pipeline.sparse_kev` keeps every pixel).
+#[test]
+fn issue27_the_writer_queue_is_bounded_in_bytes_too() {
+    let path = tmp("bytes.h5");
+    // Room for three records of 3 MiB, in a queue of 1000.
+    let w = WriterThread::spawn_bounded(&path, info(5), 1000, 9 << 20).unwrap();
+    let big = |frame: u64| {
+        let mut r = kept(frame, 0);
+        let s = r.sparse.as_mut().unwrap();
+        s.col = vec![0; 512 << 10];
+        s.values = vec![1.0; 512 << 10];
+        s.row_ptr = vec![0, 0, 0, 0, 512 << 10];
+        r
+    };
+    let mut refused = 0;
+    for n in 0..50 {
+        if !w.push(big(n)) {
+            refused += 1;
+        }
+    }
+    let st = w.finish("{}").unwrap();
+    assert_eq!(st.dropped, refused);
+    assert_eq!(st.frames + refused, 50);
+    assert!(
+        refused > 0,
+        "a 9 MiB queue took 50 records of 3 MiB without a drop"
+    );
+    std::fs::remove_file(&path).ok();
+}

@@ -32,7 +32,8 @@ pub struct RunArgs {
     /// the emulator then run as threads of this process, so the page can show their frames).
     #[arg(long, value_name = "ADDR")]
     serve: Option<SocketAddr>,
-    /// With --serve: token for the API's mutating calls (also REMORA_DAQ_TOKEN).
+    /// With --serve: the token every API call must carry (default: a random one, printed with
+    /// the page's address; also REMORA_DAQ_TOKEN).
     #[arg(
         long,
         env = "REMORA_DAQ_TOKEN",
@@ -40,6 +41,9 @@ pub struct RunArgs {
         requires = "serve"
     )]
     token: Option<String>,
+    /// With --serve: serve on a non-loopback address while running as root.
+    #[arg(long, requires = "serve")]
+    allow_root: bool,
 }
 
 /// Arguments of `remora daq receive`.
@@ -170,7 +174,7 @@ impl Drop for Node {
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let cfg = load(&a.config)?;
     let s = match a.serve {
-        Some(addr) => super::serve::run_served(cfg, addr, a.token)?,
+        Some(addr) => super::serve::run_served(cfg, addr, a.token, a.allow_root)?,
         None => manage(&cfg, &a.config)?,
     };
     if a.json {
@@ -210,7 +214,7 @@ pub fn demo(out: &std::path::Path) -> anyhow::Result<()> {
         .map(|a| a.parse::<SocketAddr>().expect("literal address"))
         .find(|a| std::net::TcpListener::bind(a).is_ok())
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-    let s = super::serve::run_served(cfg, listen, None)?;
+    let s = super::serve::run_served(cfg, listen, None, false)?;
     print!("{}", s.text());
     println!(
         "\nread it back:\n  .venv/bin/python -c \"import hdf5plugin, h5py; f = h5py.File('{}'); \

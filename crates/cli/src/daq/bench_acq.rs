@@ -5,7 +5,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use remora_daq::config::{Config, TransportKind};
-use remora_daq::control::http::Server;
+use remora_daq::control::http::{new_token, Server, ServerOptions};
 use remora_daq::control::{Service, ServiceOptions, State};
 use remora_daq::dataset::Dataset;
 use remora_daq::manager::{run_in_process, Summary};
@@ -130,11 +130,16 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
     let mut tries = Vec::new();
     let served = if a.with_service {
         let svc = Service::new(ServiceOptions::default());
-        let server = Server::spawn(svc.clone(), None, "127.0.0.1:0".parse()?)?;
+        let token = new_token()?;
+        let opts = ServerOptions {
+            token: Some(token.clone()),
+            ..ServerOptions::default()
+        };
+        let server = Server::spawn(svc.clone(), "127.0.0.1:0".parse()?, opts)?;
         let page = if a.no_page {
             None
         } else {
-            Some(PageSim::open(server.local_addr())?)
+            Some(PageSim::open(server.local_addr(), &token)?)
         };
         Some((svc, server, page))
     } else {

@@ -30,12 +30,12 @@ pub struct PageSim {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-fn get(addr: SocketAddr, path: &str) -> std::io::Result<Vec<u8>> {
+fn get(addr: SocketAddr, token: &str, path: &str) -> std::io::Result<Vec<u8>> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
     )?;
     let mut all = Vec::new();
     s.read_to_end(&mut all)?;
@@ -51,20 +51,21 @@ fn get(addr: SocketAddr, path: &str) -> std::io::Result<Vec<u8>> {
 pub const SHOWN_WIDTH: u64 = 600;
 
 impl PageSim {
-    /// Opens the page against the service at `addr`.
-    pub fn open(addr: SocketAddr) -> std::io::Result<PageSim> {
+    /// Opens the page against the service at `addr`, whose token is `token`.
+    pub fn open(addr: SocketAddr, token: &str) -> std::io::Result<PageSim> {
         let mut s = TcpStream::connect(addr)?;
         s.set_read_timeout(Some(Duration::from_millis(500)))?;
         write!(
             s,
-            "GET /events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
+            "GET /events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n"
         )?;
+        let token = token.to_owned();
         let stop = Arc::new(AtomicBool::new(false));
         let counts = Arc::new(PageCounts::default());
         let (stop2, counts2) = (stop.clone(), counts.clone());
         let thread = std::thread::Builder::new()
             .name("page-sim".into())
-            .spawn(move || follow(s, addr, &stop2, &counts2))?;
+            .spawn(move || follow(s, addr, &token, &stop2, &counts2))?;
         Ok(PageSim {
             stop,
             counts,
@@ -73,7 +74,7 @@ impl PageSim {
     }
 }
 
-fn follow(s: TcpStream, addr: SocketAddr, stop: &AtomicBool, c: &PageCounts) {
+fn follow(s: TcpStream, addr: SocketAddr, token: &str, stop: &AtomicBool, c: &PageCounts) {
     let mut r = BufReader::new(s);
     let (mut last_image, mut last_profile) = (None, None);
     let mut line = String::new();
@@ -104,7 +105,7 @@ fn follow(s: TcpStream, addr: SocketAddr, stop: &AtomicBool, c: &PageCounts) {
             last_image = preview;
             let width = st["preview"]["width"].as_u64().unwrap_or(0);
             let bin = (width / SHOWN_WIDTH).clamp(1, 16);
-            if let Ok(b) = get(addr, &format!("/preview/image?scale=log&bin={bin}")) {
+            if let Ok(b) = get(addr, token, &format!("/preview/image?scale=log&bin={bin}")) {
                 c.images.fetch_add(1, Ordering::Relaxed);
                 c.image_bytes.fetch_add(b.len() as u64, Ordering::Relaxed);
             }
@@ -112,7 +113,7 @@ fn follow(s: TcpStream, addr: SocketAddr, stop: &AtomicBool, c: &PageCounts) {
         let profile = st["profile_frame"].as_u64();
         if profile.is_some() && profile != last_profile {
             last_profile = profile;
-            if get(addr, "/preview/profile").is_ok() {
+            if get(addr, token, "/preview/profile").is_ok() {
                 c.profiles.fetch_add(1, Ordering::Relaxed);
             }
         }

@@ -1,12 +1,19 @@
-//! The control service over HTTP (axum on tokio): the REST API, its OpenAPI 3 document (from
-//! the handlers' annotations and the reported types, with utoipa), a status stream as
-//! server-sent events, previews, and the live view page built into the binary.
+//! The control service over HTTP (axum on tokio, served by `remora_http` with a connection cap
+//! and a header timeout): the REST API, its OpenAPI 3 document (from the handlers'
+//! annotations and the reported types, with utoipa), a status stream as server-sent events,
+//! previews, and the live view page built into the binary.
 //!
-//! Mutating calls (`PUT /config`, `POST /start|stop|pedestal`) need `Authorization: Bearer
-//! TOKEN` when the service has a token. Every error is `{"error": "..."}` with a 4xx status: 400
-//! for a bad request, 401 without the token, 404 for nothing there, 409 for a request that does
-//! not fit the state, 413 for a body over [`BODY_LIMIT`].
-use std::future::IntoFuture;
+//! Every API call (status, waiting, events, configuration, control and previews) needs the
+//! service's token when it has one: `Authorization: Bearer TOKEN`, or `?token=TOKEN` in the
+//! query (what the page uses for its image and event stream, which cannot set headers). Only the
+//! page shell (`/`) and `/openapi.json` are open: neither says anything about the service.
+//! Every error is `{"error": "..."}` with a 4xx status: 400 for a bad request, 401 without the
+//! token, 404 for nothing there, 409 for a request that does not fit the state, 413 for a body
+//! over [`BODY_LIMIT`].
+//!
+//! Waiting (`/wait`) and the status stream wait on a notifier fed by the service
+//! ([`Service::on_change`]), not on threads: any number of them leave the previews, which
+//! render on the blocking pool, their threads.
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,12 +29,16 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
+pub use super::auth::new_token;
+use super::auth::require_token;
 use super::image::{render_png, Contrast};
 use super::service::{ConfigFormat, ControlError, Service};
 use super::state::{RunKind, State};
 use super::status::{
     Counters, ModuleStatus, PedestalInfo, PreviewInfo, ProfileOut, Rates, ReceiverStatus, Status,
 };
+
+pub use remora_http::{Limits, Stats};
 
 /// Largest request body accepted (a configuration is a few kilobytes).
 pub const BODY_LIMIT: usize = 1 << 20;
@@ -44,6 +55,8 @@ struct App {
     svc: Service,
     token: Option<Arc<str>>,
     images: Arc<ImageCache>,
+    /// The service's generation, sent on every change ([`Service::on_change`]).
+    changes: tokio::sync::watch::Receiver<u64>,
 }
 
 /// An error answer: `{"error": "..."}`.
@@ -76,32 +89,6 @@ fn body_failure(e: BytesRejection) -> Failure {
         format!("reading the request body: {}", e.body_text())
     };
     fail(code, msg)
-}
-
-fn authorize(app: &App, headers: &HeaderMap) -> Result<(), Failure> {
-    let Some(token) = &app.token else {
-        return Ok(());
-    };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    // Compared without an early exit, so timing does not tell how much of a guess was right.
-    let ok = given.is_some_and(|g| {
-        g.len() == token.len()
-            && g.bytes()
-                .zip(token.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
-    });
-    if ok {
-        Ok(())
-    } else {
-        Err(fail(
-            StatusCode::UNAUTHORIZED,
-            "this call needs the service's token: Authorization: Bearer TOKEN",
-        ))
-    }
 }
 
 /// A run started or asked to stop.
@@ -151,14 +138,18 @@ fn accepted(app: &App, run: u64) -> (StatusCode, Json<RunAnswer>) {
 }
 
 #[utoipa::path(get, path = "/status", tag = "status",
-    responses((status = 200, description = "State, counters, rates, per receiver and module", body = Status)))]
+    responses((status = 200, description = "State, counters, rates, per receiver and module", body = Status),
+              (status = 401, description = "Token required", body = ApiError)),
+    security(("bearer" = []), ("token" = [])))]
 async fn status(AxState(app): AxState<App>) -> Json<Status> {
     Json(app.svc.status())
 }
 
 #[utoipa::path(get, path = "/wait", tag = "status", params(WaitQuery),
     responses((status = 200, description = "The status once no run is going on, or at the timeout", body = Status),
-              (status = 400, description = "Bad timeout", body = ApiError)))]
+              (status = 400, description = "Bad timeout", body = ApiError),
+              (status = 401, description = "Token required", body = ApiError)),
+    security(("bearer" = []), ("token" = [])))]
 async fn wait(
     AxState(app): AxState<App>,
     q: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
@@ -171,33 +162,48 @@ async fn wait(
             "timeout: seconds from 0 to 3600",
         ));
     }
-    let svc = app.svc.clone();
-    let st = tokio::task::spawn_blocking(move || svc.wait(Duration::from_secs_f64(t)))
-        .await
-        .map_err(|e| fail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    Ok(Json(st))
+    let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(t);
+    let mut changes = app.changes.clone();
+    loop {
+        // Seen before the state is read: a change after this wakes the wait below.
+        changes.borrow_and_update();
+        if !app.svc.running() {
+            break;
+        }
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) => {}
+            // The deadline, or no more changes will come.
+            Ok(Err(_)) | Err(_) => break,
+        }
+    }
+    Ok(Json(app.svc.status()))
 }
 
 #[utoipa::path(get, path = "/events", tag = "status",
-    responses((status = 200, description = "Server-sent events: `event: status`, data as GET /status, on every change and at least every second", content_type = "text/event-stream", body = Status)))]
+    responses((status = 200, description = "Server-sent events: `event: status`, data as GET /status, on every change and at least every second", content_type = "text/event-stream", body = Status),
+              (status = 401, description = "Token required", body = ApiError)),
+    security(("bearer" = []), ("token" = [])))]
 async fn events(AxState(app): AxState<App>) -> impl IntoResponse {
     let stream = futures_util::stream::unfold(
-        (app.svc, None::<u64>, 0u32),
-        |(svc, last, quiet)| async move {
-            let mut quiet = quiet;
-            loop {
-                let g = svc.generation();
-                // The first event at once, then on change, and a fresh one at least every second.
-                if last != Some(g) || quiet >= 4 {
-                    let ev = Event::default()
-                        .event("status")
-                        .json_data(svc.status())
-                        .unwrap_or_else(|_| Event::default().event("status"));
-                    return Some((Ok::<_, std::convert::Infallible>(ev), (svc, Some(g), 0)));
+        (app.svc, app.changes, true),
+        |(svc, mut changes, first)| async move {
+            // The first event at once, then on change, and a fresh one at least every second.
+            if !first {
+                match tokio::time::timeout(Duration::from_secs(1), changes.changed()).await {
+                    Ok(Ok(())) => {
+                        // A burst of changes makes one event.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Ok(Err(_)) => tokio::time::sleep(Duration::from_secs(1)).await,
+                    Err(_) => {}
                 }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                quiet += 1;
             }
+            changes.borrow_and_update();
+            let ev = Event::default()
+                .event("status")
+                .json_data(svc.status())
+                .unwrap_or_else(|_| Event::default().event("status"));
+            Some((Ok::<_, std::convert::Infallible>(ev), (svc, changes, false)))
         },
     );
     Sse::new(stream).keep_alive(KeepAlive::default())
@@ -205,7 +211,9 @@ async fn events(AxState(app): AxState<App>) -> impl IntoResponse {
 
 #[utoipa::path(get, path = "/config", tag = "control",
     responses((status = 200, description = "The loaded configuration, as JSON", body = Object),
-              (status = 404, description = "Nothing configured yet", body = ApiError)))]
+              (status = 401, description = "Token required", body = ApiError),
+              (status = 404, description = "Nothing configured yet", body = ApiError)),
+    security(("bearer" = []), ("token" = [])))]
 async fn get_config(AxState(app): AxState<App>) -> Result<Json<serde_json::Value>, Failure> {
     let cfg = app
         .svc
@@ -217,19 +225,18 @@ async fn get_config(AxState(app): AxState<App>) -> Result<Json<serde_json::Value
 }
 
 #[utoipa::path(put, path = "/config", tag = "control",
-    request_body(description = "The configuration of `remora daq run`: TOML (any content type) or the same schema as JSON (`Content-Type: application/json`)", content = String),
+    request_body(description = "The configuration of `remora daq run`: TOML (any content type) or the same schema as JSON (`Content-Type: application/json`). File paths are relative to the service's directories (`--data-dir` for output.file, `--input-dir` for the others); a path outside them, a symbolic link on the way, a file that is not regular, or values that imply more memory than the service's budget are refused", content = String),
     responses((status = 200, description = "Validated and loaded", body = Status),
-              (status = 400, description = "Invalid; the message names the key", body = ApiError),
+              (status = 400, description = "Invalid, outside the service's directories, or over its memory budget; the message names the key", body = ApiError),
               (status = 401, description = "Token required", body = ApiError),
               (status = 409, description = "A run is going on", body = ApiError),
               (status = 413, description = "Body too large", body = ApiError)),
-    security((), ("bearer" = [])))]
+    security(("bearer" = []), ("token" = [])))]
 async fn put_config(
     AxState(app): AxState<App>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Status>, Failure> {
-    authorize(&app, &headers)?;
     let body = body.map_err(body_failure)?;
     let text = std::str::from_utf8(&body).map_err(|e| {
         fail(
@@ -254,12 +261,8 @@ async fn put_config(
     responses((status = 202, description = "The acquisition started", body = RunAnswer),
               (status = 401, description = "Token required", body = ApiError),
               (status = 409, description = "Not configured, or a run is going on", body = ApiError)),
-    security((), ("bearer" = [])))]
-async fn start(
-    AxState(app): AxState<App>,
-    headers: HeaderMap,
-) -> Result<(StatusCode, Json<RunAnswer>), Failure> {
-    authorize(&app, &headers)?;
+    security(("bearer" = []), ("token" = [])))]
+async fn start(AxState(app): AxState<App>) -> Result<(StatusCode, Json<RunAnswer>), Failure> {
     let run = app.svc.start()?;
     Ok(accepted(&app, run))
 }
@@ -268,12 +271,8 @@ async fn start(
     responses((status = 202, description = "The run stops after the stack in flight", body = RunAnswer),
               (status = 401, description = "Token required", body = ApiError),
               (status = 409, description = "Nothing is running", body = ApiError)),
-    security((), ("bearer" = [])))]
-async fn stop(
-    AxState(app): AxState<App>,
-    headers: HeaderMap,
-) -> Result<(StatusCode, Json<RunAnswer>), Failure> {
-    authorize(&app, &headers)?;
+    security(("bearer" = []), ("token" = [])))]
+async fn stop(AxState(app): AxState<App>) -> Result<(StatusCode, Json<RunAnswer>), Failure> {
     let run = app.svc.stop()?;
     Ok(accepted(&app, run))
 }
@@ -284,13 +283,11 @@ async fn stop(
               (status = 400, description = "Bad body", body = ApiError),
               (status = 401, description = "Token required", body = ApiError),
               (status = 409, description = "Not configured, or a run is going on", body = ApiError)),
-    security((), ("bearer" = [])))]
+    security(("bearer" = []), ("token" = [])))]
 async fn pedestal(
     AxState(app): AxState<App>,
-    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<RunAnswer>), Failure> {
-    authorize(&app, &headers)?;
     let body = body.map_err(body_failure)?;
     let req = if body.iter().all(u8::is_ascii_whitespace) {
         PedestalRequest::default()
@@ -311,7 +308,9 @@ async fn pedestal(
 #[utoipa::path(get, path = "/preview/image", tag = "preview", params(ImageQuery),
     responses((status = 200, description = "The latest converted frame (assembled, gaps in grey-blue)", content_type = "image/png", body = Vec<u8>),
               (status = 400, description = "Bad parameter", body = ApiError),
-              (status = 404, description = "No frame yet", body = ApiError)))]
+              (status = 401, description = "Token required", body = ApiError),
+              (status = 404, description = "No frame yet", body = ApiError)),
+    security(("bearer" = []), ("token" = [])))]
 async fn preview_image(
     AxState(app): AxState<App>,
     q: Result<Query<ImageQuery>, axum::extract::rejection::QueryRejection>,
@@ -380,7 +379,9 @@ async fn preview_image(
 
 #[utoipa::path(get, path = "/preview/profile", tag = "preview",
     responses((status = 200, description = "The latest 1D profile", body = ProfileOut),
-              (status = 404, description = "No profile yet (or integration is off)", body = ApiError)))]
+              (status = 401, description = "Token required", body = ApiError),
+              (status = 404, description = "No profile yet (or integration is off)", body = ApiError)),
+    security(("bearer" = []), ("token" = [])))]
 async fn preview_profile(AxState(app): AxState<App>) -> Result<Json<ProfileOut>, Failure> {
     let p = app
         .svc
@@ -391,8 +392,15 @@ async fn preview_profile(AxState(app): AxState<App>) -> Result<Json<ProfileOut>,
 
 #[utoipa::path(get, path = "/", tag = "page",
     responses((status = 200, description = "The live view", content_type = "text/html", body = String)))]
-async fn page() -> Html<&'static str> {
-    Html(PAGE)
+async fn page() -> impl IntoResponse {
+    // The address may carry the token (`/?token=...`): tell the browser not to pass it on.
+    (
+        [
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        Html(PAGE),
+    )
 }
 
 #[utoipa::path(get, path = "/openapi.json", tag = "page",
@@ -409,11 +417,17 @@ struct BearerScheme;
 
 impl utoipa::Modify for BearerScheme {
     fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        use utoipa::openapi::security::{
+            ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme,
+        };
         let c = api.components.get_or_insert_with(Default::default);
         c.add_security_scheme(
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        c.add_security_scheme(
+            "token",
+            SecurityScheme::ApiKey(ApiKey::Query(ApiKeyValue::new("token"))),
         );
     }
 }
@@ -421,19 +435,24 @@ impl utoipa::Modify for BearerScheme {
 /// The OpenAPI document.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "remora acquisition control", description = "Configure, start and stop JUNGFRAU acquisitions and dark runs; watch counters, rates and previews."),
+    info(title = "remora acquisition control", description = "Configure, start and stop JUNGFRAU acquisitions and dark runs; watch counters, rates and previews. Every call but / and /openapi.json needs the token the service printed at start (unless it was started with --no-token), as a bearer token or as ?token=."),
     paths(status, wait, events, get_config, put_config, start, stop, pedestal, preview_image, preview_profile, page, openapi_json),
     components(schemas(Status, Counters, Rates, ReceiverStatus, ModuleStatus, PedestalInfo, PreviewInfo, ProfileOut, State, RunKind, ApiError, RunAnswer, PedestalRequest)),
     modifiers(&BearerScheme)
 )]
 pub struct ApiDoc;
 
-/// The router: every path of [`ApiDoc`].
+/// The router: every path of [`ApiDoc`], behind the token check when `token` is given.
 pub fn router(svc: Service, token: Option<String>) -> Router {
+    let (tx, changes) = tokio::sync::watch::channel(svc.generation());
+    svc.on_change(move |g| {
+        tx.send_replace(g);
+    });
     let app = App {
         svc,
         token: token.map(Arc::from),
         images: Arc::default(),
+        changes,
     };
     Router::new()
         .route("/", get(page))
@@ -449,6 +468,10 @@ pub fn router(svc: Service, token: Option<String>) -> Router {
         .route("/preview/profile", get(preview_profile))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(
+            app.token.clone(),
+            require_token,
+        ))
         .with_state(app)
 }
 
@@ -469,21 +492,40 @@ fn lower_priority() {
     }
 }
 
+/// How a [`Server`] is reached and bounded.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// The token every API call must carry; `None`: none (loopback only, the caller decides).
+    /// An empty token is refused.
+    pub token: Option<String>,
+    /// Connection cap and header timeout.
+    pub limits: Limits,
+}
+
 /// A server running on a thread of its own.
 pub struct Server {
     addr: SocketAddr,
+    stats: Arc<Stats>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
     /// Binds `listen` and serves `svc` on two worker threads (the acquisition needs the cores
-    /// more than the API does).
-    pub fn spawn(
-        svc: Service,
-        token: Option<String>,
-        listen: SocketAddr,
-    ) -> std::io::Result<Server> {
+    /// more than the API does), within `opts.limits`.
+    pub fn spawn(svc: Service, listen: SocketAddr, opts: ServerOptions) -> std::io::Result<Server> {
+        if opts.token.as_deref() == Some("") {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "an empty token would lock every call out",
+            ));
+        }
+        if opts.limits.max_connections == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a connection cap of 0 would refuse every client",
+            ));
+        }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .max_blocking_threads(4)
@@ -494,7 +536,13 @@ impl Server {
         let listener = rt.block_on(tokio::net::TcpListener::bind(listen))?;
         let addr = listener.local_addr()?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let app = router(svc, token);
+        let stats = Arc::new(Stats::default());
+        let app = {
+            let _guard = rt.enter();
+            router(svc, opts.token)
+        };
+        let limits = opts.limits;
+        let served_stats = stats.clone();
         let thread = std::thread::Builder::new()
             .name("daq-http-main".into())
             .spawn(move || {
@@ -502,7 +550,7 @@ impl Server {
                 rt.block_on(async move {
                     // Not a graceful shutdown: status streams stay open as long as their pages.
                     tokio::select! {
-                        r = axum::serve(listener, app).into_future() => {
+                        r = remora_http::serve(listener, app, limits, served_stats) => {
                             if let Err(e) = r {
                                 tracing::warn!("http server: {e}");
                             }
@@ -515,6 +563,7 @@ impl Server {
             })?;
         Ok(Server {
             addr,
+            stats,
             shutdown: Some(tx),
             thread: Some(thread),
         })
@@ -523,6 +572,11 @@ impl Server {
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// What the accept loop did: connections open, refused over the cap, timed out.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
     }
 
     /// Stops serving (open streams are cut).

@@ -9,7 +9,8 @@
 //!   pedestal), touched by the data path only a few times a second.
 //! - [`live`] and [`status`]: counters and rates while a run goes on, and the reported types.
 //! - [`image`]: preview frames as PNG.
-//! - `http` (feature `http`): the axum router, its OpenAPI document and the embedded page.
+//! - `http` (feature `http`): the axum router, its OpenAPI document and the embedded page;
+//!   `auth`: the token check in front of it.
 pub mod image;
 pub mod live;
 pub mod service;
@@ -18,9 +19,17 @@ pub mod status;
 pub mod tap;
 
 #[cfg(feature = "http")]
+mod auth;
+#[cfg(feature = "http")]
 pub mod http;
 
 pub use service::{ConfigFormat, ControlError, Service, ServiceOptions};
 pub use state::{Conflict, RunKind, State};
 pub use status::Status;
 pub use tap::{Preview, StopGate, Tap};
+
+/// Whether this process runs as root (effective user 0): a service reachable from the network
+/// then writes and reads as root, which its command line refuses unless asked.
+pub fn running_as_root() -> bool {
+    rustix::process::geteuid().is_root()
+}

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::access::{Access, Files, MemoryBudget};
 use crate::calib::PedestalMaps;
 use crate::config::Config;
 use crate::manager::{run_controlled, Summary};
@@ -44,6 +45,10 @@ pub struct ServiceOptions {
     pub preview_every: Duration,
     /// How often a running acquisition's status is republished.
     pub tick: Duration,
+    /// What a configuration that arrives as text ([`Service::configure_text`], the HTTP API)
+    /// may touch: the files beneath the operator's directories and the memory budget. Default:
+    /// no files at all, half of the host's memory.
+    pub access: Access,
 }
 
 impl Default for ServiceOptions {
@@ -51,9 +56,16 @@ impl Default for ServiceOptions {
         ServiceOptions {
             preview_every: Duration::from_millis(500),
             tick: Duration::from_millis(250),
+            access: Access {
+                files: Files::none(),
+                memory: Some(MemoryBudget::half_of_host()),
+            },
         }
     }
 }
+
+/// Called with the new generation on every published change.
+type Watcher = Box<dyn Fn(u64) + Send + Sync>;
 
 /// A pedestal measured by a dark run, per receiver.
 struct StoredPedestal {
@@ -77,6 +89,7 @@ struct Inner {
     shared: Mutex<Shared>,
     changed: Condvar,
     generation: AtomicU64,
+    watchers: Mutex<Vec<Watcher>>,
 }
 
 impl Inner {
@@ -86,8 +99,12 @@ impl Inner {
     }
 
     fn publish(&self) {
-        self.generation.fetch_add(1, Ordering::SeqCst);
+        let g = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         self.changed.notify_all();
+        let watchers = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
+        for w in watchers.iter() {
+            w(g);
+        }
     }
 }
 
@@ -115,6 +132,7 @@ impl Service {
             shared: Mutex::new(Shared::default()),
             changed: Condvar::new(),
             generation: AtomicU64::new(0),
+            watchers: Mutex::new(Vec::new()),
         });
         let weak = Arc::downgrade(&inner);
         let tick = inner.opts.tick;
@@ -144,25 +162,26 @@ impl Service {
         Service { inner }
     }
 
-    /// Parses, validates and loads a configuration (the schema of `remora daq run`).
+    /// Parses, validates and loads a configuration (the schema of `remora daq run`) from a
+    /// client: it gets the service's [`ServiceOptions::access`], so its paths are relative to
+    /// the service's directories (and refused outside them) and its memory is checked against
+    /// the budget; the message names the key.
     pub fn configure_text(&self, text: &str, format: ConfigFormat) -> Result<(), ControlError> {
         // A run going on is the first thing to report, whatever the text holds.
         self.inner.lock().machine.check_configure()?;
-        let cfg = match format {
+        let mut cfg = match format {
             ConfigFormat::Toml => Config::parse(text),
             ConfigFormat::Json => Config::parse_json(text),
         }
-        .map_err(|e| match e {
-            DaqError::Config(m) => ControlError::Invalid(m),
-            other => ControlError::Invalid(other.to_string()),
-        })?;
+        .map_err(invalid)?;
+        cfg.access = self.inner.opts.access.clone();
         self.configure(cfg)
     }
 
-    /// Loads a validated configuration.
+    /// Loads a configuration as it is (with its own [`Config::access`]: the operator's
+    /// configuration given at start keeps the paths it names), validated.
     pub fn configure(&self, cfg: Config) -> Result<(), ControlError> {
-        cfg.validate()
-            .map_err(|e| ControlError::Invalid(e.to_string()))?;
+        cfg.validate().map_err(invalid)?;
         let mut s = self.inner.lock();
         s.machine.configure()?;
         let stale = s.pedestal.as_ref().is_some_and(|p| {
@@ -302,6 +321,30 @@ impl Service {
         self.inner.generation.load(Ordering::SeqCst)
     }
 
+    /// Calls `f` with the new generation on every published change, from whichever thread
+    /// publishes it (a status tick, a run's end, a request): `f` must be quick and must not
+    /// call back into the service. What an asynchronous server waits on instead of a thread.
+    pub fn on_change(&self, f: impl Fn(u64) + Send + Sync + 'static) {
+        self.inner
+            .watchers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(f));
+    }
+
+    /// Whether a run (an acquisition or a dark run) is going on.
+    pub fn running(&self) -> bool {
+        matches!(
+            self.inner.lock().machine.state(),
+            State::Running | State::Pedestal
+        )
+    }
+
+    /// What configurations from clients may touch.
+    pub fn access(&self) -> &Access {
+        &self.inner.opts.access
+    }
+
     /// Waits until no run is going on (or `timeout`), then reports.
     pub fn wait(&self, timeout: Duration) -> Status {
         let end = Instant::now() + timeout;
@@ -339,6 +382,14 @@ impl Service {
     /// The last finished run's summary.
     pub fn summary(&self) -> Option<Summary> {
         self.inner.lock().summary.clone()
+    }
+}
+
+/// A configuration refused: its own message (`key: why`) without the error type's prefix.
+fn invalid(e: DaqError) -> ControlError {
+    match e {
+        DaqError::Config(m) => ControlError::Invalid(m),
+        other => ControlError::Invalid(other.to_string()),
     }
 }
 

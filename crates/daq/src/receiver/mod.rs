@@ -24,6 +24,7 @@ use remora_fabric::{Listener, Qp, QpOptions, RegionInfo};
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
 use serde::Serialize;
 
+use crate::access::budget::writer_queue_bytes;
 use crate::calib::PedestalMaps;
 use crate::config::Config;
 use crate::control::Tap;
@@ -426,7 +427,12 @@ impl Receiver {
             return Ok(None);
         };
         let info = crate::output::run_info(&self.cfg, &self.setup, self.pipeline.matrix())?;
-        WriterThread::spawn(&path, info, self.cfg.output.queue).map(Some)
+        // Beneath the data directory when confined: created there first, then handed to HDF5
+        // by its descriptor's name, which it opens before `out` closes.
+        let out = self.cfg.access.files.create("output.file", &path)?;
+        let l = &self.setup.layout;
+        let max_bytes = writer_queue_bytes(&self.cfg, (l.rows * l.cols) as u64);
+        WriterThread::spawn_bounded(out.path(), info, self.cfg.output.queue, max_bytes).map(Some)
     }
 
     /// One queue pair per module, in module order.

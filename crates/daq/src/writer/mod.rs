@@ -18,9 +18,6 @@
 //! Datasets grow as frames come, in chunks compressed with bitshuffle + LZ4 (HDF5 filter
 //! 32008, [`bslz4`], registered with the library by [`filter`]).
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, SyncSender, TrySendError};
-use std::sync::Arc;
 
 use hdf5::types::VarLenUnicode;
 use hdf5::{Dataset, Extent, Group, H5Type, Location, SimpleExtents};
@@ -30,6 +27,9 @@ use crate::{DaqError, Result};
 
 pub mod bslz4;
 pub mod filter;
+mod thread;
+
+pub use thread::{WriterThread, QUEUE_DATA_BYTES};
 
 /// What the file records about the run.
 #[derive(Debug, Clone, Default)]
@@ -503,66 +503,5 @@ impl Writer {
         let r = self.entry.group("remora")?;
         string(&r, "summary", summary_json)?;
         self.file.flush()
-    }
-}
-
-enum Job {
-    Frame(Box<FrameRecord>),
-}
-
-/// The writer on its own thread behind a bounded queue: pushing never blocks.
-pub struct WriterThread {
-    tx: SyncSender<Job>,
-    dropped: Arc<AtomicU64>,
-    handle: std::thread::JoinHandle<Result<Writer>>,
-}
-
-impl WriterThread {
-    /// Creates the file (errors surface here) and starts the thread.
-    pub fn spawn(path: &Path, info: RunInfo, queue: usize) -> Result<WriterThread> {
-        let mut w = Writer::create(path, &info)?;
-        let (tx, rx) = mpsc::sync_channel::<Job>(queue.max(1));
-        let handle = std::thread::Builder::new()
-            .name("nexus-writer".into())
-            .spawn(move || {
-                for Job::Frame(rec) in rx {
-                    w.write(&rec)?;
-                }
-                Ok(w)
-            })
-            .map_err(|e| DaqError::Acquisition(format!("starting the writer thread: {e}")))?;
-        Ok(WriterThread {
-            tx,
-            dropped: Arc::new(AtomicU64::new(0)),
-            handle,
-        })
-    }
-
-    /// Queues a record; false (and counted) when the queue is full or the writer failed.
-    pub fn push(&self, rec: FrameRecord) -> bool {
-        match self.tx.try_send(Job::Frame(Box::new(rec))) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                false
-            }
-        }
-    }
-
-    /// Records dropped so far.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
-    }
-
-    /// Drains the queue, writes the summary and closes the file.
-    pub fn finish(self, summary_json: &str) -> Result<WriterStats> {
-        drop(self.tx);
-        let w = self
-            .handle
-            .join()
-            .map_err(|_| DaqError::Acquisition("the writer thread panicked".into()))??;
-        let mut st = w.finish(summary_json)?;
-        st.dropped = self.dropped.load(Ordering::Relaxed);
-        Ok(st)
     }
 }
