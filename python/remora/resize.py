@@ -11,8 +11,10 @@ Encoded images go in as ``bytes`` (borrowed, no copy), ``bytearray`` or ``memory
 out as ``bytes``; decoded pixels go in as C-contiguous ``uint8`` numpy arrays (borrowed, no copy)
 and come out as arrays. The GIL is released while working, so threads resize in parallel.
 Wrong types, dtypes, layouts or shapes raise ``TypeError``; bad geometry, options, corrupt or
-truncated images and images over the limits (64 MiB, 50 Mpx in, 50 Mpx out: decompression bombs
-are refused from the header) raise ``ValueError`` with the engine's message.
+truncated images and images over the limits (64 MiB, 50 Mpx in, 50 Mpx out, 512 MiB of memory
+a job as estimated from the headers and the geometry, 100 JPEG scans: decompression bombs, long
+thin outputs and scan bombs are refused before anything is decoded) raise ``ValueError`` with
+the engine's message.
 
 Example::
 

@@ -20,13 +20,41 @@ pub enum Error {
     /// The input is over one of the [`Limits`](crate::Limits); checked before decoding.
     #[error("{what} {value} over the limit of {limit}")]
     TooLarge {
-        /// What is over: `input bytes`, `input pixels` or `output pixels`.
+        /// What is over: `input bytes`, `input pixels`, `output pixels`, `JPEG scans` or
+        /// `JPEG output side`.
         what: &'static str,
         /// Its value.
         value: u64,
         /// The limit.
         limit: u64,
     },
+    /// The job would hold more memory than [`Limits::max_job_memory`](crate::Limits::max_job_memory)
+    /// allows, as estimated from the headers and the geometry before anything is allocated.
+    #[error(
+        "the job would need about {} of memory at its {stage} stage, over the job memory \
+         limit of {}",
+        crate::budget::show_bytes(*need),
+        crate::budget::show_bytes(*limit)
+    )]
+    OverBudget {
+        /// The most expensive stage: `decode`, `resample`, `orient`, `crop` or `encode`.
+        stage: &'static str,
+        /// Estimated bytes (the input included).
+        need: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The job ran past [`Job::timeout`](crate::Job::timeout).
+    #[error("the job took longer than its limit of {limit:?} (stopped while in {stage})")]
+    TimedOut {
+        /// Where it was stopped.
+        stage: &'static str,
+        /// The limit.
+        limit: std::time::Duration,
+    },
+    /// The job was cancelled (the service is shutting down).
+    #[error("the job was cancelled")]
+    Cancelled,
     /// The codec refused the data while decoding (corrupt or truncated entropy-coded data).
     #[error("decode failed: {0}")]
     Decode(String),

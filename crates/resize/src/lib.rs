@@ -5,12 +5,17 @@
 //! - [`Geometry`]: ImageMagick geometry strings (`W`, `xH`, `WxH`, `WxH^`, `WxH!`, `WxH>`,
 //!   `WxH<`, `S%`, `SX%xSY%`, `A@`, `W:H`) and exactly ImageMagick 6's output sizes.
 //! - [`resize_jpeg`] (and [`resize`] for JPEG or PNG input): header checks against [`Limits`]
-//!   before any pixel is decoded (a 50,000 × 50,000 header is refused without allocating);
+//!   before any pixel is decoded (a 50,000 × 50,000 header is refused without allocating; so
+//!   is a job whose memory, estimated from the headers and the geometry, is over
+//!   [`Limits::max_job_memory`], and a JPEG of more than [`Limits::max_scans`] scans), and a
+//!   [`Job::timeout`] checked between the stages and inside their long loops;
 //!   decode with libjpeg-turbo shrinking by 1/2, 1/4 or 1/8 in the DCT domain, chosen so that
 //!   at least a 3× final resample remains on both axes after 1/2 (8× after 1/4 and 1/8, whose
 //!   reduced inverse DCTs alias measurably more); a separable SIMD resample
 //!   (fast_image_resize; Lanczos3 when shrinking, Mitchell when enlarging, other [`Filter`]s by
-//!   name); EXIF orientation applied with `auto_orient`; libjpeg-turbo encode with quality,
+//!   name; an axis shrunk more than 256× box-averaged first, and an output whose weight tables
+//!   would be large — a long, thin one — resampled in tiles); EXIF orientation applied with
+//!   `auto_orient`; libjpeg-turbo encode with quality,
 //!   chroma [`Sampling`], progressive and optimised Huffman tables.
 //! - ImageMagick's defaults: quality estimated from the input's quantisation tables
 //!   ([`estimate_quality`], its `coders/jpeg.c` algorithm) else 92; the input's chroma sampling,
@@ -48,6 +53,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod budget;
 #[cfg(feature = "http")]
 pub mod client;
 mod engine;
@@ -68,6 +74,7 @@ pub mod resample;
 pub mod service;
 #[doc(hidden)]
 pub mod testing;
+mod tiling;
 
 pub use engine::{resize, resize_jpeg, resize_png, Output};
 pub use error::{Error, Result};

@@ -1,5 +1,6 @@
 //! A JPEG header walk: frame size and sampling (SOFn), quantisation tables (DQT) and the
-//! metadata segments (APPn, COM), read up to the first scan without decoding anything.
+//! metadata segments (APPn, COM), read up to the first scan without decoding anything; and
+//! [`count_scans`], a walk over the rest of the file that counts its scans without decoding.
 
 use crate::error::{Error, Result};
 
@@ -56,6 +57,77 @@ pub(crate) struct JpegHeader<'a> {
     pub segments: Vec<Segment<'a>>,
     /// Adobe APP14 transform flag, when present.
     pub adobe_transform: Option<u8>,
+    /// Offset of the first scan's SOS marker (its 0xFF).
+    pub scan_at: usize,
+}
+
+impl JpegHeader<'_> {
+    /// Whether the frame is progressive (SOF2, SOF6, SOF10, SOF14).
+    pub fn progressive(&self) -> bool {
+        matches!(self.sof, 0xC2 | 0xC6 | 0xCA | 0xCE)
+    }
+
+    /// The components' (h, v) sampling factors.
+    pub fn factors(&self) -> Vec<(u8, u8)> {
+        self.components.iter().map(|c| (c.h, c.v)).collect()
+    }
+}
+
+/// The number of scans (SOS markers) of `data` from its first one at `scan_at` to EOI or the
+/// end of the data, walking over each scan's entropy-coded bytes (stuffed `FF 00` and RSTn
+/// markers are part of them) and the segments between scans. Counting stops past `limit`
+/// (the result is then `limit + 1`): a scan bomb is refused without reading all of it.
+pub(crate) fn count_scans(data: &[u8], scan_at: usize, limit: u32) -> u32 {
+    let mut n = 0u32;
+    let mut pos = scan_at;
+    while pos < data.len() {
+        if data[pos] != 0xFF {
+            // Not at a marker (garbage between segments): libjpeg skips to the next one.
+            match data[pos..].iter().position(|&b| b == 0xFF) {
+                Some(i) => pos += i,
+                None => break,
+            }
+        }
+        while pos < data.len() && data[pos] == 0xFF {
+            pos += 1;
+        }
+        let Some(&marker) = data.get(pos) else {
+            break;
+        };
+        pos += 1;
+        match marker {
+            0xD9 => break,
+            0x00 | 0x01 | 0xD0..=0xD8 => continue,
+            _ => {}
+        }
+        let Some(b) = data.get(pos..pos + 2) else {
+            break;
+        };
+        pos += usize::from(u16::from_be_bytes([b[0], b[1]])).max(2);
+        if marker != 0xDA {
+            continue;
+        }
+        n += 1;
+        if n > limit {
+            break;
+        }
+        // The entropy-coded data: up to a 0xFF that starts a marker other than RSTn.
+        loop {
+            match data
+                .get(pos..)
+                .and_then(|d| d.iter().position(|&b| b == 0xFF))
+            {
+                Some(i) => pos += i,
+                None => return n,
+            }
+            match data.get(pos + 1) {
+                Some(0x00 | 0xD0..=0xD7) => pos += 2,
+                Some(0xFF) => pos += 1,
+                _ => break,
+            }
+        }
+    }
+    n
 }
 
 /// Reads the header of a JPEG up to its first SOS.
@@ -72,9 +144,11 @@ pub(crate) fn parse(data: &[u8]) -> Result<JpegHeader<'_>> {
         qtables: [None; 4],
         segments: Vec::new(),
         adobe_transform: None,
+        scan_at: 0,
     };
     let mut pos = 2;
     loop {
+        let at = pos;
         // Markers may be preceded by any number of 0xFF fill bytes.
         if pos >= data.len() {
             return Err(Error::Truncated("no scan after the header"));
@@ -124,6 +198,7 @@ pub(crate) fn parse(data: &[u8]) -> Result<JpegHeader<'_>> {
                 if h.components.is_empty() {
                     return Err(Error::Malformed("scan before frame header".into()));
                 }
+                h.scan_at = at;
                 return Ok(h);
             }
             _ => {}
@@ -223,6 +298,12 @@ mod tests {
         }
 
         #[test]
+        fn counting_scans_never_panics(tail in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let n = count_scans(&tail, 0, 10);
+            prop_assert!(n <= 11);
+        }
+
+        #[test]
         fn insert_keeps_the_image_after_the_segments(n in 0usize..300) {
             let jpeg = vec![0xFF, 0xD8, 0xFF, 0xE0, 0, 4, 1, 2, 0xFF, 0xD9];
             let payload = vec![7u8; n];
@@ -232,6 +313,29 @@ mod tests {
             prop_assert_eq!(usize::from(u16::from_be_bytes([out[10], out[11]])), n + 2);
             prop_assert_eq!(&out[out.len() - 2..], &[0xFF, 0xD9]);
         }
+    }
+
+    #[test]
+    fn scans_are_counted_over_entropy_data_stuffing_and_restarts() {
+        // SOS, data with a stuffed FF 00 and an RST0, DHT between scans, SOS, data, EOI.
+        let jpeg = [
+            0xFF, 0xDA, 0x00, 0x03, 0x01, 0x12, 0xFF, 0x00, 0x34, 0xFF, 0xD0, 0x56, //
+            0xFF, 0xC4, 0x00, 0x03, 0x00, //
+            0xFF, 0xFF, 0xDA, 0x00, 0x02, 0x78, 0xFF, 0xD9, 0xFF, 0xDA, 0x00, 0x02,
+        ];
+        assert_eq!(count_scans(&jpeg, 0, 100), 2);
+        assert_eq!(count_scans(&jpeg, 0, 1), 2, "stops once past the limit");
+        assert_eq!(count_scans(&jpeg, 0, 0), 1);
+        // A real progressive file has about ten.
+        let p = crate::testing::progressive_jpeg(64, 48);
+        let h = parse(&p).unwrap();
+        assert!(h.progressive());
+        let n = count_scans(&p, h.scan_at, 100);
+        assert!((2..=20).contains(&n), "{n} scans");
+        assert_eq!(
+            count_scans(&crate::testing::gradient_jpeg(64, 48, 80), 0, 100),
+            1
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@ use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 /// A resampling filter, by ImageMagick's `-filter` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,7 +214,7 @@ impl Format {
     }
 }
 
-/// Limits checked from the header, before any pixel is decoded.
+/// Limits checked from the headers and the geometry, before any pixel is decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Largest input in bytes.
@@ -222,15 +223,32 @@ pub struct Limits {
     pub max_pixels: u64,
     /// Largest output in pixels.
     pub max_output_pixels: u64,
+    /// Most memory one job may hold at once, in bytes, as estimated from the headers and the
+    /// geometry before anything is allocated (the input, and the largest of the decode,
+    /// resample, orient, crop and encode stages: pixels, codec buffers, resampling tables).
+    pub max_job_memory: u64,
+    /// Most scans a JPEG may have (a progressive JPEG has about 10; thousands of scans make a
+    /// small file cost minutes of decoding). Counted before decoding, and libjpeg-turbo's
+    /// `TJPARAM_SCANLIMIT` is set to it.
+    pub max_scans: u32,
+}
+
+impl Limits {
+    /// The default [`Limits::max_job_memory`]: 512 MiB.
+    pub const DEFAULT_JOB_MEMORY: u64 = 512 << 20;
+    /// The default [`Limits::max_scans`]: 100.
+    pub const DEFAULT_SCANS: u32 = 100;
 }
 
 impl Default for Limits {
-    /// 64 MiB, 50 Mpx in (imgproxy's default), 50 Mpx out.
+    /// 64 MiB, 50 Mpx in (imgproxy's default), 50 Mpx out, 512 MiB a job, 100 JPEG scans.
     fn default() -> Self {
         Limits {
             max_input_bytes: 64 << 20,
             max_pixels: 50_000_000,
             max_output_pixels: 50_000_000,
+            max_job_memory: Limits::DEFAULT_JOB_MEMORY,
+            max_scans: Limits::DEFAULT_SCANS,
         }
     }
 }
@@ -263,6 +281,9 @@ pub struct Job {
     pub limits: Limits,
     /// The resampling engine ([`Engine::Cpu`] unless chosen).
     pub engine: Engine,
+    /// Longest the job may take, from its start; checked between stages and inside the long
+    /// loops (resample tiles, PNG rows), so a job ends shortly after it. `None`: no limit.
+    pub timeout: Option<Duration>,
 }
 
 impl Job {
@@ -281,6 +302,7 @@ impl Job {
             format: None,
             limits: Limits::default(),
             engine: Engine::Cpu,
+            timeout: None,
         }
     }
 

@@ -1,5 +1,8 @@
 //! EXIF orientations 1–8 applied to interleaved 8-bit pixels.
 
+use crate::budget::Stop;
+use crate::error::Result;
+
 /// Interleaved 8-bit pixels, `channels` bytes per pixel, rows packed without padding.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Pixels {
@@ -16,10 +19,10 @@ pub(crate) fn swaps_axes(orientation: u16) -> bool {
 
 /// The image as it should be displayed for an EXIF `orientation` (1 = as stored):
 /// 2 mirror, 3 rotate 180°, 4 flip, 5 transpose, 6 rotate 90° clockwise, 7 transverse,
-/// 8 rotate 90° counter-clockwise.
-pub(crate) fn apply(p: Pixels, orientation: u16) -> Pixels {
+/// 8 rotate 90° counter-clockwise. Checks `stop` as it goes.
+pub(crate) fn apply(p: Pixels, orientation: u16, stop: &Stop<'_>) -> Result<Pixels> {
     if !(2..=8).contains(&orientation) {
-        return p;
+        return Ok(p);
     }
     let (w, h, c) = (p.width as usize, p.height as usize, usize::from(p.channels));
     let (dw, dh) = if swaps_axes(orientation) {
@@ -28,7 +31,11 @@ pub(crate) fn apply(p: Pixels, orientation: u16) -> Pixels {
         (w, h)
     };
     let mut out = vec![0u8; p.data.len()];
+    let every = crate::budget::rows_per_check(dw * c);
     for y in 0..dh {
+        if y % every == 0 {
+            stop.check("orient")?;
+        }
         for x in 0..dw {
             // Source pixel (sx, sy) of display pixel (x, y).
             let (sx, sy) = match orientation {
@@ -45,12 +52,12 @@ pub(crate) fn apply(p: Pixels, orientation: u16) -> Pixels {
             out[d..d + c].copy_from_slice(&p.data[s..s + c]);
         }
     }
-    Pixels {
+    Ok(Pixels {
         data: out,
         width: dw as u32,
         height: dh as u32,
         channels: p.channels,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -77,7 +84,7 @@ mod tests {
             (8, [3, 6, 2, 5, 1, 4]),
         ];
         for (o, want) in expect {
-            let q = apply(p.clone(), o);
+            let q = apply(p.clone(), o, &Stop::never()).unwrap();
             assert_eq!(q.data, want, "orientation {o}");
             assert_eq!(
                 (q.width, q.height),

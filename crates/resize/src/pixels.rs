@@ -41,8 +41,9 @@ pub struct RawImage {
 /// resample without the codecs: the same filters and defaults (the job's filter, else
 /// LanczosSharp for thumbnails, Mitchell when the area grows, Lanczos3 otherwise), alpha
 /// premultiplied while resampling, on the job's [`engine`](Job::engine). Only the job's
-/// geometry, filter, thumbnail flag, engine and output pixel limit apply (the input is already in memory); its encoding and metadata options are
-/// ignored. An unchanged size gives a copy.
+/// geometry, filter, thumbnail flag, engine, timeout, output pixel limit and job memory limit
+/// apply (the input is already in memory); its encoding and metadata options are ignored. An
+/// unchanged size gives a copy.
 pub fn resize_pixels(
     src: &[u8],
     width: u32,
@@ -86,8 +87,24 @@ pub fn resize_pixels(
         });
     }
     let filter = choose_filter(job, (width, height), (tw, th));
-    let (data, engine) =
-        crate::resample::run(src, (width, height), channels, (tw, th), filter, job.engine)?;
+    let mut e = crate::budget::Estimate::new(src.len());
+    let working =
+        crate::resample::working_bytes((width, height), (tw, th), channels, filter, job.engine);
+    e.stage(
+        "resample",
+        crate::budget::pixels(tw, th, channels) + working,
+    );
+    e.check(job.limits.max_job_memory)?;
+    let stop = crate::budget::Stop::new(job.timeout, None);
+    let (data, engine) = crate::resample::run(
+        src,
+        (width, height),
+        channels,
+        (tw, th),
+        filter,
+        job.engine,
+        &stop,
+    )?;
     Ok(RawImage {
         data,
         width: tw,
@@ -212,8 +229,9 @@ mod tests {
                         height: 61,
                         channels: c,
                     };
+                    let stop = crate::budget::Stop::never();
                     let (want, _) =
-                        crate::resample::resize(px, tw, th, Some(f), Engine::Cpu).unwrap();
+                        crate::resample::resize(px, tw, th, Some(f), Engine::Cpu, &stop).unwrap();
                     assert_eq!((out.width, out.height), (tw, th));
                     assert!(out.data == want.data, "{c} channels, {geometry}, {f}");
                 }
@@ -263,12 +281,15 @@ mod tests {
             ),
             (Format::Jpeg, 64, 48, 3, Some(85), 1, Some(Sampling::S420))
         );
-        let png = crate::png_io::encode(&Pixels {
-            data: photo_like(5, 4, 2),
-            width: 5,
-            height: 4,
-            channels: 2,
-        })
+        let png = crate::png_io::encode(
+            &Pixels {
+                data: photo_like(5, 4, 2),
+                width: 5,
+                height: 4,
+                channels: 2,
+            },
+            &crate::budget::Stop::never(),
+        )
         .unwrap();
         let i = image_info(&png).unwrap();
         assert_eq!(

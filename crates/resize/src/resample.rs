@@ -16,6 +16,7 @@
 
 use std::sync::Arc;
 
+use crate::budget::Stop;
 use crate::error::{Error, Result};
 use crate::options::{Engine, Filter};
 use crate::orient::Pixels;
@@ -146,21 +147,8 @@ impl Resampler for CpuResampler {
         to: (u32, u32),
         filter: Filter,
     ) -> Result<Vec<u8>> {
-        let pixel_type = match channels {
-            1 => fir::PixelType::U8,
-            2 => fir::PixelType::U8x2,
-            3 => fir::PixelType::U8x3,
-            _ => fir::PixelType::U8x4,
-        };
-        let err = |e: String| Error::Resample(e);
-        let src_image = fir::images::ImageRef::new(size.0, size.1, src, pixel_type)
-            .map_err(|e| err(e.to_string()))?;
-        let mut dst = fir::images::Image::new(to.0, to.1, pixel_type);
-        let options = fir::ResizeOptions::new().resize_alg(algorithm(filter)?);
-        fir::Resizer::new()
-            .resize(&src_image, &mut dst, &options)
-            .map_err(|e| err(e.to_string()))?;
-        Ok(dst.into_vec())
+        // In tiles when one call's tables would be large (a long, thin output).
+        crate::tiling::resize(src, size, channels, to, filter, &Stop::never())
     }
 }
 
@@ -202,13 +190,14 @@ pub fn resamplers() -> (Vec<Arc<dyn Resampler>>, Vec<String>) {
 
 /// Resizes to `w`×`h` on the job's engine, and names the engine that ran (`None`: the size is
 /// unchanged, the pixels are returned as they are). `Auto` falls back to the CPU when the GPU
-/// fails.
+/// fails. The CPU engine checks `stop` between its tiles.
 pub(crate) fn resize(
     src: Pixels,
     w: u32,
     h: u32,
     filter: Option<Filter>,
     engine: Engine,
+    stop: &Stop<'_>,
 ) -> Result<(Pixels, Option<&'static str>)> {
     let (w, h) = (w.max(1), h.max(1));
     if (src.width, src.height) == (w, h) {
@@ -221,6 +210,7 @@ pub(crate) fn resize(
         (w, h),
         filter.unwrap_or(Filter::Lanczos3),
         engine,
+        stop,
     )?;
     let pixels = Pixels {
         data: data.0,
@@ -239,14 +229,50 @@ pub(crate) fn run(
     to: (u32, u32),
     filter: Filter,
     engine: Engine,
+    stop: &Stop<'_>,
 ) -> Result<(Vec<u8>, &'static str)> {
+    let cpu = |stop: &Stop<'_>| -> Result<Vec<u8>> {
+        check(src, size, channels, to)?;
+        if size == to {
+            return Ok(src.to_vec());
+        }
+        crate::tiling::resize(src, size, channels, to, filter, stop)
+    };
+    if engine == Engine::Cpu {
+        return Ok((cpu(stop)?, CPU_ENGINE));
+    }
     let r = engine.resampler()?;
+    if r.name() == CPU_ENGINE {
+        return Ok((cpu(stop)?, CPU_ENGINE));
+    }
+    stop.check("resample")?;
     match r.resample(src, size, channels, to, filter) {
         Ok(v) => Ok((v, r.name())),
-        Err(Error::Gpu(_)) if engine == Engine::Auto => {
-            let v = CpuResampler.resample(src, size, channels, to, filter)?;
-            Ok((v, CPU_ENGINE))
-        }
+        Err(Error::Gpu(_)) if engine == Engine::Auto => Ok((cpu(stop)?, CPU_ENGINE)),
         Err(e) => Err(e),
+    }
+}
+
+/// The bytes a resample of `size` to `to` holds besides its source and destination images:
+/// the CPU engine's tables and intermediate image per tile; an engine that does not tile
+/// (the GPU's) its whole tables and a copy of the source and destination.
+pub(crate) fn working_bytes(
+    size: (u32, u32),
+    to: (u32, u32),
+    channels: u8,
+    filter: Filter,
+    engine: Engine,
+) -> u64 {
+    if size == to {
+        return 0;
+    }
+    let (_, cpu) = crate::tiling::plan(size, to, channels, filter);
+    match engine {
+        Engine::Cpu => cpu,
+        Engine::Gpu | Engine::Auto => {
+            let images = crate::budget::pixels(size.0, size.1, channels)
+                + crate::budget::pixels(to.0, to.1, channels);
+            cpu.max(crate::tiling::untiled_bytes(size, to, channels, filter) + images)
+        }
     }
 }

@@ -35,6 +35,7 @@ const VALUE_OPTIONS: &[&str] = &[
     "--server",
     "--in-flight",
     "--engine",
+    "--max-job-memory",
 ];
 
 /// The command line with `remora resize`'s ImageMagick-style single-dash options (`-resize
@@ -112,6 +113,7 @@ impl JobOpts {
             Some(v) if matches!(v.as_str(), "plane" | "line" | "jpeg" | "partition") => true,
             Some(v) => bail!("-interlace {v:?}: none, plane, line or jpeg expected"),
         };
+        job.limits.max_job_memory = self.max_job_memory;
         job.engine = self
             .engine
             .as_deref()
@@ -170,6 +172,63 @@ fn parse_quality(q: &str) -> anyhow::Result<u8> {
     }
 }
 
+/// A byte count: `4096`, `64K`, `512M`, `2G` (binary multiples; `KiB`, `MiB`, `GiB` and `B`
+/// spellings too).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let digits = lower.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &lower[digits.len()..];
+    let mult: u64 = match unit {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => {
+            return Err(format!(
+                "{s:?}: a size such as 4096, 64K, 512M or 2G expected"
+            ))
+        }
+    };
+    digits
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("{s:?}: a size such as 4096, 64K, 512M or 2G expected"))
+}
+
+/// A duration: `10s`, `500ms`, `2m`, `1.5s`, or plain seconds (`10`).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let bad = || format!("{s:?}: a duration such as 10s, 500ms or 2m expected");
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (t.as_str(), 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    let secs = v * scale;
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
+/// As [`parse_duration`], more than zero.
+pub fn parse_positive_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("{s:?}: more than zero expected"));
+    }
+    Ok(d)
+}
+
 /// A format by name or file extension: jpg, jpeg, png (any case).
 pub fn format_named(name: &str) -> Option<Format> {
     match name.to_ascii_lowercase().as_str() {
@@ -188,7 +247,26 @@ pub fn format_of(path: &std::path::Path) -> Option<Format> {
 
 #[cfg(test)]
 mod tests {
-    use super::im_args;
+    use super::{im_args, parse_bytes, parse_duration};
+    use std::time::Duration;
+
+    #[test]
+    fn sizes_and_durations_read_as_written() {
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("2g"), Ok(2 << 30));
+        for bad in ["", "M", "-1M", "1.5G", "12X", "99999999999999G"] {
+            assert!(parse_bytes(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        for bad in ["", "s", "-1s", "1h", "nan"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
     use std::ffi::OsString;
 
     fn rewrite(line: &str) -> String {

@@ -152,8 +152,14 @@ pub fn resize_file(item: &Item, job: &Job) -> anyhow::Result<(u64, Option<&'stat
         std::fs::read(&item.input).with_context(|| format!("reading {}", item.input.display()))?;
     let mut job = job.clone();
     job.format = item.format;
-    let out =
-        remora_resize::resize(&data, &job).with_context(|| item.input.display().to_string())?;
+    let out = remora_resize::resize(&data, &job)
+        .map_err(|e| match e {
+            remora_resize::Error::OverBudget { .. } => {
+                anyhow::anyhow!("{e}; --max-job-memory raises the limit")
+            }
+            e => anyhow::Error::new(e),
+        })
+        .with_context(|| item.input.display().to_string())?;
     std::fs::write(&item.output, &out.data)
         .with_context(|| format!("writing {}", item.output.display()))?;
     Ok((

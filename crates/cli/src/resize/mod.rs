@@ -72,7 +72,7 @@ enum ServeCmd {
 
 /// What to do to each image: ImageMagick's options. Values are checked when the job is built
 /// (a bad value is an error with exit code 1, as ImageMagick's).
-#[derive(Args, Clone, Default)]
+#[derive(Args, Clone)]
 pub struct JobOpts {
     /// ImageMagick geometry: W, xH, WxH, WxH^, WxH!, WxH>, WxH<, S%, SX%xSY%, A@, W:H.
     #[arg(
@@ -113,6 +113,12 @@ pub struct JobOpts {
     /// GPU when one opens, else cpu) [default: cpu]. Decode and encode stay on the CPU.
     #[arg(long = "engine", value_name = "ENGINE")]
     engine: Option<String>,
+    /// Most memory one image's job may hold (pixels, codec and resampling buffers), estimated
+    /// from its headers and the geometry before anything is allocated: an image over it fails
+    /// with the estimate. Bytes, or with K, M, G (binary).
+    #[arg(long = "max-job-memory", value_name = "SIZE", default_value = "512M",
+          value_parser = args::parse_bytes)]
+    max_job_memory: u64,
 }
 
 /// Runs `remora resize`.

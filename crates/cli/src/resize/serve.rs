@@ -4,11 +4,15 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, Context};
 use clap::Args;
+use remora_resize::service::imgproxy::decode_hex;
 use remora_resize::service::{ServeOptions, Server};
 use remora_resize::Limits;
+
+use super::args::{parse_bytes, parse_duration, parse_positive_duration};
 
 /// Arguments of `remora resize serve`.
 #[derive(Args)]
@@ -32,12 +36,32 @@ pub struct ServeArgs {
     #[arg(long, value_name = "B", default_value_t = Limits::default().max_input_bytes)]
     max_bytes: u64,
     /// Largest input in pixels (from the header, before decoding; imgproxy's default 50 Mpx).
+    /// Also the largest output.
     #[arg(long, value_name = "P", default_value_t = Limits::default().max_pixels)]
     max_pixels: u64,
-    /// imgproxy signing key (hex); URLs must then carry an HMAC-SHA256 signature.
+    /// Most memory one job may hold (input, pixels, codec and resampling buffers), estimated
+    /// from the headers and the geometry before anything is allocated; a job over it gets 422.
+    /// Bytes, or with K, M, G (binary: 512M = 512 MiB).
+    #[arg(long, value_name = "SIZE", default_value = "512M", value_parser = parse_bytes)]
+    max_job_memory: u64,
+    /// Longest a job may run on its worker (e.g. 10s, 500ms; 0: no limit); one past it gets 503.
+    #[arg(long, value_name = "TIME", default_value = "10s", value_parser = parse_duration)]
+    job_timeout: Duration,
+    /// Longest a POST body may take to arrive once a worker slot is held; then 408.
+    #[arg(long, value_name = "TIME", default_value = "10s", value_parser = parse_positive_duration)]
+    body_timeout: Duration,
+    /// Connections open at once (on each listener); the next one gets 503 and is closed.
+    #[arg(long, value_name = "N", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+    /// Longest a request's head may take to arrive; then the connection is closed.
+    #[arg(long, value_name = "TIME", default_value = "10s", value_parser = parse_positive_duration)]
+    header_timeout: Duration,
+    /// imgproxy signing key (hex digits, an even number of them); URLs must then carry an
+    /// HMAC-SHA256 signature.
     #[arg(long, value_name = "HEX", requires = "salt")]
     key: Option<String>,
-    /// imgproxy signing salt (hex).
+    /// imgproxy signing salt (hex digits, an even number of them).
     #[arg(long, value_name = "HEX", requires = "key")]
     salt: Option<String>,
     /// JPEG quality when a request names none (imgproxy's default 80).
@@ -55,17 +79,9 @@ pub struct ServeArgs {
     engine: String,
 }
 
+/// A key or salt in strict hex (see `decode_hex`), or an error naming the option.
 fn hex(name: &str, s: &str) -> anyhow::Result<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        bail!("--{name}: an even number of hex digits expected");
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| {
-            u8::from_str_radix(&s[i..i + 2], 16)
-                .map_err(|_| anyhow!("--{name}: hex digits expected"))
-        })
-        .collect()
+    decode_hex(s).map_err(|e| anyhow!("--{name}: {e}"))
 }
 
 /// Runs the service until it is stopped.
@@ -84,8 +100,14 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         limits: Limits {
             max_input_bytes: a.max_bytes,
             max_pixels: a.max_pixels,
+            max_output_pixels: a.max_pixels,
+            max_job_memory: a.max_job_memory,
             ..Limits::default()
         },
+        job_timeout: (!a.job_timeout.is_zero()).then_some(a.job_timeout),
+        body_timeout: a.body_timeout,
+        max_connections: a.max_connections as usize,
+        header_timeout: a.header_timeout,
         key: a.key.as_deref().map(|k| hex("key", k)).transpose()?,
         salt: a.salt.as_deref().map(|s| hex("salt", s)).transpose()?,
         default_quality: a.quality,

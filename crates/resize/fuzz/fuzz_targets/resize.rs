@@ -34,6 +34,8 @@ fuzz_target!(|data: &[u8]| {
         max_input_bytes: 1 << 20,
         max_pixels: 4 << 20,
         max_output_pixels: 1 << 20,
+        max_job_memory: 64 << 20,
+        max_scans: 100,
     };
     let _ = resize(image, &job);
 });

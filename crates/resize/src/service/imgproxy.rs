@@ -140,6 +140,44 @@ pub fn verify(path: &str, key: Option<&[u8]>, salt: Option<&[u8]>) -> Result<(),
         .map_err(|_| UrlError::BadSignature("invalid signature".into()))
 }
 
+/// Decodes a signing key or salt written in hex, as imgproxy's `IMGPROXY_KEY`: an even number
+/// of the digits `0-9`, `a-f`, `A-F` and nothing else (no sign, no space, no `0x`), not empty.
+/// The error says what is wrong, for any input (non-ASCII included).
+///
+/// ```
+/// use remora_resize::service::imgproxy::decode_hex;
+/// assert_eq!(decode_hex("736563726574").unwrap(), b"secret");
+/// assert!(decode_hex("").is_err());
+/// assert!(decode_hex("+1+1").is_err());
+/// assert!(decode_hex("aéb").is_err());
+/// assert!(decode_hex("abc").is_err());
+/// ```
+pub fn decode_hex(s: &str) -> Result<Vec<u8>, String> {
+    if s.is_empty() {
+        return Err("empty: an even number of hex digits expected".into());
+    }
+    if let Some((i, c)) = s.char_indices().find(|(_, c)| !c.is_ascii_hexdigit()) {
+        return Err(format!(
+            "{c:?} at byte {i} is not a hex digit (0-9, a-f, A-F expected)"
+        ));
+    }
+    if !s.len().is_multiple_of(2) {
+        return Err(format!(
+            "{} hex digits: an even number expected (two per byte)",
+            s.len()
+        ));
+    }
+    let digit = |b: u8| match b {
+        b'0'..=b'9' => b - b'0',
+        b'a'..=b'f' => b - b'a' + 10,
+        _ => b - b'A' + 10,
+    };
+    Ok(s.as_bytes()
+        .chunks_exact(2)
+        .map(|p| digit(p[0]) << 4 | digit(p[1]))
+        .collect())
+}
+
 /// The signature of `path` (everything after the signature segment, starting with `/`).
 pub fn sign(path: &str, key: &[u8], salt: &[u8]) -> String {
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key");
@@ -512,6 +550,20 @@ mod tests {
             Err(UrlError::Invalid(_))
         ));
         assert!(matches!(parse("/_/w:100"), Err(UrlError::Invalid(_))));
+    }
+
+    #[test]
+    fn keys_are_strict_hex() {
+        assert_eq!(
+            decode_hex("00fFaA10").unwrap(),
+            vec![0x00, 0xFF, 0xAA, 0x10]
+        );
+        for bad in [
+            "", "+1+1", "-1", " 1", "1 ", "0x12", "aéb", "é1", "abc", "zz",
+        ] {
+            let e = decode_hex(bad).unwrap_err();
+            assert!(!e.is_empty(), "{bad:?}");
+        }
     }
 
     #[test]

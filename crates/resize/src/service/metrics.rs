@@ -30,10 +30,15 @@ pub(crate) struct Metrics {
     pub output_bytes: AtomicU64,
     pool: Arc<PoolCounts>,
     workers: usize,
+    http: Arc<remora_http::Stats>,
 }
 
 impl Metrics {
-    pub(crate) fn new(pool: Arc<PoolCounts>, workers: usize) -> Metrics {
+    pub(crate) fn new(
+        pool: Arc<PoolCounts>,
+        workers: usize,
+        http: Arc<remora_http::Stats>,
+    ) -> Metrics {
         Metrics {
             labelled: Mutex::default(),
             in_progress: AtomicU64::new(0),
@@ -41,6 +46,7 @@ impl Metrics {
             output_bytes: AtomicU64::new(0),
             pool,
             workers,
+            http,
         }
     }
 
@@ -114,7 +120,7 @@ impl Metrics {
             "remora_resize_request_duration_seconds_count {cumulative}"
         );
         drop(l);
-        let gauges: [(&str, &str, &str, u64); 6] = [
+        let gauges: [(&str, &str, &str, u64); 10] = [
             (
                 "remora_resize_requests_in_progress",
                 "gauge",
@@ -150,6 +156,30 @@ impl Metrics {
                 "counter",
                 "Bytes of resized images sent.",
                 self.output_bytes.load(Ordering::Relaxed),
+            ),
+            (
+                "remora_resize_connections_open",
+                "gauge",
+                "Connections open on the API listener.",
+                self.http.open(),
+            ),
+            (
+                "remora_resize_connections_accepted_total",
+                "counter",
+                "Connections let through to the API.",
+                self.http.accepted(),
+            ),
+            (
+                "remora_resize_connections_refused_total",
+                "counter",
+                "Connections answered 503 and closed because --max-connections were open.",
+                self.http.refused(),
+            ),
+            (
+                "remora_resize_connections_timed_out_total",
+                "counter",
+                "Connections closed because a request head did not arrive within --header-timeout.",
+                self.http.timed_out(),
             ),
         ];
         for (name, kind, help, v) in gauges {

@@ -18,9 +18,28 @@
 //!   separate [`ServeOptions::metrics`] bind when one is given).
 //!
 //! Errors are `text/plain` reasons: 400 a bad request, 403 a refused source or signature, 404 no
-//! such source, 413 over a byte or input-pixel limit, 415 not a JPEG or PNG, 422 a malformed,
-//! truncated or unsupported image or an output over the pixel limit, 502 a source that failed,
-//! 503 (with `Retry-After: 1`) when every worker is busy and the queue is full.
+//! such source, 408 a POST body that did not arrive within [`ServeOptions::body_timeout`], 413
+//! over a byte or input-pixel limit, 415 not a JPEG or PNG, 422 a malformed, truncated or
+//! unsupported image (a JPEG with more than [`Limits::max_scans`](crate::Limits::max_scans)
+//! scans included), an output over the pixel limit or a job over the memory limit, 502 a source
+//! that failed, 503 (with `Retry-After: 1`) when every worker is busy and the queue is full, 503
+//! also for a job past [`ServeOptions::job_timeout`] and while shutting down.
+//!
+//! Bounds on what a client can make the service hold (see `docs/resize.md`):
+//! - connections: at most [`ServeOptions::max_connections`] open on each listener (the next one
+//!   is answered 503 and closed), and a request head must arrive within
+//!   [`ServeOptions::header_timeout`] (`remora-http`);
+//! - inputs: a request takes one of `workers + queue` slots before it reads a body (503 at
+//!   once when none is free), and reads it against the byte limit within
+//!   [`ServeOptions::body_timeout`]; so at most `(workers + queue) × max_input_bytes` of
+//!   inputs are held;
+//! - jobs: each is refused before it allocates when its estimated memory is over
+//!   [`Limits::max_job_memory`](crate::Limits::max_job_memory), and stopped at
+//!   [`ServeOptions::job_timeout`];
+//! - shutdown: listeners close at once, running requests get 1 s, then every job is cancelled
+//!   (a running one stops at its next check) and the workers still busy 2 s after the call
+//!   (in the JPEG codec, or in one untiled resample call) are left behind: the process ends
+//!   anyway.
 //!
 //! Jobs run on a fixed number of worker threads fed by a bounded queue; the async handlers
 //! await them, so many requests can be in flight while at most `workers` images are decoded at
@@ -34,14 +53,16 @@ mod routes;
 mod source;
 
 use axum::http::StatusCode;
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// How long in-flight requests may take to finish after a shutdown is asked for.
+/// How long running requests may take to finish after a shutdown is asked for; then their jobs
+/// are cancelled.
+const REQUEST_GRACE: Duration = Duration::from_secs(1);
+/// How long a shutdown takes at most: workers still busy then are left to end with the process.
 const GRACE: Duration = Duration::from_secs(2);
 
 /// What a server serves and how.
@@ -58,11 +79,23 @@ pub struct ServeOptions {
     /// Jobs waiting beyond the busy workers before requests are refused with 503
     /// (default 4 × workers).
     pub queue: usize,
-    /// Input bytes, input pixels, output pixels.
+    /// Input bytes, input and output pixels, memory a job, JPEG scans.
     pub limits: crate::Limits,
-    /// imgproxy signing key (hex-decoded); `None`: any signature segment is accepted.
+    /// Longest a job may run on its worker (default 10 s, as imgproxy's `IMGPROXY_TIMEOUT`);
+    /// `None`: no limit.
+    pub job_timeout: Option<Duration>,
+    /// Longest a POST body may take to arrive once the request holds a slot (default 10 s, as
+    /// imgproxy's `IMGPROXY_READ_REQUEST_TIMEOUT`).
+    pub body_timeout: Duration,
+    /// Connections open at once on each listener (default 1024, as imgproxy's
+    /// `IMGPROXY_MAX_CLIENTS` idea); the next one gets 503 and is closed.
+    pub max_connections: usize,
+    /// Longest a request head may take to arrive (default 10 s); then the connection closes.
+    pub header_timeout: Duration,
+    /// imgproxy signing key (hex-decoded, see [`imgproxy::decode_hex`]); `None`: any signature
+    /// segment is accepted. An empty key is refused.
     pub key: Option<Vec<u8>>,
-    /// imgproxy signing salt (hex-decoded).
+    /// imgproxy signing salt (hex-decoded). An empty salt is refused.
     pub salt: Option<Vec<u8>>,
     /// JPEG quality of imgproxy URLs that give none (80, as imgproxy).
     pub default_quality: u8,
@@ -83,6 +116,10 @@ impl Default for ServeOptions {
             workers,
             queue: 4 * workers,
             limits: crate::Limits::default(),
+            job_timeout: Some(Duration::from_secs(10)),
+            body_timeout: Duration::from_secs(10),
+            max_connections: remora_http::Limits::default().max_connections,
+            header_timeout: remora_http::Limits::default().header_timeout,
             key: None,
             salt: None,
             default_quality: 80,
@@ -101,6 +138,10 @@ impl std::fmt::Debug for ServeOptions {
             .field("workers", &self.workers)
             .field("queue", &self.queue)
             .field("limits", &self.limits)
+            .field("job_timeout", &self.job_timeout)
+            .field("body_timeout", &self.body_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("header_timeout", &self.header_timeout)
             .field("key", &self.key.as_ref().map(|_| "<set>"))
             .field("salt", &self.salt.as_ref().map(|_| "<set>"))
             .field("default_quality", &self.default_quality)
@@ -144,6 +185,9 @@ impl Failure {
     pub(crate) fn internal(m: impl Into<String>) -> Failure {
         Failure::new(500, "internal", m)
     }
+    pub(crate) fn shutting_down() -> Failure {
+        Failure::new(503, "shutting_down", "the resize service is shutting down")
+    }
     pub(crate) fn overloaded() -> Failure {
         Failure::new(
             503,
@@ -174,6 +218,15 @@ impl Server {
         if !(1..=100).contains(&opts.default_quality) {
             return Err(invalid("default quality must be 1 to 100"));
         }
+        if opts.key.as_ref().is_some_and(|k| k.is_empty()) {
+            return Err(invalid("the signing key is empty"));
+        }
+        if opts.salt.as_ref().is_some_and(|k| k.is_empty()) {
+            return Err(invalid("the signing salt is empty"));
+        }
+        if opts.max_connections == 0 {
+            return Err(invalid("max connections must be at least 1"));
+        }
         // A GPU service without a device would fail every request: refuse to start instead.
         opts.engine
             .resampler()
@@ -182,18 +235,26 @@ impl Server {
             opts.root.as_deref(),
             opts.allow.clone(),
             opts.limits.max_input_bytes,
+            opts.job_timeout,
         )?;
         let pool = Arc::new(pool::Pool::new(opts.workers, opts.queue)?);
-        let metrics = Arc::new(metrics::Metrics::new(pool.counts.clone(), pool.workers));
+        let http_stats = Arc::new(remora_http::Stats::default());
+        let metrics = Arc::new(metrics::Metrics::new(
+            pool.counts.clone(),
+            pool.workers,
+            http_stats.clone(),
+        ));
         let app = routes::App {
             pool: pool.clone(),
-            metrics,
+            metrics: metrics.clone(),
             sources: Arc::new(sources),
             limits: opts.limits,
             key: opts.key.clone().map(Arc::from),
             salt: opts.salt.clone().map(Arc::from),
             default_quality: opts.default_quality,
             engine: opts.engine,
+            job_timeout: opts.job_timeout,
+            body_timeout: opts.body_timeout,
         };
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -212,42 +273,55 @@ impl Server {
         };
         let main_router = routes::router(app.clone(), metrics_listener.is_none());
         let metrics_router = routes::metrics_router(app);
+        let limits = remora_http::Limits {
+            max_connections: opts.max_connections,
+            header_timeout: opts.header_timeout,
+        };
         let (tx, rx) = tokio::sync::watch::channel(false);
         tracing::info!(
             %addr, ?metrics_addr, workers = opts.workers, queue = opts.queue,
             root = ?opts.root, allow = ?opts.allow, signed = opts.key.is_some(),
+            limits = ?opts.limits, job_timeout = ?opts.job_timeout,
+            max_connections = opts.max_connections, header_timeout = ?opts.header_timeout,
             "remora resize: serving"
         );
+        let (http_pool, http_metrics) = (pool.clone(), metrics);
         let thread = std::thread::Builder::new()
             .name("resize-http-main".into())
             .spawn(move || {
                 rt.block_on(async move {
-                    let main = axum::serve(listener, main_router)
-                        .with_graceful_shutdown(stopped(rx.clone()))
-                        .into_future();
+                    let main = remora_http::serve(listener, main_router, limits, http_stats);
                     let side = async {
-                        if let Some(l) = metrics_listener {
-                            axum::serve(l, metrics_router)
-                                .with_graceful_shutdown(stopped(rx.clone()))
-                                .await
-                        } else {
-                            Ok(())
-                        }
-                    };
-                    let deadline = async {
-                        stopped(rx.clone()).await;
-                        tokio::time::sleep(GRACE).await;
-                    };
-                    tokio::select! {
-                        (a, b) = async { tokio::join!(main, side) } => {
-                            for e in [a.err(), b.err()].into_iter().flatten() {
-                                tracing::warn!("resize http server: {e}");
+                        match metrics_listener {
+                            Some(l) => {
+                                let stats = Arc::new(remora_http::Stats::default());
+                                remora_http::serve(l, metrics_router, limits, stats).await
                             }
+                            None => std::future::pending().await,
                         }
-                        _ = deadline => tracing::warn!("requests still running after {GRACE:?}: cut"),
+                    };
+                    // The accept loops end when a listener fails for good, or here on stop.
+                    tokio::select! {
+                        r = main => if let Err(e) = r { tracing::warn!("resize http server: {e}") },
+                        r = side => if let Err(e) = r { tracing::warn!("resize metrics server: {e}") },
+                        _ = stopped(rx) => {}
+                    }
+                    // No new connections. Running requests get REQUEST_GRACE, then their jobs
+                    // are cancelled and they answer 503 at once.
+                    let t0 = Instant::now();
+                    let busy = || http_metrics.in_progress.load(Ordering::Relaxed) > 0;
+                    while busy() && t0.elapsed() < REQUEST_GRACE {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    http_pool.cancel();
+                    while busy() && t0.elapsed() < REQUEST_GRACE + Duration::from_millis(200) {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    if busy() {
+                        tracing::warn!("requests still running after {REQUEST_GRACE:?}: cut");
                     }
                 });
-                rt.shutdown_timeout(Duration::from_millis(200));
+                rt.shutdown_timeout(Duration::from_millis(100));
             })?;
         Ok(Server {
             addr,
@@ -268,7 +342,8 @@ impl Server {
         self.metrics_addr
     }
 
-    /// Stops listening, lets running requests finish (2 s at most) and joins the workers.
+    /// Stops listening, lets running requests finish (1 s at most), cancels what is left and
+    /// joins the workers that end within 2 s of the call (the others end with the process).
     pub fn shutdown(mut self) {
         self.stop();
     }
@@ -322,6 +397,7 @@ impl Server {
     }
 
     fn stop(&mut self) {
+        let until = Instant::now() + GRACE;
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(true);
         }
@@ -330,7 +406,8 @@ impl Server {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        self.pool.stop();
+        self.pool.cancel();
+        self.pool.stop(until);
     }
 }
 

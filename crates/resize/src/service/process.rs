@@ -2,15 +2,16 @@
 //! imgproxy request's source with its [`Plan`].
 //!
 //! imgproxy's `fill` is a resize to cover the box (the engine, with an exact `WxH!` geometry
-//! worked out by [`plan`]) followed by a crop around the gravity. The engine has no crop, so a
-//! fill asks it for a lossless PNG at the cover size, decodes that, crops, and encodes the
-//! requested format here (JPEG: libjpeg-turbo at the quality, 4:4:4 at ≥ 90 else 4:2:0, as the
-//! engine does; metadata is not copied on this path — imgproxy strips it by default anyway).
+//! worked out by [`plan`]) followed by a crop around the gravity, done by the engine between
+//! the orientation and the encode (one pipeline, one memory estimate, one deadline).
 
-use super::imgproxy::{crop_origin, plan, Gravity, Plan, Request};
+use super::imgproxy::{plan, Gravity, Plan, Request};
 use super::Failure;
-use crate::orient::Pixels;
+use crate::budget::Stop;
+use crate::engine::Crop;
 use crate::{png_io, Error, Format, Job, Limits};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 /// A finished image.
 #[derive(Debug)]
@@ -42,18 +43,25 @@ pub(crate) fn engine_failure(e: Error) -> Failure {
             Failure::new(422, "bad_image", msg)
         }
         Error::TooLarge {
-            what: "output pixels",
+            what: "output pixels" | "JPEG output side",
             ..
         } => Failure::new(422, "too_large", msg),
+        Error::TooLarge {
+            what: "JPEG scans", ..
+        } => Failure::new(422, "bad_image", msg),
         Error::TooLarge { .. } => Failure::new(413, "too_large", msg),
+        Error::OverBudget { .. } => Failure::new(422, "too_large", msg),
+        Error::TimedOut { .. } => Failure::new(503, "timeout", msg),
+        Error::Cancelled => Failure::new(503, "shutting_down", msg),
         Error::BadOption(_) | Error::Geometry(_) => Failure::bad_request(msg),
         Error::Encode(_) | Error::Resample(_) | Error::Gpu(_) => Failure::internal(msg),
     }
 }
 
-/// `POST /resize`: the engine as it is.
-pub(crate) fn post(input: &[u8], job: &Job) -> Result<Done, Failure> {
-    crate::resize(input, job)
+/// `POST /resize`: the engine as it is, stopped at the job's timeout or when `cancel` is set.
+pub(crate) fn post(input: &[u8], job: &Job, cancel: &AtomicBool) -> Result<Done, Failure> {
+    let stop = Stop::new(job.timeout, Some(cancel));
+    crate::engine::run(input, job, None, &stop)
         .map(Done::from)
         .map_err(engine_failure)
 }
@@ -82,124 +90,76 @@ fn displayed_size(input: &[u8], auto_rotate: bool) -> Result<(Format, u32, u32),
     }
 }
 
+/// How a fill's crop is anchored: halves of the slack on each axis, as
+/// [`crop_origin`](super::imgproxy::crop_origin) places it.
+fn anchor(g: Gravity) -> (u8, u8) {
+    let x = match g {
+        Gravity::West | Gravity::NorthWest | Gravity::SouthWest => 0,
+        Gravity::East | Gravity::NorthEast | Gravity::SouthEast => 2,
+        _ => 1,
+    };
+    let y = match g {
+        Gravity::North | Gravity::NorthWest | Gravity::NorthEast => 0,
+        Gravity::South | Gravity::SouthWest | Gravity::SouthEast => 2,
+        _ => 1,
+    };
+    (x, y)
+}
+
+/// An imgproxy request's settings from the server.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    pub limits: Limits,
+    pub default_quality: u8,
+    pub engine: crate::Engine,
+    pub timeout: Option<Duration>,
+}
+
 /// An imgproxy request on a loaded source.
 pub(crate) fn imgproxy(
     input: &[u8],
     req: &Request,
-    limits: Limits,
-    default_quality: u8,
-    engine: crate::Engine,
+    s: Settings,
+    cancel: &AtomicBool,
 ) -> Result<Done, Failure> {
     let (in_format, w, h) = displayed_size(input, req.auto_rotate).map_err(engine_failure)?;
     let Plan { resize, crop } = plan(req, w, h);
     let mut job = Job::parse(&format!("{}x{}!", resize.0, resize.1)).map_err(engine_failure)?;
-    job.limits = limits;
-    job.engine = engine;
+    job.limits = s.limits;
+    job.engine = s.engine;
+    job.timeout = s.timeout;
     job.strip = req.strip;
     job.auto_orient = req.auto_rotate;
-    let quality = req.quality.unwrap_or(default_quality);
-    job.quality = Some(quality);
-    let format = req.format.unwrap_or(in_format);
-    job.format = Some(format);
-    let Some((cw, ch, gravity)) = crop else {
-        return post(input, &job);
-    };
-    job.format = Some(Format::Png);
-    job.strip = true;
-    let covered = crate::resize(input, &job).map_err(engine_failure)?;
-    let pixels = png_io::decode(&covered.data).map_err(engine_failure)?;
-    let pixels = crop_pixels(&pixels, cw, ch, gravity);
-    let data = match format {
-        Format::Png => png_io::encode(&pixels),
-        Format::Jpeg => encode_jpeg(&pixels, quality),
-    }
-    .map_err(engine_failure)?;
-    Ok(Done {
-        data,
-        format,
-        width: pixels.width,
-        height: pixels.height,
-    })
-}
-
-/// The `cw`×`ch` part of `p` anchored at `g` (clamped to the image).
-fn crop_pixels(p: &Pixels, cw: u32, ch: u32, g: Gravity) -> Pixels {
-    let (cw, ch) = (cw.min(p.width), ch.min(p.height));
-    let (x, y) = crop_origin(p.width, p.height, cw, ch, g);
-    let c = usize::from(p.channels);
-    let stride = p.width as usize * c;
-    let row = cw as usize * c;
-    let mut data = Vec::with_capacity(row * ch as usize);
-    for r in y as usize..(y + ch) as usize {
-        let start = r * stride + x as usize * c;
-        data.extend_from_slice(&p.data[start..start + row]);
-    }
-    Pixels {
-        data,
+    job.quality = Some(req.quality.unwrap_or(s.default_quality));
+    job.format = Some(req.format.unwrap_or(in_format));
+    let crop = crop.map(|(cw, ch, g)| Crop {
         width: cw,
         height: ch,
-        channels: p.channels,
-    }
-}
-
-fn encode_jpeg(p: &Pixels, quality: u8) -> crate::Result<Vec<u8>> {
-    let err = |e: turbojpeg::Error| Error::Encode(e.to_string());
-    let c = usize::from(p.channels);
-    // Alpha is dropped for JPEG.
-    let (data, gray) = match c {
-        1 => (std::borrow::Cow::Borrowed(p.data.as_slice()), true),
-        3 => (std::borrow::Cow::Borrowed(p.data.as_slice()), false),
-        _ => (
-            std::borrow::Cow::Owned(
-                p.data
-                    .chunks_exact(c)
-                    .flat_map(|px| px[..c - 1].iter().copied())
-                    .collect(),
-            ),
-            c == 2,
-        ),
-    };
-    let (format, channels, subsamp) = if gray {
-        (turbojpeg::PixelFormat::GRAY, 1, turbojpeg::Subsamp::Gray)
-    } else if quality >= 90 {
-        (turbojpeg::PixelFormat::RGB, 3, turbojpeg::Subsamp::None)
-    } else {
-        (turbojpeg::PixelFormat::RGB, 3, turbojpeg::Subsamp::Sub2x2)
-    };
-    let mut enc = turbojpeg::Compressor::new().map_err(err)?;
-    enc.set_quality(i32::from(quality.clamp(1, 100)))
-        .map_err(err)?;
-    enc.set_subsamp(subsamp).map_err(err)?;
-    enc.set_optimize(true).map_err(err)?;
-    let w = p.width as usize;
-    let image = turbojpeg::Image {
-        pixels: &data[..],
-        width: w,
-        pitch: w * channels,
-        height: p.height as usize,
-        format,
-    };
-    enc.compress_to_vec(image).map_err(err)
+        anchor: anchor(g),
+    });
+    let stop = Stop::new(job.timeout, Some(cancel));
+    crate::engine::run(input, &job, crop, &stop)
+        .map(Done::from)
+        .map_err(engine_failure)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::service::imgproxy::crop_origin;
 
     #[test]
-    fn crop_takes_the_anchored_window() {
-        // 4×2 gray, values = x + 10·y.
-        let p = Pixels {
-            data: vec![0, 1, 2, 3, 10, 11, 12, 13],
-            width: 4,
-            height: 2,
-            channels: 1,
-        };
-        assert_eq!(
-            crop_pixels(&p, 2, 2, Gravity::Centre).data,
-            vec![1, 2, 11, 12]
-        );
-        assert_eq!(crop_pixels(&p, 2, 1, Gravity::SouthEast).data, vec![12, 13]);
-        assert_eq!(crop_pixels(&p, 1, 1, Gravity::NorthWest).data, vec![0]);
+    fn anchors_place_the_crop_where_crop_origin_does() {
+        use Gravity::*;
+        for g in [
+            Centre, North, South, East, West, NorthWest, NorthEast, SouthWest, SouthEast,
+        ] {
+            let (ax, ay) = anchor(g);
+            for (w, h, cw, ch) in [(600, 300, 300, 300), (7, 9, 2, 4), (5, 5, 5, 5)] {
+                let want = crop_origin(w, h, cw, ch, g);
+                let got = ((w - cw) * u32::from(ax) / 2, (h - ch) * u32::from(ay) / 2);
+                assert_eq!(got, want, "{g:?} {w}x{h} → {cw}x{ch}");
+            }
+        }
     }
 }

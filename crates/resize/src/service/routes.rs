@@ -1,25 +1,31 @@
 //! The HTTP face: routes, request parsing, the hand-off to the worker pool, and the metrics
 //! taken around every image request.
+//!
+//! An image request takes a pool slot before it reads anything it would hold: a POST body is
+//! read only once a slot is held (503 at once when none is free, 413 at once when its
+//! `Content-Length` is over the byte limit), then incrementally against the byte limit and
+//! within the body timeout.
 
 use super::imgproxy::{self, UrlError};
 use super::metrics::Metrics;
-use super::pool::Pool;
-use super::process::{self, Done};
+use super::pool::{Pool, Slot};
+use super::process::{self, Done, Settings};
 use super::source::Sources;
 use super::Failure;
 use crate::{Filter, Format, Job, Limits, Sampling};
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Query, State};
-use axum::http::{header, HeaderValue, StatusCode, Uri};
+use axum::body::{Body, HttpBody};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::Ordering;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(Clone)]
 pub(crate) struct App {
@@ -31,6 +37,10 @@ pub(crate) struct App {
     pub salt: Option<Arc<[u8]>>,
     pub default_quality: u8,
     pub engine: crate::Engine,
+    /// A job's time limit on its worker.
+    pub job_timeout: Option<Duration>,
+    /// Time allowed for reading a POST body once a slot is held.
+    pub body_timeout: Duration,
 }
 
 /// The failure's kind, carried to the metrics in the response's extensions.
@@ -45,7 +55,7 @@ impl IntoResponse for Failure {
             format!("{}\n", self.message),
         )
             .into_response();
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        if self.kind == "overloaded" {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
@@ -56,7 +66,6 @@ impl IntoResponse for Failure {
 
 /// The API router; `/metrics` on it unless served apart.
 pub(crate) fn router(app: App, with_metrics: bool) -> Router {
-    let body_limit = usize::try_from(app.limits.max_input_bytes).unwrap_or(usize::MAX);
     let mut r = Router::new()
         .route("/health", get(health))
         .route("/resize", post(post_resize))
@@ -64,7 +73,7 @@ pub(crate) fn router(app: App, with_metrics: bool) -> Router {
     if with_metrics {
         r = r.route("/metrics", get(metrics));
     }
-    r.layer(DefaultBodyLimit::max(body_limit)).with_state(app)
+    r.with_state(app)
 }
 
 /// The router of the separate metrics bind.
@@ -120,23 +129,74 @@ async fn observe(
     r
 }
 
-/// Runs `f` on a resize worker; 503 when the queue is full.
+/// A pool slot, or 503 when every worker is busy and the queue is full.
+fn slot(app: &App) -> Result<Slot, Failure> {
+    app.pool.try_slot().ok_or_else(|| {
+        if app.pool.cancelled() {
+            Failure::shutting_down()
+        } else {
+            Failure::overloaded()
+        }
+    })
+}
+
+/// Runs `f` on a resize worker with the pool's cancel flag, holding `slot` until it ends.
 async fn on_worker<T: Send + 'static>(
     app: &App,
-    f: impl FnOnce() -> Result<T, Failure> + Send + 'static,
+    slot: Slot,
+    f: impl FnOnce(&AtomicBool) -> Result<T, Failure> + Send + 'static,
 ) -> Result<T, Failure> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let queued = app.pool.submit(move || {
+    let cancel = app.pool.cancel_flag();
+    let queued = app.pool.submit(slot, move || {
         // The client may have gone while the job waited.
         if !tx.is_closed() {
-            let _ = tx.send(f());
+            let _ = tx.send(f(&cancel));
         }
     });
     if !queued {
-        return Err(Failure::overloaded());
+        return Err(Failure::shutting_down());
     }
-    rx.await
-        .map_err(|_| Failure::internal("the resize job failed on its worker"))?
+    rx.await.map_err(|_| {
+        if app.pool.cancelled() {
+            Failure::shutting_down()
+        } else {
+            Failure::internal("the resize job failed on its worker")
+        }
+    })?
+}
+
+/// Reads a request body of at most `max` bytes within `timeout`: 413 past `max` (as soon as
+/// it is passed), 408 when the body is not all there in time.
+async fn read_body(
+    body: &mut Body,
+    expected: Option<u64>,
+    max: u64,
+    timeout: Duration,
+) -> Result<Vec<u8>, Failure> {
+    let too_large = || Failure::too_large(format!("request body over the limit of {max} bytes"));
+    let read = async {
+        let mut out = Vec::with_capacity(expected.unwrap_or(0).min(max) as usize);
+        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await
+        {
+            let frame =
+                frame.map_err(|e| Failure::bad_request(format!("reading the body: {e}")))?;
+            if let Ok(data) = frame.into_data() {
+                if out.len() as u64 + data.len() as u64 > max {
+                    return Err(too_large());
+                }
+                out.extend_from_slice(&data);
+            }
+        }
+        Ok(out)
+    };
+    tokio::time::timeout(timeout, read).await.map_err(|_| {
+        Failure::new(
+            408,
+            "body_timeout",
+            format!("the request body did not arrive within {timeout:?}"),
+        )
+    })?
 }
 
 fn image_response(app: &App, d: Done) -> Response {
@@ -177,6 +237,7 @@ fn post_job(
     q: &HashMap<String, String>,
     limits: Limits,
     engine: crate::Engine,
+    timeout: Option<Duration>,
 ) -> Result<Job, Failure> {
     let geometry = q
         .get("geometry")
@@ -184,6 +245,7 @@ fn post_job(
     let mut job = Job::parse(geometry).map_err(process::engine_failure)?;
     job.limits = limits;
     job.engine = engine;
+    job.timeout = timeout;
     job.auto_orient = true;
     for (k, v) in q {
         match k.as_str() {
@@ -225,31 +287,93 @@ fn post_job(
 async fn post_resize(
     State(app): State<App>,
     q: Result<Query<HashMap<String, String>>, QueryRejection>,
-    body: Result<Bytes, BytesRejection>,
+    headers: HeaderMap,
+    body: Body,
 ) -> Response {
     observe(&app, "POST /resize", async {
-        let Query(q) = q.map_err(|e| Failure::bad_request(e.body_text()))?;
-        let body = body.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                Failure::too_large(format!(
-                    "request body over the limit of {} bytes",
-                    app.limits.max_input_bytes
-                ))
-            } else {
-                Failure::bad_request(format!("reading the body: {}", e.body_text()))
+        let max = app.limits.max_input_bytes;
+        let expected = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let ready = (|| {
+            let Query(q) = q.map_err(|e| Failure::bad_request(e.body_text()))?;
+            let job = post_job(&q, app.limits, app.engine, app.job_timeout)?;
+            if let Some(n) = expected.filter(|n| *n > max) {
+                return Err(Failure::too_large(format!(
+                    "request body of {n} bytes over the limit of {max} bytes"
+                )));
             }
-        })?;
+            // A slot before the body: a full service holds nothing of it.
+            Ok((job, slot(&app)?))
+        })();
+        let (job, slot) = match ready {
+            Ok(r) => r,
+            Err(f) => {
+                // A body over the limit is not worth reading; one that would fit is read and
+                // dropped (nothing kept), so that its sender sees this answer, not a reset.
+                let limit = if f.status == StatusCode::PAYLOAD_TOO_LARGE {
+                    REFUSED_DRAIN
+                } else {
+                    expected.unwrap_or(max).min(max)
+                };
+                drain(body, limit, app.body_timeout);
+                return Ok(closing(f));
+            }
+        };
+        let mut body = body;
+        let body = match read_body(&mut body, expected, max, app.body_timeout).await {
+            Ok(b) => b,
+            Err(f) => {
+                if f.status == StatusCode::PAYLOAD_TOO_LARGE {
+                    drain(body, REFUSED_DRAIN, Duration::from_secs(1));
+                }
+                return Ok(closing(f));
+            }
+        };
         if body.is_empty() {
             return Err(Failure::bad_request("empty body: POST the image"));
         }
-        let job = post_job(&q, app.limits, app.engine)?;
         app.metrics
             .input_bytes
             .fetch_add(body.len() as u64, Ordering::Relaxed);
-        let done = on_worker(&app, move || process::post(&body, &job)).await?;
+        let done = on_worker(&app, slot, move |cancel| process::post(&body, &job, cancel)).await?;
         Ok(image_response(&app, done))
     })
     .await
+}
+
+/// What is read of a refused body over the limit before the connection closes (so that a
+/// small request's sender sees the answer).
+const REFUSED_DRAIN: u64 = 64 << 10;
+
+/// The answer for `f`, closing the connection after it.
+fn closing(f: Failure) -> Response {
+    let mut r = f.into_response();
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
+/// Reads and drops up to `limit` bytes of `body` within `within`, on a task of its own: the
+/// answer goes out meanwhile.
+fn drain(mut body: Body, limit: u64, within: Duration) {
+    tokio::spawn(async move {
+        let read = async {
+            let mut n = 0u64;
+            while let Some(Ok(frame)) =
+                std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
+            {
+                if let Ok(data) = frame.into_data() {
+                    n += data.len() as u64;
+                    if n > limit {
+                        break;
+                    }
+                }
+            }
+        };
+        let _ = tokio::time::timeout(within, read).await;
+    });
 }
 
 async fn get_imgproxy(State(app): State<App>, uri: Uri) -> Response {
@@ -257,14 +381,20 @@ async fn get_imgproxy(State(app): State<App>, uri: Uri) -> Response {
     observe(&app, "GET imgproxy", async {
         imgproxy::verify(&path, app.key.as_deref(), app.salt.as_deref()).map_err(url_failure)?;
         let req = imgproxy::parse(&path).map_err(url_failure)?;
+        let slot = slot(&app)?;
         let (sources, metrics) = (app.sources.clone(), app.metrics.clone());
-        let (limits, quality, engine) = (app.limits, app.default_quality, app.engine);
-        let done = on_worker(&app, move || {
+        let settings = Settings {
+            limits: app.limits,
+            default_quality: app.default_quality,
+            engine: app.engine,
+            timeout: app.job_timeout,
+        };
+        let done = on_worker(&app, slot, move |cancel| {
             let input = sources.load(&req.source)?;
             metrics
                 .input_bytes
                 .fetch_add(input.len() as u64, Ordering::Relaxed);
-            process::imgproxy(&input, &req, limits, quality, engine)
+            process::imgproxy(&input, &req, settings, cancel)
         })
         .await?;
         Ok(image_response(&app, done))

@@ -2,7 +2,14 @@
 //! allow-list. Everything else is refused (no open proxy, no file outside the root).
 //!
 //! Local paths are checked before the file system is touched (no `..`, no absolute path, no NUL)
-//! and again after canonicalisation (a symlink that leads out of the root is refused). URLs must
+//! and then opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` relative to a
+//! descriptor of the root opened once at start: the kernel resolves the path and refuses any
+//! step out of the root (a `..` or an absolute symlink, a symlink that leads out), in the same
+//! call that opens the file, so swapping a path component for a symlink between a check and the
+//! open (`renameat2(RENAME_EXCHANGE)`) gains nothing. Symlinks that stay inside the root are
+//! followed. The file must be a regular file (checked on the opened descriptor). A kernel
+//! without `openat2` (before 5.6) gets a walk of `openat(O_NOFOLLOW)` one component at a time,
+//! which refuses every symlink. URLs must
 //! start with an allowed prefix (a prefix without a path must be followed by `/`, `?` or the end,
 //! so that `http://a.example` does not admit `http://a.example.evil`), must not hold dot segments
 //! or encoded slashes (`%2e%2e`, `%2f`), must be `http://` (this build has no TLS),
@@ -10,15 +17,25 @@
 
 use super::imgproxy::Source;
 use super::Failure;
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
 use std::io::Read;
-use std::path::{Component, Path, PathBuf};
+use std::os::fd::OwnedFd;
+use std::path::{Component, Path};
+use std::sync::Arc;
 use std::time::Duration;
+
+/// The source directory: a descriptor of it opened at start (`O_PATH`).
+#[derive(Debug, Clone)]
+pub(crate) struct Root {
+    dir: Arc<OwnedFd>,
+}
 
 /// What sources a server may read.
 #[derive(Debug, Clone)]
 pub(crate) struct Sources {
-    /// The canonical root, if any.
-    pub root: Option<PathBuf>,
+    /// The root, if any.
+    pub root: Option<Root>,
     /// Allowed URL prefixes.
     pub allow: Vec<String>,
     /// Largest source in bytes.
@@ -32,17 +49,29 @@ impl Sources {
         root: Option<&Path>,
         allow: Vec<String>,
         max_bytes: u64,
+        job_timeout: Option<Duration>,
     ) -> std::io::Result<Sources> {
         let root = match root {
-            Some(r) => Some(r.canonicalize().map_err(|e| {
-                std::io::Error::new(e.kind(), format!("source root {}: {e}", r.display()))
-            })?),
+            Some(r) => {
+                let at = |e: std::io::Error| {
+                    std::io::Error::new(e.kind(), format!("source root {}: {e}", r.display()))
+                };
+                let dir = rustix::fs::open(
+                    r,
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| at(e.into()))?;
+                Some(Root { dir: Arc::new(dir) })
+            }
             None => None,
         };
+        // A URL source is read on a worker: no longer than a job may take.
+        let fetch = job_timeout.map_or(Duration::from_secs(30), |t| t.min(Duration::from_secs(30)));
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
-            .timeout_global(Some(Duration::from_secs(30)))
+            .timeout_global(Some(fetch))
             .timeout_connect(Some(Duration::from_secs(5)))
             .user_agent("remora-resize")
             .build()
@@ -69,16 +98,16 @@ impl Sources {
         }
     }
 
-    /// The canonical path of `rel` under the root, or why not.
-    pub(crate) fn resolve(&self, rel: &str) -> Result<PathBuf, Failure> {
+    /// Checks `rel` without touching the file system: the root, and a relative path with
+    /// neither `..` nor NUL.
+    fn check(&self, rel: &str) -> Result<&Root, Failure> {
         let root = self.root.as_ref().ok_or_else(|| {
             Failure::forbidden("this server has no source directory (serve --root DIR)")
         })?;
         if rel.contains('\0') {
             return Err(Failure::forbidden("a NUL byte in the source path"));
         }
-        let path = Path::new(rel);
-        for c in path.components() {
+        for c in Path::new(rel).components() {
             match c {
                 Component::Normal(_) | Component::CurDir => {}
                 Component::ParentDir => {
@@ -93,28 +122,34 @@ impl Sources {
                 }
             }
         }
-        let full = root.join(path);
-        let canon = full.canonicalize().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                Failure::not_found(format!("no source {rel:?} in the source directory"))
-            }
-            _ => Failure::not_found(format!("source {rel:?}: {e}")),
-        })?;
-        if !canon.starts_with(root) {
-            return Err(Failure::forbidden(format!(
-                "source {rel:?} leads out of the source directory (symlink)"
-            )));
+        Ok(root)
+    }
+
+    /// Opens `rel` beneath the root: a regular file, read-only.
+    pub(crate) fn open(&self, rel: &str) -> Result<std::fs::File, Failure> {
+        let root = self.check(rel)?;
+        let rel_path = if rel.is_empty() { "." } else { rel };
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
+        let fd = match rustix::fs::openat2(
+            &*root.dir,
+            rel_path,
+            flags,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+        ) {
+            Err(Errno::NOSYS) => open_walking(&root.dir, rel_path, flags),
+            r => r,
         }
-        if !canon.is_file() {
+        .map_err(|e| open_failure(rel, e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| open_failure(rel, e))?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
             return Err(Failure::not_found(format!("source {rel:?} is not a file")));
         }
-        Ok(canon)
+        Ok(std::fs::File::from(fd))
     }
 
     fn read_file(&self, rel: &str) -> Result<Vec<u8>, Failure> {
-        let path = self.resolve(rel)?;
-        let file = std::fs::File::open(&path)
-            .map_err(|e| Failure::not_found(format!("source {rel:?}: {e}")))?;
+        let file = self.open(rel)?;
         read_limited(file, self.max_bytes)
             .map_err(|e| e.unwrap_or_else(|e| Failure::internal(format!("reading {rel:?}: {e}"))))
     }
@@ -166,6 +201,49 @@ impl Sources {
         read_limited(body.into_reader(), self.max_bytes)
             .map_err(|e| e.unwrap_or_else(|e| Failure::bad_gateway(format!("fetching {url}: {e}"))))
     }
+}
+
+/// The answer for a failed open of `rel`.
+fn open_failure(rel: &str, e: Errno) -> Failure {
+    match e {
+        Errno::NOENT | Errno::NOTDIR => {
+            Failure::not_found(format!("no source {rel:?} in the source directory"))
+        }
+        Errno::XDEV | Errno::LOOP => Failure::forbidden(format!(
+            "source {rel:?} leads out of the source directory (symlink)"
+        )),
+        Errno::ACCESS | Errno::PERM => Failure::forbidden(format!("source {rel:?} cannot be read")),
+        e => Failure::not_found(format!("source {rel:?}: {}", std::io::Error::from(e))),
+    }
+}
+
+/// `openat2` without the syscall: one `openat(O_NOFOLLOW)` per component, so no symlink is
+/// followed at all (and `..` never reaches this: it is refused before).
+fn open_walking(root: &OwnedFd, rel: &str, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    let parts: Vec<&str> = rel
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .collect();
+    let Some((last, dirs)) = parts.split_last() else {
+        return rustix::fs::openat(root, ".", flags | OFlags::NOFOLLOW, Mode::empty());
+    };
+    let mut dir: Option<OwnedFd> = None;
+    for d in dirs {
+        let at = dir.as_ref().unwrap_or(root);
+        let next = rustix::fs::openat(
+            at,
+            *d,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        dir = Some(next);
+    }
+    rustix::fs::openat(
+        dir.as_ref().unwrap_or(root),
+        *last,
+        flags | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )
 }
 
 /// Reads at most `max` bytes: `Err(Ok(failure))` when over, `Err(Err(io))` on a read error.
@@ -230,6 +308,50 @@ mod tests {
             "http://a.example/img/",
             "http://a.example/other/x.jpg"
         ));
+    }
+
+    #[test]
+    fn only_regular_files_beneath_the_root_are_opened_and_a_fifo_does_not_block() {
+        let dir = std::env::temp_dir().join(format!("remora-src-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/a.jpg"), b"x").unwrap();
+        std::os::unix::fs::symlink("sub/a.jpg", dir.join("inside.jpg")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.join("out.jpg")).unwrap();
+        std::os::unix::fs::symlink("../..", dir.join("sub/up")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            dir.join("fifo"),
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let s = Sources::new(Some(&dir), Vec::new(), 1 << 20, None).unwrap();
+        let status = |rel: &str| s.open(rel).err().map_or(200, |f| f.status.as_u16());
+        assert_eq!(status("sub/a.jpg"), 200);
+        assert_eq!(status("./sub/a.jpg"), 200);
+        assert_eq!(
+            status("inside.jpg"),
+            200,
+            "a symlink inside the root is followed"
+        );
+        assert_eq!(status("out.jpg"), 403);
+        assert_eq!(status("sub/up/etc/passwd"), 403);
+        assert_eq!(status("../etc/passwd"), 403);
+        assert_eq!(status("/etc/passwd"), 403);
+        assert_eq!(status("missing.jpg"), 404);
+        assert_eq!(status("sub"), 404, "a folder is not a file");
+        let t = std::time::Instant::now();
+        assert_eq!(status("fifo"), 404);
+        assert!(t.elapsed() < Duration::from_secs(1));
+        // The walk without openat2 refuses every symlink.
+        let root = s.root.as_ref().unwrap();
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK;
+        assert!(open_walking(&root.dir, "sub/a.jpg", flags).is_ok());
+        assert!(open_walking(&root.dir, "inside.jpg", flags).is_err());
+        assert!(open_walking(&root.dir, "sub/up/etc/passwd", flags).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
