@@ -12,11 +12,10 @@ mod serve_common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 
-use serve_common::is_root;
+use serve_common::{is_root, run_as_nobody};
 use std::net::{SocketAddr, TcpStream};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -112,46 +111,16 @@ fn victim_bytes(mut v: Victim) -> Vec<u8> {
 
 /// Runs the attacker as nobody against `server`; returns its stdout.
 fn attack(server: SocketAddr, v: &Victim, writable: bool) -> String {
-    // The attacker binary must be reachable by nobody: copy it to a world-readable directory.
-    // One directory per call: the tests run in parallel, and a copy being written while the other
-    // test executes it fails with ETXTBSY.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("remora-attacker-{}-{call}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let exe: PathBuf = dir.join("attacker");
-    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    // A child forked by another test thread while the copy was open for writing holds that
-    // descriptor until it execs, so exec can briefly fail with ETXTBSY: retry for a while.
-    let mut tries = 0;
-    let out = loop {
-        let run = Command::new("setpriv")
-            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
-            .arg(&exe)
-            .args([
-                "--exact",
-                "attacker_entry",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("REMORA_TEST_ATTACK", server.to_string())
-            .env("REMORA_TEST_VICTIM_PID", v.pid.to_string())
-            .env("REMORA_TEST_VICTIM_ADDR", v.addr.to_string())
-            .env("REMORA_TEST_WRITABLE", if writable { "1" } else { "0" })
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        let busy = String::from_utf8_lossy(&run.stderr).contains("Text file busy");
-        if !busy || tries == 50 {
-            break run;
-        }
-        tries += 1;
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    let _ = std::fs::remove_dir_all(&dir);
+    let (server, pid, addr) = (server.to_string(), v.pid.to_string(), v.addr.to_string());
+    let out = run_as_nobody(
+        "attacker_entry",
+        &[
+            ("REMORA_TEST_ATTACK", server.as_str()),
+            ("REMORA_TEST_VICTIM_PID", pid.as_str()),
+            ("REMORA_TEST_VICTIM_ADDR", addr.as_str()),
+            ("REMORA_TEST_WRITABLE", if writable { "1" } else { "0" }),
+        ],
+    );
     let s = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         s.contains("attacker done"),

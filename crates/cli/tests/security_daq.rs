@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serve_common::is_root;
+use serve_common::{is_root, run_as_nobody};
 
 /// What the secrets below hold; no reply may contain it.
 const SECRET: &str = "hunter2-remora-secret";
@@ -189,38 +189,15 @@ fn as_nobody(
     data: &Path,
     extra: &[(&str, &str)],
 ) -> Vec<(u16, String)> {
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!(
-        "remora-secdaq-client-{}-{call}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let exe = dir.join("client");
-    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut tries = 0;
-    let out = loop {
-        let run = Command::new("setpriv")
-            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
-            .arg(&exe)
-            .args(["--exact", "nobody_entry", "--nocapture", "--test-threads=1"])
-            .env("REMORA_SECDAQ_SCENARIO", scenario)
-            .env("REMORA_SECDAQ_ADDR", addr.to_string())
-            .env("REMORA_SECDAQ_DATA", data)
-            .envs(extra.iter().copied())
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        let busy = String::from_utf8_lossy(&run.stderr).contains("Text file busy");
-        if !busy || tries == 50 {
-            break run;
-        }
-        tries += 1;
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let _ = std::fs::remove_dir_all(&dir);
+    let addr = addr.to_string();
+    let data = data.to_string_lossy().to_string();
+    let mut env = vec![
+        ("REMORA_SECDAQ_SCENARIO", scenario),
+        ("REMORA_SECDAQ_ADDR", addr.as_str()),
+        ("REMORA_SECDAQ_DATA", data.as_str()),
+    ];
+    env.extend(extra.iter().copied());
+    let out = run_as_nobody("nobody_entry", &env);
     let s = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         s.contains("client done"),

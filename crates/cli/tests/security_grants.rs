@@ -12,7 +12,6 @@
 mod serve_common;
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +19,7 @@ use std::time::Duration;
 use remora_fabric::{QpOptions, RegionInfo, Transport};
 use remora_mem::{Access, Buffer, Mode, Pd};
 use rustix::fs::{self, Mode as FileMode, OFlags, SealFlags};
-use serve_common::{is_root, serve_with_stderr};
+use serve_common::{is_root, run_as_nobody, serve_with_stderr};
 
 fn skip_reason() -> Option<&'static str> {
     if !is_root() {
@@ -34,34 +33,8 @@ fn skip_reason() -> Option<&'static str> {
 
 /// Re-runs this binary's test `entry` as nobody with `env`; returns its stdout.
 fn as_nobody(entry: &str, env: &[(&str, String)]) -> String {
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("remora-grants-{}-{call}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let exe: PathBuf = dir.join("peer");
-    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut tries = 0;
-    let out = loop {
-        let run = Command::new("setpriv")
-            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
-            .arg(&exe)
-            .args(["--exact", entry, "--nocapture", "--test-threads=1"])
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        // A child forked by another test thread may hold the copy open for writing until it
-        // execs: retry ETXTBSY for a while.
-        if !String::from_utf8_lossy(&run.stderr).contains("Text file busy") || tries == 50 {
-            break run;
-        }
-        tries += 1;
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let _ = std::fs::remove_dir_all(&dir);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let out = run_as_nobody(entry, &env);
     let s = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         s.contains("peer done"),

@@ -109,3 +109,37 @@ pub fn is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// Runs this test binary's test `entry` again as `nobody` (through `setpriv`), with `env`, from
+/// a copy in a world-readable folder of its own, and returns what it printed. The tests run in
+/// parallel: a child forked by another test thread while the copy was open for writing holds
+/// that descriptor until it execs, so exec can briefly fail with ETXTBSY, which is retried.
+pub fn run_as_nobody(entry: &str, env: &[(&str, &str)]) -> std::process::Output {
+    use std::os::unix::fs::PermissionsExt;
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("remora-nobody-{}-{call}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = dir.join("as-nobody");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut tries = 0;
+    let out = loop {
+        let run = Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+            .arg(&exe)
+            .args(["--exact", entry, "--nocapture", "--test-threads=1"])
+            .envs(env.iter().copied())
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        if !String::from_utf8_lossy(&run.stderr).contains("Text file busy") || tries == 50 {
+            break run;
+        }
+        tries += 1;
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
