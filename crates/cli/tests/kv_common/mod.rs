@@ -2,10 +2,13 @@
 //! loopback ports, talk to them with timeouts, and kill only our own children.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A server process that is killed when dropped.
@@ -19,7 +22,39 @@ impl Drop for Srv {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Ok(mut m) = SERVERS.lock() {
+            m.remove(&self.port);
+        }
     }
+}
+
+/// Each running server's process id and stderr file by port, so that a failed connect can say
+/// whether the server is still alive and what it printed (once seen in CI: a connect reset right
+/// after the server accepted its readiness probe, with nothing else to go on).
+static SERVERS: Mutex<BTreeMap<u16, (u32, PathBuf)>> = Mutex::new(BTreeMap::new());
+
+/// What is known about the server on `port`: alive or gone, and the end of its stderr.
+pub fn server_report(port: u16) -> String {
+    let Some((pid, log)) = SERVERS.lock().ok().and_then(|m| m.get(&port).cloned()) else {
+        return format!("no server of this test on port {port}");
+    };
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(") ")
+                .map(|(_, r)| r.chars().next().unwrap_or('?'))
+        })
+        .map_or("gone".to_string(), |c| format!("state {c}"));
+    let err = std::fs::read_to_string(&log).unwrap_or_default();
+    let tail: String = err
+        .chars()
+        .rev()
+        .take(2000)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    format!("server pid {pid} on port {port}: {state}; its stderr:\n{tail}")
 }
 
 /// A port free for both TCP and UDP right now, and never handed to two tests of this process.
@@ -74,6 +109,24 @@ pub fn wait_up(port: u16) -> bool {
     false
 }
 
+/// Waits up to 10 s for a memcached-protocol server on `port` to answer `version` (with anything:
+/// under `-Y` the answer is an authentication error): a listening socket alone does not say the
+/// server behind it got past its start-up.
+fn wait_serving(port: u16) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut buf = [0u8; 64];
+            if s.write_all(b"version\r\n").is_ok() && matches!(s.read(&mut buf), Ok(n) if n > 0) {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
 fn start(name: &'static str, prog: &str, pre: &[&str], extra: &[&str]) -> Srv {
     let port = free_port();
     let ps = port.to_string();
@@ -83,15 +136,23 @@ fn start(name: &'static str, prog: &str, pre: &[&str], extra: &[&str]) -> Srv {
         args.extend(["-u", "root"]);
     }
     args.extend(extra);
+    let log =
+        std::env::temp_dir().join(format!("remora-kv-test-{}-{port}.err", std::process::id()));
+    let err = std::fs::File::create(&log).expect("server stderr file");
     let child = Command::new(prog)
         .args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(err)
         .spawn()
         .unwrap_or_else(|e| panic!("spawn {prog}: {e}"));
+    SERVERS.lock().unwrap().insert(port, (child.id(), log));
     let s = Srv { child, port, name };
-    assert!(wait_up(port), "{name} did not start on port {port}");
+    assert!(
+        wait_serving(port),
+        "{name} did not start serving on port {port}: {}",
+        server_report(port)
+    );
     s
 }
 
@@ -116,7 +177,8 @@ pub fn memcached(extra: &[&str]) -> Option<Srv> {
 }
 
 pub fn connect(port: u16) -> TcpStream {
-    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let s = TcpStream::connect(("127.0.0.1", port))
+        .unwrap_or_else(|e| panic!("connect: {e}; {}", server_report(port)));
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
     s.set_nodelay(true).unwrap();
