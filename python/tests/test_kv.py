@@ -1,6 +1,5 @@
 """remora kv with a real client (pymemcache): get/set/cas/incr/multiget/delete/touch."""
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -8,26 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from remora_binary import remora_bin  # noqa: E402
+
 pymemcache = pytest.importorskip("pymemcache")
 from pymemcache.client.base import Client  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def remora_bin():
-    cands = []
-    if os.environ.get("REMORA_BIN"):
-        cands.append(Path(os.environ["REMORA_BIN"]))
-    if os.environ.get("CARGO_TARGET_DIR"):
-        cands.append(Path(os.environ["CARGO_TARGET_DIR"]) / "release" / "remora")
-    cands.append(ROOT / "target" / "release" / "remora")
-    for c in cands:
-        if c.is_file() and os.access(c, os.X_OK):
-            return str(c)
-    found = shutil.which("remora")
-    if found:
-        return found
-    pytest.skip("remora binary not built (cargo build --release -p remora-cli)")
 
 
 def free_port():

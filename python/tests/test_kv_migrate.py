@@ -1,13 +1,14 @@
 """remora.kv.migrate: a live cache moves to a target started with --migrate-from."""
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+
+from remora_binary import remora_bin  # noqa: E402
 
 from remora import kv
 
@@ -16,20 +17,6 @@ N_ITEMS = 3000
 SECRET = "0123456789abcdef0123456789abcdef"
 
 
-def remora_bin():
-    cands = []
-    if os.environ.get("REMORA_BIN"):
-        cands.append(Path(os.environ["REMORA_BIN"]))
-    if os.environ.get("CARGO_TARGET_DIR"):
-        cands.append(Path(os.environ["CARGO_TARGET_DIR"]) / "release" / "remora")
-    cands.append(ROOT / "target" / "release" / "remora")
-    for c in cands:
-        if c.is_file() and os.access(c, os.X_OK):
-            return str(c)
-    found = shutil.which("remora")
-    if found:
-        return found
-    pytest.skip("remora binary not built (cargo build --release -p remora-cli)")
 
 
 def free_port():

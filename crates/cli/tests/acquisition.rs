@@ -340,6 +340,41 @@ fn daq_run_serve_shows_the_run_on_its_page_and_prints_the_summary() {
     assert_eq!(s["frames_lost"], 0, "{s}");
 }
 
+/// The loss-free search starts from what a flow-controlled run sustains (the source following
+/// the receiver's ring credits), so it needs a few tries, not a descent from an upper bound.
+#[test]
+fn bench_acquisition_searches_down_from_the_flow_controlled_rate() {
+    let _one = one_at_a_time();
+    let out = run(&[
+        "bench",
+        "acquisition",
+        "--transport",
+        "shm",
+        "--modules",
+        "1",
+        "--bunch",
+        "2",
+        "--frames",
+        "40",
+        "--no-process",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["sustained_complete"], 40, "{v}");
+    let sustained = v["sustained_fps"].as_f64().unwrap();
+    assert!(sustained > 0.0, "{v}");
+    // The first try is at the sustained rate, each next one 5% lower.
+    let tries = v["tries"].as_array().unwrap();
+    assert_eq!(tries[0]["rate_hz"].as_f64(), Some(sustained), "{v}");
+    assert!(v["rate_hz"].as_f64().unwrap() <= sustained, "{v}");
+    assert_eq!(v["buffer_frames"], 8, "four stacks of two frames: {v}");
+}
+
 #[test]
 fn bench_acquisition_with_the_service_repeats_the_paired_search_and_reports_each_ratio() {
     let _one = one_at_a_time();

@@ -47,6 +47,9 @@ pub struct Config {
     /// Receivers (one by default).
     #[serde(default = "one_receiver")]
     pub receivers: Vec<ReceiverCfg>,
+    /// What every receiver does with frames it cannot process at once.
+    #[serde(default)]
+    pub receiver: ReceiverSettings,
     /// Processing.
     #[serde(default)]
     pub pipeline: PipelineCfg,
@@ -323,6 +326,21 @@ impl Default for ReceiverCfg {
     }
 }
 
+/// `[receiver]`: the frame buffer and the overrun policy, the same for every receiver.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiverSettings {
+    /// Bytes of frame buffer per receiver: `"2GiB"`, `"512M"` or a number of bytes. The ring
+    /// the modules write into gets as many stack buffers as fit (at least two). Default: a
+    /// quarter of the host's available memory shared by the receivers, at most 8 GiB, never
+    /// more than the run needs ([`crate::flow::ring_for`]).
+    #[serde(default)]
+    pub buffer: Option<crate::flow::BufferSize>,
+    /// What happens when the source would overwrite a stack not yet processed.
+    #[serde(default)]
+    pub overrun: crate::flow::OverrunPolicy,
+}
+
 /// `[pipeline]`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -407,11 +425,16 @@ impl Default for PipelineCfg {
 #[serde(deny_unknown_fields)]
 pub struct OutputCfg {
     /// HDF5 file (NeXus); none: nothing written. With several receivers, receiver `i` writes
-    /// `<stem>_r<i>.h5`.
+    /// `<stem>_r<i>.h5` and this file is the run's master, which joins theirs with virtual
+    /// datasets ([`crate::writer::master`]).
     pub file: Option<PathBuf>,
     /// Also write the converted, assembled images.
     #[serde(default)]
     pub images: bool,
+    /// Also keep every frame's raw words as received (`/entry/raw/data`, what an `hdf5` source
+    /// replays with `source.dataset = "/entry/raw/data"`).
+    #[serde(default)]
+    pub raw: bool,
     /// Frames the writer may fall behind before it drops (counted, never stalls the receiver).
     #[serde(default = "default_queue")]
     pub queue: usize,
@@ -426,6 +449,7 @@ impl Default for OutputCfg {
         OutputCfg {
             file: None,
             images: false,
+            raw: false,
             queue: default_queue(),
         }
     }
@@ -620,6 +644,19 @@ impl Config {
                 (None, Fanout::Time) => {}
             }
         }
+        if t.kind == TransportKind::Native
+            && self.receiver.overrun != crate::flow::OverrunPolicy::Mask
+        {
+            return Err(err(
+                "receiver.overrun",
+                format!(
+                    "{:?} needs a fabric transport (udp or shm): the native UDP stream is a \
+                     detector's, which cannot wait, so only \"mask\" applies",
+                    self.receiver.overrun.name()
+                ),
+            ));
+        }
+        crate::flow::ring_for(self, 0).map_err(|e| err("receiver.buffer", e))?;
         if t.kind == TransportKind::Native {
             if self.receivers.len() > 1 {
                 return Err(err("receivers", "the native UDP stream feeds one receiver"));
@@ -699,6 +736,9 @@ impl Config {
                 files.check_output("output.file", &p)?;
             }
         }
+        if let Some(p) = self.master_output() {
+            files.check_output("output.file", &p)?;
+        }
         if let Some(budget) = self.access.memory {
             Estimate::of(self).check(budget)?;
         }
@@ -742,6 +782,14 @@ impl Config {
             .file_stem()
             .map_or("out".into(), |s| s.to_string_lossy().into_owned());
         Some(f.with_file_name(format!("{stem}_r{i}.h5")))
+    }
+
+    /// The run's master file, which joins the receivers' files: `output.file` itself when
+    /// there are several receivers (with one, that receiver's file is the run's file).
+    pub fn master_output(&self) -> Option<PathBuf> {
+        (self.receivers.len() > 1)
+            .then(|| self.output.file.clone())
+            .flatten()
     }
 }
 

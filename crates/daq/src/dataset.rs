@@ -142,9 +142,31 @@ impl Dataset {
 fn h5_u16(input: Input, dataset: &str, fits: impl Fn(u64) -> Result<()>) -> Result<Vec<u8>> {
     let shown = format!("{:?}", input.shown().display().to_string());
     let bad = |e: hdf5::Error| DaqError::Config(format!("source.path: {shown}: {dataset}: {e}"));
+    // Bitshuffle/LZ4 chunks (remora's own files, Jungfraujoch's, Dectris') decode through the
+    // filter remora registers; another compression inside that filter is refused by name.
+    if !crate::writer::filter::register() {
+        return Err(DaqError::Acquisition(
+            "the HDF5 library refused the bitshuffle filter".into(),
+        ));
+    }
     // HDF5 opens by name: the name of the very file opened and checked above.
     let f = hdf5::File::open(input.fd_path()).map_err(bad)?;
     let d = f.dataset(dataset).map_err(bad)?;
+    for filter in d.filters() {
+        if let hdf5::filters::Filter::User(id, cd) = filter {
+            if id == crate::writer::filter::BSLZ4 {
+                crate::writer::filter::check_params(&cd).map_err(|why| {
+                    DaqError::Config(format!("source.path: {shown}: {dataset}: {why}"))
+                })?;
+            }
+        }
+    }
+    let dtype = d.dtype().and_then(|t| t.to_descriptor()).map_err(bad)?;
+    if dtype != hdf5::types::TypeDescriptor::Unsigned(hdf5::types::IntSize::U2) {
+        return Err(DaqError::Config(format!(
+            "source.path: {shown}: {dataset}: holds {dtype}, not the detector's raw uint16 words"
+        )));
+    }
     fits((d.size() as u64).saturating_mul(2))?;
     let words: Vec<u16> = d.read_raw().map_err(bad)?;
     drop(input);

@@ -12,19 +12,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use remora_fabric::{
-    connect, Completion, Error as FabricError, Faults, Qp, QpOptions, QpType, RegionInfo, Transport,
-};
+use remora_fabric::{connect, Completion, Error as FabricError, Qp, RegionInfo};
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
 
 use crate::config::{Config, TransportKind};
 use crate::control::StopGate;
 use crate::dataset::Dataset;
+use crate::flow::{CreditTarget, CreditWord};
+use crate::link::{Announce, Hello};
 use crate::ring::{descriptors, Marker, RingLayout, MODULE_BYTES};
 use crate::{DaqError, Result};
-
-/// What the connecting transmitter tells the receiver: magic and its module.
-pub(crate) const HELLO_MAGIC: &[u8; 4] = b"REMU";
 
 /// What an emulator run did.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
@@ -39,35 +36,16 @@ pub struct EmulatorReport {
     pub seconds: f64,
     /// Packets the transmitters' queue pairs sent (before any injected loss).
     pub packets: u64,
+    /// Seconds the transmitters waited for ring credits (`pause` and `backpressure`), the
+    /// longest-waiting transmitter's.
+    pub credit_wait_seconds: f64,
 }
 
 fn fab(what: &str) -> impl Fn(FabricError) -> DaqError + '_ {
     move |e| DaqError::Acquisition(format!("{what}: {e}"))
 }
 
-/// The queue pair options a transmitter uses.
-pub fn qp_options(cfg: &Config, module: usize, receiver: usize) -> QpOptions {
-    let transport = match cfg.transport.kind {
-        TransportKind::Shm => Transport::Shm,
-        _ => Transport::Udp,
-    };
-    QpOptions {
-        transport,
-        qp_type: QpType::Uc,
-        mtu: cfg.transport.mtu,
-        faults: (cfg.transport.loss > 0.0).then(|| Faults {
-            loss: cfg.transport.loss,
-            duplicate: 0.0,
-            reorder: 0.0,
-            seed: cfg
-                .transport
-                .loss_seed
-                .wrapping_mul(0x9e37_79b9)
-                .wrapping_add((receiver * 64 + module) as u64),
-        }),
-        ..QpOptions::default()
-    }
-}
+pub use crate::link::qp_options;
 
 /// Streams the dataset to the receivers at `to` (one address per configured receiver).
 /// `progress` is called with the frames sent so far, from time to time.
@@ -171,6 +149,7 @@ pub fn run_until(
         rep.bytes += st.bytes;
         rep.writes += st.writes;
         rep.packets += st.packets;
+        rep.credit_wait_seconds = rep.credit_wait_seconds.max(st.credit_wait.as_secs_f64());
         let r = i / modules;
         per_receiver[r] = per_receiver[r].min(st.frames);
     }
@@ -188,6 +167,7 @@ struct Streamed {
     writes: u64,
     packets: u64,
     frames: u64,
+    credit_wait: Duration,
 }
 
 struct Transmitter<'a> {
@@ -199,6 +179,8 @@ struct Transmitter<'a> {
     ring: RingLayout,
     receiver: usize,
     module: usize,
+    /// Ring credits, when the overrun policy has the source wait for them.
+    credit: Option<CreditWord>,
 }
 
 impl<'a> Transmitter<'a> {
@@ -211,24 +193,30 @@ impl<'a> Transmitter<'a> {
         module: usize,
         addr: SocketAddr,
     ) -> Result<Transmitter<'a>> {
-        let mut hello = HELLO_MAGIC.to_vec();
-        hello.extend_from_slice(&(module as u16).to_le_bytes());
         let what = format!("module {module} connecting to receiver {receiver} at {addr}");
+        // The word starts at the smallest ring (two stacks); the receiver's first credit says
+        // how deep its ring really is.
+        let credit = match cfg.receiver.overrun.flow_controlled() {
+            true => Some(CreditWord::register(pd, 2)?),
+            false => None,
+        };
+        let hello = Hello {
+            module,
+            credit: credit
+                .as_ref()
+                .and_then(|c| CreditTarget::decode(&c.info())),
+        }
+        .encode();
         let (qp, peer) = connect(addr, pd.clone(), qp_options(cfg, module, receiver), &hello)
             .map_err(fab(&what))?;
-        let remote = RegionInfo::decode(&peer).map_err(fab(&what))?;
-        let ring = RingLayout::decode(peer.get(RegionInfo::LEN..).unwrap_or(&[]))?;
+        let Announce {
+            region: remote,
+            ring,
+        } = Announce::decode(&peer).map_err(|e| DaqError::Acquisition(format!("{what}: {e}")))?;
         if ring.modules != cfg.detector.modules || ring.bunch != cfg.acquisition.bunch {
             return Err(DaqError::Acquisition(format!(
                 "{what}: the receiver's ring is {} modules x {} frames per stack, the configuration says {} x {}",
                 ring.modules, ring.bunch, cfg.detector.modules, cfg.acquisition.bunch
-            )));
-        }
-        if remote.len < ring.bytes() as u64 {
-            return Err(DaqError::Acquisition(format!(
-                "{what}: the receiver's ring region is {} bytes, its layout needs {}",
-                remote.len,
-                ring.bytes()
             )));
         }
         Ok(Transmitter {
@@ -240,6 +228,7 @@ impl<'a> Transmitter<'a> {
             ring,
             receiver,
             module,
+            credit,
         })
     }
 
@@ -296,6 +285,11 @@ impl<'a> Transmitter<'a> {
         let bunch = self.ring.bunch as u64;
         let rate = cfg.acquisition.rate_hz;
         let (mut bytes, mut writes, mut wr, mut sent) = (0u64, 0u64, 0u64, 0u64);
+        let mut credit_wait = Duration::ZERO;
+        // A receiver that stops granting for this long is gone or stuck: the run fails rather
+        // than hangs.
+        let patience =
+            Duration::from_millis(cfg.acquisition.deadline_ms).max(Duration::from_secs(30));
         let fb = self.data.frame_bytes();
         // At a set rate a module streams each frame over its frame period, as a detector does,
         // in pieces of whole MTUs (so the packet count is the same as unsplit) about a
@@ -328,6 +322,14 @@ impl<'a> Transmitter<'a> {
             let stack = self.ring.stack(n);
             if n % bunch == 0 && gate.is_some_and(|g| !g.may_send(n / bunch)) {
                 break;
+            }
+            if let (0, Some(c)) = (n % bunch, &self.credit) {
+                credit_wait += c.wait_for(stack, patience).map_err(|e| {
+                    DaqError::Acquisition(format!(
+                        "module {} to receiver {}: {e}",
+                        self.module, self.receiver
+                    ))
+                })?;
             }
             if n % bunch == 0 {
                 self.post(wr, 0, 0, 0, Some(Marker::Start(stack).imm()))?;
@@ -368,6 +370,7 @@ impl<'a> Transmitter<'a> {
             writes,
             packets: self.qp.stats().engine.tx_packets,
             frames: sent,
+            credit_wait,
         })
     }
 }

@@ -69,6 +69,19 @@ pub struct Summary {
     pub counts_per_receiver: bool,
     /// Output files.
     pub files: Vec<String>,
+    /// With several receivers: the run's master file, which joins their files.
+    pub master: Option<String>,
+    /// The overrun policy that applied (`receiver.overrun`).
+    pub overrun_policy: String,
+    /// Frames each receiver's frame buffer holds (the smallest, with several receivers).
+    pub buffer_frames: u64,
+    /// Most frames a frame buffer held at once (the fullest receiver's).
+    pub buffer_high_water_frames: u64,
+    /// What the policy cost the source: seconds it waited for ring credits (`pause` and
+    /// `backpressure`).
+    pub credit_wait_seconds: f64,
+    /// Times a receiver paused the source (`pause`).
+    pub pauses: u64,
 }
 
 impl Summary {
@@ -89,6 +102,13 @@ impl Summary {
             wall_seconds,
             counts_per_receiver: cfg.emulator.fanout == crate::config::Fanout::Roi
                 && receivers.len() > 1,
+            overrun_policy: cfg.receiver.overrun.name().into(),
+            credit_wait_seconds: emulator.credit_wait_seconds,
+            buffer_frames: receivers
+                .iter()
+                .filter_map(|r| r.buffer.map(|b| b.frames))
+                .min()
+                .unwrap_or(0),
             ..Default::default()
         };
         let mut bytes = 0u64;
@@ -103,6 +123,8 @@ impl Summary {
             s.kept += r.kept;
             s.rejected += r.rejected;
             s.writer_dropped += r.writer_dropped;
+            s.pauses += r.flow.pauses;
+            s.buffer_high_water_frames = s.buffer_high_water_frames.max(r.buffer_high_water_frames);
             bytes += r.bytes_expected * (r.frames_complete + r.frames_partial)
                 / r.frames_expected.max(1);
             if let Some(f) = &r.file {
@@ -156,12 +178,32 @@ impl Summary {
             "pipeline: {} dark, {} kept, {} rejected; writer dropped {}\n",
             self.dark, self.kept, self.rejected, self.writer_dropped
         );
+        if self.buffer_frames > 0 {
+            t += &format!(
+                "frame buffer: {} frames, at most {} held; overrun policy {}",
+                self.buffer_frames, self.buffer_high_water_frames, self.overrun_policy
+            );
+            t += &match self.overrun_policy.as_str() {
+                "mask" => format!(": {} frame(s) lost to overruns\n", self.frames_overrun),
+                "pause" => format!(
+                    ": the source paused {} time(s), waited {:.2} s\n",
+                    self.pauses, self.credit_wait_seconds
+                ),
+                _ => format!(
+                    ": the source waited {:.2} s for credits\n",
+                    self.credit_wait_seconds
+                ),
+            };
+        }
         t += &format!(
             "{:.2} s: {:.1} frames/s, {:.3} GB/s end to end\n",
             self.seconds, self.e2e_fps, self.e2e_gbps
         );
         for f in &self.files {
             t += &format!("wrote {f}\n");
+        }
+        if let Some(m) = &self.master {
+            t += &format!("wrote {m} (the master file: one dataset for the whole run)\n");
         }
         t
     }
@@ -244,5 +286,7 @@ pub fn run_controlled(
         .into_iter()
         .map(|r| r.expect("every receiver reported"))
         .collect();
-    Ok(Summary::new(cfg, emu, reps, t0.elapsed().as_secs_f64()))
+    let mut s = Summary::new(cfg, emu, reps, t0.elapsed().as_secs_f64());
+    crate::writer::master::finish_run(cfg, &mut s)?;
+    Ok(s)
 }

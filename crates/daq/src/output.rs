@@ -28,6 +28,7 @@ pub fn run_info(cfg: &Config, setup: &Setup, matrix: Option<&AzMatrix>) -> Resul
             cfg.pipeline.engine.clone().unwrap_or_else(|| "auto".into()),
         ),
     ];
+    let now = unix_seconds();
     let radial = match (&pl.integrate, matrix) {
         (Some((_, az)), Some(m)) => {
             pipeline.push(("integration_unit".into(), az.unit.name().into()));
@@ -56,10 +57,16 @@ pub fn run_info(cfg: &Config, setup: &Setup, matrix: Option<&AzMatrix>) -> Resul
             cfg.detector.modules * crate::model::MODULE_ROWS,
             crate::model::MODULE_COLS,
         ),
+        raw_frames: cfg.output.raw,
         image_shape: cfg.output.images.then_some((rows, cols)),
         pixel_mask: cfg.output.images.then(|| nxmx_mask(setup)).transpose()?,
         radial,
-        start_time: now_iso8601(),
+        start_time: iso8601(now),
+        // At a set rate the detector's last frame is due `frames / rate` seconds after the
+        // start; as fast as possible, nothing is known until the end (written then).
+        end_time_estimated: (cfg.acquisition.rate_hz > 0.0).then(|| {
+            iso8601(now + (cfg.acquisition.frames as f64 / cfg.acquisition.rate_hz).ceil() as u64)
+        }),
     })
 }
 
@@ -81,11 +88,20 @@ fn nxmx_mask(setup: &Setup) -> Result<Vec<u32>> {
         .collect())
 }
 
+/// Seconds since 1970-01-01 UTC.
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// The current UTC time as ISO 8601 (seconds), without a date crate.
 pub fn now_iso8601() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    iso8601(unix_seconds())
+}
+
+/// `secs` since 1970-01-01 UTC as ISO 8601 (`2026-11-24T08:30:00Z`).
+pub fn iso8601(secs: u64) -> String {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days as i64 + 719_468;
@@ -112,5 +128,7 @@ mod tests {
         let s = super::now_iso8601();
         assert_eq!(s.len(), 20, "{s}");
         assert!(s.starts_with("20") && s.ends_with('Z'), "{s}");
+        assert_eq!(super::iso8601(0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::iso8601(951_782_400 + 86_399), "2000-02-29T23:59:59Z");
     }
 }

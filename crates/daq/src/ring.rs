@@ -1,12 +1,15 @@
 //! The receiver's ring of stack buffers and the address computation both ends share
 //! (the thesis' Listing 3.1).
 //!
-//! A receiver registers one region of `2 × bunch` frame slots: two halves of a double buffer,
-//! each holding one *stack* of `bunch` consecutive frames. A slot holds one detector frame in raw
-//! order (module after module, each 512 × 1024 16-bit words), so the pipeline reads frames where
-//! they landed. Frame `n` of a receiver (its own count: with time-sliced fan-out, receiver `r` of
-//! `N` gets detector frames `r, r + N, …` as its frames 0, 1, …) lands in slot `n mod 2·bunch`;
-//! its stack is `n / bunch` and the stack's half is `stack mod 2`.
+//! A receiver registers one region of `stacks × bunch` frame slots: `stacks` stack buffers, each
+//! holding one *stack* of `bunch` consecutive frames. The thesis' double buffer is the smallest
+//! ring (`stacks = 2`); a deeper ring is the receiver's frame buffer (`[receiver] buffer`): the
+//! modules keep writing into free stack buffers while the processing unit catches up after a
+//! stall, and nothing is copied on the way. A slot holds one detector frame in raw order (module
+//! after module, each 512 × 1024 16-bit words), so the pipeline reads frames where they landed.
+//! Frame `n` of a receiver (its own count: with time-sliced fan-out, receiver `r` of `N` gets
+//! detector frames `r, r + N, …` as its frames 0, 1, …) lands in slot `n mod (stacks·bunch)`; its
+//! stack is `n / bunch` and the stack's buffer is `stack mod stacks`.
 //!
 //! The source side computes every destination address itself (no handshake on the data path):
 //! [`descriptors`] turns one module frame and a region of interest into (source offset,
@@ -75,19 +78,31 @@ impl Roi {
 pub struct RingLayout {
     /// Modules per frame slot.
     pub modules: usize,
-    /// Frames per stack (half of the ring).
+    /// Frames per stack.
     pub bunch: usize,
+    /// Stack buffers in the ring (2: the thesis' double buffer).
+    pub stacks: usize,
 }
 
 impl RingLayout {
     /// Encoded length (private data at connection setup).
-    pub const LEN: usize = 8;
-    /// Largest ring accepted from a peer (a hostile size must not make anyone allocate).
-    pub const MAX_BYTES: usize = 16 << 30;
+    pub const LEN: usize = 12;
+    /// Largest ring accepted from a peer or a configuration (a hostile size must not make anyone
+    /// allocate).
+    pub const MAX_BYTES: usize = 256 << 30;
 
-    /// A checked layout.
+    /// A checked double buffer (two stacks).
     pub fn new(modules: usize, bunch: usize) -> Result<RingLayout> {
-        let l = RingLayout { modules, bunch };
+        Self::with_stacks(modules, bunch, 2)
+    }
+
+    /// A checked ring of `stacks` stack buffers.
+    pub fn with_stacks(modules: usize, bunch: usize, stacks: usize) -> Result<RingLayout> {
+        let l = RingLayout {
+            modules,
+            bunch,
+            stacks,
+        };
         if !(1..=64).contains(&modules) {
             return Err(DaqError::Config(format!(
                 "{modules} modules: 1..=64 per receiver"
@@ -98,9 +113,14 @@ impl RingLayout {
                 "bunch {bunch}: 1..=4096 frames per stack"
             )));
         }
+        if !(2..=1 << 20).contains(&stacks) {
+            return Err(DaqError::Config(format!(
+                "a ring of {stacks} stacks: 2..=1048576"
+            )));
+        }
         if l.bytes() > Self::MAX_BYTES {
             return Err(DaqError::Config(format!(
-                "a ring of 2 x {bunch} frames of {modules} modules is {} GiB (limit {} GiB)",
+                "a ring of {stacks} x {bunch} frames of {modules} modules is {} GiB (limit {} GiB)",
                 l.bytes() >> 30,
                 Self::MAX_BYTES >> 30
             )));
@@ -113,14 +133,19 @@ impl RingLayout {
         self.modules * MODULE_BYTES
     }
 
-    /// Frame slots (two stacks).
+    /// Frame slots.
     pub fn slots(&self) -> usize {
-        2 * self.bunch
+        self.stacks * self.bunch
+    }
+
+    /// Bytes of one stack buffer.
+    pub fn stack_bytes(&self) -> usize {
+        self.bunch * self.slot_bytes()
     }
 
     /// Bytes of the whole ring.
     pub fn bytes(&self) -> usize {
-        self.slots() * self.slot_bytes()
+        self.stacks.saturating_mul(self.stack_bytes())
     }
 
     /// Slot of the receiver's frame `n`.
@@ -133,9 +158,9 @@ impl RingLayout {
         n / self.bunch as u64
     }
 
-    /// Half of the ring a stack lands in.
-    pub fn half(stack: u64) -> usize {
-        (stack % 2) as usize
+    /// The stack buffer a stack lands in.
+    pub fn buffer(&self, stack: u64) -> usize {
+        (stack % self.stacks as u64) as usize
     }
 
     /// Byte offset of module `module` of frame `n` in the ring.
@@ -143,11 +168,12 @@ impl RingLayout {
         self.slot(n) * self.slot_bytes() + module * MODULE_BYTES
     }
 
-    /// 8 bytes, little-endian: modules (u32), bunch (u32).
+    /// 12 bytes, little-endian: modules (u32), bunch (u32), stacks (u32).
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[..4].copy_from_slice(&(self.modules as u32).to_le_bytes());
-        b[4..].copy_from_slice(&(self.bunch as u32).to_le_bytes());
+        b[4..8].copy_from_slice(&(self.bunch as u32).to_le_bytes());
+        b[8..].copy_from_slice(&(self.stacks as u32).to_le_bytes());
         b
     }
 
@@ -157,9 +183,8 @@ impl RingLayout {
             .get(..Self::LEN)
             .and_then(|b| b.try_into().ok())
             .ok_or_else(|| DaqError::Config("ring description truncated".into()))?;
-        let modules = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
-        let bunch = u32::from_le_bytes([b[4], b[5], b[6], b[7]]) as usize;
-        RingLayout::new(modules, bunch)
+        let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]) as usize;
+        RingLayout::with_stacks(word(0), word(4), word(8))
     }
 }
 
@@ -297,9 +322,20 @@ mod tests {
     #[test]
     fn stacks_alternate_halves() {
         let ring = RingLayout::new(1, 3).unwrap();
-        let halves: Vec<_> = (0..12).map(|n| RingLayout::half(ring.stack(n))).collect();
+        let halves: Vec<_> = (0..12).map(|n| ring.buffer(ring.stack(n))).collect();
         assert_eq!(halves, [0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 1]);
-        assert!((0..12).all(|n| ring.slot(n) / 3 == RingLayout::half(ring.stack(n))));
+        assert!((0..12).all(|n| ring.slot(n) / 3 == ring.buffer(ring.stack(n))));
+    }
+
+    #[test]
+    fn a_deep_ring_cycles_through_its_stack_buffers() {
+        let ring = RingLayout::with_stacks(2, 2, 5).unwrap();
+        assert_eq!(ring.bytes(), 10 * ring.slot_bytes());
+        let bufs: Vec<_> = (0..7).map(|s| ring.buffer(s)).collect();
+        assert_eq!(bufs, [0, 1, 2, 3, 4, 0, 1]);
+        // Frame 11: stack 5, buffer 0, second slot of it.
+        assert_eq!(ring.slot(11), 1);
+        assert_eq!(RingLayout::decode(&ring.encode()).unwrap(), ring);
     }
 
     #[test]
@@ -318,8 +354,16 @@ mod tests {
         let huge = RingLayout {
             modules: 64,
             bunch: 4096,
+            stacks: 2,
         };
         assert!(RingLayout::decode(&huge.encode()).is_err());
+        let deep = RingLayout {
+            modules: 1,
+            bunch: 1,
+            stacks: 1 << 21,
+        };
+        assert!(RingLayout::decode(&deep.encode()).is_err());
+        assert!(RingLayout::with_stacks(1, 1, 1).is_err());
         assert!(RingLayout::new(0, 1).is_err());
         assert!(Roi {
             x: 1000,

@@ -2,24 +2,27 @@
 //!
 //! It sees only the modules' markers (start and end of each stack, from WRITE-with-immediate
 //! arrivals) and the clock the caller passes in. It consolidates the per-module events of a stack
-//! into one *global event* ([`Issue`]), in stack order; a stack whose modules have not all
-//! arrived whole when its deadline passes is issued with the missing ones listed, to be masked.
-//! It keeps the double-buffer books: a marker of stack `s` while an older stack of the same half
+//! into one *global event* ([`Issue`]), in stack order. A module missing from a stack is given
+//! up (listed in the issue, to be masked) as soon as it is known lost — the module has sent a
+//! marker of a newer stack, and markers arrive in order — or once the stack's deadline has passed
+//! and the module has been silent for as long: a module that is only behind (a transmitter
+//! starved of CPU for a moment) is waited for, since the ring has room for it.
+//! It keeps the ring's books: a marker of stack `s` while an older stack of the same stack buffer
 //! is still waiting or being processed is an *overrun* — a waiting stack is dropped (its data is
 //! being overwritten), a stack being processed stops being [`intact`](Scheduler::intact), so the
-//! receiver commits no further frame of it. The source is never slowed down; the acquisition
-//! goes on.
+//! receiver commits no further frame of it. The scheduler never slows the source down itself;
+//! what it [`released`](Scheduler::released) is what a flow-controlled source may overwrite.
 //!
 //! Why a start marker: data of a stack lands before its end marker, so only a marker sent before
-//! the first line (a zero-length WRITE-with-immediate) tells the receiver that a half is being
+//! the first line (a zero-length WRITE-with-immediate) tells the receiver that a buffer is being
 //! written. Markers travel on the same queue pair as the data, in order, so a receiver that has
-//! drained its completion queues after a frame was processed knows whether that frame's half was
-//! touched meanwhile. If the start marker itself is lost, the end marker still reports the
+//! drained its completion queues after a frame was processed knows whether that frame's buffer
+//! was touched meanwhile. If the start marker itself is lost, the end marker still reports the
 //! overrun, later.
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::ring::{Marker, RingLayout};
+use crate::ring::Marker;
 
 /// A stack ready for processing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,10 +46,17 @@ pub struct SchedStats {
     pub stacks_partial: u64,
     /// Module parts masked (summed over stacks).
     pub modules_lost: u64,
-    /// Overruns: stacks whose half was written again before they were done.
+    /// Overruns: stacks whose buffer was written again before they were done.
     pub overruns: u64,
     /// Of those, stacks dropped before processing started.
     pub stacks_dropped: u64,
+    /// Most stacks held at once (arrived or arriving, not yet finished): how deep the ring
+    /// had to be.
+    pub high_water_stacks: u64,
+    /// Stacks dropped whole, unprocessed, because the source would overwrite them before the
+    /// processing unit could finish them (past the loss-free rate, with `mask`): processing
+    /// them would only have made the next ones late too.
+    pub stacks_skipped: u64,
 }
 
 #[derive(Debug)]
@@ -57,7 +67,9 @@ struct Stack {
     /// Modules whose end marker arrived after a loss.
     broken: u64,
     issued: bool,
-    /// A newer stack wrote into this stack's half after it was issued.
+    /// When it was issued.
+    issued_at: Option<Instant>,
+    /// A newer stack wrote into this stack's buffer after it was issued.
     overrun: bool,
 }
 
@@ -66,6 +78,23 @@ struct Stack {
 pub struct Scheduler {
     modules: usize,
     deadline: Duration,
+    /// Per module: the newest stack it sent a marker of, and when its last marker came.
+    seen: Vec<Option<(u64, Instant)>>,
+    /// The acquisition is over: every stack is due.
+    flushed: bool,
+    /// Stack buffers in the ring.
+    depth: u64,
+    /// Drop a stack that would be overwritten before it is processed, when a newer one is
+    /// ready.
+    skip_doomed: bool,
+    /// The newest stack that started, and when.
+    last_new: Option<(u64, Instant)>,
+    /// Smoothed time between the starts of consecutive stacks.
+    period: Option<Duration>,
+    /// Smoothed time the processing unit spends on a stack (it takes them one at a time, in
+    /// order: from its issue or the previous finish, whichever came later, to its finish).
+    processing: Option<Duration>,
+    last_finish: Option<Instant>,
     stacks: BTreeMap<u64, Stack>,
     /// Stacks below this were issued or dropped; their markers are late.
     floor: u64,
@@ -73,15 +102,35 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// A scheduler for `modules` modules; a stack waits at most `deadline` after its first marker.
-    pub fn new(modules: usize, deadline: Duration) -> Scheduler {
+    /// A scheduler for `modules` modules writing into a ring of `depth` stack buffers; a stack
+    /// waits at most `deadline` after its first marker.
+    pub fn new(modules: usize, deadline: Duration, depth: usize) -> Scheduler {
         Scheduler {
             modules,
             deadline,
+            seen: vec![None; modules],
+            flushed: false,
+            depth: depth.max(1) as u64,
+            skip_doomed: false,
+            last_new: None,
+            period: None,
+            processing: None,
+            last_finish: None,
             stacks: BTreeMap::new(),
             floor: 0,
             stats: SchedStats::default(),
         }
+    }
+
+    /// Drops a stack whole, before processing, when the source would overwrite it before the
+    /// processing unit could finish it and a newer stack is ready: for a source that does not
+    /// wait (`mask`), past the rate the receiver keeps up with, the unit then works on stacks
+    /// it can deliver instead of falling further behind on ones it cannot (the newest ready
+    /// stack is always processed, as far as it can be). Estimates come from the stacks' start
+    /// times and the processing times seen so far.
+    pub fn skipping_doomed(mut self) -> Scheduler {
+        self.skip_doomed = true;
+        self
     }
 
     fn all(&self) -> u64 {
@@ -109,16 +158,28 @@ impl Scheduler {
             Marker::Start(s) => (s, false),
             Marker::End(s) => (s, true),
         };
-        if module >= self.modules || s < self.floor {
+        if module >= self.modules {
+            self.stats.late += 1;
+            return;
+        }
+        let newest = self.seen[module].map_or(s, |(n, _)| n.max(s));
+        self.seen[module] = Some((newest, now));
+        if s < self.floor {
             self.stats.late += 1;
             return;
         }
         self.overrun_older(s);
+        let held = s.saturating_sub(self.released()).saturating_add(1);
+        self.stats.high_water_stacks = self.stats.high_water_stacks.max(held);
+        if !self.stacks.contains_key(&s) {
+            self.started(s, now);
+        }
         let st = self.stacks.entry(s).or_insert(Stack {
             first_seen: now,
             whole: 0,
             broken: 0,
             issued: false,
+            issued_at: None,
             overrun: false,
         });
         if st.issued {
@@ -136,13 +197,44 @@ impl Scheduler {
         }
     }
 
-    /// Older stacks in the half `s` lands in are overrun.
+    /// A stack not seen before started arriving: the source's pace.
+    fn started(&mut self, s: u64, now: Instant) {
+        match self.last_new {
+            Some((prev, at)) if s > prev => {
+                let gap = now.saturating_duration_since(at) / (s - prev).min(1 << 20) as u32;
+                self.period = Some(smooth(self.period, gap));
+                self.last_new = Some((s, now));
+            }
+            None => self.last_new = Some((s, now)),
+            _ => {}
+        }
+    }
+
+    /// Whether stack `s`, issued now, would be overwritten before the processing unit finishes
+    /// it: the stacks issued before it are done first, and the `depth - (newest - s)`-th stack
+    /// to start after the newest lands on its buffer.
+    fn doomed(&self, s: u64, now: Instant) -> bool {
+        let (Some(period), Some(processing), Some((newest, at))) =
+            (self.period, self.processing, self.last_new)
+        else {
+            return false;
+        };
+        if !self.skip_doomed || self.flushed || now.saturating_duration_since(at) > 2 * period {
+            // A source that has gone quiet overwrites nothing.
+            return false;
+        }
+        let ahead = self.stacks.values().filter(|st| st.issued).count() as u32;
+        let starts_left = (s + self.depth).saturating_sub(newest).min(1 << 20) as u32;
+        now + processing * (ahead + 1) >= at + period * starts_left
+    }
+
+    /// Older stacks in the buffer `s` lands in are overrun.
     fn overrun_older(&mut self, s: u64) {
-        let half = RingLayout::half(s);
+        let depth = self.depth;
         let hit: Vec<u64> = self
             .stacks
             .range(..s)
-            .filter(|(&t, st)| RingLayout::half(t) == half && !st.overrun)
+            .filter(|(&t, st)| t % depth == s % depth && !st.overrun)
             .map(|(&t, _)| t)
             .collect();
         for t in hit {
@@ -158,16 +250,41 @@ impl Scheduler {
         }
     }
 
-    fn ready(&self, st: &Stack, now: Instant) -> bool {
-        (st.whole | st.broken) == self.all() || now >= st.first_seen + self.deadline
+    /// Whether every module of stack `s` has arrived or is given up.
+    fn ready(&self, s: u64, st: &Stack, now: Instant) -> bool {
+        let missing = self.all() & !(st.whole | st.broken);
+        if missing == 0 || self.flushed {
+            return true;
+        }
+        let overdue = now >= st.first_seen + self.deadline;
+        (0..self.modules)
+            .filter(|m| missing >> m & 1 == 1)
+            .all(|m| match self.seen[m] {
+                Some((newest, _)) if newest > s => true,
+                Some((_, last)) => overdue && now >= last + self.deadline,
+                None => overdue,
+            })
     }
 
     /// The next stack to process, in stack order: all its modules arrived, or its deadline passed.
     pub fn poll(&mut self, now: Instant) -> Option<Issue> {
-        let (&s, st) = self.stacks.iter().find(|(_, st)| !st.issued)?;
-        if !self.ready(st, now) {
-            return None;
-        }
+        let (s, st) = loop {
+            let (&s, st) = self.stacks.iter().find(|(_, st)| !st.issued)?;
+            if !self.ready(s, st, now) {
+                return None;
+            }
+            let newer_ready = || {
+                self.stacks
+                    .range(s + 1..)
+                    .any(|(&t, st)| !st.issued && self.ready(t, st, now))
+            };
+            if !(self.doomed(s, now) && newer_ready()) {
+                break (s, st);
+            }
+            self.stacks.remove(&s);
+            self.stats.stacks_skipped += 1;
+            self.floor = self.floor.max(s.saturating_add(1));
+        };
         let lost = self.all() & !st.whole;
         if lost == 0 {
             self.stats.stacks_complete += 1;
@@ -175,7 +292,9 @@ impl Scheduler {
             self.stats.stacks_partial += 1;
             self.stats.modules_lost += u64::from(lost.count_ones());
         }
-        self.stacks.get_mut(&s).expect("found above").issued = true;
+        let st = self.stacks.get_mut(&s).expect("found above");
+        st.issued = true;
+        st.issued_at = Some(now);
         self.floor = self.floor.max(s.saturating_add(1));
         Some(Issue {
             stack: s,
@@ -191,25 +310,32 @@ impl Scheduler {
             .map(|st| st.first_seen + self.deadline)
     }
 
-    /// Whether an issued stack's half has not been written by a newer stack since.
+    /// Whether an issued stack's buffer has not been written by a newer stack since.
     pub fn intact(&self, stack: u64) -> bool {
         self.stacks.get(&stack).is_some_and(|st| !st.overrun)
     }
 
-    /// The processing unit is done with an issued stack: its half is free.
-    pub fn finish(&mut self, stack: u64) {
-        if self.stacks.get(&stack).is_some_and(|st| st.issued) {
+    /// The processing unit is done with an issued stack: its buffer is free.
+    pub fn finish(&mut self, stack: u64, now: Instant) {
+        if let Some(st) = self.stacks.get(&stack).filter(|st| st.issued) {
+            if let Some(t) = st.issued_at {
+                let began = self.last_finish.map_or(t, |f| f.max(t));
+                let took = now.saturating_duration_since(began);
+                self.processing = match (st.overrun, self.processing) {
+                    (false, avg) => Some(smooth(avg, took)),
+                    // An overrun stack is abandoned part way: its time is only a lower bound.
+                    (true, Some(avg)) => Some(avg.max(took)),
+                    (true, None) => Some(took),
+                };
+            }
+            self.last_finish = Some(now);
             self.stacks.remove(&stack);
         }
     }
 
-    /// End of the acquisition: every waiting stack becomes due now.
-    pub fn flush(&mut self, now: Instant) {
-        for st in self.stacks.values_mut() {
-            st.first_seen = st
-                .first_seen
-                .min(now - self.deadline.min(Duration::from_secs(3600)));
-        }
+    /// End of the acquisition: every waiting stack becomes due now, whatever is missing.
+    pub fn flush(&mut self, _now: Instant) {
+        self.flushed = true;
     }
 
     /// Stacks issued and not finished, or waiting.
@@ -217,9 +343,31 @@ impl Scheduler {
         self.stacks.len()
     }
 
+    /// The newest stack any marker has been seen of and that is still held.
+    pub fn newest(&self) -> Option<u64> {
+        self.stacks.keys().next_back().copied()
+    }
+
+    /// Every stack below this one is done with (processed, dropped or never coming), so a source
+    /// may write stacks up to `released() + depth - 1` without overwriting anything held.
+    pub fn released(&self) -> u64 {
+        self.stacks
+            .keys()
+            .next()
+            .map_or(self.floor, |&first| first.min(self.floor))
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> SchedStats {
         self.stats
+    }
+}
+
+/// An exponentially weighted average, an eighth of the new sample at a time.
+fn smooth(avg: Option<Duration>, sample: Duration) -> Duration {
+    match avg {
+        None => sample,
+        Some(a) => (a * 7 + sample) / 8,
     }
 }
 
@@ -230,7 +378,7 @@ mod tests {
     const DL: Duration = Duration::from_millis(50);
 
     fn sched(modules: usize) -> (Scheduler, Instant) {
-        (Scheduler::new(modules, DL), Instant::now())
+        (Scheduler::new(modules, DL, 2), Instant::now())
     }
 
     fn stack(s: &mut Scheduler, now: Instant, n: u64, modules: &[usize]) {
@@ -288,10 +436,28 @@ mod tests {
     fn stacks_are_issued_in_order() {
         let (mut s, t) = sched(1);
         s.on_marker(t, 0, Marker::Start(0), true);
-        stack(&mut s, t, 1, &[0]);
-        assert_eq!(s.poll(t), None, "stack 0 still waits, so 1 waits too");
-        assert_eq!(s.poll(t + DL).map(|i| i.stack), Some(0));
-        assert_eq!(s.poll(t + DL).map(|i| i.stack), Some(1));
+        s.on_marker(t, 0, Marker::End(0), true);
+        let (mut s2, _) = sched(2);
+        stack(&mut s2, t, 0, &[0]);
+        stack(&mut s2, t, 1, &[0, 1]);
+        assert_eq!(
+            s2.poll(t).map(|i| i.stack),
+            Some(0),
+            "module 1 moved on: lost"
+        );
+        assert_eq!(s2.poll(t).map(|i| i.stack), Some(1));
+        let (mut s3, _) = sched(2);
+        stack(&mut s3, t, 0, &[0]);
+        stack(&mut s3, t, 1, &[0]);
+        s3.on_marker(t, 1, Marker::Start(0), true);
+        assert_eq!(
+            s3.poll(t),
+            None,
+            "module 1 is still on stack 0, so stack 1 waits too"
+        );
+        assert_eq!(s3.poll(t + DL).map(|i| i.stack), Some(0));
+        assert_eq!(s3.poll(t + DL).map(|i| i.stack), Some(1));
+        assert_eq!(s.poll(t).map(|i| i.stack), Some(0));
     }
 
     #[test]
@@ -304,7 +470,7 @@ mod tests {
         s.on_marker(t, 0, Marker::Start(2), true);
         assert!(!s.intact(i.stack), "stack 2 writes into stack 0's half");
         assert_eq!(s.stats().overruns, 1);
-        s.finish(0);
+        s.finish(0, t);
         assert_eq!(
             s.poll(t).map(|i| i.stack),
             Some(1),
@@ -342,6 +508,122 @@ mod tests {
         s.flush(t);
         assert_eq!(s.poll(t).map(|i| i.lost_modules), Some(0b10));
         assert_eq!(s.poll(t).map(|i| i.lost_modules), Some(0b01));
+    }
+
+    #[test]
+    fn a_module_that_is_behind_but_alive_is_waited_for() {
+        let (mut s, t) = sched(2);
+        stack(&mut s, t, 0, &[0]);
+        s.on_marker(t, 1, Marker::Start(0), true);
+        // Module 1 is still sending stack 0 when the deadline passes, but spoke recently.
+        s.on_marker(t + DL, 1, Marker::End(0), false);
+        assert_eq!(
+            s.poll(t + DL).map(|i| i.lost_modules),
+            Some(0b10),
+            "ended broken"
+        );
+        let (mut s, t) = sched(2);
+        stack(&mut s, t, 0, &[0]);
+        s.on_marker(t + DL * 3 / 4, 1, Marker::Start(0), true);
+        assert_eq!(s.poll(t + DL), None, "behind, not silent");
+        assert_eq!(
+            s.poll(t + DL * 7 / 4).map(|i| i.lost_modules),
+            Some(0b10),
+            "silent for a deadline"
+        );
+    }
+
+    /// Virtual time: a source starting a stack of 5 frames every 10 ms into a ring of `depth`
+    /// stacks, and a processing unit taking 5 ms per frame (the source runs 2.5x too fast),
+    /// which, like the receiver's, abandons a stack once it is overwritten. Returns (frames
+    /// processed and kept, frames processed and then found overwritten).
+    fn overloaded(depth: usize, skip: bool) -> (u32, u32) {
+        let mut s = Scheduler::new(1, DL, depth);
+        if skip {
+            s = s.skipping_doomed();
+        }
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let (mut kept, mut wasted) = (0, 0);
+        // (stack, frames done, current frame ends at)
+        let mut busy: Option<(u64, u32, u64)> = None;
+        for now in 0..2000u64 {
+            if now % 10 == 0 {
+                stack(&mut s, ms(now), now / 10, &[0]);
+            }
+            if let Some((st, done, until)) = busy {
+                if now >= until {
+                    let intact = s.intact(st);
+                    if intact {
+                        kept += 1;
+                    } else {
+                        wasted += 1;
+                    }
+                    if !intact || done + 1 == 5 {
+                        s.finish(st, ms(now));
+                        busy = None;
+                    } else {
+                        busy = Some((st, done + 1, now + 5));
+                    }
+                }
+            }
+            if busy.is_none() {
+                if let Some(i) = s.poll(ms(now)) {
+                    busy = Some((i.stack, 0, now + 5));
+                }
+            }
+        }
+        (kept, wasted)
+    }
+
+    #[test]
+    fn past_its_rate_the_receiver_skips_doomed_stacks_and_keeps_what_it_can() {
+        // 2 s of 5 ms frames: at most 400 can be processed.
+        for depth in [3, 8] {
+            let (kept, wasted) = overloaded(depth, true);
+            assert!(kept >= 320, "depth {depth}: {kept} kept, {wasted} wasted");
+            assert!(
+                wasted * 5 <= kept,
+                "depth {depth}: {kept} kept, {wasted} wasted"
+            );
+        }
+        // Two buffers are overwritten 20 ms after a stack starts: a stack is never finished,
+        // and the unit keeps what it can of each.
+        let (kept, wasted) = overloaded(2, true);
+        assert!(kept >= 200, "depth 2: {kept} kept, {wasted} wasted");
+        // Without skipping, a deep ring's unit works through a backlog that is overwritten
+        // under it.
+        let (kept_deep, wasted_deep) = overloaded(8, false);
+        let (kept_skip, _) = overloaded(8, true);
+        assert!(
+            kept_skip > kept_deep,
+            "{kept_skip} vs {kept_deep} ({wasted_deep} wasted)"
+        );
+    }
+
+    #[test]
+    fn a_deep_ring_holds_stacks_until_their_buffer_comes_round_again() {
+        let mut s = Scheduler::new(1, DL, 4);
+        let t = Instant::now();
+        for n in 0..4 {
+            stack(&mut s, t, n, &[0]);
+        }
+        assert_eq!(s.stats().overruns, 0, "four buffers hold four stacks");
+        assert_eq!(s.released(), 0);
+        assert_eq!(s.stats().high_water_stacks, 4);
+        let i = s.poll(t).unwrap();
+        s.finish(i.stack, t);
+        assert_eq!(s.released(), 1, "stack 0's buffer is free");
+        stack(&mut s, t, 4, &[0]);
+        assert_eq!(s.stats().overruns, 0, "stack 4 reuses stack 0's buffer");
+        s.on_marker(t, 0, Marker::Start(5), true);
+        assert_eq!(
+            s.stats().overruns,
+            1,
+            "stack 5 lands on stack 1, still waiting"
+        );
+        assert_eq!(s.stats().stacks_dropped, 1);
+        assert_eq!(s.released(), 2);
     }
 
     #[test]

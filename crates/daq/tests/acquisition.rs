@@ -257,9 +257,13 @@ fn a_slow_pipeline_overruns_and_no_kept_frame_is_corrupted() {
     let _one = one_at_a_time();
     let cfg = config(
         "[detector]\nmodules = 2\n[source]\ndistinct = 4\n[acquisition]\nframes = 40\nbunch = 2\n\
-         [pipeline]\nbins = 200\nslow_ms = 40\n",
+         [receiver]\nbuffer = \"8MiB\"\n[pipeline]\nbins = 200\nslow_ms = 40\n",
     );
     let (s, frames) = acquire(&cfg);
+    assert_eq!(
+        s.buffer_frames, 4,
+        "8 MiB: two stacks of two 2-module frames"
+    );
     assert!(
         s.overruns > 0,
         "40 ms per frame cannot keep up with a free-running source: {s:?}"
@@ -271,6 +275,95 @@ fn a_slow_pipeline_overruns_and_no_kept_frame_is_corrupted() {
         "{s:?}"
     );
     assert_same_as_direct(&cfg, 0, &frames);
+}
+
+/// The same slow pipeline and the same two-stack ring under the flow-controlled policies: the
+/// source waits for ring credits (`backpressure`) or is paused and resumed (`pause`), so nothing
+/// is overrun or lost, every frame equals the direct pipeline's, and the summary says what the
+/// waiting cost.
+#[test]
+fn a_slow_pipeline_loses_nothing_when_the_source_follows_ring_credits() {
+    let _one = one_at_a_time();
+    for (policy, transport) in [
+        ("backpressure", "udp"),
+        ("backpressure", "shm"),
+        ("pause", "udp"),
+    ] {
+        let cfg = config(&format!(
+            "[detector]\nmodules = 2\n[source]\ndistinct = 4\n[acquisition]\nframes = 24\nbunch = 2\n\
+             [transport]\nkind = \"{transport}\"\n\
+             [receiver]\nbuffer = \"12MiB\"\noverrun = \"{policy}\"\n[pipeline]\nbins = 200\nslow_ms = 20\n"
+        ));
+        let (s, frames) = acquire(&cfg);
+        let what = format!("{policy} over {transport}: {s:?}");
+        assert_eq!(s.buffer_frames, 6, "{what}");
+        assert_eq!(
+            (
+                s.frames_complete,
+                s.frames_overrun,
+                s.overruns,
+                s.frames_lost
+            ),
+            (24, 0, 0, 0),
+            "{what}"
+        );
+        assert_eq!(s.overrun_policy, policy);
+        // 24 frames at 20 ms each against a free-running source: it must have waited.
+        assert!(s.credit_wait_seconds > 0.1, "{what}");
+        assert!(s.buffer_high_water_frames <= 6, "{what}");
+        if policy == "pause" {
+            assert!(s.pauses >= 1, "{what}");
+        }
+        assert_same_as_direct(&cfg, 0, &frames);
+    }
+}
+
+/// A replay of remora's own output: a run keeps its raw frames (`output.raw`), a second run
+/// streams that file (`source.kind = "hdf5"`, `/entry/raw/data`) as fast as it can into a
+/// two-stack ring under `backpressure`, with a pipeline slower than the source: nothing is
+/// lost, and every frame's result is the first run's.
+#[test]
+fn a_replay_of_its_own_raw_frames_under_backpressure_loses_nothing() {
+    let _one = one_at_a_time();
+    let dir = std::env::temp_dir().join(format!("remora-acq-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let first = dir.join("first.h5");
+    let recorded = config(&format!(
+        "[detector]\nmodules = 2\n[source]\ndistinct = 4\n[acquisition]\nframes = 16\nbunch = 2\n\
+         rate_hz = 100\n[receiver]\noverrun = \"backpressure\"\n[pipeline]\nbins = 200\n\
+         [output]\nfile = {:?}\nraw = true\n",
+        first.display().to_string()
+    ));
+    let (s1, f1) = acquire(&recorded);
+    assert_eq!(s1.frames_complete, 16, "{s1:?}");
+    let replay = config(&format!(
+        "[detector]\nmodules = 2\n[source]\nkind = \"hdf5\"\npath = {:?}\ndataset = \"/entry/raw/data\"\n\
+         [acquisition]\nframes = 16\nbunch = 2\nrate_hz = 0\n\
+         [receiver]\nbuffer = \"8MiB\"\noverrun = \"backpressure\"\n[pipeline]\nbins = 200\nslow_ms = 10\n",
+        first.display().to_string()
+    ));
+    let (s2, f2) = acquire(&replay);
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(
+        (
+            s2.frames_complete,
+            s2.frames_lost,
+            s2.frames_overrun,
+            s2.buffer_frames
+        ),
+        (16, 0, 0, 4),
+        "{s2:?}"
+    );
+    assert!(
+        s2.credit_wait_seconds > 0.0,
+        "the source had to wait: {s2:?}"
+    );
+    assert_eq!(f1.len(), f2.len());
+    for ((_, a), (_, b)) in f1.iter().zip(&f2) {
+        assert_eq!(a.frame, b.frame);
+        let (x, y) = (format!("{:?}", a.outcome), format!("{:?}", b.outcome));
+        assert!(x == y, "frame {}: {x:.200} vs {y:.200}", a.frame);
+    }
 }
 
 #[test]

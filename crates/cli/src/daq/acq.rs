@@ -86,6 +86,13 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<()> {
         cfg.receivers[a.index].listen = l.to_string();
     }
     let r = Receiver::bind(&cfg, a.index)?;
+    if let Some(b) = r.buffer() {
+        eprintln!(
+            "receiver {}: {b}; overrun policy {}",
+            a.index,
+            cfg.receiver.overrun.name()
+        );
+    }
     println!("listening on {}", r.local_addr());
     let progress = |p: &Progress| {
         println!("progress {}", serde_json::to_string(p).unwrap_or_default());
@@ -208,6 +215,12 @@ pub fn demo(out: &std::path::Path) -> anyhow::Result<()> {
         cfg.acquisition.rate_hz,
         cfg_path.display()
     );
+    if let Ok((_, b)) = remora_daq::flow::ring_for(&cfg, 0) {
+        println!(
+            "receiver: {b}; overrun policy {}\n",
+            cfg.receiver.overrun.name()
+        );
+    }
     // A fixed address is easier to open; another service there just moves the demo's elsewhere.
     let listen = ["127.0.0.1:8750", "127.0.0.1:0"]
         .into_iter()
@@ -358,5 +371,7 @@ fn manage(cfg: &Config, config: &std::path::Path) -> anyhow::Result<Summary> {
         .into_iter()
         .map(|r| r.expect("all reported"))
         .collect();
-    Ok(Summary::new(cfg, emu_report, reports, seconds))
+    let mut s = Summary::new(cfg, emu_report, reports, seconds);
+    remora_daq::writer::master::finish_run(cfg, &mut s)?;
+    Ok(s)
 }

@@ -27,9 +27,14 @@ pub struct AcqBenchArgs {
     /// Frames to acquire.
     #[arg(long, default_value_t = 200)]
     frames: u64,
-    /// Frames per stack (the ring holds two stacks: more absorbs more jitter).
+    /// Frames per stack.
     #[arg(long, default_value_t = 8)]
     bunch: usize,
+    /// The receiver's frame buffer in stacks (`[receiver] buffer`): enough to absorb jitter,
+    /// far less than the run, so that a rate is loss-free only if the receiver sustains it (a
+    /// buffer holding the whole run would make any rate look loss-free).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=4096))]
+    buffer_stacks: u64,
     /// Path MTU (udp).
     #[arg(long, default_value_t = 4096)]
     mtu: usize,
@@ -41,7 +46,9 @@ pub struct AcqBenchArgs {
     #[arg(long)]
     no_process: bool,
     /// Frame rate of the end-to-end run (0: as fast as possible); default: the highest rate
-    /// without loss, searched down from the pipeline's own rate measured first.
+    /// without loss, searched down in 5% steps from the rate a flow-controlled run sustains
+    /// (`overrun = "backpressure"` at full speed: the source goes as fast as the receiver
+    /// frees its ring).
     #[arg(long)]
     rate: Option<f64>,
     /// Also run every try under the control service with one live view page open (its status
@@ -61,11 +68,12 @@ pub struct AcqBenchArgs {
     json: bool,
 }
 
-fn settings(a: &AcqBenchArgs, rate: f64) -> anyhow::Result<Config> {
+fn settings(a: &AcqBenchArgs, rate: f64, policy: &str) -> anyhow::Result<Config> {
+    let buffer = a.buffer_stacks * (a.bunch * a.modules * remora_daq::ring::MODULE_BYTES) as u64;
     let text = format!(
         "[detector]\nmodules = {}\n[acquisition]\nframes = {}\nbunch = {}\ndeadline_ms = 2000\n\
          rate_hz = {rate}\n[transport]\nkind = \"{}\"\nmtu = {}\nprogress = \"{}\"\n\
-         [pipeline]\nprocess = {}\n",
+         [receiver]\nbuffer = {buffer}\noverrun = \"{policy}\"\n[pipeline]\nprocess = {}\n",
         a.modules, a.frames, a.bunch, a.transport, a.mtu, a.progress, !a.no_process
     );
     Config::parse(&text).context("benchmark settings")
@@ -101,32 +109,30 @@ fn pipeline_alone(cfg: &Config) -> anyhow::Result<f64> {
 }
 
 pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
-    let probe = settings(&a, 0.0)?;
+    let started = Instant::now();
+    let probe = settings(&a, 0.0, "mask")?;
     let pipeline_fps = if a.no_process {
         None
     } else {
         Some(pipeline_alone(&probe)?)
     };
-    // The end-to-end rate: as asked, or the highest without loss, from the pipeline's own rate
-    // down in 5% steps (the source cannot be slowed down, so a faster source loses frames).
-    // Transfer only: down in 10% steps from a rate beyond what the transport carries here
-    // (12 GB/s for udp on loopback, 32 GB/s for shm; `fabric bench` measured up to 7 GB/s over
-    // udp on one of these machines, so a lower start would cap the result at the start).
     let frame_bytes = (a.modules * remora_daq::ring::MODULE_BYTES) as f64;
-    let top = if probe.transport.kind == TransportKind::Shm {
-        32e9
-    } else {
-        12e9
-    };
-    let rates: Vec<f64> = match (a.rate, pipeline_fps) {
-        (Some(r), _) => vec![r],
-        (None, None) => (0..34)
-            .map(|k| top / frame_bytes * 0.9f64.powi(k))
-            .collect(),
-        (None, Some(f)) => (0..16).map(|k| f * 0.95f64.powi(k)).collect(),
-    };
     let plain =
         |cfg: &Config| -> anyhow::Result<Summary> { Ok(run_in_process(cfg, None, &|_, _| {})?) };
+    // The end-to-end rate: as asked, or the highest without loss, down in 5% steps from what
+    // the receiver sustains when the source follows its ring credits: one run finds the rate
+    // a source that cannot wait must stay under, where a search from above took minutes.
+    let sustained = match a.rate {
+        Some(_) => None,
+        None => Some(plain(&settings(&a, 0.0, "backpressure")?)?),
+    };
+    let rates: Vec<f64> = match (a.rate, &sustained) {
+        (Some(r), _) => vec![r],
+        (None, Some(bp)) if bp.e2e_fps > 0.0 => {
+            (0..16).map(|k| bp.e2e_fps * 0.95f64.powi(k)).collect()
+        }
+        _ => anyhow::bail!("the flow-controlled run committed no frame"),
+    };
     let mut tries = Vec::new();
     let served = if a.with_service {
         let svc = Service::new(ServiceOptions::default());
@@ -196,6 +202,7 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
     } else {
         0.0
     };
+    let ntries = tries.len();
     let out = json!({
         "transport": cfg.transport.kind.name(),
         "progress": a.progress,
@@ -219,6 +226,10 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
         "rate_hz": cfg.acquisition.rate_hz,
         "zero_loss": s.frames_lost + s.frames_overrun + s.frames_partial == 0,
         "cpu_cores": cores,
+        "buffer_frames": s.buffer_frames,
+        "sustained_fps": sustained.as_ref().map(|b| b.e2e_fps),
+        "sustained_complete": sustained.as_ref().map(|b| b.frames_complete),
+        "search_seconds": started.elapsed().as_secs_f64(),
         "tries": tries,
     });
     let mut out = out;
@@ -259,6 +270,18 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
         s.e2e_fps, s.e2e_gbps
     );
     println!("  this process used {cores:.2} cores during the run (emulator, transport, receiver, pipeline)");
+    if let Some(bp) = &sustained {
+        println!(
+            "  flow-controlled (backpressure) at full speed: {:.1} frames/s, {} of {} complete; \
+             search took {:.0} s and {} tries; frame buffer {} frames",
+            bp.e2e_fps,
+            bp.frames_complete,
+            bp.frames_sent,
+            started.elapsed().as_secs_f64(),
+            ntries,
+            s.buffer_frames
+        );
+    }
     if let Some(f) = pipeline_fps {
         println!(
             "  pipeline alone on the same frames: {f:.1} frames/s = {:.3} GB/s (end to end / alone = {:.2})",
@@ -308,7 +331,7 @@ fn search(
                         run: &dyn Fn(&Config) -> anyhow::Result<Summary>,
                         rate: f64|
      -> anyhow::Result<Found> {
-        let cfg = settings(a, rate)?;
+        let cfg = settings(a, rate, "mask")?;
         let (cpu0, t0) = (cpu_seconds(), Instant::now());
         let s = run(&cfg)?;
         let cores = (cpu_seconds() - cpu0) / t0.elapsed().as_secs_f64();

@@ -56,7 +56,7 @@ pub struct ServeArgs {
     input_dir: Option<PathBuf>,
     /// Most memory a configuration may imply (frames, rings, calibration, processing), in bytes,
     /// or with a suffix K, M, G or T (powers of 1024). Default: half of this host's memory.
-    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    #[arg(long, value_name = "BYTES", value_parser = remora_daq::access::budget::parse_bytes)]
     memory_budget: Option<u64>,
     /// Connections open at once; the next one is answered 503 and closed.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
@@ -67,37 +67,6 @@ pub struct ServeArgs {
     /// Shortest time between two preview images taken from the pipeline (ms).
     #[arg(long, default_value_t = 500)]
     preview_ms: u64,
-}
-
-/// `8G`, `512M`, `1073741824`: bytes, suffixes in powers of 1024.
-fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix('B'))
-        .unwrap_or(t);
-    let (num, shift) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let shift = match c.to_ascii_uppercase() {
-                'K' => 10,
-                'M' => 20,
-                'G' => 30,
-                'T' => 40,
-                _ => return Err(format!("{s:?}: the suffix is one of K, M, G, T")),
-            };
-            (&t[..i], shift)
-        }
-        _ => (t, 0),
-    };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of bytes (8G, 512M, 1073741824)"))?;
-    let b = n * (1u64 << shift) as f64;
-    if !(b.is_finite() && b >= 1.0 && b < u64::MAX as f64) {
-        return Err(format!("{s:?}: at least 1 byte"));
-    }
-    Ok(b as u64)
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
@@ -318,17 +287,6 @@ pub fn run_served(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn byte_counts_take_suffixes_in_powers_of_1024() {
-        assert_eq!(parse_bytes("1073741824"), Ok(1 << 30));
-        assert_eq!(parse_bytes("8G"), Ok(8 << 30));
-        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
-        assert_eq!(parse_bytes("1.5k"), Ok(1536));
-        assert!(parse_bytes("0").is_err());
-        assert!(parse_bytes("lots").is_err());
-        assert!(parse_bytes("3X").is_err());
-    }
 
     #[test]
     fn an_empty_token_and_no_token_off_loopback_are_refused() {

@@ -76,6 +76,38 @@ impl fmt::Display for MemoryBudget {
     }
 }
 
+/// `8G`, `512M`, `2GiB`, `1073741824`: bytes, suffixes in powers of 1024 (what
+/// `--memory-budget` and `[receiver] buffer` take).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (num, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("{s:?}: the suffix is one of K, M, G, T")),
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of bytes (8G, 512M, 1073741824)"))?;
+    let b = n * (1u64 << shift) as f64;
+    if !(b.is_finite() && b >= 1.0 && b < u64::MAX as f64) {
+        return Err(format!("{s:?}: at least 1 byte"));
+    }
+    Ok(b as u64)
+}
+
 /// Bytes for people: `1.5 GiB`.
 #[derive(Debug, Clone, Copy)]
 pub struct Bytes(pub u64);
@@ -155,15 +187,26 @@ impl Estimate {
             bytes: r.saturating_mul(per_receiver).saturating_add(FIXED),
         }];
         let bunch = cfg.acquisition.bunch as u64;
-        let ring = match cfg.transport.kind {
-            TransportKind::Native => "frame slots",
-            _ => "rings",
-        };
-        parts.push(Part {
-            key: "acquisition.bunch",
-            what: format!("{r} receiver {ring} of 2 x {bunch} frame(s)"),
-            bytes: r.saturating_mul(2 * bunch).saturating_mul(frame),
-        });
+        match cfg.transport.kind {
+            TransportKind::Native => parts.push(Part {
+                key: "acquisition.bunch",
+                what: format!("{r} receiver frame slots of 2 x {bunch} frame(s)"),
+                bytes: r.saturating_mul(2 * bunch).saturating_mul(frame),
+            }),
+            _ => {
+                // Every receiver's ring, as deep as its frame buffer (which the configuration
+                // has already been checked to allow).
+                let rings: u64 = (0..cfg.receivers.len())
+                    .filter_map(|i| crate::flow::ring_for(cfg, i).ok())
+                    .map(|(ring, _)| ring.bytes() as u64)
+                    .sum();
+                parts.push(Part {
+                    key: "receiver.buffer",
+                    what: format!("{r} receiver ring(s) (frame buffers) of {bunch}-frame stacks"),
+                    bytes: rings,
+                });
+            }
+        }
         if cfg.source.kind == SourceKind::Synthetic {
             let n = Dataset::synthetic_frames(cfg) as u64;
             parts.push(Part {
@@ -233,6 +276,17 @@ impl Estimate {
 mod tests {
     use super::*;
 
+    #[test]
+    fn byte_counts_take_suffixes_in_powers_of_1024() {
+        assert_eq!(parse_bytes("1073741824"), Ok(1 << 30));
+        assert_eq!(parse_bytes("8G"), Ok(8 << 30));
+        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5k"), Ok(1536));
+        assert!(parse_bytes("0").is_err());
+        assert!(parse_bytes("lots").is_err());
+        assert!(parse_bytes("3X").is_err());
+    }
+
     fn cfg(extra: &str) -> Config {
         Config::parse(&format!(
             "[detector]\nmodules = 32\n[acquisition]\nframes = 10\n{extra}"
@@ -253,10 +307,12 @@ mod tests {
 
     #[test]
     fn the_demo_fits_in_a_few_gibibytes() {
-        let c = Config::parse(include_str!("../../../../examples/demo.toml")).unwrap();
+        let mut c = Config::parse(include_str!("../../../../examples/demo.toml")).unwrap();
+        // Under a budget the default frame buffer takes a quarter of it.
+        c.access.memory = Some(MemoryBudget::new(3 << 30));
         let e = Estimate::of(&c);
-        assert!(e.total() < 2 << 30, "{e:?}");
-        e.check(MemoryBudget::new(2 << 30)).unwrap();
+        assert!(e.total() < 3 << 30, "{e:?}");
+        e.check(MemoryBudget::new(3 << 30)).unwrap();
     }
 
     #[test]

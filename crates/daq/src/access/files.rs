@@ -256,9 +256,30 @@ impl Files {
         path: &Path,
         not_regular: impl FnOnce(&'static str) -> DaqError,
     ) -> Result<Input> {
+        self.open_in(key, path, Role::Input, not_regular)
+    }
+
+    /// Opens, for reading, an output this run wrote (beneath the data directory when
+    /// confined): the master file reads the receivers' files back this way.
+    pub fn open_output(&self, key: &'static str, path: &Path) -> Result<Input> {
+        self.open_in(key, path, Role::Output, |kind| {
+            DaqError::Config(format!(
+                "{key}: {:?} is {kind}, not a regular file",
+                path.display().to_string()
+            ))
+        })
+    }
+
+    fn open_in(
+        &self,
+        key: &'static str,
+        path: &Path,
+        role: Role,
+        not_regular: impl FnOnce(&'static str) -> DaqError,
+    ) -> Result<Input> {
         // Non-blocking, so that a FIFO does not hang the open; no controlling terminal.
         let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
-        let (file, detail) = match self.root(key, path, Role::Input)? {
+        let (file, detail) = match self.root(key, path, role)? {
             None => {
                 let f = std::fs::OpenOptions::new()
                     .read(true)

@@ -108,6 +108,7 @@ impl LiveRun {
     pub fn on_progress(&mut self, receiver: usize, p: &Progress) {
         if let Some(r) = self.receivers.get_mut(receiver) {
             r.overruns = p.overruns;
+            r.buffered = p.buffered;
         }
         self.counters.overruns = self.receivers.iter().map(|r| r.overruns).sum();
     }

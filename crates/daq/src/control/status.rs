@@ -56,6 +56,8 @@ pub struct ReceiverStatus {
     pub kept: u64,
     /// Overruns it saw.
     pub overruns: u64,
+    /// Frames its frame buffer holds now, not yet processed.
+    pub buffered: u64,
 }
 
 /// One detector module.

@@ -183,6 +183,7 @@ pub(crate) fn run(
                     missing_packets: if lost == 0 { Vec::new() } else { job.missing },
                     image,
                     outcome,
+                    raw: wcfg.output.raw.then(|| job.words.to_vec()),
                 };
                 let secs = t.elapsed().as_secs_f64();
                 let msg = Msg::Frame(Box::new(fr), job.slot, job.words, secs);
@@ -263,6 +264,7 @@ pub(crate) fn run(
                 frames_done: rep.frames_complete + rep.frames_partial,
                 overruns: rep.overruns,
                 kept: rep.kept,
+                buffered: handed.saturating_sub(committed),
             });
         }
     }

@@ -28,7 +28,7 @@ use crate::access::budget::writer_queue_bytes;
 use crate::calib::PedestalMaps;
 use crate::config::Config;
 use crate::control::Tap;
-use crate::emulator::HELLO_MAGIC;
+use crate::flow::{BufferChoice, CreditTarget};
 use crate::pipeline::{Outcome, Pipeline};
 use crate::ring::{packets_per_stack, RingLayout};
 use crate::scheduler::{Issue, SchedStats, Scheduler};
@@ -55,6 +55,9 @@ pub struct FrameResult {
     pub outcome: Option<Outcome>,
     /// The converted, assembled image of a kept frame, when `output.images` asks for it.
     pub image: Option<Vec<f32>>,
+    /// The frame's raw words as received (lost modules as the error word), when `output.raw`
+    /// asks for them.
+    pub raw: Option<Vec<u16>>,
 }
 
 /// Progress while running.
@@ -68,6 +71,9 @@ pub struct Progress {
     pub overruns: u64,
     /// Frames kept so far.
     pub kept: u64,
+    /// Frames the frame buffer holds now (arrived or arriving, not yet processed).
+    #[serde(default)]
+    pub buffered: u64,
 }
 
 /// What a receiver did.
@@ -85,7 +91,8 @@ pub struct ReceiverReport {
     pub frames_complete: u64,
     /// Frames processed with modules masked.
     pub frames_partial: u64,
-    /// Frames processed but discarded, or dropped, because a newer stack overwrote them.
+    /// Frames processed but discarded, or dropped, because a newer stack overwrote them or
+    /// would have before they could be processed.
     pub frames_overrun: u64,
     /// Frames that never arrived.
     pub frames_lost: u64,
@@ -125,6 +132,14 @@ pub struct ReceiverReport {
     pub native_malformed: u64,
     /// Native mode: packets dropped because their slot was still being processed.
     pub overrun_packets: u64,
+    /// The frame buffer (fabric transports): its size and how it was chosen.
+    pub buffer: Option<crate::flow::BufferChoice>,
+    /// Most frames the frame buffer held at once (stacks held × frames per stack).
+    pub buffer_high_water_frames: u64,
+    /// The overrun policy that applied (`mask`, `pause`, `backpressure`).
+    pub overrun_policy: String,
+    /// What flow control cost on the receiver's side (credit writes, pauses).
+    pub flow: crate::flow::FlowStats,
 }
 
 /// What a controller hands a receiver beyond its configuration.
@@ -145,6 +160,7 @@ pub struct Receiver {
     index: usize,
     ingest: Ingest,
     ring: RingLayout,
+    buffer: Option<BufferChoice>,
     setup: Setup,
     pipeline: Pipeline,
     tap: Option<Arc<Tap>>,
@@ -156,6 +172,7 @@ enum Ingest {
     Fabric {
         listener: Listener,
         region: Arc<Region>,
+        pd: Arc<Pd>,
     },
     /// The detector's own UDP packets, reassembled here.
     Native(crate::native::ingest::Sockets),
@@ -169,7 +186,6 @@ impl Receiver {
 
     /// [`Receiver::bind`] with a controller's [`Hooks`].
     pub fn bind_with(cfg: &Config, index: usize, hooks: Hooks) -> Result<Receiver> {
-        let ring = RingLayout::new(cfg.detector.modules, cfg.acquisition.bunch)?;
         let mut setup = Setup::new(cfg, index)?;
         if let Some((maps, source)) = hooks.pedestal {
             if maps.detector() != setup.calibration.detector() {
@@ -203,12 +219,14 @@ impl Receiver {
                 cfg: cfg.clone(),
                 index,
                 ingest: Ingest::Native(sockets),
-                ring,
+                ring: RingLayout::new(cfg.detector.modules, cfg.acquisition.bunch)?,
+                buffer: None,
                 setup,
                 pipeline,
                 tap,
             });
         }
+        let (ring, buffer) = crate::flow::ring_for(cfg, index)?;
         let pd = Arc::new(Pd::new());
         let buf = Buffer::memfd("remora-ring", ring.bytes())
             .map_err(|e| DaqError::Acquisition(format!("ring of {} bytes: {e}", ring.bytes())))?;
@@ -222,20 +240,30 @@ impl Receiver {
         let opts = QpOptions {
             faults: None,
             progress: cfg.transport.progress.fabric(),
-            ..crate::emulator::qp_options(cfg, 0, index)
+            ..crate::link::qp_options(cfg, 0, index)
         };
-        let listener = Listener::bind(listen, pd, opts).map_err(|e| {
+        let listener = Listener::bind(listen, pd.clone(), opts).map_err(|e| {
             DaqError::Acquisition(format!("receivers[{index}].listen {listen}: {e}"))
         })?;
         Ok(Receiver {
             cfg: cfg.clone(),
             index,
-            ingest: Ingest::Fabric { listener, region },
+            ingest: Ingest::Fabric {
+                listener,
+                region,
+                pd,
+            },
             ring,
+            buffer: Some(buffer),
             setup,
             pipeline,
             tap,
         })
+    }
+
+    /// The frame buffer this receiver registered (fabric transports), for the start-up line.
+    pub fn buffer(&self) -> Option<BufferChoice> {
+        self.buffer
     }
 
     /// The control address emulators connect to.
@@ -253,8 +281,8 @@ impl Receiver {
         progress: &dyn Fn(&Progress),
     ) -> Result<ReceiverReport> {
         let writer = self.writer()?;
-        let region = match &self.ingest {
-            Ingest::Fabric { region, .. } => region.clone(),
+        let (region, pd) = match &self.ingest {
+            Ingest::Fabric { region, pd, .. } => (region.clone(), pd.clone()),
             Ingest::Native(_) => {
                 let Ingest::Native(sockets) = self.ingest else {
                     unreachable!("matched above")
@@ -271,8 +299,10 @@ impl Receiver {
                 );
             }
         };
-        let qps = self.accept_modules()?;
+        let (qps, targets) = self.accept_modules()?;
         let cfg = &self.cfg;
+        let policy = cfg.receiver.overrun;
+        let mut credits = crate::flow::CreditSender::new(policy, &self.ring, &pd, targets)?;
         let frames = cfg.frames_of(self.index);
         let bunch = self.ring.bunch as u64;
         let stacks = frames.div_ceil(bunch);
@@ -280,7 +310,15 @@ impl Receiver {
         let mtu = qps[0].mtu();
         let deadline = Duration::from_millis(cfg.acquisition.deadline_ms);
         let books = Arc::new(Mutex::new(Books {
-            sched: Scheduler::new(cfg.detector.modules, deadline),
+            sched: {
+                let s = Scheduler::new(cfg.detector.modules, deadline, self.ring.stacks);
+                // A source that waits never overwrites; one that does not, past the rate the
+                // receiver keeps up with, costs whole stacks rather than wasted work.
+                match policy {
+                    crate::flow::OverrunPolicy::Mask => s.skipping_doomed(),
+                    _ => s,
+                }
+            },
             per_frame: (packets_per_stack(&self.ring, &roi, mtu) - 1) / bunch,
             frames,
             bunch,
@@ -319,6 +357,8 @@ impl Receiver {
             bytes_expected: frames * (roi.width * roi.height * 2 * cfg.detector.modules) as u64,
             engine,
             file: cfg.output_of(self.index).map(|p| p.display().to_string()),
+            buffer: self.buffer,
+            overrun_policy: policy.name().into(),
             ..Default::default()
         };
         let mut last_commit = Instant::now();
@@ -343,7 +383,7 @@ impl Receiver {
                     };
                     if issue.stack >= stacks {
                         // A hostile or misconfigured source: no such stack in this acquisition.
-                        b.sched.finish(issue.stack);
+                        b.sched.finish(issue.stack, Instant::now());
                         continue;
                     }
                     in_worker += 1;
@@ -369,6 +409,8 @@ impl Receiver {
                 if in_worker == 0 && (all_issued || (flushed && b.sched.in_flight() == 0)) {
                     break;
                 }
+                let (released, newest) = (b.sched.released(), b.sched.newest());
+                credits.update(&b.qps, released, newest);
             }
             while let Ok(msg) = from_worker.try_recv() {
                 busy = true;
@@ -384,7 +426,11 @@ impl Receiver {
                         last_commit = Instant::now();
                     }
                     Msg::StackDone(stack) => {
-                        books.lock().expect("books").sched.finish(stack);
+                        books
+                            .lock()
+                            .expect("books")
+                            .sched
+                            .finish(stack, Instant::now());
                         in_worker -= 1;
                     }
                     Msg::Failed(e) => return Err(e),
@@ -392,11 +438,17 @@ impl Receiver {
             }
             if last_progress.elapsed() >= Duration::from_millis(200) {
                 last_progress = Instant::now();
+                let b = books.lock().expect("books");
+                let held = b
+                    .sched
+                    .newest()
+                    .map_or(0, |n| (n + 1).saturating_sub(b.sched.released()));
                 progress(&Progress {
                     frames_expected: frames,
                     frames_done: rep.frames_complete + rep.frames_partial,
-                    overruns: books.lock().expect("books").sched.stats().overruns,
+                    overruns: b.sched.stats().overruns,
                     kept: rep.kept,
+                    buffered: held * bunch,
                 });
             }
             if !busy {
@@ -409,7 +461,9 @@ impl Receiver {
         let st = b.sched.stats();
         rep.scheduler = st;
         rep.overruns = st.overruns;
-        rep.frames_overrun += st.stacks_dropped * bunch;
+        rep.buffer_high_water_frames = st.high_water_stacks * bunch;
+        rep.flow = credits.finish();
+        rep.frames_overrun += (st.stacks_dropped + st.stacks_skipped) * bunch;
         rep.frames_overrun = rep.frames_overrun.min(frames);
         rep.frames_lost =
             frames.saturating_sub(rep.frames_complete + rep.frames_partial + rep.frames_overrun);
@@ -435,21 +489,29 @@ impl Receiver {
         WriterThread::spawn_bounded(out.path(), info, self.cfg.output.queue, max_bytes).map(Some)
     }
 
-    /// One queue pair per module, in module order.
-    fn accept_modules(&self) -> Result<Vec<Qp>> {
+    /// One queue pair per module, in module order, with where each module wants its ring
+    /// credits written (when it asked for them).
+    fn accept_modules(&self) -> Result<(Vec<Qp>, Vec<Option<CreditTarget>>)> {
         let modules = self.cfg.detector.modules;
-        let Ingest::Fabric { listener, region } = &self.ingest else {
+        let Ingest::Fabric {
+            listener, region, ..
+        } = &self.ingest
+        else {
             unreachable!("only the fabric ingest accepts queue pairs")
         };
-        let mut private = RegionInfo::of(region).encode().to_vec();
-        private.extend_from_slice(&self.ring.encode());
+        let private = crate::link::Announce {
+            region: RegionInfo::of(region),
+            ring: self.ring,
+        }
+        .encode();
         let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = mpsc::channel::<(usize, Qp)>();
+        let (tx, rx) = mpsc::channel::<(usize, Qp, Option<CreditTarget>)>();
         let listener_addr = self.local_addr();
         std::thread::scope(|sc| {
             let stop2 = stop.clone();
             sc.spawn(move || accept_loop(listener, &private, modules, &stop2, tx));
             let mut qps: Vec<Option<Qp>> = (0..modules).map(|_| None).collect();
+            let mut targets: Vec<Option<CreditTarget>> = vec![None; modules];
             let wait = Duration::from_millis(self.cfg.acquisition.connect_timeout_ms);
             let end = Instant::now() + wait;
             let mut got = 0;
@@ -458,11 +520,12 @@ impl Receiver {
                     break Ok(());
                 }
                 match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
-                    Ok((m, qp)) => {
+                    Ok((m, qp, credit)) => {
                         if qps[m].is_none() {
                             got += 1;
                         }
                         qps[m] = Some(qp);
+                        targets[m] = credit;
                     }
                     Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
                         let missing: Vec<usize> =
@@ -479,7 +542,10 @@ impl Receiver {
             stop.store(true, Ordering::Relaxed);
             // Wakes the accept loop if it is still waiting.
             let _ = TcpStream::connect_timeout(&listener_addr, Duration::from_secs(1));
-            res.map(|()| qps.into_iter().map(|q| q.expect("all connected")).collect())
+            res.map(|()| {
+                let qps = qps.into_iter().map(|q| q.expect("all connected")).collect();
+                (qps, targets)
+            })
         })
     }
 }
@@ -489,7 +555,7 @@ fn accept_loop(
     private: &[u8],
     modules: usize,
     stop: &AtomicBool,
-    tx: mpsc::Sender<(usize, Qp)>,
+    tx: mpsc::Sender<(usize, Qp, Option<CreditTarget>)>,
 ) {
     while !stop.load(Ordering::Relaxed) {
         let Ok(inc) = listener.incoming() else {
@@ -500,21 +566,16 @@ fn accept_loop(
         }
         let from = inc.peer_addr();
         match inc.establish(private) {
-            Ok((qp, hello)) => {
-                let module = (hello.len() >= 6 && &hello[..4] == HELLO_MAGIC)
-                    .then(|| u16::from_le_bytes([hello[4], hello[5]]) as usize)
-                    .filter(|&m| m < modules);
-                match module {
-                    Some(m) => {
-                        if tx.send((m, qp)).is_err() {
-                            return;
-                        }
-                    }
-                    None => {
-                        tracing::warn!(%from, "not a module of this detector; connection dropped")
+            Ok((qp, hello)) => match crate::link::Hello::decode(&hello, modules) {
+                Some(h) => {
+                    if tx.send((h.module, qp, h.credit)).is_err() {
+                        return;
                     }
                 }
-            }
+                None => {
+                    tracing::warn!(%from, "not a module of this detector; connection dropped")
+                }
+            },
             Err(e) => tracing::warn!(%from, error = %e, "connection setup refused"),
         }
     }
@@ -531,6 +592,7 @@ pub(crate) fn finish(
         frames_done: rep.frames_complete + rep.frames_partial,
         overruns: rep.overruns,
         kept: rep.kept,
+        buffered: 0,
     });
     if let Some(w) = writer {
         let summary = serde_json::to_string(&rep).unwrap_or_default();
@@ -589,6 +651,9 @@ pub(crate) fn commit(
             profile,
             image: fr.image.clone(),
         });
+    }
+    if let (Some(w), Some(raw)) = (writer, &fr.raw) {
+        w.push_raw(fr.frame, raw.clone());
     }
     if let Some(f) = on_frame.as_mut() {
         f(fr);

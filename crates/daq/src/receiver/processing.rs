@@ -179,6 +179,8 @@ impl Worker {
                 }
                 let g = self.cfg.global_frame(self.index, n);
                 let process = self.cfg.pipeline.process;
+                // Copied before processing, and kept only if the stack is still intact after.
+                let raw_copy = self.cfg.output.raw.then(|| raw.to_vec());
                 // A dark frame changes the pipeline's state (the pedestal): it is copied out and
                 // checked intact *before* it is used, so an overrun cannot leak into later frames.
                 let input: &[u16] = if process && dark.is_dark(g) {
@@ -223,6 +225,7 @@ impl Worker {
                             missing_packets: Vec::new(),
                             image,
                             outcome,
+                            raw: raw_copy,
                         }),
                         secs,
                     )

@@ -5,18 +5,21 @@
 //!
 //! | path | what |
 //! | --- | --- |
-//! | `/entry` (NXentry, `definition` = NXmx) | `title`, `start_time`, `end_time` |
-//! | `/entry/instrument/detector` (NXdetector) | JUNGFRAU, Si 320 µm, pixel size, distance, beam centre, `detector_module` |
+//! | `/entry` (NXentry, `definition` = NXmx) | `title`, `start_time`, `end_time_estimated`, `end_time` |
+//! | `/entry/instrument/detector` (NXdetector) | JUNGFRAU, Si 320 µm, pixel size, distance, beam centre, `depends_on` its `transformations/translation` (the distance along the beam), `detector_module` |
+//! | `/entry/instrument/detector/detector_module` (NXdetector_module) | `data_origin`, `data_size`, `module_offset` (the beam centre), `fast_pixel_direction` and `slow_pixel_direction` (each with `@transformation_type`, `@vector`, `@offset`, `@depends_on`) |
 //! | `/entry/instrument/beam` (NXbeam) | `incident_wavelength` (Å), `incident_energy` (keV) |
-//! | `/entry/sample`, `/entry/source` | names |
+//! | `/entry/sample`, `/entry/source` | names; the sample `depends_on` `.` (no goniometer) |
 //! | `/entry/remora` (NXcollection) | the configuration (TOML), geometry (JSON), PONI, calibration, pipeline settings, the run's summary (JSON) |
 //! | `/entry/frames` (NXcollection) | per frame: `frame_number`, `kind` (0 dark, 1 rejected, 2 kept, 3 not processed), `spots`, `kept`, `lost_modules` (bit per module) |
 //! | `/entry/sparse` (NXcollection) | kept frames as CSR in the raw layout: `frame_number`, `entry_offset` (kept + 1), `row_ptr` (kept × rows + 1), `col`, `value` |
 //! | `/entry/azint` (NXdata, `@signal` = I) | `I` (kept × bins), `radial_axis` (with `@units`), `frame_number` |
-//! | `/entry/data` (NXdata) | `data`: converted, assembled images (n × ny × nx), when asked |
+//! | `/entry/data` (NXdata) | `data`: converted, assembled images of kept frames (n × ny × nx), and their `frame_number`, when asked |
+//! | `/entry/raw` (NXdata) | `data`: the detector's raw words (uint16, n × modules·512 × 1024, what an HDF5 source reads back), and their `frame_number`, when [`RunInfo::raw_frames`] asks and the receiver hands them over ([`Writer::write_raw`]) |
 //!
 //! Datasets grow as frames come, in chunks compressed with bitshuffle + LZ4 (HDF5 filter
-//! 32008, [`bslz4`], registered with the library by [`filter`]).
+//! 32008, [`bslz4`], registered with the library by [`filter`]). With several receivers,
+//! [`master`] joins their files into one with virtual datasets once they are closed.
 use std::path::{Path, PathBuf};
 
 use hdf5::types::VarLenUnicode;
@@ -27,6 +30,7 @@ use crate::{DaqError, Result};
 
 pub mod bslz4;
 pub mod filter;
+pub mod master;
 mod thread;
 
 pub use thread::{WriterThread, QUEUE_DATA_BYTES};
@@ -60,6 +64,8 @@ pub struct RunInfo {
     pub pipeline: Vec<(String, String)>,
     /// Raw frame shape (rows, columns).
     pub raw_shape: (usize, usize),
+    /// Keep the raw frames too (`/entry/raw`), fed by [`Writer::write_raw`].
+    pub raw_frames: bool,
     /// Assembled image shape, when images are written.
     pub image_shape: Option<(usize, usize)>,
     /// NXmx pixel mask of the image, when given.
@@ -68,6 +74,9 @@ pub struct RunInfo {
     pub radial: Option<(Vec<f64>, String)>,
     /// ISO 8601 start time.
     pub start_time: String,
+    /// When the last frame is due (ISO 8601), when known at the start; otherwise the writer
+    /// records the end time here when it finishes.
+    pub end_time_estimated: Option<String>,
 }
 
 /// What became of a frame.
@@ -147,6 +156,35 @@ fn number<T: H5Type>(g: &Group, name: &str, value: T, units: Option<&str>) -> hd
         attr(&d, "units", u)?;
     }
     Ok(())
+}
+
+/// Where the detector's frame is placed along the beam (NXmx's chain ends there).
+const DETECTOR_TRANSLATION: &str = "/entry/instrument/detector/transformations/translation";
+/// The module's origin, on which its pixel directions depend.
+const MODULE_OFFSET: &str = "/entry/instrument/detector/detector_module/module_offset";
+
+/// An NXtransformations translation of `value` metres along `vector`, from `offset`, after
+/// `depends_on` ("." ends the chain).
+fn translation(
+    g: &Group,
+    name: &str,
+    value: f64,
+    vector: [f64; 3],
+    offset: [f64; 3],
+    depends_on: &str,
+) -> hdf5::Result<()> {
+    let d = g.new_dataset::<f64>().create(name)?;
+    d.write_scalar(&value)?;
+    attr(&d, "units", "m")?;
+    attr(&d, "transformation_type", "translation")?;
+    d.new_attr_builder()
+        .with_data(&vector[..])
+        .create("vector")?;
+    d.new_attr_builder()
+        .with_data(&offset[..])
+        .create("offset")?;
+    attr(&d, "offset_units", "m")?;
+    attr(&d, "depends_on", depends_on)
 }
 
 /// A dataset that grows along its first axis, in compressed chunks.
@@ -261,8 +299,11 @@ pub struct Writer {
     sp_col: Growing<u16>,
     sp_value: Growing<f32>,
     az: Option<(Growing<f64>, Growing<u64>)>,
-    images: Option<Growing<f32>>,
+    images: Option<(Growing<f32>, Growing<u64>)>,
+    raw: Option<(Growing<u16>, Growing<u64>)>,
     entries: u64,
+    /// No estimate was known at the start: the end time is recorded as the estimate too.
+    estimate_at_end: bool,
     stats: WriterStats,
 }
 
@@ -284,6 +325,9 @@ impl Writer {
         string(&entry, "definition", "NXmx")?;
         string(&entry, "title", &info.title)?;
         string(&entry, "start_time", &info.start_time)?;
+        if let Some(t) = &info.end_time_estimated {
+            string(&entry, "end_time_estimated", t)?;
+        }
         let inst = group(&entry, "instrument", "NXinstrument")?;
         string(&inst, "name", "remora JUNGFRAU emulator")?;
         let det = group(&inst, "detector", "NXdetector")?;
@@ -302,11 +346,38 @@ impl Writer {
             number(&det, "beam_center_y", y, Some("pixel"))?;
         }
         if let Some(mask) = &info.pixel_mask {
+            // NXmx: one value per image pixel, shaped as the image (slow, fast).
+            let (ny, nx) = info.image_shape.unwrap_or((1, mask.len()));
+            let m = ndarray::ArrayView2::from_shape((ny, nx), &mask[..])
+                .map_err(|e| hdf5::Error::from(format!("pixel_mask: {e}")))?;
             det.new_dataset_builder()
-                .with_data(&mask[..])
+                .with_data(m)
                 .create("pixel_mask")?;
         }
+        // NXmx geometry (McStas frame: z along the beam, y up): the detector plane sits
+        // `distance` down the beam; the module's origin is placed so that the beam centre is
+        // on the axis; pixel columns run along -x and rows along -y (as Dectris and
+        // Jungfraujoch files have it).
+        string(&det, "depends_on", DETECTOR_TRANSLATION)?;
+        let tr = group(&det, "transformations", "NXtransformations")?;
+        translation(
+            &tr,
+            "translation",
+            info.distance_m.unwrap_or(0.0),
+            [0.0, 0.0, 1.0],
+            [0.0; 3],
+            ".",
+        )?;
         let module = group(&det, "detector_module", "NXdetector_module")?;
+        let (bx, by) = info.beam_center_px.unwrap_or((0.0, 0.0));
+        translation(
+            &module,
+            "module_offset",
+            0.0,
+            [1.0, 0.0, 0.0],
+            [bx * info.pixel_size_m, by * info.pixel_size_m, 0.0],
+            DETECTOR_TRANSLATION,
+        )?;
         let (rows, cols) = info.image_shape.unwrap_or(info.raw_shape);
         module
             .new_dataset_builder()
@@ -317,14 +388,10 @@ impl Writer {
             .with_data(&[rows as u32, cols as u32][..])
             .create("data_size")?;
         for (name, v) in [
-            ("fast_pixel_direction", [1.0f64, 0.0, 0.0]),
-            ("slow_pixel_direction", [0.0, 1.0, 0.0]),
+            ("fast_pixel_direction", [-1.0f64, 0.0, 0.0]),
+            ("slow_pixel_direction", [0.0, -1.0, 0.0]),
         ] {
-            let d = module.new_dataset::<f64>().create(name)?;
-            d.write_scalar(&info.pixel_size_m)?;
-            attr(&d, "transformation_type", "translation")?;
-            attr(&d, "units", "m")?;
-            d.new_attr_builder().with_data(&v[..]).create("vector")?;
+            translation(&module, name, info.pixel_size_m, v, [0.0; 3], MODULE_OFFSET)?;
         }
         let beam = group(&inst, "beam", "NXbeam")?;
         if let Some(w) = info.wavelength_angstrom {
@@ -338,6 +405,8 @@ impl Writer {
         )?;
         let sample = group(&entry, "sample", "NXsample")?;
         string(&sample, "name", "emulated")?;
+        // No goniometer: the sample sits at the origin, and its chain ends at once.
+        string(&sample, "depends_on", ".")?;
         let source = group(&entry, "source", "NXsource")?;
         string(&source, "name", "remora detector emulator")?;
 
@@ -403,12 +472,31 @@ impl Writer {
             Some((ny, nx)) => {
                 let g = group(&entry, "data", "NXdata")?;
                 attr(&g, "signal", "data")?;
-                Some(Growing::images(&g, "data", ny, nx)?)
+                Some((
+                    Growing::images(&g, "data", ny, nx)?,
+                    Growing::new(&g, "frame_number", 1, 4096)?,
+                ))
             }
             None => None,
         };
+        let raw = if info.raw_frames {
+            let g = group(&entry, "raw", "NXdata")?;
+            attr(&g, "signal", "data")?;
+            attr(
+                &g,
+                "description",
+                "the detector's raw words (gain bits 15-14, ADC 13-0), modules stacked by rows",
+            )?;
+            Some((
+                Growing::images(&g, "data", raw_rows, raw_cols)?,
+                Growing::new(&g, "frame_number", 1, 4096)?,
+            ))
+        } else {
+            None
+        };
         Ok(Writer {
             path: Default::default(),
+            raw,
             frame_number: Growing::new(&frames, "frame_number", 1, 4096)?,
             kind,
             spots: Growing::new(&frames, "spots", 1, 4096)?,
@@ -422,6 +510,7 @@ impl Writer {
             az,
             images,
             entries: 0,
+            estimate_at_end: info.end_time_estimated.is_none(),
             stats: WriterStats::default(),
             file,
             entry,
@@ -466,12 +555,36 @@ impl Writer {
                 n.push(&[rec.frame])?;
             }
         }
-        if let (Some(d), Some(img)) = (&mut self.images, &rec.image) {
+        if let (Some((d, n)), Some(img)) = (&mut self.images, &rec.image) {
             if img.len() == d.row {
                 d.push(img)?;
+                n.push(&[rec.frame])?;
             }
         }
         Ok(())
+    }
+
+    /// Appends one frame's raw words to `/entry/raw` (a file created with
+    /// [`RunInfo::raw_frames`]); any frame, dark, rejected or kept, in the order received.
+    pub fn write_raw(&mut self, frame: u64, words: &[u16]) -> Result<()> {
+        let path = self.path.clone();
+        let Some((d, n)) = &mut self.raw else {
+            return Err(DaqError::Acquisition(format!(
+                "{}: raw frames were not asked for when the file was created",
+                path.display()
+            )));
+        };
+        if words.len() != d.row {
+            return Err(DaqError::Acquisition(format!(
+                "{}: a raw frame of {} words, not {}",
+                path.display(),
+                words.len(),
+                d.row
+            )));
+        }
+        d.push(words)
+            .and_then(|()| n.push(&[frame]))
+            .map_err(h5err(&path))
     }
 
     /// Stores the summary and the end time, and closes the file.
@@ -496,10 +609,19 @@ impl Writer {
             i.flush()?;
             n.flush()?;
         }
-        if let Some(d) = &mut self.images {
+        if let Some((d, n)) = &mut self.images {
             d.flush()?;
+            n.flush()?;
         }
-        string(&self.entry, "end_time", &crate::output::now_iso8601())?;
+        if let Some((d, n)) = &mut self.raw {
+            d.flush()?;
+            n.flush()?;
+        }
+        let end = crate::output::now_iso8601();
+        string(&self.entry, "end_time", &end)?;
+        if self.estimate_at_end {
+            string(&self.entry, "end_time_estimated", &end)?;
+        }
         let r = self.entry.group("remora")?;
         string(&r, "summary", summary_json)?;
         self.file.flush()

@@ -17,6 +17,8 @@ pub const QUEUE_DATA_BYTES: u64 = 256 << 20;
 
 enum Job {
     Frame(Box<FrameRecord>, u64),
+    /// A frame's raw words, for `/entry/raw`.
+    Raw(u64, Vec<u16>, u64),
 }
 
 /// The heap bytes a record holds.
@@ -59,9 +61,11 @@ impl WriterThread {
         let handle = std::thread::Builder::new()
             .name("nexus-writer".into())
             .spawn(move || {
-                for Job::Frame(rec, bytes) in rx {
-                    let r = w.write(&rec);
-                    drop(rec);
+                for job in rx {
+                    let (r, bytes) = match job {
+                        Job::Frame(rec, bytes) => (w.write(&rec), bytes),
+                        Job::Raw(frame, words, bytes) => (w.write_raw(frame, &words), bytes),
+                    };
                     done.fetch_sub(bytes, Ordering::Relaxed);
                     r?;
                 }
@@ -81,13 +85,24 @@ impl WriterThread {
     /// or the writer failed.
     pub fn push(&self, rec: FrameRecord) -> bool {
         let bytes = record_bytes(&rec);
+        self.send(bytes, || Job::Frame(Box::new(rec), bytes))
+    }
+
+    /// Queues a frame's raw words for `/entry/raw` (a file created with
+    /// [`RunInfo::raw_frames`]), bounded and counted as [`WriterThread::push`] is.
+    pub fn push_raw(&self, frame: u64, words: Vec<u16>) -> bool {
+        let bytes = (words.len() * 2) as u64;
+        self.send(bytes, || Job::Raw(frame, words, bytes))
+    }
+
+    fn send(&self, bytes: u64, job: impl FnOnce() -> Job) -> bool {
         // Only this thread adds: a check then an add cannot overshoot.
         if self.queued.load(Ordering::Relaxed).saturating_add(bytes) > self.max_bytes {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return false;
         }
         self.queued.fetch_add(bytes, Ordering::Relaxed);
-        match self.tx.try_send(Job::Frame(Box::new(rec), bytes)) {
+        match self.tx.try_send(job()) {
             Ok(()) => true,
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.queued.fetch_sub(bytes, Ordering::Relaxed);
