@@ -16,11 +16,11 @@ use remora_fabric::{connect, Completion, Error as FabricError, Qp, RegionInfo};
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
 
 use crate::config::{Config, TransportKind};
-use crate::control::StopGate;
 use crate::dataset::Dataset;
 use crate::flow::{CreditTarget, CreditWord};
 use crate::link::{Announce, Hello};
 use crate::ring::{descriptors, Marker, RingLayout, MODULE_BYTES};
+use crate::tap::StopGate;
 use crate::{DaqError, Result};
 
 /// What an emulator run did.

@@ -53,6 +53,7 @@ pub mod scheduler;
 pub mod setup;
 pub mod sparse;
 pub mod synth;
+pub mod tap;
 pub mod writer;
 
 pub use error::{DaqError, Result};

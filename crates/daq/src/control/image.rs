@@ -5,7 +5,7 @@
 //! milliseconds and never competes with the acquisition for long.
 use std::borrow::Cow;
 
-use super::tap::Preview;
+use crate::tap::Preview;
 
 /// How to map energies to colours.
 #[derive(Debug, Clone, Copy, PartialEq)]

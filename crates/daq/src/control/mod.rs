@@ -5,8 +5,8 @@
 //!   decides which request fits, and says why not (HTTP 409).
 //! - [`service`]: configuration, start, stop, dark runs, status, waiting; runs on a thread of
 //!   their own with the receivers and emulator as threads of this process.
-//! - [`tap`]: what the service shares with a running acquisition (stop gate, preview slot,
-//!   pedestal), touched by the data path only a few times a second.
+//! - [`crate::tap`] (re-exported here): what the service shares with a running acquisition
+//!   (stop gate, preview slot, pedestal); it lives below the receiver, which uses it.
 //! - [`live`] and [`status`]: counters and rates while a run goes on, and the reported types.
 //! - [`image`]: preview frames as PNG.
 //! - `http` (feature `http`): the axum router, its OpenAPI document and the embedded page;
@@ -16,17 +16,16 @@ pub mod live;
 pub mod service;
 pub mod state;
 pub mod status;
-pub mod tap;
 
 #[cfg(feature = "http")]
 mod auth;
 #[cfg(feature = "http")]
 pub mod http;
 
+pub use crate::tap::{Preview, StopGate, Tap};
 pub use service::{ConfigFormat, ControlError, Service, ServiceOptions};
 pub use state::{Conflict, RunKind, State};
 pub use status::Status;
-pub use tap::{Preview, StopGate, Tap};
 
 /// Whether this process runs as root (effective user 0): a service reachable from the network
 /// then writes and reads as root, which its command line refuses unless asked.

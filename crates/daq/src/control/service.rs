@@ -16,7 +16,7 @@ use crate::DaqError;
 use super::live::LiveRun;
 use super::state::{Conflict, Machine, RunKind, State};
 use super::status::{PedestalInfo, PreviewInfo, ProfileOut, Status};
-use super::tap::{Preview, Tap};
+use crate::tap::{Preview, Tap};
 
 /// Why a control request was refused.
 #[derive(Debug, thiserror::Error)]

@@ -16,10 +16,10 @@ use super::reassembler::{Done, Dropped, FrameStore, Reassembler};
 use super::recv::NativeSocket;
 use super::send::HELLO;
 use crate::config::Config;
-use crate::control::Tap;
 use crate::model::MODULE_PIXELS;
 use crate::pipeline::Pipeline;
 use crate::receiver::{commit, FrameResult, Progress, ReceiverReport};
+use crate::tap::Tap;
 use crate::writer::WriterThread;
 use crate::{DaqError, Result};
 
@@ -244,7 +244,7 @@ pub(crate) fn run(
                     rep.pipeline_seconds += secs;
                     ring[slot] = Some(words);
                     committed += 1;
-                    commit(&mut rep, &fr, writer.as_ref(), &mut on_frame);
+                    commit(&mut rep, *fr, writer.as_ref(), &mut on_frame);
                     last_commit = Instant::now();
                 }
                 Msg::Failed(e) => return Err(e),

@@ -27,12 +27,12 @@ use serde::Serialize;
 use crate::access::budget::writer_queue_bytes;
 use crate::calib::PedestalMaps;
 use crate::config::Config;
-use crate::control::Tap;
 use crate::flow::{BufferChoice, CreditTarget};
 use crate::pipeline::{Outcome, Pipeline};
 use crate::ring::{packets_per_stack, RingLayout};
 use crate::scheduler::{Issue, SchedStats, Scheduler};
 use crate::setup::Setup;
+use crate::tap::Tap;
 use crate::writer::{FrameKind, FrameRecord, WriterThread};
 use crate::{DaqError, Result};
 
@@ -417,7 +417,7 @@ impl Receiver {
                 match msg {
                     Msg::Frame(fr, secs) => {
                         pipeline_seconds += secs;
-                        commit(&mut rep, &fr, writer.as_ref(), &mut on_frame);
+                        commit(&mut rep, *fr, writer.as_ref(), &mut on_frame);
                         last_commit = Instant::now();
                     }
                     Msg::Overrun(secs) => {
@@ -603,9 +603,11 @@ pub(crate) fn finish(
     Ok(rep)
 }
 
+/// Counts a committed frame, shows it to `on_frame`, then moves its results into the writer
+/// (nothing is copied on the way to the file).
 pub(crate) fn commit(
     rep: &mut ReceiverReport,
-    fr: &FrameResult,
+    fr: FrameResult,
     writer: Option<&WriterThread>,
     on_frame: &mut Option<&mut dyn FnMut(&FrameResult)>,
 ) {
@@ -632,30 +634,34 @@ pub(crate) fn commit(
             (FrameKind::Kept, stats.above)
         }
     };
-    if let Some(w) = writer {
-        let (sparse, profile) = match &fr.outcome {
-            Some(Outcome::Kept {
-                sparse, profile, ..
-            }) => (
-                Some(sparse.clone()),
-                profile.as_ref().map(|p| p.intensity.clone()),
-            ),
-            _ => (None, None),
-        };
-        w.push(FrameRecord {
-            frame: fr.frame,
-            kind,
-            spots,
-            lost_modules: fr.lost_modules,
-            sparse,
-            profile,
-            image: fr.image.clone(),
-        });
-    }
-    if let (Some(w), Some(raw)) = (writer, &fr.raw) {
-        w.push_raw(fr.frame, raw.clone());
-    }
     if let Some(f) = on_frame.as_mut() {
-        f(fr);
+        f(&fr);
+    }
+    let Some(w) = writer else { return };
+    let FrameResult {
+        frame,
+        lost_modules,
+        outcome,
+        image,
+        raw,
+        ..
+    } = fr;
+    let (sparse, profile) = match outcome {
+        Some(Outcome::Kept {
+            sparse, profile, ..
+        }) => (Some(sparse), profile.map(|p| p.intensity)),
+        _ => (None, None),
+    };
+    w.push(FrameRecord {
+        frame,
+        kind,
+        spots,
+        lost_modules,
+        sparse,
+        profile,
+        image,
+    });
+    if let Some(raw) = raw {
+        w.push_raw(frame, raw);
     }
 }

@@ -10,11 +10,11 @@ use remora_fabric::{Completion, Qp, WcOpcode};
 use remora_mem::Region;
 
 use crate::config::Config;
-use crate::control::{Preview, Tap};
 use crate::model::{ERROR_WORD, MODULE_PIXELS};
 use crate::pipeline::{Outcome, Pipeline};
 use crate::ring::{Marker, RingLayout};
 use crate::scheduler::{Issue, Scheduler};
+use crate::tap::{Preview, Tap};
 use crate::DaqError;
 
 use super::FrameResult;
