@@ -181,6 +181,36 @@ fn shm_every_frame_arrives_whole_and_equals_the_direct_pipeline() {
     assert_same_as_direct(&cfg, 0, &frames);
 }
 
+/// Regression (issue 32 item 6): an unpaced shm emulator sends a short run in a few
+/// milliseconds and drops its queue pairs while the receiver is still reading. The receiver's
+/// answer to the emulator's grant request then met a closed socket (EPIPE), and its queue pair
+/// was closed with the rest of the stream, end markers included, still unread: every module
+/// was masked, whatever the deadline. Several tries, since it was a race (most runs lost it).
+#[test]
+fn shm_unpaced_short_run_loses_no_marker_when_the_emulator_leaves_at_once() {
+    let _one = one_at_a_time();
+    for modules in [1, 2] {
+        for round in 0..3 {
+            let mut cfg = with(
+                "[acquisition]\nframes = 4\nbunch = 4\nrate_hz = 0\n[transport]\nkind = \"shm\"\n",
+            );
+            cfg.detector.modules = modules;
+            cfg.pipeline.process = false;
+            let (s, _) = acquire(&cfg);
+            assert_eq!(
+                (
+                    s.frames_sent,
+                    s.frames_complete,
+                    s.frames_partial,
+                    s.frames_lost
+                ),
+                (4, 4, 0, 0),
+                "{modules} module(s), round {round}: {s:?}"
+            );
+        }
+    }
+}
+
 /// The receiver on the GPU engine (whatever Vulkan device `REMORA_GPU` allows; `make test`
 /// allows lavapipe): every frame processed on the device, results equal to the same pipeline
 /// run directly. The ring holds the whole run, so the device's speed cannot cause overruns.

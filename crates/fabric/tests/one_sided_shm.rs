@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use remora_fabric::{
-    connect, Listener, Progress, QpOptions, RegionInfo, Status, Transport, WcOpcode,
+    connect, Listener, Progress, QpOptions, QpType, RegionInfo, Status, Transport, WcOpcode,
 };
 use remora_mem::{Buffer, Mode, Pd};
 
@@ -523,4 +523,47 @@ fn one_sided_shm_uc_sends_complete_when_published() {
     assert_eq!((r.wr_id, r.byte_len, r.imm), (9, 300, Some(3)));
     assert_eq!(bytes(&s.region, 0, 300), bytes(&c.region, 100, 300));
     assert_eq!(c.qp.stats().engine.ring_sends, 1);
+}
+
+/// Regression (issue 32 item 6): a UC requester that posts its WRITEs and drops its queue pair
+/// at once, as an unpaced detector emulator does. Its first WRITE asks for a grant, and the
+/// responder's answer met a socket the requester no longer reads (EPIPE): the responder closed
+/// its queue pair with the rest of the stream still unread, and the later WRITE-with-immediate
+/// completions were lost. What a peer sent before it left is delivered.
+#[test]
+fn a_uc_requester_that_leaves_right_after_posting_loses_no_immediate() {
+    for round in 0..20 {
+        let (c, s) = pair_on(Transport::Shm, QpType::Uc, 4096, true);
+        c.qp.post_write(0, &c.region, 0, 0, c.peer.addr, c.peer.rkey, Some(100))
+            .unwrap();
+        for i in 0..4u64 {
+            let imm = (i == 3).then_some(101);
+            let off = i as usize * (1 << 20);
+            c.qp.post_write(
+                i + 1,
+                &c.region,
+                off,
+                1 << 20,
+                c.peer.addr + off as u64,
+                c.peer.rkey,
+                imm,
+            )
+            .unwrap();
+        }
+        drop(c);
+        let mut imms = Vec::new();
+        while imms.len() < 2 {
+            let Some(got) = s.qp.wait(Duration::from_secs(2)).unwrap() else {
+                break;
+            };
+            assert_eq!(got.opcode, WcOpcode::RecvRdmaWithImm, "round {round}");
+            imms.push(got.imm);
+        }
+        assert_eq!(
+            imms,
+            [Some(100), Some(101)],
+            "round {round}: {:?}",
+            s.qp.stats()
+        );
+    }
 }

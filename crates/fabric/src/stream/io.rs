@@ -515,7 +515,20 @@ impl Shared {
                         self.read_frames(c)?;
                     }
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => {
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                    ) {
+                        // The peer reads no more (it shut its side or left), but what it sent
+                        // before is still in the socket: handled now, before the caller closes
+                        // the queue pair, so that a peer that posts and goes at once (an
+                        // unpaced UC source) loses none of it to an answer we owed it.
+                        self.peer_gone.store(true, Ordering::Release);
+                        while matches!(self.read_frames(c), Ok(n) if n > 0) {}
+                    }
+                    return Err(e.to_string());
+                }
             }
         }
         Ok(())

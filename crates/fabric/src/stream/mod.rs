@@ -98,6 +98,9 @@ struct Shared {
     uc_streamed: AtomicBool,
     /// shm, one-sided: remote keys we asked the peer to grant (each once).
     asked: Mutex<HashSet<u32>>,
+    /// A write found that the peer reads no more (EPIPE, ECONNRESET); what it sent before was
+    /// handled then ([`Shared::write_all`]).
+    peer_gone: AtomicBool,
     /// shm, one-sided: grant requests the peer made and we answered (bounded).
     grants_given: AtomicUsize,
 }
@@ -283,14 +286,23 @@ impl StreamQp {
             uc_streamed: AtomicBool::new(false),
             asked: Mutex::new(HashSet::new()),
             grants_given: AtomicUsize::new(0),
+            peer_gone: AtomicBool::new(false),
         });
         if matches!(path, DataPath::Shm) {
             // Our completion ring goes to the peer first (see [`direct`]).
             let mut c = lock(&shared.conn);
             shared.queue_ring(&mut c);
-            shared
-                .flush(&mut c)
-                .map_err(|e| Error::Setup(format!("handing the shm completion ring over: {e}")))?;
+            if let Err(e) = shared.flush(&mut c) {
+                // A peer that connected, sent and left before our ring could reach it (an
+                // unpaced source's short run) is not a failed setup: the queue pair comes up,
+                // its progress thread hands over what the peer sent, then sees the end.
+                if !shared.peer_gone.load(Ordering::Acquire) {
+                    return Err(Error::Setup(format!(
+                        "handing the shm completion ring over: {e}"
+                    )));
+                }
+                tracing::debug!(error = %e, "shm peer gone before our ring reached it");
+            }
         }
         let thread = match stream_mode {
             Progress::Poll => None,
