@@ -181,6 +181,8 @@ struct Transmitter<'a> {
     module: usize,
     /// Ring credits, when the overrun policy has the source wait for them.
     credit: Option<CreditWord>,
+    /// Send completions seen so far.
+    completed: std::cell::Cell<u64>,
 }
 
 impl<'a> Transmitter<'a> {
@@ -229,6 +231,7 @@ impl<'a> Transmitter<'a> {
             receiver,
             module,
             credit,
+            completed: std::cell::Cell::new(0),
         })
     }
 
@@ -254,7 +257,7 @@ impl<'a> Transmitter<'a> {
                             done.push(c);
                         }
                     }
-                    check(&done)?;
+                    self.seen(&done)?;
                     done.clear();
                 }
                 Err(e) => {
@@ -266,8 +269,37 @@ impl<'a> Transmitter<'a> {
             }
         }
         while self.qp.poll(&mut done, 64) > 0 {
-            check(&done)?;
+            self.seen(&done)?;
             done.clear();
+        }
+        Ok(())
+    }
+
+    fn seen(&self, done: &[Completion]) -> Result<()> {
+        self.completed.set(self.completed.get() + done.len() as u64);
+        check(done)
+    }
+
+    /// Waits until the `posted` WRITEs have completed: on RC a WRITE is delivered only once it
+    /// is acknowledged, and closing the queue pair before would lose what is still in flight.
+    fn drain(&self, posted: u64) -> Result<()> {
+        let end = Instant::now() + Duration::from_secs(30);
+        while self.completed.get() < posted {
+            if Instant::now() >= end {
+                return Err(DaqError::Acquisition(format!(
+                    "module {} to receiver {}: {} of {posted} WRITEs unacknowledged after 30 s",
+                    self.module,
+                    self.receiver,
+                    posted - self.completed.get()
+                )));
+            }
+            let c = self
+                .qp
+                .wait(Duration::from_millis(20))
+                .map_err(|e| DaqError::Acquisition(format!("module {}: {e}", self.module)))?;
+            if let Some(c) = c {
+                self.seen(&[c])?;
+            }
         }
         Ok(())
     }
@@ -364,6 +396,9 @@ impl<'a> Transmitter<'a> {
             }
             sent += 1;
             progress(1);
+        }
+        if self.qp.qp_type() == remora_fabric::QpType::Rc {
+            self.drain(wr)?;
         }
         Ok(Streamed {
             bytes,

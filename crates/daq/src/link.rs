@@ -23,6 +23,11 @@ pub const HELLO_MAGIC: &[u8; 4] = b"REMU";
 
 /// The queue pair options of the link between module `module` and receiver `receiver`, as the
 /// transmitter uses them (the receiver takes the same, without fault injection).
+///
+/// A detector's link is UC: it cannot wait, so it cannot retransmit either, and a lost packet
+/// masks its module. A source that waits for ring credits (`pause`, `backpressure`) can also
+/// wait for acknowledgements: its link is RC, so that over udp, where a socket buffer overflows
+/// at full speed, nothing is lost either.
 pub fn qp_options(cfg: &Config, module: usize, receiver: usize) -> QpOptions {
     let transport = match cfg.transport.kind {
         TransportKind::Shm => Transport::Shm,
@@ -30,7 +35,10 @@ pub fn qp_options(cfg: &Config, module: usize, receiver: usize) -> QpOptions {
     };
     QpOptions {
         transport,
-        qp_type: QpType::Uc,
+        qp_type: match cfg.receiver.overrun.flow_controlled() {
+            true => QpType::Rc,
+            false => QpType::Uc,
+        },
         mtu: cfg.transport.mtu,
         faults: (cfg.transport.loss > 0.0).then(|| Faults {
             loss: cfg.transport.loss,

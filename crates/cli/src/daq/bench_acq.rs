@@ -318,8 +318,8 @@ fn loss_free(s: &Summary) -> bool {
     s.frames_lost + s.frames_overrun + s.frames_partial == 0
 }
 
-/// For each runner, the highest rate of `rates` (descending) without loss, then two bisection
-/// steps towards the last rate that lost frames. Runners take turns at each rate, so that each
+/// For each runner, the highest rate of `rates` (descending) without loss, then one bisection
+/// step towards the last rate that lost frames. Runners take turns at each rate, so that each
 /// comparison is made over the same minutes on a machine whose speed drifts.
 fn search(
     a: &AcqBenchArgs,
@@ -368,7 +368,9 @@ fn search(
             failed[i].zip(lo)
         })
         .collect();
-    for _ in 0..2 {
+    // One bisection step: the search starts within a few percent of the answer, and every try
+    // is a whole acquisition.
+    for _ in 0..1 {
         for (i, (name, run)) in runners.iter().enumerate() {
             let Some((hi, lo)) = bounds[i] else { continue };
             let mid = (lo + hi) / 2.0;
