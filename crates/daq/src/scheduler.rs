@@ -82,6 +82,11 @@ pub struct Scheduler {
     seen: Vec<Option<(u64, Instant)>>,
     /// The acquisition is over: every stack is due.
     flushed: bool,
+    /// The links are reliable (RC): a module is never given up for being silent, only when its
+    /// link closes ([`Scheduler::link_closed`]).
+    reliable: bool,
+    /// Per module: its link has closed.
+    closed: Vec<bool>,
     /// Stack buffers in the ring.
     depth: u64,
     /// Drop a stack that would be overwritten before it is processed, when a newer one is
@@ -110,6 +115,8 @@ impl Scheduler {
             deadline,
             seen: vec![None; modules],
             flushed: false,
+            reliable: false,
+            closed: vec![false; modules],
             depth: depth.max(1) as u64,
             skip_doomed: false,
             last_new: None,
@@ -131,6 +138,21 @@ impl Scheduler {
     pub fn skipping_doomed(mut self) -> Scheduler {
         self.skip_doomed = true;
         self
+    }
+
+    /// The modules' links are reliable (RC, a flow-controlled source): what a module sends
+    /// arrives or its link breaks, so a silent module is waited for however long it takes.
+    pub fn reliable_links(mut self) -> Scheduler {
+        self.reliable = true;
+        self
+    }
+
+    /// Module `module`'s link has closed: on reliable links, nothing more will come from it
+    /// (its source waited for every WRITE to be acknowledged before closing).
+    pub fn link_closed(&mut self, module: usize) {
+        if let Some(c) = self.closed.get_mut(module) {
+            *c = true;
+        }
     }
 
     fn all(&self) -> u64 {
@@ -261,6 +283,9 @@ impl Scheduler {
             .filter(|m| missing >> m & 1 == 1)
             .all(|m| match self.seen[m] {
                 Some((newest, _)) if newest > s => true,
+                // Over UC the closed connection can overtake the last datagrams: only the
+                // deadline (and the end of the run's flush) gives a module up there.
+                _ if self.reliable => self.closed[m],
                 Some((_, last)) => overdue && now >= last + self.deadline,
                 None => overdue,
             })
@@ -599,6 +624,17 @@ mod tests {
             kept_skip > kept_deep,
             "{kept_skip} vs {kept_deep} ({wasted_deep} wasted)"
         );
+    }
+
+    #[test]
+    fn on_reliable_links_a_silent_module_is_waited_for_until_its_link_closes() {
+        let mut s = Scheduler::new(2, DL, 4).reliable_links();
+        let t = Instant::now();
+        stack(&mut s, t, 0, &[0]);
+        s.on_marker(t, 1, Marker::Start(0), true);
+        assert_eq!(s.poll(t + DL * 10), None, "slow, not lost");
+        s.link_closed(1);
+        assert_eq!(s.poll(t + DL * 10).map(|i| i.lost_modules), Some(0b10));
     }
 
     #[test]

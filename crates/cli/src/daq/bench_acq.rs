@@ -46,9 +46,9 @@ pub struct AcqBenchArgs {
     #[arg(long)]
     no_process: bool,
     /// Frame rate of the end-to-end run (0: as fast as possible); default: the highest rate
-    /// without loss, searched down in 5% steps from the rate a flow-controlled run sustains
-    /// (`overrun = "backpressure"` at full speed: the source goes as fast as the receiver
-    /// frees its ring).
+    /// without loss, searched from the rate a flow-controlled run sustains (`overrun =
+    /// "backpressure"` at full speed: the source goes as fast as the receiver frees its ring),
+    /// then 15% below it, then down in 5% steps, and one bisection step.
     #[arg(long)]
     rate: Option<f64>,
     /// Also run every try under the control service with one live view page open (its status
@@ -128,9 +128,12 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
     };
     let rates: Vec<f64> = match (a.rate, &sustained) {
         (Some(r), _) => vec![r],
-        (None, Some(bp)) if bp.e2e_fps > 0.0 => {
-            (0..16).map(|k| bp.e2e_fps * 0.95f64.powi(k)).collect()
-        }
+        // The sustained rate, then 15% below it (where a source that cannot wait has so far
+        // always been loss-free here), then 5% steps down; the bisection then splits the
+        // bracket once.
+        (None, Some(bp)) if bp.e2e_fps > 0.0 => std::iter::once(bp.e2e_fps)
+            .chain((0..14).map(|k| bp.e2e_fps * 0.85 * 0.95f64.powi(k)))
+            .collect(),
         _ => anyhow::bail!("the flow-controlled run committed no frame"),
     };
     let mut tries = Vec::new();

@@ -20,7 +20,7 @@
 //! peaked at 0.18, 0.57 and 1.03 GB; the estimates are 0.56, 1.05 and 1.70 GB.
 use std::fmt;
 
-use crate::config::{Config, SourceKind, TransportKind};
+use crate::config::{Config, SourceKind};
 use crate::dataset::Dataset;
 use crate::geometry::Layout;
 use crate::model::MODULE_PIXELS;
@@ -187,26 +187,17 @@ impl Estimate {
             bytes: r.saturating_mul(per_receiver).saturating_add(FIXED),
         }];
         let bunch = cfg.acquisition.bunch as u64;
-        match cfg.transport.kind {
-            TransportKind::Native => parts.push(Part {
-                key: "acquisition.bunch",
-                what: format!("{r} receiver frame slots of 2 x {bunch} frame(s)"),
-                bytes: r.saturating_mul(2 * bunch).saturating_mul(frame),
-            }),
-            _ => {
-                // Every receiver's ring, as deep as its frame buffer (which the configuration
-                // has already been checked to allow).
-                let rings: u64 = (0..cfg.receivers.len())
-                    .filter_map(|i| crate::flow::ring_for(cfg, i).ok())
-                    .map(|(ring, _)| ring.bytes() as u64)
-                    .sum();
-                parts.push(Part {
-                    key: "receiver.buffer",
-                    what: format!("{r} receiver ring(s) (frame buffers) of {bunch}-frame stacks"),
-                    bytes: rings,
-                });
-            }
-        }
+        // Every receiver's ring (native: its frame slots), as deep as its frame buffer (which
+        // the configuration has already been checked to allow).
+        let rings: u64 = (0..cfg.receivers.len())
+            .filter_map(|i| crate::flow::ring_for(cfg, i).ok())
+            .map(|(ring, _)| ring.bytes() as u64)
+            .sum();
+        parts.push(Part {
+            key: "receiver.buffer",
+            what: format!("{r} receiver frame buffer(s) of {bunch}-frame stacks"),
+            bytes: rings,
+        });
         if cfg.source.kind == SourceKind::Synthetic {
             let n = Dataset::synthetic_frames(cfg) as u64;
             parts.push(Part {

@@ -122,7 +122,10 @@ pub(crate) fn run(
     let frames = cfg.acquisition.frames;
     let wait = Duration::from_millis(cfg.acquisition.connect_timeout_ms);
     let control = accept(&sockets, wait)?;
-    let slots = 2 * cfg.acquisition.bunch;
+    // The frame buffer: as many frame slots as `[receiver] buffer` holds; a frame waits in its
+    // slot for the processing thread instead of being overwritten by a newer one.
+    let (layout, buffer) = crate::flow::ring_for(cfg, index)?;
+    let slots = layout.slots();
     let mut ring: Vec<Option<Vec<u16>>> = (0..slots)
         .map(|_| Some(vec![0u16; modules * MODULE_PIXELS]))
         .collect();
@@ -139,6 +142,8 @@ pub(crate) fn run(
             format!("{} ({} threads, {})", i.name, i.threads, i.simd)
         },
         file: cfg.output_of(index).map(|p| p.display().to_string()),
+        buffer: Some(buffer),
+        overrun_policy: crate::flow::OverrunPolicy::Mask.name().into(),
         ..Default::default()
     };
     let (to_worker, jobs) = mpsc::channel::<Job>();
@@ -243,6 +248,8 @@ pub(crate) fn run(
                 Msg::Frame(fr, slot, words, secs) => {
                     rep.pipeline_seconds += secs;
                     ring[slot] = Some(words);
+                    rep.buffer_high_water_frames =
+                        rep.buffer_high_water_frames.max(handed - committed);
                     committed += 1;
                     commit(&mut rep, *fr, writer.as_ref(), &mut on_frame);
                     last_commit = Instant::now();

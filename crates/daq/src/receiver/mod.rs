@@ -213,20 +213,20 @@ impl Receiver {
             .listen
             .parse()
             .map_err(|e| DaqError::Config(format!("receivers[{index}].listen: {e}")))?;
+        let (ring, buffer) = crate::flow::ring_for(cfg, index)?;
         if cfg.transport.kind == crate::config::TransportKind::Native {
             let sockets = crate::native::ingest::Sockets::bind(listen, cfg.detector.modules)?;
             return Ok(Receiver {
                 cfg: cfg.clone(),
                 index,
                 ingest: Ingest::Native(sockets),
-                ring: RingLayout::new(cfg.detector.modules, cfg.acquisition.bunch)?,
-                buffer: None,
+                ring,
+                buffer: Some(buffer),
                 setup,
                 pipeline,
                 tap,
             });
         }
-        let (ring, buffer) = crate::flow::ring_for(cfg, index)?;
         let pd = Arc::new(Pd::new());
         let buf = Buffer::memfd("remora-ring", ring.bytes())
             .map_err(|e| DaqError::Acquisition(format!("ring of {} bytes: {e}", ring.bytes())))?;
@@ -312,11 +312,12 @@ impl Receiver {
         let books = Arc::new(Mutex::new(Books {
             sched: {
                 let s = Scheduler::new(cfg.detector.modules, deadline, self.ring.stacks);
-                // A source that waits never overwrites; one that does not, past the rate the
-                // receiver keeps up with, costs whole stacks rather than wasted work.
+                // A source that waits never overwrites, and its links are reliable; one that
+                // does not, past the rate the receiver keeps up with, costs whole stacks rather
+                // than wasted work.
                 match policy {
                     crate::flow::OverrunPolicy::Mask => s.skipping_doomed(),
-                    _ => s,
+                    _ => s.reliable_links(),
                 }
             },
             per_frame: (packets_per_stack(&self.ring, &roi, mtu) - 1) / bunch,
@@ -392,7 +393,15 @@ impl Receiver {
                         break;
                     }
                 }
-                if closed_at.is_none() && b.qps.iter().all(|q| q.is_closed()) {
+                let mut all_closed = true;
+                for m in 0..b.qps.len() {
+                    if b.qps[m].is_closed() {
+                        b.sched.link_closed(m);
+                    } else {
+                        all_closed = false;
+                    }
+                }
+                if closed_at.is_none() && all_closed {
                     closed_at = Some(Instant::now());
                 }
                 // A stopped emulator ends on whole stacks: once what it sent has landed (the
