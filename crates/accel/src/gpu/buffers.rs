@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{mpsc, Arc, Mutex};
 
+use super::counters::Counters;
 use super::device::WAIT;
 use super::{Gpu, GpuError};
 
@@ -34,7 +35,7 @@ impl std::ops::Deref for Pooled {
 
 impl Pooled {
     /// Drops the buffer without returning it to the pool (one whose mapping may be pending).
-    fn discard(mut self) {
+    pub(super) fn discard(mut self) {
         self.buf.take();
     }
 }
@@ -75,6 +76,7 @@ impl Gpu {
         let home = self.pool.free.clone();
         let reuse = home.lock().expect("pool").get_mut(&key).and_then(Vec::pop);
         let buf = reuse.unwrap_or_else(|| {
+            Counters::add(&self.counters.buffers, 1);
             self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(what),
                 size,
@@ -113,6 +115,7 @@ impl Gpu {
         if bytes.is_empty() {
             return;
         }
+        Counters::add(&self.counters.h2d_bytes, bytes.len() as u64);
         if bytes.len() % 4 == 0 {
             self.queue.write_buffer(buf, offset, bytes);
         } else {
@@ -138,9 +141,10 @@ impl Gpu {
             if len4 > 0 {
                 enc.copy_buffer_to_buffer(src, off, &s, 0, len4);
             }
+            Counters::add(&self.counters.d2h_bytes, len4);
             stage.push((s, len));
         }
-        let index = self.queue.submit([enc.finish()]);
+        let index = self.submit(enc);
         let (tx, rx) = mpsc::channel();
         for (i, (s, len)) in stage.iter().enumerate() {
             let tx = tx.clone();
@@ -161,6 +165,12 @@ impl Gpu {
         self.submit_read(enc, ranges)?.wait(self)
     }
 
+    /// Submits `enc` (counted in [`GpuCounters::submissions`](super::GpuCounters)).
+    pub fn submit(&self, enc: wgpu::CommandEncoder) -> wgpu::SubmissionIndex {
+        Counters::add(&self.counters.submissions, 1);
+        self.queue.submit([enc.finish()])
+    }
+
     /// A command encoder.
     pub fn encoder(&self) -> wgpu::CommandEncoder {
         self.device
@@ -178,7 +188,7 @@ pub struct ReadBytes {
 }
 
 impl ReadBytes {
-    fn new(bytes: &[u8]) -> ReadBytes {
+    pub(super) fn new(bytes: &[u8]) -> ReadBytes {
         let mut words = vec![0u32; bytes.len().div_ceil(4)];
         bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
         ReadBytes {
@@ -214,6 +224,11 @@ pub struct Readback {
 }
 
 impl Readback {
+    /// The submission this readback belongs to (to wait on, or to order a mapping after).
+    pub fn submission(&self) -> wgpu::SubmissionIndex {
+        self.index.clone()
+    }
+
     /// Waits for the submission and returns each range's bytes, in the order asked.
     pub fn wait(mut self, gpu: &Gpu) -> Result<Vec<ReadBytes>, GpuError> {
         gpu.device

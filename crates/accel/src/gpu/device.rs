@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use super::buffers::BufferPool;
+use super::counters::{Counters, GpuCounters};
 
 /// Which adapters may be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,6 +152,8 @@ pub struct Gpu {
     limits: wgpu::Limits,
     pipelines: Mutex<HashMap<(String, String), Arc<wgpu::ComputePipeline>>>,
     pub(super) pool: BufferPool,
+    pub(super) counters: Counters,
+    features: wgpu::Features,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -236,9 +239,15 @@ impl Gpu {
         };
         let i = adapter.get_info();
         let limits = adapter.limits();
+        // Host-visible storage buffers (results written where the host maps them, so only
+        // what a frame produced crosses the bus) and timestamps, where the device has them.
+        let features = adapter.features()
+            & (wgpu::Features::MAPPABLE_PRIMARY_BUFFERS
+                | wgpu::Features::TIMESTAMP_QUERY
+                | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("remora"),
-            required_features: wgpu::Features::empty(),
+            required_features: features,
             required_limits: limits.clone(),
             experimental_features: wgpu::ExperimentalFeatures::default(),
             memory_hints: wgpu::MemoryHints::Performance,
@@ -264,7 +273,20 @@ impl Gpu {
             limits,
             pipelines: Mutex::new(HashMap::new()),
             pool: BufferPool::default(),
+            counters: Counters::default(),
+            features,
         }))
+    }
+
+    /// What this device has been asked to do so far (see [`GpuCounters`]).
+    pub fn counters(&self) -> GpuCounters {
+        self.counters.snapshot()
+    }
+
+    /// The optional features this device was opened with (a subset of
+    /// `MAPPABLE_PRIMARY_BUFFERS` and the timestamp queries).
+    pub fn features(&self) -> wgpu::Features {
+        self.features
     }
 
     /// The device in use.
@@ -322,6 +344,7 @@ impl Gpu {
                 reason: e.to_string(),
             });
         }
+        Counters::add(&self.counters.pipelines, 1);
         let p = Arc::new(p);
         self.pipelines
             .lock()
@@ -355,6 +378,7 @@ impl Gpu {
                 resource: r.clone(),
             })
             .collect();
+        Counters::add(&self.counters.bind_groups, 1);
         self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
             layout: &pipeline.get_bind_group_layout(0),

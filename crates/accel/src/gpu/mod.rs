@@ -20,10 +20,14 @@
 //! println!("{}", gpu.info());
 //! ```
 mod buffers;
+mod counters;
 mod device;
+mod mapped;
 
 pub use buffers::{Pooled, ReadBytes, Readback};
+pub use counters::GpuCounters;
 pub use device::{Gpu, GpuError, GpuInfo, GpuPolicy};
+pub use mapped::Upload;
 pub use wgpu;
 
 /// Workgroups needed for `items` items at `per_group` items each.
