@@ -647,3 +647,57 @@ fn bench_without_peers_prints_the_json_keys() {
         text(&o.stderr)
     );
 }
+
+#[test]
+fn bench_reports_the_gpu_engines_device_work_per_call() {
+    let t = Tmp::new("bench-gpu");
+    let (train, query) = pair(300, 200, 128, 112);
+    let a = save(&t, "t.npy", &train, Format::Npy);
+    let b = save(&t, "q.npy", &query, Format::Npy);
+    let args = [
+        "bench",
+        "match",
+        "--query",
+        &b,
+        "--train",
+        &a,
+        "--engine",
+        "all",
+        "--no-peers",
+        "--repeat",
+        "2",
+        "--json",
+    ];
+    let o = remora(&t, &args);
+    let v: serde_json::Value = serde_json::from_str(ok(&o).trim()).unwrap();
+    let engines = v["engines"].as_array().unwrap();
+    for e in engines {
+        let keys = [
+            "submissions",
+            "h2d_bytes",
+            "d2h_bytes",
+            "objects_after_warmup",
+        ];
+        if e["engine"] == "gpu-wgpu" {
+            // One submission per call, nothing created after the warm-up call, the results
+            // (16 bytes per query) and verdicts (4) down.
+            assert_eq!(e["submissions"], 1.0, "{e}");
+            assert_eq!(e["objects_after_warmup"], 0, "{e}");
+            assert_eq!(e["d2h_bytes"], 200.0 * 20.0, "{e}");
+            assert!(e["h2d_bytes"].as_f64().unwrap() > 0.0, "{e}");
+            assert!(
+                e["device_name"].as_str().is_some_and(|n| !n.is_empty()),
+                "{e}"
+            );
+            assert!(e["device_ms"].is_null(), "{e}");
+            assert_eq!(e["identical"], true, "{e}");
+        } else {
+            for k in keys.into_iter().chain(["device_name", "device_ms"]) {
+                assert!(e[k].is_null(), "{k}: {e}");
+            }
+        }
+    }
+    // Without a device the GPU engine is listed as skipped, with the reason.
+    let gpu_ran = engines.iter().any(|e| e["engine"] == "gpu-wgpu");
+    assert!(gpu_ran || v["skipped"]["gpu-wgpu"].is_string(), "{v}");
+}

@@ -401,3 +401,92 @@ fn f32_descriptors_with_the_gpu_kernel_are_an_error_and_auto_stays_on_the_cpu() 
     let auto = knn2_f32(&q, &t, 2, &Options::default()).unwrap();
     assert_eq!(auto[0].best.unwrap().index, 1);
 }
+
+#[test]
+fn neighbours_equal_the_cpus_around_the_128_point_blocks_and_splits() {
+    let Some(g) = gpu() else { return };
+    // The search takes 128 queries and tiles of 128 train points, and cuts the train set into
+    // splits of whole tiles: one less, exactly, one more, and a single point of each.
+    let dim = 128;
+    for (nq, nt) in [
+        (1, 1),
+        (127, 1),
+        (1, 129),
+        (128, 128),
+        (129, 127),
+        (129, 129),
+        (257, 383),
+        (5, 1000),
+    ] {
+        let q = bytes(nq * dim, (nq * 31 + nt) as u64, None);
+        let t = bytes(nt * dim, (nt * 17 + nq) as u64, None);
+        same_neighbours(&g, &q, &t, dim);
+        // Few distinct values: ties everywhere, across invocations, tiles and splits.
+        let q = bytes(nq * dim, nq as u64, Some(&[0, 255]));
+        let t = bytes(nt * dim, nt as u64 + 1, Some(&[0, 255]));
+        same_neighbours(&g, &q, &t, dim);
+    }
+}
+
+#[test]
+fn duplicates_in_every_split_keep_the_lowest_index() {
+    let Some(g) = gpu() else { return };
+    // 3 distinct points repeated over 600 train points (5 tiles, one split each): every
+    // query's best and second best are copies, and the first copies must win.
+    let dim = 128;
+    let distinct = bytes(3 * dim, 71, None);
+    let t: Vec<u8> = distinct.iter().copied().cycle().take(600 * dim).collect();
+    let mut q = distinct.clone();
+    q.extend(bytes(40 * dim, 72, None));
+    same_neighbours(&g, &q, &t, dim);
+    let n = g.knn2_u8(&q, &t, dim).unwrap();
+    for (i, n) in n.iter().take(3).enumerate() {
+        assert_eq!(n.best.map(|b| (b.index, b.dist2)), Some((i as u32, 0)));
+        assert_eq!(
+            n.second.map(|b| (b.index, b.dist2)),
+            Some((i as u32 + 3, 0))
+        );
+    }
+}
+
+#[test]
+fn a_steady_stream_of_calls_submits_once_each_and_creates_nothing() {
+    let Some(shared) = Gpu::for_tests() else {
+        return;
+    };
+    // A device of its own: the other tests' work would show in the shared one's counters.
+    let policy = match shared.info().kind {
+        "cpu" => GpuPolicy::Any,
+        _ => GpuPolicy::Hardware,
+    };
+    let dev = Gpu::open(policy).unwrap();
+    let g = GpuMatcher::new(dev.clone());
+    let (q, t) = near_copies(128, 300, 500, 81);
+    let opts = Options {
+        ratio: Some(0.8),
+        ..Options::default()
+    };
+    let want = match_u8(&q, &t, 128, &portable_with(&opts)).unwrap();
+    // Warm-up: pipelines, buffers and bind groups are made here.
+    assert_eq!(g.match_u8(&q, &t, 128, &opts).unwrap(), want);
+    let before = dev.counters();
+    for _ in 0..3 {
+        assert_eq!(g.match_u8(&q, &t, 128, &opts).unwrap(), want);
+        // Smaller inputs fit the same workspace.
+        same_neighbours(&g, &q[..77 * 128], &t[..130 * 128], 128);
+    }
+    let d = dev.counters().since(&before);
+    assert_eq!(d.objects(), 0, "{d:?}");
+    assert_eq!(d.submissions, 6, "{d:?}");
+    // Descriptors and norms up, parameters; results and verdicts down.
+    let up = (300 + 500) * (128 + 4) + 512 * 4 + 2 * 32;
+    assert!(d.h2d_bytes >= 3 * up as u64, "{d:?}");
+    assert_eq!(d.d2h_bytes, 3 * (300 * 20 + 77 * 16), "{d:?}");
+}
+
+fn portable_with(opts: &Options) -> Options {
+    Options {
+        kernel: Kernel::Portable,
+        ..opts.clone()
+    }
+}

@@ -13,7 +13,7 @@ use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use remora_match::formats::npy::{self, NpyArray, NpyData};
 use remora_match::formats::{Descriptors, Format};
-use remora_match::{match_f32, match_u8, Kernel, Match, Options};
+use remora_match::{match_f32, match_u8, GpuMatcher, Kernel, Match, Options};
 use serde_json::{json, Value};
 
 use super::input::{self, Loaded};
@@ -139,6 +139,36 @@ struct Run {
     matches: Vec<Match>,
     /// Best of the timed runs.
     seconds: f64,
+    /// The GPU engine's device work per timed call (null for the CPU kernels).
+    gpu: Option<GpuWork>,
+}
+
+/// What one timed call of the GPU engine asked of the device: the counters' difference
+/// between the end of a warm-up call and the end of the timed calls, divided by their number.
+struct GpuWork {
+    /// Adapter name.
+    name: String,
+    submissions: f64,
+    h2d_bytes: f64,
+    d2h_bytes: f64,
+    /// Buffers, bind groups and pipelines created during the timed calls, all of them.
+    objects: u64,
+}
+
+impl GpuWork {
+    fn json(w: Option<&GpuWork>) -> Value {
+        match w {
+            None => json!({
+                "submissions": null, "h2d_bytes": null, "d2h_bytes": null,
+                "objects_after_warmup": null, "device_name": null, "device_ms": null,
+            }),
+            // device_ms: the shared device is opened without timestamp queries.
+            Some(w) => json!({
+                "submissions": w.submissions, "h2d_bytes": w.h2d_bytes, "d2h_bytes": w.d2h_bytes,
+                "objects_after_warmup": w.objects, "device_name": w.name, "device_ms": null,
+            }),
+        }
+    }
 }
 
 /// remora's matches with `kernel` (concrete), best seconds of `repeat` runs.
@@ -161,19 +191,42 @@ fn time_remora(
         _ => "portable (f32)".into(),
     };
     let (tf, qf) = (as_f32(&train.kp.descriptors), as_f32(&query.kp.descriptors));
+    let run = || match (&train.kp.descriptors, &query.kp.descriptors) {
+        (Descriptors::U8(t), Descriptors::U8(q)) => match_u8(q, t, dim, &opts),
+        _ => match_f32(&qf, &tf, dim, &opts),
+    };
+    // The GPU engine: one untimed warm-up call (pipelines, buffers, bind groups), then the
+    // device's counters over the timed calls.
+    let gpu = match kernel {
+        Kernel::Gpu => {
+            let g = GpuMatcher::shared()?;
+            run()?;
+            Some((g.counters(), g))
+        }
+        _ => None,
+    };
     for _ in 0..repeat {
         let t0 = Instant::now();
-        matches = match (&train.kp.descriptors, &query.kp.descriptors) {
-            (Descriptors::U8(t), Descriptors::U8(q)) => match_u8(q, t, dim, &opts)?,
-            _ => match_f32(&qf, &tf, dim, &opts)?,
-        };
+        matches = run()?;
         best = best.min(t0.elapsed().as_secs_f64());
     }
+    let gpu = gpu.map(|(before, g)| {
+        let d = g.counters().since(&before);
+        let per = |x: u64| x as f64 / f64::from(repeat);
+        GpuWork {
+            name: g.info().name.clone(),
+            submissions: per(d.submissions),
+            h2d_bytes: per(d.h2d_bytes),
+            d2h_bytes: per(d.d2h_bytes),
+            objects: d.objects(),
+        }
+    });
     Ok(Run {
         name,
         device: kernel.device()?,
         matches,
         seconds: best,
+        gpu,
     })
 }
 
@@ -315,12 +368,17 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let per_engine: Vec<Value> = runs
         .iter()
         .map(|(_, r)| {
-            json!({
+            let mut e = json!({
                 "engine": r.name, "device": r.device, "seconds": r.seconds,
                 "queries_per_s": nq as f64 / r.seconds, "gmacs": gmacs(r.seconds),
                 "matches": r.matches.len(),
                 "identical": reference.map(|m| *m == r.matches),
-            })
+            });
+            if let (Some(e), Value::Object(w)) = (e.as_object_mut(), GpuWork::json(r.gpu.as_ref()))
+            {
+                e.extend(w);
+            }
+            e
         })
         .collect();
     let skipped: serde_json::Map<String, Value> = skipped

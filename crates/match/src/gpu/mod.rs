@@ -1,56 +1,76 @@
-//! The GPU engine (`gpu-wgpu`): the exact two-nearest-neighbour search of u8 descriptors in a
-//! WGSL compute shader (`top2.wgsl`) on `remora-accel`'s wgpu backend, with Lowe's ratio test
-//! fused into the same pass.
+//! The GPU engine (`gpu-wgpu`): the exact two-nearest-neighbour search of u8 descriptors in
+//! WGSL compute shaders (`top2.wgsl`, expanded by `shader.rs`) on `remora-accel`'s wgpu
+//! backend, with Lowe's ratio test fused into the same submission.
 //!
-//! Arithmetic: descriptors are packed 4 u8 per u32 (each row padded with zeros to whole
-//! words) and multiplied with WGSL's `dot4U8Packed`, which naga lowers to SPIR-V `OpUDot`
-//! where the device has `shaderIntegerDotProduct` (Vulkan 1.3; lavapipe has it) and to exact
-//! shifts and adds elsewhere. The shader ranks train points by the key `‖t‖² − 2 q·t` (exact
-//! in i32: below 2²⁷ in size at [`MAX_DIM`](crate::MAX_DIM)) and adds `‖q‖²` back, so the
-//! distances are the CPU kernels' integers.
+//! Arithmetic: descriptors are packed 4 u8 per u32 (each row padded with zeros to a whole
+//! stage of [`KC`](shader::KC) words) and multiplied with WGSL's `dot4U8Packed`, which naga
+//! lowers to SPIR-V `OpUDot` where the device has `shaderIntegerDotProduct` (Vulkan 1.3: NVIDIA's
+//! driver maps it to `dp4a`; lavapipe has it too) and to exact shifts and adds elsewhere. The
+//! shader ranks train points by the key `‖t‖² − 2 q·t` (exact in i32: below 2²⁷ in size at
+//! [`MAX_DIM`](crate::MAX_DIM)) and adds `‖q‖²` back, so the distances are the CPU kernels'
+//! integers.
 //!
-//! Tiling: a workgroup of 256 invocations (16 × 16) takes 64 queries and walks the train set
-//! in tiles of 64 points staged in workgroup memory, 16 words of each descriptor at a time;
-//! each invocation holds a 4 × 4 block of dot products and a top-2 per query in registers. The
-//! distance matrix never exists: only each query's (d1, i1, d2, i2) leaves the shader.
+//! Tiling (`search`): a workgroup of 256 invocations takes 128 queries and one split of the train
+//! set, walked in tiles of 128 points staged through workgroup memory 8 words of every row at a
+//! time; each invocation holds an 8 × 8 block of dot products in registers (64 `dot4U8Packed`
+//! per 4 loads of 16 bytes from workgroup memory) and a top-2 for each of its 8 queries. The
+//! train set is cut into splits of whole tiles so that even a few thousand queries give the
+//! device thousands of workgroups; a second pass (`merge`, same submission) merges each query's
+//! split results and applies the ratio test. The distance matrix never exists: only each
+//! query's (d1, i1, d2, i2) and verdict leave the device.
 //!
 //! Ties: each invocation sees its train points in increasing index order and keeps the first
-//! of equal keys; the 16 partial results of a query are then merged in (distance, index)
-//! order, so the lower index wins as in the CPU kernels (`top2.rs`).
+//! of equal keys; partial results (invocations, splits, train chunks) are merged in
+//! (distance, index) order, so the lower index wins as in the CPU kernels (`top2.rs`).
+//!
+//! Steady state: one submission per call (uploads ride on it), and after the first call of a
+//! given size no buffer, bind group or pipeline is created: the buffers and both bind groups
+//! are kept in a workspace shared by the matcher's clones, grown when a call needs more
+//! (`Gpu::counters` shows it).
 //!
 //! Large sets: no binding may pass the device's `max_binding` (128 MiB on lavapipe), so the
 //! queries and the train set are cut into chunks of whole rows. Query chunks are independent
 //! (one is read back while the next runs). Train chunks run one after another on the same
-//! query chunk: each pass merges into the previous chunk's (d1, i1, d2, i2) on the device,
-//! whose train indices are lower, and only the last pass applies the ratio test.
+//! query chunk: each merge pass merges into the previous chunk's (d1, i1, d2, i2) on the
+//! device, whose train indices are lower, and only the last one applies the ratio test.
 //!
 //! What it does not: f32 descriptors, the cross-check's and maximum distance's bookkeeping
-//! (done on the host after the search, as for the CPU kernels).
+//! (done on the host after the search, as for the CPU kernels), subgroup operations (the
+//! shared device is opened without optional features).
+mod shader;
+mod workspace;
+
 use std::borrow::Cow;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use remora_accel::gpu::{groups, wgpu, Gpu, GpuError, GpuInfo, Pooled, Readback};
+pub use remora_accel::gpu::GpuCounters;
+use remora_accel::gpu::{groups, Gpu, GpuError, GpuInfo, Readback};
 
 use crate::accept::{accept, check, cross_check};
 use crate::ratio::{ratio_squared, Dist2};
 use crate::search::count;
 use crate::top2::NONE;
 use crate::{Error, Match, Neighbour, Neighbours, Options};
+use shader::{BLOCK, KC, MERGE_GROUP};
+use workspace::{Sizes, Workspace};
 
-const WGSL: &str = include_str!("top2.wgsl");
-/// Queries per workgroup (`top2.wgsl`).
-const QUERIES_PER_GROUP: u32 = 64;
 /// Bytes of one query's result: d1, i1, d2, i2.
 const TOP_BYTES: u64 = 16;
 /// Largest chunk whatever the device allows: word indices stay far below 2³² in the shader.
 const CHUNK_CAP: u64 = 1 << 30;
+/// Workgroups a search pass aims at (query blocks × train splits): several waves on the
+/// largest GPUs (132 SMs), so that the last wave's imbalance stays small.
+const TARGET_GROUPS: usize = 2048;
+/// `‖t‖²` of a padding train point: its key is never below a real one's.
+const PAD_NORM: u32 = i32::MAX as u32;
 
 fn gpu_err(e: GpuError) -> Error {
     Error::Gpu(e.to_string())
 }
 
-/// The GPU engine on one device. Cheap to clone.
+/// The GPU engine on one device. Cheap to clone; clones share one workspace (device buffers
+/// and bind groups kept between calls), so concurrent calls on clones take turns.
 ///
 /// ```no_run
 /// use remora_match::GpuMatcher;
@@ -62,6 +82,7 @@ fn gpu_err(e: GpuError) -> Error {
 pub struct GpuMatcher {
     gpu: Arc<Gpu>,
     max_chunk: Option<u64>,
+    work: Arc<Mutex<Option<Workspace>>>,
 }
 
 /// The ratio test's verdict per query, when it was asked for.
@@ -73,32 +94,103 @@ struct InFlight {
     read: Readback,
 }
 
+/// How one call cuts its work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Plan {
+    /// u32 words per descriptor row (a multiple of `KC`).
+    words: usize,
+    /// Queries per query chunk.
+    q_rows: usize,
+    /// Train points per train chunk.
+    t_rows: usize,
+    /// Train tiles (of `BLOCK` points) per split.
+    split_tiles: usize,
+    /// Most splits of a train chunk.
+    splits: usize,
+}
+
+impl Plan {
+    fn new(nq: usize, nt: usize, dim: usize, limit: u64) -> Plan {
+        let words = dim.div_ceil(4).next_multiple_of(KC);
+        let row = words as u64 * 4;
+        // Query chunks bound the descriptors and the 16-byte results; train chunks the
+        // descriptors (the 4-byte norms are never larger).
+        let q_rows = ((limit / row.max(TOP_BYTES)).max(1) as usize).min(nq);
+        let t_rows = ((limit / row).max(1) as usize).min(nt);
+        let tiles = t_rows.div_ceil(BLOCK as usize);
+        let qblocks = q_rows.div_ceil(BLOCK as usize);
+        // The split results of a query chunk are one binding too.
+        let fit = (limit / (q_rows as u64 * TOP_BYTES)).max(1) as usize;
+        let want = TARGET_GROUPS.div_ceil(qblocks).clamp(1, tiles).min(fit);
+        let split_tiles = tiles.div_ceil(want);
+        Plan {
+            words,
+            q_rows,
+            t_rows,
+            split_tiles,
+            splits: tiles.div_ceil(split_tiles),
+        }
+    }
+
+    /// Splits of a train chunk of `n` points.
+    fn splits_of(&self, n: usize) -> usize {
+        n.div_ceil(BLOCK as usize).div_ceil(self.split_tiles)
+    }
+
+    /// Buffer sizes the plan needs.
+    fn sizes(&self) -> Sizes {
+        let (q, t) = (self.q_rows as u64, self.t_rows as u64);
+        let row = self.words as u64 * 4;
+        Sizes {
+            qd: q * row,
+            qn: q * 4,
+            td: t * row,
+            tn: t.next_multiple_of(u64::from(BLOCK)) * 4,
+            part: q * self.splits as u64 * TOP_BYTES,
+            top: q * TOP_BYTES,
+            passed: q * 4,
+        }
+    }
+}
+
 impl GpuMatcher {
     /// The engine on `gpu` (e.g. from `Gpu::open(GpuPolicy::Any)`).
     pub fn new(gpu: Arc<Gpu>) -> GpuMatcher {
         GpuMatcher {
             gpu,
             max_chunk: None,
+            work: Arc::default(),
         }
     }
 
-    /// The engine on the process' shared device (`Gpu::shared`: the policy in `REMORA_GPU`);
-    /// [`Error::Gpu`] with the reason when there is none.
+    /// The engine on the process' shared device (`Gpu::shared`: the policy in `REMORA_GPU`),
+    /// one for the process (so its workspace outlives a call); [`Error::Gpu`] with the reason
+    /// when there is none.
     pub fn shared() -> Result<GpuMatcher, Error> {
-        Gpu::shared().map(GpuMatcher::new).map_err(gpu_err)
+        static SHARED: OnceLock<Result<GpuMatcher, Error>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| Gpu::shared().map(GpuMatcher::new).map_err(gpu_err))
+            .clone()
     }
 
     /// For tests: caps every buffer binding at `bytes` (at least one descriptor row per chunk),
     /// so that small inputs take the split-and-merge path that sets larger than the device's
-    /// binding limit need.
+    /// binding limit need. The result has a workspace of its own.
     pub fn with_max_chunk_bytes(mut self, bytes: u64) -> GpuMatcher {
         self.max_chunk = Some(bytes);
+        self.work = Arc::default();
         self
     }
 
     /// The device in use.
     pub fn info(&self) -> &GpuInfo {
         self.gpu.info()
+    }
+
+    /// What the device has been asked to do so far (submissions, objects created, bytes each
+    /// way), for all of its users; subtract two snapshots with `GpuCounters::since`.
+    pub fn counters(&self) -> GpuCounters {
+        self.gpu.counters()
     }
 
     /// The two nearest train points of every query, as [`crate::knn2_u8`] gives them (same
@@ -113,7 +205,7 @@ impl GpuMatcher {
     }
 
     /// The accepted matches, as [`crate::match_u8`] gives them; the ratio test runs in the
-    /// search's pass, the maximum distance and the cross-check (its search back on this
+    /// search's submission, the maximum distance and the cross-check (its search back on this
     /// device) after it. `opts.kernel` and `opts.threads` are not used.
     pub fn match_u8(
         &self,
@@ -155,85 +247,72 @@ impl GpuMatcher {
             return Ok((vec![none; nq], ratio.map(|_| vec![false; nq])));
         }
         let g = &*self.gpu;
-        let pipe = g.pipeline("match-top2", WGSL, "main").map_err(gpu_err)?;
-        let words = dim.div_ceil(4);
-        let row = words as u64 * 4;
-        let limit = self.chunk_limit();
-        // Query chunks bound the descriptors and the 16-byte results; train chunks the
-        // descriptors (the 4-byte norms are never larger).
-        let q_rows = (limit / row.max(TOP_BYTES)).max(1) as usize;
-        let t_rows = (limit / row).max(1) as usize;
-        let t_chunks = ranges(nt, t_rows);
-        let resident = match t_chunks.len() {
-            1 => Some(self.upload_rows("match train", train, dim, 0..nt)?),
-            _ => None,
-        };
+        let plan = Plan::new(nq, nt, dim, self.chunk_limit());
+        let mut slot = self.work.lock().unwrap_or_else(|p| p.into_inner());
+        let ws = Workspace::ensure(&mut slot, g, plan.sizes())?;
+        let t_chunks = ranges(nt, plan.t_rows);
+        if t_chunks.len() == 1 {
+            self.upload_train(ws, train, dim, plan.words, 0..nt);
+        }
         let (m2, shift) = ratio.map_or((0, 0), ratio_squared);
         let mut nb = Vec::with_capacity(nq);
         let mut passed = ratio.map(|_| Vec::with_capacity(nq));
         let mut pending: Option<InFlight> = None;
-        for rows in ranges(nq, q_rows) {
-            let n = rows.len() as u64;
-            let (qd, qn) = self.upload_rows("match query", query, dim, rows.clone())?;
-            let top = g.storage("match top2", n * TOP_BYTES).map_err(gpu_err)?;
-            let pass = g.storage("match ratio", n * 4).map_err(gpu_err)?;
+        for rows in ranges(nq, plan.q_rows) {
+            let n = rows.len();
+            let q = &query[rows.start * dim..rows.end * dim];
+            g.write(&ws.qd, 0, &pack(q, dim, plan.words));
+            let norms: Vec<u32> = q.chunks_exact(dim).map(norm).collect();
+            g.write(&ws.qn, 0, &bytes_of(&norms));
+            let qblocks = n.div_ceil(BLOCK as usize);
             let mut read = None;
             for (c, tr) in t_chunks.iter().enumerate() {
                 let last = c + 1 == t_chunks.len();
-                let owned;
-                let (td, tn) = match &resident {
-                    Some(t) => t,
-                    None => {
-                        owned = self.upload_rows("match train", train, dim, tr.clone())?;
-                        &owned
-                    }
-                };
-                let params = [
+                if t_chunks.len() > 1 {
+                    self.upload_train(ws, train, dim, plan.words, tr.clone());
+                }
+                let splits = plan.splits_of(tr.len());
+                let search = [
                     n as u32,
                     tr.len() as u32,
-                    words as u32,
+                    plan.words as u32,
                     tr.start as u32,
                     g.row_stride(),
+                    qblocks as u32,
+                    plan.split_tiles as u32,
+                    splits as u32,
+                ];
+                let merge = [
+                    n as u32,
+                    splits as u32,
                     u32::from(c > 0),
                     u32::from(last && ratio.is_some()),
                     shift,
                     m2 as u32,
                     (m2 >> 32) as u32,
-                    0,
-                    0,
+                    g.row_stride(),
                 ];
-                let pb = g
-                    .buffer(
-                        "match params",
-                        48,
-                        wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-                    )
-                    .map_err(gpu_err)?;
-                let bytes: Vec<u8> = params.iter().flat_map(|w| w.to_le_bytes()).collect();
-                g.write(&pb, 0, &bytes);
-                let bind = g.bind(
-                    &pipe,
-                    &[
-                        qd.as_entire_binding(),
-                        td.as_entire_binding(),
-                        qn.as_entire_binding(),
-                        tn.as_entire_binding(),
-                        top.as_entire_binding(),
-                        pass.as_entire_binding(),
-                        pb.as_entire_binding(),
-                    ],
-                );
+                g.write(&ws.sp, 0, &bytes_of(&search));
+                g.write(&ws.mp, 0, &bytes_of(&merge));
                 let mut enc = g.encoder();
-                g.dispatch(&mut enc, &pipe, &bind, groups(n, QUERIES_PER_GROUP));
+                let n = n as u64;
+                let search_groups = (qblocks * splits) as u64;
+                g.dispatch(
+                    &mut enc,
+                    &ws.search,
+                    &ws.search_bind,
+                    groups(search_groups, 1),
+                );
+                g.dispatch(&mut enc, &ws.merge, &ws.merge_bind, groups(n, MERGE_GROUP));
                 if last {
-                    let mut reads = vec![(&*top, 0, n * TOP_BYTES)];
+                    let mut reads = vec![(&*ws.top, 0, n * TOP_BYTES)];
                     if ratio.is_some() {
-                        reads.push((&*pass, 0, n * 4));
+                        reads.push((&*ws.passed, 0, n * 4));
                     }
                     read = Some(g.submit_read(enc, &reads).map_err(gpu_err)?);
                 } else {
-                    // The next train chunk's pass reads this one's result: same queue, in order.
-                    g.queue().submit([enc.finish()]);
+                    // The next train chunk's merge reads this one's result: same queue, in order.
+                    g.submit(enc);
                 }
             }
             let read = read.expect("the last train chunk submits the readback");
@@ -248,28 +327,21 @@ impl GpuMatcher {
         Ok((nb, passed))
     }
 
-    /// Rows `rows` of `v` packed 4 u8 per u32 (zero-padded to whole words) and their squared
-    /// norms, on the device.
-    fn upload_rows(
+    /// Train rows `rows`, packed, and their squared norms (padded to whole tiles) into the
+    /// workspace.
+    fn upload_train(
         &self,
-        what: &'static str,
-        v: &[u8],
+        ws: &Workspace,
+        train: &[u8],
         dim: usize,
+        words: usize,
         rows: Range<usize>,
-    ) -> Result<(Pooled, Pooled), Error> {
-        let v = &v[rows.start * dim..rows.end * dim];
-        let packed = pack(v, dim);
-        let buf = self
-            .gpu
-            .storage(what, packed.len() as u64)
-            .map_err(gpu_err)?;
-        self.gpu.write(&buf, 0, &packed);
-        let norms: Vec<u32> = v
-            .chunks_exact(dim)
-            .map(|r| r.iter().map(|&x| u32::from(x) * u32::from(x)).sum())
-            .collect();
-        let nb = self.gpu.upload("match norms", &norms).map_err(gpu_err)?;
-        Ok((buf, nb))
+    ) {
+        let t = &train[rows.start * dim..rows.end * dim];
+        self.gpu.write(&ws.td, 0, &pack(t, dim, words));
+        let mut norms: Vec<u32> = t.chunks_exact(dim).map(norm).collect();
+        norms.resize(rows.len().next_multiple_of(BLOCK as usize), PAD_NORM);
+        self.gpu.write(&ws.tn, 0, &bytes_of(&norms));
     }
 
     /// Waits for one query chunk and appends its neighbours and verdicts.
@@ -294,15 +366,25 @@ impl GpuMatcher {
     }
 }
 
+/// `Σ x²` of one descriptor.
+fn norm(r: &[u8]) -> u32 {
+    r.iter().map(|&x| u32::from(x) * u32::from(x)).sum()
+}
+
+/// The bytes of u32 words (little-endian, as the device reads them).
+fn bytes_of(w: &[u32]) -> Vec<u8> {
+    w.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
 /// `0..n` in pieces of at most `step`.
 fn ranges(n: usize, step: usize) -> Vec<Range<usize>> {
     (0..n).step_by(step).map(|s| s..(s + step).min(n)).collect()
 }
 
-/// Rows of `dim` bytes padded with zeros to whole u32 words (zeros add nothing to a dot
+/// Rows of `dim` bytes padded with zeros to `words` u32 words (zeros add nothing to a dot
 /// product or a norm).
-fn pack(v: &[u8], dim: usize) -> Cow<'_, [u8]> {
-    let padded = dim.div_ceil(4) * 4;
+fn pack(v: &[u8], dim: usize, words: usize) -> Cow<'_, [u8]> {
+    let padded = words * 4;
     if padded == dim {
         return Cow::Borrowed(v);
     }
@@ -318,10 +400,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rows_are_padded_to_whole_words() {
-        assert_eq!(&*pack(&[1, 2, 3, 4, 5, 6], 3), &[1, 2, 3, 0, 4, 5, 6, 0]);
-        assert!(matches!(pack(&[1, 2, 3, 4], 4), Cow::Borrowed(_)));
+    fn rows_are_padded_to_whole_stages() {
+        assert_eq!(
+            &*pack(&[1, 2, 3, 4, 5, 6], 3, 2),
+            &[1, 2, 3, 0, 0, 0, 0, 0, 4, 5, 6, 0, 0, 0, 0, 0]
+        );
+        assert!(matches!(pack(&[7; 64], 32, 8), Cow::Borrowed(_)));
         assert_eq!(ranges(5, 2), vec![0..2, 2..4, 4..5]);
         assert_eq!(ranges(4, 4), vec![0..4]);
+    }
+
+    #[test]
+    fn the_plan_cuts_the_train_set_into_splits_of_whole_tiles() {
+        // SIFT at the bench's size: one chunk each, 228 query blocks x 9 splits of 41 tiles.
+        let p = Plan::new(29_091, 47_055, 128, 1 << 30);
+        assert_eq!((p.words, p.q_rows, p.t_rows), (32, 29_091, 47_055));
+        assert_eq!((p.splits, p.split_tiles), (9, 41));
+        assert_eq!(p.splits_of(47_055), 9);
+        // A small set: never more splits than tiles.
+        let p = Plan::new(10, 130, 3, 1 << 30);
+        assert_eq!((p.words, p.splits, p.split_tiles), (8, 2, 1));
+        // A tiny binding limit: the split results must fit it too.
+        let p = Plan::new(37, 90, 1, 64);
+        assert_eq!((p.q_rows, p.t_rows, p.splits), (2, 2, 1));
+        assert!(p.sizes().part <= 64);
     }
 }

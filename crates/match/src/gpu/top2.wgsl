@@ -1,48 +1,70 @@
 // Exact top-2 nearest neighbours of u8 descriptors, the ratio test fused (see mod.rs).
 //
-// One workgroup: 64 queries, 256 invocations as 16 x 16. Invocation (tx, ty) owns queries
-// ty + 16r and, in each tile of 64 train points, points tx + 16c (r, c in 0..4): a 4 x 4
-// register block of dot products. The dims are staged in slices of KC words through
-// workgroup memory. Each invocation keeps its own top-2 per query over the points it sees
-// (increasing index, strict <, so equal keys keep the lower index); at the end one invocation
-// per query merges the 16 partial results (and the previous train chunk's) in (key, index)
-// order, which is the order the CPU kernels produce.
+// A template: shader.rs replaces each `// @name` line with straight-line code (the register
+// block's declarations, the unrolled dot products of one stage, the top-2 updates), so that no
+// loop or array index stands between the accumulators and registers.
+//
+// `search`: one workgroup = 256 invocations as 16 x 16 = 128 queries x one split of the train
+// chunk, walked in tiles of 128 points. Invocation (tx, ty) owns queries 4ty + r and
+// 64 + 4ty + r, and in each tile points 4tx + c and 64 + 4tx + c (r, c in 0..4): an 8 x 8
+// register block of dot products (`dot4U8Packed`, 4 u8 products per instruction). The tiles go
+// through workgroup memory KC words (4 KC bytes) of every descriptor at a time, word-major, so
+// that one 16-byte load gives 4 queries' (or 4 points') word. Each invocation keeps a top-2 per
+// query over the points it sees (increasing index, strict <: equal keys keep the lower index);
+// at the end the 16 partial top-2s of each query are merged in (key, index) order and written
+// to `part[split][query]`.
+//
+// `merge`: one invocation per query merges the splits' top-2s (and, with `seeded`, the
+// previous train chunks' result in `top`), turns keys into squared distances and applies the
+// ratio test.
 
-struct Params {
+struct Search {
+    nq: u32,          // queries in this chunk
+    nt: u32,          // train points in this chunk
+    w: u32,           // u32 words per descriptor row: a multiple of KC
+    t_base: u32,      // global index of the chunk's first train point
+    stride: u32,      // workgroups per grid row (Gpu::row_stride)
+    qblocks: u32,     // query blocks of 128
+    split_tiles: u32, // train tiles of 128 per split
+    pad0: u32,
+}
+
+struct Merge {
     nq: u32,      // queries in this chunk
-    nt: u32,      // train points in this chunk
-    dw: u32,      // u32 words per descriptor
-    t_base: u32,  // global index of the chunk's first train point
-    stride: u32,  // workgroups per grid row (Gpu::row_stride)
+    splits: u32,  // top-2s per query in `part`
     seeded: u32,  // 1: `top` holds the earlier train chunks' result, merge with it
     ratio: u32,   // 1: last train chunk, write the ratio test's verdict
     shift: u32,   // ratio² = (m2_hi · 2³² + m2_lo) / 2^shift
     m2_lo: u32,
     m2_hi: u32,
-    pad0: u32,
-    pad1: u32,
+    stride: u32,  // workgroups per grid row
 }
 
 @group(0) @binding(0) var<storage, read> qd: array<u32>;
 @group(0) @binding(1) var<storage, read> td: array<u32>;
-@group(0) @binding(2) var<storage, read> qn: array<u32>;
-@group(0) @binding(3) var<storage, read> tn: array<u32>;
+// ‖t‖², padded with KEY_MAX to whole tiles: a padding point's key is KEY_MAX, never taken.
+@group(0) @binding(2) var<storage, read> tn: array<vec4<u32>>;
+// Per split and query: key1, index1, key2, index2 (keys ‖t‖² − 2 q·t as i32 bits).
+@group(0) @binding(3) var<storage, read_write> part: array<vec4<u32>>;
+@group(0) @binding(4) var<storage, read> qn: array<u32>;
 // Per query: d1, i1, d2, i2 (true squared distances; NONE where there is no neighbour).
-@group(0) @binding(4) var<storage, read_write> top: array<u32>;
-@group(0) @binding(5) var<storage, read_write> passed: array<u32>;
-@group(0) @binding(6) var<uniform> p: Params;
+@group(0) @binding(5) var<storage, read_write> top: array<vec4<u32>>;
+@group(0) @binding(6) var<storage, read_write> passed: array<u32>;
+@group(0) @binding(7) var<uniform> sp: Search;
+@group(0) @binding(8) var<uniform> mp: Merge;
 
 const NONE: u32 = 0xffffffffu;
 const KEY_MAX: i32 = 0x7fffffff;
-const KC: u32 = 16u;
-// Row pitch of the staged tiles: KC + 1 words, so that the 16 rows read at once sit in
-// different banks.
-const PITCH: u32 = 17u;
-const T_OFF: u32 = 1088u; // 64 * PITCH: the train tile follows the query tile.
+// Words of each descriptor per stage (shader.rs: KC).
+const KC: u32 = 8u;
+// vec4 pitch of one staged word: 32 vec4 (128 rows) + 1, so that the stores of one stage
+// spread over the banks.
+const P: u32 = 33u;
 
-// The staged tiles (2 x 64 x PITCH words), later the 64 x 16 partial top-2s (4 words each):
-// 16 KiB, WebGPU's guaranteed minimum.
-var<workgroup> sh: array<u32, 4096>;
+// One stage of the query and train tiles: word k of rows 4i..4i+3 at [k * P + i]. The final
+// merge reuses them for the partial top-2s.
+var<workgroup> shq: array<vec4<u32>, 264>;
+var<workgroup> sht: array<vec4<u32>, 264>;
 
 struct Top {
     k1: i32,
@@ -70,6 +92,123 @@ fn insert(t: ptr<function, Top>, k: i32, i: u32) {
     }
 }
 
+// Both entries of a (key1, index1, key2, index2) vector; NONE entries are never taken.
+fn insert2(t: ptr<function, Top>, v: vec4<u32>) {
+    insert(t, bitcast<i32>(v.x), v.y);
+    insert(t, bitcast<i32>(v.z), v.w);
+}
+
+// q · t for 4 train words at once.
+fn d4(q: u32, t: vec4<u32>) -> vec4<u32> {
+    return vec4<u32>(
+        dot4U8Packed(q, t.x),
+        dot4U8Packed(q, t.y),
+        dot4U8Packed(q, t.z),
+        dot4U8Packed(q, t.w),
+    );
+}
+
+// Word `k` of query rows r0..r0+3 (zeros past the chunk's end).
+fn fetch_q(r0: u32, k: u32) -> vec4<u32> {
+    var v = vec4<u32>(0u);
+    let o = r0 * sp.w + k;
+    if (r0 < sp.nq) {
+        v.x = qd[o];
+    }
+    if (r0 + 1u < sp.nq) {
+        v.y = qd[o + sp.w];
+    }
+    if (r0 + 2u < sp.nq) {
+        v.z = qd[o + 2u * sp.w];
+    }
+    if (r0 + 3u < sp.nq) {
+        v.w = qd[o + 3u * sp.w];
+    }
+    return v;
+}
+
+// Word `k` of train rows r0..r0+3 (zeros past the chunk's end).
+fn fetch_t(r0: u32, k: u32) -> vec4<u32> {
+    var v = vec4<u32>(0u);
+    let o = r0 * sp.w + k;
+    if (r0 < sp.nt) {
+        v.x = td[o];
+    }
+    if (r0 + 1u < sp.nt) {
+        v.y = td[o + sp.w];
+    }
+    if (r0 + 2u < sp.nt) {
+        v.z = td[o + 2u * sp.w];
+    }
+    if (r0 + 3u < sp.nt) {
+        v.w = td[o + 3u * sp.w];
+    }
+    return v;
+}
+
+@compute @workgroup_size(256)
+fn search(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) l: u32) {
+    let flat = g.x + g.y * sp.stride;
+    let split = flat / sp.qblocks;
+    let q0 = (flat % sp.qblocks) * 128u;
+    let t_first = split * sp.split_tiles * 128u;
+    let t_end = min(sp.nt, t_first + sp.split_tiles * 128u);
+    let tx = l % 16u;
+    let ty = l / 16u;
+    // Staging: this invocation loads word lk of the 4 rows 4 lr .. 4 lr + 3 of each tile.
+    let lk = l % KC;
+    let lr = l / KC;
+    let stages = sp.w / KC;
+    // @declare
+    var nq4 = fetch_q(q0 + 4u * lr, lk);
+    var nt4 = fetch_t(t_first + 4u * lr, lk);
+    for (var t0 = t_first; t0 < t_end; t0 += 128u) {
+        // @zero
+        for (var s = 0u; s < stages; s++) {
+            workgroupBarrier();
+            shq[lk * P + lr] = nq4;
+            sht[lk * P + lr] = nt4;
+            workgroupBarrier();
+            // The next stage's words (the next tile's first) load while this one computes.
+            var ns = s + 1u;
+            var nt0 = t0;
+            if (ns == stages) {
+                ns = 0u;
+                nt0 = t0 + 128u;
+            }
+            nq4 = fetch_q(q0 + 4u * lr, ns * KC + lk);
+            nt4 = fetch_t(nt0 + 4u * lr, ns * KC + lk);
+            // @stage
+        }
+        let na = tn[(t0 >> 2u) + tx];
+        let nb = tn[(t0 >> 2u) + 16u + tx];
+        let j0 = sp.t_base + t0 + 4u * tx;
+        // @update
+    }
+    // The partial top-2s through workgroup memory, two invocations' (tx = 2i, 2i + 1) per
+    // round; invocation l < 128 merges query l's.
+    var m = Top(KEY_MAX, NONE, KEY_MAX, NONE);
+    for (var round = 0u; round < 8u; round++) {
+        workgroupBarrier();
+        if (tx / 2u == round) {
+            if (tx % 2u == 0u) {
+                // @spill shq
+            } else {
+                // @spill sht
+            }
+        }
+        workgroupBarrier();
+        if (l < 128u) {
+            insert2(&m, shq[l]);
+            insert2(&m, sht[l]);
+        }
+    }
+    if (l < 128u && q0 + l < sp.nq) {
+        part[split * sp.nq + q0 + l] =
+            vec4<u32>(bitcast<u32>(m.k1), m.i1, bitcast<u32>(m.k2), m.i2);
+    }
+}
+
 // a · b as (low, high) words.
 fn mul32(a: u32, b: u32) -> vec2<u32> {
     let a0 = a & 0xffffu;
@@ -88,8 +227,8 @@ fn mul32(a: u32, b: u32) -> vec2<u32> {
 // Lowe's test d1 < ratio · d2 on plain distances, exactly: d1 · 2^shift < m2 · d2 on 96-bit
 // integers (d1, d2 < 2²⁷, m2 < 2⁴⁸), the same rule as the CPU's ratio.rs.
 fn ratio_ok(d1: u32, d2: u32) -> bool {
-    let a = mul32(p.m2_lo, d2);
-    let b = mul32(p.m2_hi, d2);
+    let a = mul32(mp.m2_lo, d2);
+    let b = mul32(mp.m2_hi, d2);
     let r0 = a.x;
     let r1 = a.y + b.x;
     let r2 = b.y + select(0u, 1u, r1 < a.y);
@@ -97,11 +236,11 @@ fn ratio_ok(d1: u32, d2: u32) -> bool {
         return (r0 | r1 | r2) != 0u;
     }
     // m2 · d2 < 2⁷⁵ <= d1 · 2^shift.
-    if (p.shift >= 75u) {
+    if (mp.shift >= 75u) {
         return false;
     }
-    let w = p.shift / 32u;
-    let s = p.shift % 32u;
+    let w = mp.shift / 32u;
+    let s = mp.shift % 32u;
     var l = vec4<u32>(0u);
     l[w] = d1 << s;
     l[w + 1u] = select(0u, d1 >> (32u - s), s != 0u);
@@ -118,117 +257,32 @@ fn ratio_ok(d1: u32, d2: u32) -> bool {
 }
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) l: u32) {
-    let q0 = (g.x + g.y * p.stride) * 64u;
-    if (q0 >= p.nq) {
+fn merge(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) l: u32) {
+    let q = (g.x + g.y * mp.stride) * 256u + l;
+    if (q >= mp.nq) {
         return;
     }
-    let tx = l % 16u;
-    let ty = l / 16u;
-    // Keys ‖t‖² − 2 q·t: the squared distance less ‖q‖², exact in i32 (|key| < 2²⁷).
-    var k1: array<i32, 4>;
-    var i1: array<u32, 4>;
-    var k2: array<i32, 4>;
-    var i2: array<u32, 4>;
-    for (var r = 0u; r < 4u; r++) {
-        k1[r] = KEY_MAX;
-        i1[r] = NONE;
-        k2[r] = KEY_MAX;
-        i2[r] = NONE;
-    }
-    for (var t0 = 0u; t0 < p.nt; t0 += 64u) {
-        var acc: array<u32, 16>;
-        for (var k0 = 0u; k0 < p.dw; k0 += KC) {
-            // 2 x 64 rows x KC words, 4 + 4 per invocation; zeros past the ends.
-            for (var e = 0u; e < 4u; e++) {
-                let idx = l + e * 256u;
-                let row = idx / KC;
-                let kk = idx % KC;
-                let k = k0 + kk;
-                var qv = 0u;
-                if (q0 + row < p.nq && k < p.dw) {
-                    qv = qd[(q0 + row) * p.dw + k];
-                }
-                sh[row * PITCH + kk] = qv;
-                var tv = 0u;
-                if (t0 + row < p.nt && k < p.dw) {
-                    tv = td[(t0 + row) * p.dw + k];
-                }
-                sh[T_OFF + row * PITCH + kk] = tv;
-            }
-            workgroupBarrier();
-            let kn = min(KC, p.dw - k0);
-            for (var kk = 0u; kk < kn; kk++) {
-                var qw: array<u32, 4>;
-                var tw: array<u32, 4>;
-                for (var r = 0u; r < 4u; r++) {
-                    qw[r] = sh[(ty + 16u * r) * PITCH + kk];
-                    tw[r] = sh[T_OFF + (tx + 16u * r) * PITCH + kk];
-                }
-                for (var r = 0u; r < 4u; r++) {
-                    for (var c = 0u; c < 4u; c++) {
-                        acc[r * 4u + c] += dot4U8Packed(qw[r], tw[c]);
-                    }
-                }
-            }
-            workgroupBarrier();
+    let qq = i32(qn[q]);
+    var m = Top(KEY_MAX, NONE, KEY_MAX, NONE);
+    if (mp.seeded != 0u) {
+        // Earlier chunks hold lower train indices; as keys they merge like the rest.
+        let o = top[q];
+        if (o.y != NONE) {
+            m.k1 = i32(o.x) - qq;
+            m.i1 = o.y;
         }
-        for (var c = 0u; c < 4u; c++) {
-            let t = t0 + tx + 16u * c;
-            if (t < p.nt) {
-                let n = i32(tn[t]);
-                let j = p.t_base + t;
-                for (var r = 0u; r < 4u; r++) {
-                    let key = n - 2 * i32(acc[r * 4u + c]);
-                    let lt1 = key < k1[r];
-                    let lt2 = key < k2[r];
-                    k2[r] = select(k2[r], select(key, k1[r], lt1), lt2);
-                    i2[r] = select(i2[r], select(j, i1[r], lt1), lt2);
-                    k1[r] = select(k1[r], key, lt1);
-                    i1[r] = select(i1[r], j, lt1);
-                }
-            }
+        if (o.w != NONE) {
+            m.k2 = i32(o.z) - qq;
+            m.i2 = o.w;
         }
     }
-    // The partial top-2s to workgroup memory (the tiles are no longer read: the last barrier
-    // above ended the final slice), then one invocation per query merges its row's 16.
-    for (var r = 0u; r < 4u; r++) {
-        let b = ((ty + 16u * r) * 16u + tx) * 4u;
-        sh[b] = bitcast<u32>(k1[r]);
-        sh[b + 1u] = i1[r];
-        sh[b + 2u] = bitcast<u32>(k2[r]);
-        sh[b + 3u] = i2[r];
+    for (var s = 0u; s < mp.splits; s++) {
+        insert2(&m, part[s * mp.nq + q]);
     }
-    workgroupBarrier();
-    if (l < 64u && q0 + l < p.nq) {
-        let q = q0 + l;
-        let o = q * 4u;
-        let qq = i32(qn[q]);
-        var t = Top(KEY_MAX, NONE, KEY_MAX, NONE);
-        if (p.seeded != 0u) {
-            // Earlier chunks hold lower train indices; as keys they merge like the rest.
-            if (top[o + 1u] != NONE) {
-                t.k1 = i32(top[o]) - qq;
-                t.i1 = top[o + 1u];
-            }
-            if (top[o + 3u] != NONE) {
-                t.k2 = i32(top[o + 2u]) - qq;
-                t.i2 = top[o + 3u];
-            }
-        }
-        for (var x = 0u; x < 16u; x++) {
-            let b = (l * 16u + x) * 4u;
-            insert(&t, bitcast<i32>(sh[b]), sh[b + 1u]);
-            insert(&t, bitcast<i32>(sh[b + 2u]), sh[b + 3u]);
-        }
-        let d1 = select(NONE, u32(t.k1 + qq), t.i1 != NONE);
-        let d2 = select(NONE, u32(t.k2 + qq), t.i2 != NONE);
-        top[o] = d1;
-        top[o + 1u] = t.i1;
-        top[o + 2u] = d2;
-        top[o + 3u] = t.i2;
-        if (p.ratio != 0u) {
-            passed[q] = select(0u, 1u, t.i2 != NONE && ratio_ok(d1, d2));
-        }
+    let d1 = select(NONE, u32(m.k1 + qq), m.i1 != NONE);
+    let d2 = select(NONE, u32(m.k2 + qq), m.i2 != NONE);
+    top[q] = vec4<u32>(d1, m.i1, d2, m.i2);
+    if (mp.ratio != 0u) {
+        passed[q] = select(0u, 1u, m.i2 != NONE && ratio_ok(d1, d2));
     }
 }
