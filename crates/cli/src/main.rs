@@ -83,6 +83,10 @@ fn init_logging(verbose: u8) {
         2 => "debug",
         _ => "trace",
     };
+    // wgpu warns at every device opening that host-visible storage buffers are slow on a
+    // discrete GPU: remora asks for them on purpose (results written where the host reads
+    // them, only the bytes a frame produced), so that notice stays out of the default log.
+    let default = format!("{default},wgpu_core::instance=error");
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)

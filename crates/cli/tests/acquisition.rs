@@ -376,6 +376,9 @@ fn bench_acquisition_searches_down_from_the_flow_controlled_rate() {
     }
     assert!(v["rate_hz"].as_f64().unwrap() <= sustained, "{v}");
     assert_eq!(v["buffer_frames"], 8, "four stacks of two frames: {v}");
+    // The engine is reported by name and how it was chosen: with no pipeline nothing is timed.
+    assert_eq!(v["engine_choice"]["how"], "unmeasured", "{v}");
+    assert!(v["engine_choice"]["engine"].is_string(), "{v}");
 }
 
 #[test]

@@ -294,10 +294,21 @@ fn bench_jungfrau_engine_all_runs_every_engine_side_by_side() {
         .iter()
         .find(|e| e["engine"] == "gpu-wgpu");
     match gpu {
-        // The device is named and the two-in-flight chain measured.
+        // The device is named, the chain measured with frames in flight, and its counters
+        // show the steady state.
         Some(g) => {
             assert!(g["device"].as_str().is_some_and(|d| !d.is_empty()), "{g}");
             assert!(g["pipeline_overlap_fps"].as_f64().unwrap() > 0.0, "{g}");
+            let c = &g["gpu"];
+            assert_eq!(c["frames_in_flight"], 3, "{g}");
+            assert_eq!(c["submissions_per_frame"], 1.0, "{g}");
+            assert_eq!(c["objects_after_warmup"], 0, "{g}");
+            assert!(c["h2d_bytes_per_frame"].as_f64().unwrap() > 0.0, "{g}");
+            assert!(c["d2h_bytes_per_frame"].as_f64().unwrap() > 0.0, "{g}");
+            assert!(
+                c["device_ms"].is_null() || c["device_ms"]["convert"].is_number(),
+                "{g}"
+            );
         }
         None => {
             // Only allowed when the run did not ask for a device; the reason is given.

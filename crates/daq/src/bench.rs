@@ -130,9 +130,13 @@ pub struct BenchReport {
     pub pipeline_sparse_gbps: f64,
     /// memcpy of frame-sized buffers: bytes copied per second (the read+write ceiling).
     pub memcpy_gbps: f64,
-    /// The chained pipeline with two frames in flight on a GPU engine (frame n + 1 submitted
-    /// before frame n is read back), frames/s; `None` for host engines.
+    /// The chained pipeline with frames in flight on a GPU engine, frames/s (the same as
+    /// `gpu.pipeline_fps`); `None` for host engines.
     pub pipeline_overlap_fps: Option<f64>,
+    /// Frames in flight: 1 for host engines (one frame at a time, spread over the threads).
+    pub frames_in_flight: usize,
+    /// A GPU engine's chain with frames in flight and its device counters.
+    pub gpu: Option<GpuChainReport>,
 }
 
 fn rate(bytes: usize, frames: usize, secs: f64) -> (f64, f64) {
@@ -326,15 +330,85 @@ pub fn run_with(
         pipeline_sparse_gbps,
         memcpy_gbps,
         pipeline_overlap_fps: None,
+        frames_in_flight: 1,
+        gpu: None,
     })
 }
 
-/// The chained pipeline (convert+veto, CSR, assembly, integration; no pixels downloaded) on a
-/// GPU engine with two frames in flight: frames/s, best of three rounds.
+/// The GPU chain with frames in flight, and what it costs the device per frame.
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuChainReport {
+    /// Frames submitted before the oldest is read back.
+    pub frames_in_flight: usize,
+    /// The chain (upload, convert+veto, CSR, assembly, integration; no pixels downloaded),
+    /// frames/s.
+    pub pipeline_fps: f64,
+    /// The chain with every frame vetoed: upload, conversion and the veto count, frames/s.
+    pub convert_fps: f64,
+    /// Queue submissions per frame in the timed rounds.
+    pub submissions_per_frame: f64,
+    /// Bytes written to the device per frame.
+    pub h2d_bytes_per_frame: f64,
+    /// Bytes read from the device per frame.
+    pub d2h_bytes_per_frame: f64,
+    /// Buffers, bind groups and pipelines created during the timed rounds (after warm-up).
+    pub objects_after_warmup: u64,
+    /// Mean device milliseconds per frame of each stage, from timestamp queries (a separate
+    /// run); `None` where the device has no timestamps.
+    pub device_ms: Option<std::collections::BTreeMap<String, f64>>,
+    /// The device.
+    pub device: String,
+}
+
+/// Runs `frames` frames through `engine`'s chain with `depth` in flight: seconds of the best of
+/// three rounds after a warm-up that fills every slot, and the counters over the three rounds.
 #[cfg(feature = "gpu")]
-pub fn gpu_overlap(cfg: &BenchConfig, engine: &crate::engine::GpuEngine) -> Result<f64> {
-    use crate::engine::FramePlan;
+fn chain_rounds(
+    engine: &crate::engine::GpuEngine,
+    raws: &[Vec<u16>],
+    tables: &ConvTables,
+    plan: &crate::engine::FramePlan<'_>,
+    frames: usize,
+    depth: usize,
+) -> Result<(f64, remora_accel::gpu::GpuCounters)> {
+    let round = |n: usize| -> Result<()> {
+        let (mut e, mut i) = (Vec::new(), Vec::new());
+        let mut queue = std::collections::VecDeque::new();
+        for k in 0..n {
+            queue.push_back(engine.begin_frame(&raws[k % raws.len()], tables, plan)?);
+            if queue.len() >= depth {
+                let f = queue.pop_front().expect("a frame in flight");
+                engine.finish_frame(f, plan, &mut e, &mut i)?;
+            }
+        }
+        while let Some(f) = queue.pop_front() {
+            engine.finish_frame(f, plan, &mut e, &mut i)?;
+        }
+        Ok(())
+    };
+    round(depth + 1)?;
+    let before = engine.device().counters();
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = Instant::now();
+        round(frames)?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok((best, engine.device().counters().since(&before)))
+}
+
+/// The chained pipeline (convert+veto, CSR, assembly, integration; no pixels downloaded) on a
+/// GPU engine with `depth` frames in flight, its counters, and (where the device has
+/// timestamps) the device time of each stage.
+#[cfg(feature = "gpu")]
+pub fn gpu_chain(
+    cfg: &BenchConfig,
+    engine: &crate::engine::GpuEngine,
+    depth: usize,
+) -> Result<GpuChainReport> {
+    use crate::engine::{FramePlan, GpuEngine};
     cfg.check()?;
+    let depth = depth.max(1);
     let mut sc = SynthConfig::new(cfg.modules)?;
     sc.dark = DarkPattern::NONE;
     sc.special_rate = 1e-5;
@@ -358,18 +432,36 @@ pub fn gpu_overlap(cfg: &BenchConfig, engine: &crate::engine::GpuEngine) -> Resu
         integrate: Some((&map, &matrix)),
         host_pixels: false,
     };
-    let (mut e, mut i) = (Vec::new(), Vec::new());
-    // A rolling pair: each call submits frame n, then reads frame n - 1 back.
-    let mut pending = None;
-    let t = time(cfg.frames, |n| {
-        let next = engine.begin_frame(&raws[n % raws.len()], &tables, &plan)?;
-        if let Some(prev) = pending.replace(next) {
-            engine.finish_frame(prev, &mut e, &mut i)?;
-        }
-        Ok(())
-    })?;
-    if let Some(last) = pending.take() {
-        engine.finish_frame(last, &mut e, &mut i)?;
-    }
-    Ok(cfg.frames as f64 / t)
+    let (t, c) = chain_rounds(engine, &raws, &tables, &plan, cfg.frames, depth)?;
+    let vetoed = FramePlan {
+        veto_min: u64::MAX,
+        integrate: None,
+        ..plan
+    };
+    let (tc, _) = chain_rounds(engine, &raws, &tables, &vetoed, cfg.frames, depth)?;
+    let timed = GpuEngine::new()?.with_timestamps(true);
+    let device_ms = if timed.timestamps() {
+        chain_rounds(&timed, &raws, &tables, &plan, cfg.frames, depth)?;
+        let st = timed.take_stage_times();
+        Some(
+            st.per_frame()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        )
+    } else {
+        None
+    };
+    let n = 3.0 * cfg.frames as f64;
+    Ok(GpuChainReport {
+        frames_in_flight: depth,
+        pipeline_fps: cfg.frames as f64 / t,
+        convert_fps: cfg.frames as f64 / tc,
+        submissions_per_frame: c.submissions as f64 / n,
+        h2d_bytes_per_frame: c.h2d_bytes as f64 / n,
+        d2h_bytes_per_frame: c.d2h_bytes as f64 / n,
+        objects_after_warmup: c.objects(),
+        device_ms,
+        device: engine.device().info().to_string(),
+    })
 }

@@ -348,8 +348,8 @@ pub struct PipelineCfg {
     /// Run the pipeline (false: the receiver only counts frames).
     #[serde(default = "yes")]
     pub process: bool,
-    /// Engine (`gpu-wgpu`, `cpu-simd`, `cpu-scalar`); default: the registry's first available
-    /// (a real GPU, else `cpu-simd`).
+    /// Engine (`gpu-wgpu`, `cpu-simd`, `cpu-scalar`); default (auto): the fastest, measured at
+    /// start and cached (see [`crate::engine::calibrate`]).
     pub engine: Option<String>,
     /// Engine threads (0: all cores).
     #[serde(default)]
@@ -378,6 +378,14 @@ pub struct PipelineCfg {
     /// Testing: extra time spent per frame (ms), to provoke overruns.
     #[serde(default)]
     pub slow_ms: u64,
+    /// Frames the GPU chain keeps in flight (uploads, compute and readbacks of different
+    /// frames overlap); host engines process one frame at a time whatever this says.
+    #[serde(default = "default_in_flight")]
+    pub frames_in_flight: usize,
+}
+
+fn default_in_flight() -> usize {
+    3
 }
 
 fn yes() -> bool {
@@ -416,6 +424,7 @@ impl Default for PipelineCfg {
             bins: default_bins(),
             unit: default_unit(),
             slow_ms: 0,
+            frames_in_flight: default_in_flight(),
         }
     }
 }
@@ -690,6 +699,12 @@ impl Config {
         crate::azint::Unit::parse(&p.unit).map_err(|e| err("pipeline.unit", e))?;
         if p.slow_ms > 60_000 {
             return Err(err("pipeline.slow_ms", "at most 60000"));
+        }
+        if !(1..=64).contains(&p.frames_in_flight) {
+            return Err(err(
+                "pipeline.frames_in_flight",
+                format!("{} (1..=64)", p.frames_in_flight),
+            ));
         }
         if self.output.images && !p.integrate {
             return Err(err(

@@ -82,6 +82,9 @@ pub struct Summary {
     pub credit_wait_seconds: f64,
     /// Times a receiver paused the source (`pause`).
     pub pauses: u64,
+    /// Which engine the (first) receiver's pipeline runs on and why: measured at start, from
+    /// the cache, or configured (`pipeline.engine`).
+    pub engine_choice: Option<crate::engine::calibrate::EngineChoice>,
 }
 
 impl Summary {
@@ -109,6 +112,7 @@ impl Summary {
                 .filter_map(|r| r.buffer.map(|b| b.frames))
                 .min()
                 .unwrap_or(0),
+            engine_choice: receivers.iter().find_map(|r| r.engine_choice.clone()),
             ..Default::default()
         };
         let mut bytes = 0u64;
@@ -178,6 +182,10 @@ impl Summary {
             "pipeline: {} dark, {} kept, {} rejected; writer dropped {}\n",
             self.dark, self.kept, self.rejected, self.writer_dropped
         );
+        if let Some(c) = &self.engine_choice {
+            t += &c.text();
+            t += "\n";
+        }
         if self.buffer_frames > 0 {
             t += &format!(
                 "frame buffer: {} frames, at most {} held; overrun policy {}",

@@ -1,13 +1,20 @@
 //! The chained per-frame pipeline: pedestal tracking on dark frames; on the others conversion
 //! with the veto count in the same pass, then for kept frames sparse compression and (when
 //! configured) assembly and azimuthal integration.
+//!
+//! Frames may be kept in flight: [`Pipeline::submit`] hands a frame to the engine and
+//! [`Pipeline::collect`] returns the oldest result. On the GPU chain a submitted frame is
+//! already copied to the device, so its buffer is free, and up to
+//! [`depth`](Pipeline::set_depth) frames overlap their uploads, compute and readbacks; host
+//! engines process a frame when it is submitted.
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use remora_accel::AlignedBuf;
 
 use crate::azint::{AzConfig, AzMatrix, Profile};
 use crate::calib::{Calibration, ConvTables};
-use crate::engine::{ConvStats, Engine, FramePlan};
+use crate::engine::{ConvStats, Engine, FrameOut, FramePlan};
 use crate::geometry::{AssemblyMap, Layout};
 use crate::pedestal::{DarkPattern, PedestalTracker};
 use crate::poni::Poni;
@@ -64,8 +71,9 @@ pub enum Outcome {
     },
 }
 
-/// The chained pipeline with its buffers, reused frame after frame.
-#[derive(Debug)]
+/// The chained pipeline with its buffers, reused frame after frame. A clone is an independent
+/// pipeline in the same state (the engine is shared).
+#[derive(Debug, Clone)]
 pub struct Pipeline {
     engine: Arc<dyn Engine>,
     cfg: PipelineConfig,
@@ -78,6 +86,63 @@ pub struct Pipeline {
     energy: AlignedBuf<f32>,
     image: AlignedBuf<f32>,
     host_pixels: bool,
+    depth: usize,
+    pending: Pending,
+}
+
+/// A submitted frame: its result, or the device's promise of one.
+// A few of them wait in a queue: boxing either variant would only add an allocation per frame.
+#[allow(clippy::large_enum_variant)]
+enum Submitted {
+    Done(Outcome),
+    #[cfg(feature = "gpu")]
+    Flight(crate::engine::InFlight),
+}
+
+/// Frames submitted and not collected, oldest first. A clone of the pipeline starts with none.
+#[derive(Default)]
+struct Pending(VecDeque<(u64, Submitted)>);
+
+impl Clone for Pending {
+    fn clone(&self) -> Self {
+        Pending::default()
+    }
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} frames in flight", self.0.len())
+    }
+}
+
+/// The engine's plan for a non-dark frame (a function of the fields, so that the converted
+/// frame and image buffers stay free to borrow mutably beside it).
+fn frame_plan<'a>(
+    cfg: &PipelineConfig,
+    shape: (usize, usize),
+    assembly: &'a Option<AssemblyMap>,
+    matrix: &'a Option<AzMatrix>,
+    host_pixels: bool,
+) -> FramePlan<'a> {
+    FramePlan {
+        veto_kev: cfg.veto_pixel_kev,
+        veto_min: cfg.veto_min_pixels,
+        sparse_kev: cfg.sparse_kev,
+        shape,
+        integrate: assembly.as_ref().zip(matrix.as_ref()),
+        host_pixels,
+    }
+}
+
+fn outcome(out: FrameOut) -> Outcome {
+    match out.kept {
+        None => Outcome::Rejected(out.stats),
+        Some((sparse, profile)) => Outcome::Kept {
+            stats: out.stats,
+            sparse,
+            profile,
+        },
+    }
 }
 
 impl Pipeline {
@@ -121,24 +186,45 @@ impl Pipeline {
             energy: AlignedBuf::zeroed(det.pixels()),
             image,
             host_pixels: true,
+            depth: 1,
+            pending: Pending::default(),
         })
     }
 
-    /// Processes frame number `n`.
+    /// Processes frame number `n` (after any frames still in flight, whose results are
+    /// dropped: use [`submit`](Self::submit) and [`collect`](Self::collect) to keep them).
     pub fn process(&mut self, n: u64, raw: &[u16]) -> Result<Outcome> {
+        while self.collect()?.is_some() {}
+        self.submit(n, raw)?;
+        Ok(self.collect()?.expect("one frame submitted").1)
+    }
+
+    /// Submits frame number `n`. On the GPU chain the frame is copied to the device and
+    /// `raw` may be reused as soon as this returns; host engines (and dark frames, which
+    /// change the pedestal) are processed now. Call [`collect`](Self::collect) when
+    /// [`in_flight`](Self::in_flight) reaches [`depth`](Self::depth).
+    pub fn submit(&mut self, n: u64, raw: &[u16]) -> Result<()> {
         if self.cfg.dark.is_dark(n) {
             self.tracker
                 .update(self.engine.as_ref(), raw, &mut self.tables)?;
-            return Ok(Outcome::Dark);
+            self.pending
+                .0
+                .push_back((n, Submitted::Done(Outcome::Dark)));
+            return Ok(());
         }
-        let plan = FramePlan {
-            veto_kev: self.cfg.veto_pixel_kev,
-            veto_min: self.cfg.veto_min_pixels,
-            sparse_kev: self.cfg.sparse_kev,
-            shape: (self.rows, self.cols),
-            integrate: self.assembly.as_ref().zip(self.matrix.as_ref()),
-            host_pixels: self.host_pixels,
-        };
+        let plan = frame_plan(
+            &self.cfg,
+            (self.rows, self.cols),
+            &self.assembly,
+            &self.matrix,
+            self.host_pixels,
+        );
+        #[cfg(feature = "gpu")]
+        if let Some(g) = self.engine.as_gpu() {
+            let f = g.begin_frame(raw, &self.tables, &plan)?;
+            self.pending.0.push_back((n, Submitted::Flight(f)));
+            return Ok(());
+        }
         let out = self.engine.process_frame(
             raw,
             &self.tables,
@@ -146,14 +232,54 @@ impl Pipeline {
             &mut self.energy[..],
             &mut self.image[..],
         )?;
-        Ok(match out.kept {
-            None => Outcome::Rejected(out.stats),
-            Some((sparse, profile)) => Outcome::Kept {
-                stats: out.stats,
-                sparse,
-                profile,
-            },
-        })
+        self.pending.0.push_back((n, Submitted::Done(outcome(out))));
+        Ok(())
+    }
+
+    /// The oldest submitted frame's number and result (waiting for the device when it is
+    /// in flight); `None` when nothing is pending. [`energy`](Self::energy) and
+    /// [`image`](Self::image) then hold this frame's pixels (when host pixels are on).
+    pub fn collect(&mut self) -> Result<Option<(u64, Outcome)>> {
+        let Some((n, s)) = self.pending.0.pop_front() else {
+            return Ok(None);
+        };
+        match s {
+            Submitted::Done(o) => Ok(Some((n, o))),
+            #[cfg(feature = "gpu")]
+            Submitted::Flight(f) => {
+                let plan = frame_plan(
+                    &self.cfg,
+                    (self.rows, self.cols),
+                    &self.assembly,
+                    &self.matrix,
+                    self.host_pixels,
+                );
+                let g = self.engine.as_gpu().expect("in flight on the GPU engine");
+                let out = g.finish_frame(f, &plan, &mut self.energy[..], &mut self.image[..])?;
+                Ok(Some((n, outcome(out))))
+            }
+        }
+    }
+
+    /// Frames submitted and not yet collected.
+    pub fn in_flight(&self) -> usize {
+        self.pending.0.len()
+    }
+
+    /// How many frames to keep in flight: `depth` on an engine that overlaps frames (the GPU
+    /// chain), 1 on the others (they process a frame when it is submitted, and host pixels
+    /// must belong to the frame collected).
+    pub fn set_depth(&mut self, depth: usize) {
+        self.depth = depth.max(1);
+    }
+
+    /// Frames to keep in flight before collecting (see [`set_depth`](Self::set_depth)).
+    pub fn depth(&self) -> usize {
+        #[cfg(feature = "gpu")]
+        if self.engine.as_gpu().is_some() {
+            return self.depth;
+        }
+        1
     }
 
     /// Whether [`energy`](Self::energy) and [`image`](Self::image) must hold each frame (the
@@ -176,6 +302,13 @@ impl Pipeline {
     /// The conversion tables (with the tracked pedestal).
     pub fn tables(&self) -> &ConvTables {
         &self.tables
+    }
+
+    /// The same pipeline on another engine (the engine calibration times copies of the run's
+    /// pipeline this way).
+    pub fn with_engine(mut self, engine: Arc<dyn Engine>) -> Pipeline {
+        self.engine = engine;
+        self
     }
 
     /// The engine in use.

@@ -6,7 +6,8 @@ use crate::azint::{AzConfig, Unit};
 use crate::calib::{Calibration, GainMaps, PedestalMaps};
 use crate::config::Config;
 use crate::dataset::Dataset;
-use crate::engine::{EngineKind, Registry};
+use crate::engine::calibrate::{self, EngineChoice};
+use crate::engine::EngineKind;
 use crate::geometry::Layout;
 use crate::model::{Detector, MODULE_COLS, MODULE_PIXELS};
 use crate::pedestal::DarkPattern;
@@ -133,21 +134,43 @@ impl Setup {
         })
     }
 
-    /// A pipeline on the configured engine.
+    /// A pipeline on the configured engine, or (with `pipeline.engine` unset) on the engine
+    /// the calibration chooses (see [`calibrate`]), with the cache and options of the
+    /// environment; converted frames and images are downloaded to the host.
     pub fn pipeline(&self, cfg: &Config) -> Result<Pipeline> {
-        let kind = cfg
-            .pipeline
-            .engine
-            .as_deref()
-            .map(EngineKind::parse)
-            .transpose()?;
-        let sel = Registry::select(kind, cfg.pipeline.threads)?;
-        Pipeline::new(
-            sel.engine,
-            &self.calibration,
-            &self.layout,
-            self.mask.as_deref(),
-            self.pipeline.clone(),
-        )
+        Ok(self
+            .pipeline_chosen(cfg, true, &calibrate::Options::from_env())?
+            .0)
+    }
+
+    /// [`Setup::pipeline`] with the run's `host_pixels` (see [`Pipeline::set_host_pixels`]: the
+    /// calibration times what the run will do) and calibration options; also says which engine
+    /// was chosen and why.
+    pub fn pipeline_chosen(
+        &self,
+        cfg: &Config,
+        host_pixels: bool,
+        opts: &calibrate::Options,
+    ) -> Result<(Pipeline, EngineChoice)> {
+        let build = |engine| {
+            let mut p = Pipeline::new(
+                engine,
+                &self.calibration,
+                &self.layout,
+                self.mask.as_deref(),
+                self.pipeline.clone(),
+            )?;
+            p.set_host_pixels(host_pixels);
+            p.set_depth(cfg.pipeline.frames_in_flight);
+            Ok(p)
+        };
+        match cfg.pipeline.engine.as_deref() {
+            Some(name) => {
+                let (engine, choice) =
+                    calibrate::configured(EngineKind::parse(name)?, cfg.pipeline.threads)?;
+                Ok((build(engine)?, choice))
+            }
+            None => calibrate::auto_pipeline(cfg, host_pixels, opts, &build),
+        }
     }
 }

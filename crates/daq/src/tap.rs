@@ -1,6 +1,6 @@
 //! What a controller shares with a running acquisition's nodes: a stop request that every
 //! transmitter honours at the same stack boundary, the latest converted image for the preview,
-//! and the pedestals a dark run leaves behind.
+//! the pedestals a dark run leaves behind, and which engine the receivers chose.
 //!
 //! The nodes only ever take a lock that nobody holds for long: the stop gate once per stack and
 //! transmitter, the preview slot at most a few times a second (a `try_lock`, so the processing
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use remora_accel::AlignedBuf;
 
 use crate::calib::PedestalMaps;
+use crate::engine::calibrate::EngineChoice;
 
 /// A converted frame kept for the preview.
 #[derive(Debug, Clone)]
@@ -85,6 +86,7 @@ pub struct Tap {
     spare: Mutex<Option<AlignedBuf<f32>>>,
     keep_pedestal: bool,
     pedestals: Mutex<Vec<(usize, PedestalMaps)>>,
+    engine_choice: Mutex<Option<(usize, EngineChoice)>>,
 }
 
 impl Tap {
@@ -98,7 +100,26 @@ impl Tap {
             spare: Mutex::new(None),
             keep_pedestal,
             pedestals: Mutex::new(Vec::new()),
+            engine_choice: Mutex::new(None),
         }
+    }
+
+    /// Which engine receiver `index` chose and why (set when it binds); the lowest index's is
+    /// kept.
+    pub fn set_engine_choice(&self, index: usize, choice: &EngineChoice) {
+        if let Ok(mut g) = self.engine_choice.lock() {
+            if g.as_ref().is_none_or(|(i, _)| index <= *i) {
+                *g = Some((index, choice.clone()));
+            }
+        }
+    }
+
+    /// The engine choice of the run's first receiver, once it has bound.
+    pub fn engine_choice(&self) -> Option<EngineChoice> {
+        self.engine_choice
+            .lock()
+            .ok()
+            .and_then(|g| g.as_ref().map(|(_, c)| c.clone()))
     }
 
     /// Whether a new preview is due (cheap; never blocks).

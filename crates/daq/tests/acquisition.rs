@@ -94,6 +94,17 @@ fn assert_same_as_direct(cfg: &Config, index: usize, frames: &[(usize, FrameResu
                     "frame {} profile",
                     f.frame
                 );
+                if let Some(img) = &f.image {
+                    let same = img
+                        .iter()
+                        .zip(p.image())
+                        .all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(
+                        same && img.len() == p.image().len(),
+                        "frame {} image",
+                        f.frame
+                    );
+                }
             }
             (a, b) => panic!("frame {}: receiver {a:?}, direct {b:?}", f.frame),
         }
@@ -212,8 +223,8 @@ fn shm_unpaced_short_run_loses_no_marker_when_the_emulator_leaves_at_once() {
 }
 
 /// The receiver on the GPU engine (whatever Vulkan device `REMORA_GPU` allows; `make test`
-/// allows lavapipe): every frame processed on the device, results equal to the same pipeline
-/// run directly. The ring holds the whole run, so the device's speed cannot cause overruns.
+/// allows lavapipe): every frame processed on the device, several in flight, results equal to
+/// the same pipeline run directly. The ring holds the whole run, so the device's speed cannot cause overruns.
 #[test]
 fn shm_acquisition_on_the_gpu_engine_equals_the_direct_pipeline() {
     let _one = one_at_a_time();
@@ -225,8 +236,19 @@ fn shm_acquisition_on_the_gpu_engine_equals_the_direct_pipeline() {
         eprintln!("skipped: {e}");
         return;
     }
+    // Frames in flight (3 by default), and one at a time with dark frames and images, whose
+    // pixels must belong to the frame collected.
     let mut cfg = with("[acquisition]\nframes = 12\nbunch = 6\n[transport]\nkind = \"shm\"\n");
     cfg.pipeline.engine = Some("gpu-wgpu".into());
+    let mut darks = with(
+        "[acquisition]\nframes = 12\nbunch = 6\ndark_every = 4\n[transport]\nkind = \"shm\"\n\
+         [output]\nimages = true\n",
+    );
+    darks.pipeline.engine = Some("gpu-wgpu".into());
+    darks.pipeline.frames_in_flight = 4;
+    let (s, frames) = acquire(&darks);
+    assert_eq!((s.frames_complete, s.overruns), (12, 0), "{s:?}");
+    assert_same_as_direct(&darks, 0, &frames);
     let (s, frames) = acquire(&cfg);
     assert_eq!(
         (s.frames_complete, s.frames_lost, s.overruns),

@@ -553,58 +553,6 @@ fn the_chained_frame_on_the_gpu_equals_the_cpu_pipeline() {
     }
 }
 
-#[test]
-fn frames_in_flight_on_the_gpu_give_the_results_of_one_at_a_time() {
-    use remora_daq::engine::{FramePlan, GpuEngine};
-    let mut cfg = SynthConfig::new(1).unwrap();
-    cfg.dark = DarkPattern::NONE;
-    let s = Synth::new(cfg).unwrap();
-    let tables = ConvTables::new(s.calibration(), None).unwrap();
-    let map = s.layout().assembly_map(None).unwrap();
-    let az = AzConfig {
-        bins: 100,
-        ..Default::default()
-    };
-    let m = AzMatrix::build(&s.config().poni, (map.rows, map.cols), Some(&map.mask), &az).unwrap();
-    let Some(g) = remora_accel::gpu::Gpu::for_tests().map(GpuEngine::on) else {
-        return;
-    };
-    let plan = FramePlan {
-        veto_kev: 50.0,
-        veto_min: 5,
-        sparse_kev: 6.0,
-        shape: (512, 1024),
-        integrate: Some((&map, &m)),
-        host_pixels: true,
-    };
-    let raws: Vec<Vec<u16>> = (0..3).map(|n| s.frame(n).raw).collect();
-    let cpu = CpuEngine::new(2).unwrap();
-    let flights: Vec<_> = raws
-        .iter()
-        .map(|r| g.begin_frame(r, &tables, &plan).unwrap())
-        .collect();
-    for (f, raw) in flights.into_iter().zip(&raws) {
-        let (mut e1, mut i1) = (vec![0f32; raw.len()], vec![0f32; map.pixels()]);
-        let (mut e2, mut i2) = (vec![0f32; raw.len()], vec![0f32; map.pixels()]);
-        let a = g.finish_frame(f, &mut e1, &mut i1).unwrap();
-        let b = cpu
-            .process_frame(raw, &tables, &plan, &mut e2, &mut i2)
-            .unwrap();
-        assert_eq!(a.stats, b.stats);
-        assert!(a.stats.above >= 5, "{:?}", a.stats);
-        let ((sa, pa), (sb, pb)) = (a.kept.unwrap(), b.kept.unwrap());
-        assert_eq!((sa.row_ptr, sa.col), (sb.row_ptr, sb.col));
-        assert!(e1.iter().zip(&e2).all(|(x, y)| x.to_bits() == y.to_bits()));
-        assert!(i1.iter().zip(&i2).all(|(x, y)| x.to_bits() == y.to_bits()));
-        for (x, y) in pa.unwrap().signal.iter().zip(&pb.unwrap().signal) {
-            assert!((x - y).abs() <= 1e-5 * x.abs().max(1e-6), "{x} vs {y}");
-        }
-    }
-    // A wrong output size is an error, not a panic.
-    let f = g.begin_frame(&raws[0], &tables, &plan).unwrap();
-    assert!(g.finish_frame(f, &mut [0f32; 3], &mut [0f32; 3]).is_err());
-}
-
 /// Odd shapes on every engine: CSR of frames whose rows are not a multiple of any workgroup or
 /// band (1 × 1, 7 × 13, 300 × 1021 with empty rows and all-empty frames), and counts over
 /// lengths that are not multiples of a workgroup; all equal to the scalar reference.

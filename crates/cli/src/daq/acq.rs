@@ -44,6 +44,10 @@ pub struct RunArgs {
     /// With --serve: serve on a non-loopback address while running as root.
     #[arg(long, requires = "serve")]
     allow_root: bool,
+    /// With no `pipeline.engine` configured: measure the engines again instead of taking the
+    /// choice cached for this host and configuration (also REMORA_RECALIBRATE=1).
+    #[arg(long)]
+    recalibrate: bool,
 }
 
 /// Arguments of `remora daq receive`.
@@ -86,6 +90,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<()> {
         cfg.receivers[a.index].listen = l.to_string();
     }
     let r = Receiver::bind(&cfg, a.index)?;
+    eprintln!("receiver {}: {}", a.index, r.engine_choice().text());
     if let Some(b) = r.buffer() {
         eprintln!(
             "receiver {}: {b}; overrun policy {}",
@@ -180,6 +185,10 @@ impl Drop for Node {
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let cfg = load(&a.config)?;
+    if a.recalibrate {
+        // Before any thread starts; the receiver processes inherit it.
+        std::env::set_var(remora_daq::engine::calibrate::RECALIBRATE_ENV, "1");
+    }
     let s = match a.serve {
         Some(addr) => super::serve::run_served(cfg, addr, a.token, a.allow_root)?,
         None => manage(&cfg, &a.config)?,

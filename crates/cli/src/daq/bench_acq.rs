@@ -8,6 +8,7 @@ use remora_daq::config::{Config, TransportKind};
 use remora_daq::control::http::{new_token, Server, ServerOptions};
 use remora_daq::control::{Service, ServiceOptions, State};
 use remora_daq::dataset::Dataset;
+use remora_daq::engine::calibrate::{self, EngineChoice};
 use remora_daq::manager::{run_in_process, Summary};
 use std::sync::atomic::Ordering;
 
@@ -63,6 +64,10 @@ pub struct AcqBenchArgs {
     /// ratio (near the loss edge one late frame moves a single search by ±10%).
     #[arg(long, default_value_t = 1, requires = "with_service", value_parser = clap::value_parser!(u32).range(1..=20))]
     repeat: u32,
+    /// With no engine given: measure the engines again instead of taking the choice cached for
+    /// this host and configuration (once, at the start; the runs then read the new entry).
+    #[arg(long)]
+    recalibrate: bool,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -94,28 +99,37 @@ fn cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-/// Frames per second of the pipeline alone on the run's frames, in order.
-fn pipeline_alone(cfg: &Config) -> anyhow::Result<f64> {
+/// Frames per second of the pipeline alone on the run's frames, in order, on the engine a run
+/// chooses (which downloads no pixels to the host: no images, no preview), and that choice.
+fn pipeline_alone(cfg: &Config, opts: &calibrate::Options) -> anyhow::Result<(f64, EngineChoice)> {
     let data = Dataset::load(cfg)?;
     let setup = Setup::new(cfg, 0)?;
-    let mut p = setup.pipeline(cfg)?;
+    let (mut p, choice) = setup.pipeline_chosen(cfg, false, opts)?;
     let frames: Vec<Vec<u16>> = (0..data.frames).map(|d| data.frame(d)).collect();
     let n = cfg.acquisition.frames;
     let t = Instant::now();
     for i in 0..n {
         p.process(i, &frames[data.index_of(i)])?;
     }
-    Ok(n as f64 / t.elapsed().as_secs_f64())
+    Ok((n as f64 / t.elapsed().as_secs_f64(), choice))
 }
 
 pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let probe = settings(&a, 0.0, "mask")?;
-    let pipeline_fps = if a.no_process {
+    let mut opts = calibrate::Options::from_env();
+    opts.recalibrate |= a.recalibrate;
+    if opts.recalibrate && a.with_service && !a.no_process {
+        // Runs under the service download pixels for the page: another configuration to
+        // measure (the plain runs' is measured by the pipeline alone, below).
+        Setup::new(&probe, 0)?.pipeline_chosen(&probe, true, &opts)?;
+    }
+    let alone = if a.no_process {
         None
     } else {
-        Some(pipeline_alone(&probe)?)
+        Some(pipeline_alone(&probe, &opts)?)
     };
+    let pipeline_fps = alone.as_ref().map(|a| a.0);
     let frame_bytes = (a.modules * remora_daq::ring::MODULE_BYTES) as f64;
     let plain =
         |cfg: &Config| -> anyhow::Result<Summary> { Ok(run_in_process(cfg, None, &|_, _| {})?) };
@@ -226,6 +240,7 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
         "pipeline_fps": pipeline_fps,
         "pipeline_gbps": pipeline_fps.map(|f| f * frame_bytes / 1e9),
         "engine": r.engine,
+        "engine_choice": s.engine_choice,
         "rate_hz": cfg.acquisition.rate_hz,
         "zero_loss": s.frames_lost + s.frames_overrun + s.frames_partial == 0,
         "cpu_cores": cores,
@@ -273,6 +288,10 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
         s.e2e_fps, s.e2e_gbps
     );
     println!("  this process used {cores:.2} cores during the run (emulator, transport, receiver, pipeline)");
+    match &s.engine_choice {
+        Some(c) => println!("  {}", c.text()),
+        None => println!("  engine {}", r.engine),
+    }
     if let Some(bp) = &sustained {
         println!(
             "  flow-controlled (backpressure) at full speed: {:.1} frames/s, {} of {} complete; \

@@ -40,6 +40,9 @@ pub struct BenchArgs {
     /// after the other in this run).
     #[arg(long, default_value = "cpu-simd")]
     engine: String,
+    /// Frames the GPU chain keeps in flight (submitted before the oldest is read back).
+    #[arg(long, default_value_t = 3, value_parser = at_least_one)]
+    frames_in_flight: usize,
     /// Print JSON instead of a table (one object; with --engine all, {"engines": [...],
     /// "skipped": [...]}).
     #[arg(long)]
@@ -158,7 +161,10 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         let mut r = bench::run_with(&cfg, e, device).context("jungfrau benchmark")?;
         if gpu {
             let g = remora_daq::engine::GpuEngine::new()?;
-            r.pipeline_overlap_fps = Some(bench::gpu_overlap(&cfg, &g)?);
+            let c = bench::gpu_chain(&cfg, &g, a.frames_in_flight)?;
+            r.pipeline_overlap_fps = Some(c.pipeline_fps);
+            r.frames_in_flight = c.frames_in_flight;
+            r.gpu = Some(c);
         }
         if !a.json {
             print_report(&r);
@@ -216,8 +222,23 @@ fn print_report(r: &bench::BenchReport) {
     row("azimuthal integration", r.integrate_fps * mb);
     row("pipeline (chained)", r.pipeline_gbps);
     row("pipeline without integration", r.pipeline_sparse_gbps);
-    if let Some(fps) = r.pipeline_overlap_fps {
-        row("pipeline, 2 frames in flight", fps * mb);
+    if let Some(g) = &r.gpu {
+        row(
+            &format!("pipeline, {} in flight", g.frames_in_flight),
+            g.pipeline_fps * mb,
+        );
+        row(
+            &format!("convert+veto, {} in flight", g.frames_in_flight),
+            g.convert_fps * mb,
+        );
+        println!(
+            "  per frame: {:.2} submissions, {:.0} B to the device, {:.0} B back; {} objects created after warm-up",
+            g.submissions_per_frame, g.h2d_bytes_per_frame, g.d2h_bytes_per_frame, g.objects_after_warmup
+        );
+        if let Some(ms) = &g.device_ms {
+            let parts: Vec<String> = ms.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
+            println!("  device ms/frame: {}", parts.join(", "));
+        }
     }
     println!(
         "  memcpy ceiling               {:>8.2} GB/s copied",

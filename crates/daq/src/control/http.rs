@@ -37,6 +37,7 @@ use super::state::{RunKind, State};
 use super::status::{
     Counters, ModuleStatus, PedestalInfo, PreviewInfo, ProfileOut, Rates, ReceiverStatus, Status,
 };
+use crate::engine::calibrate::{EngineChoice, EngineFigure, How, Source};
 
 pub use remora_http::{Limits, Stats};
 
@@ -437,7 +438,7 @@ impl utoipa::Modify for BearerScheme {
 #[openapi(
     info(title = "remora acquisition control", description = "Configure, start and stop JUNGFRAU acquisitions and dark runs; watch counters, rates and previews. Every call but / and /openapi.json needs the token the service printed at start (unless it was started with --no-token), as a bearer token or as ?token=."),
     paths(status, wait, events, get_config, put_config, start, stop, pedestal, preview_image, preview_profile, page, openapi_json),
-    components(schemas(Status, Counters, Rates, ReceiverStatus, ModuleStatus, PedestalInfo, PreviewInfo, ProfileOut, State, RunKind, ApiError, RunAnswer, PedestalRequest)),
+    components(schemas(Status, Counters, Rates, ReceiverStatus, ModuleStatus, PedestalInfo, PreviewInfo, ProfileOut, State, RunKind, ApiError, RunAnswer, PedestalRequest, EngineChoice, EngineFigure, How, Source)),
     modifiers(&BearerScheme)
 )]
 pub struct ApiDoc;

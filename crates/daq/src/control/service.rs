@@ -308,6 +308,12 @@ impl Service {
                 height: p.height,
             }),
             profile_frame: live.and_then(|l| l.profile.as_ref()).map(|p| p.frame),
+            // The current (or last) run's tap: it holds the choice once the first receiver
+            // has bound.
+            engine_choice: match &s.tap {
+                Some(t) => t.engine_choice(),
+                None => s.summary.as_ref().and_then(|x| x.engine_choice.clone()),
+            },
             summary: s
                 .summary
                 .as_ref()

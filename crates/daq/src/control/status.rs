@@ -126,6 +126,9 @@ pub struct Status {
     pub preview: Option<PreviewInfo>,
     /// Frame of the latest profile at `/preview/profile`.
     pub profile_frame: Option<u64>,
+    /// Which engine the current run's pipeline runs on and why (once its first receiver has
+    /// bound; the last run's between runs): measured at start, from the cache, or configured.
+    pub engine_choice: Option<crate::engine::calibrate::EngineChoice>,
     /// The last finished run's summary (as `remora daq run --json` prints it).
     #[cfg_attr(feature = "http", schema(value_type = Option<Object>))]
     pub summary: Option<serde_json::Value>,

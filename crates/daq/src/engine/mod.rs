@@ -5,7 +5,9 @@
 //! Vulkan device, the whole per-frame chain on the device: see [`GpuEngine`]), `cpu-simd`
 //! (thread pool, vectorised kernels dispatched to AVX2 at run time) and `cpu-scalar`
 //! (single-threaded, per-pixel decode: the reference the fast ones are tested against). The
-//! registry tries them in that order and records why one was skipped.
+//! registry tries them in that order and records why one was skipped. A run with no engine
+//! configured (`auto`) chooses by speed instead: [`calibrate`] times the engines on a few frames
+//! at start and caches the choice.
 use std::sync::Arc;
 
 use remora_accel::BackendInfo;
@@ -16,6 +18,7 @@ use crate::geometry::AssemblyMap;
 use crate::sparse::SparseFrame;
 use crate::{DaqError, Result};
 
+pub mod calibrate;
 mod cpu;
 #[cfg(feature = "gpu")]
 mod gpu;
@@ -24,7 +27,7 @@ mod scalar;
 
 pub use cpu::CpuEngine;
 #[cfg(feature = "gpu")]
-pub use gpu::{GpuEngine, InFlight};
+pub use gpu::{GpuEngine, InFlight, StageTimes};
 pub use scalar::ScalarEngine;
 
 /// Where converted pixels go.
@@ -189,6 +192,13 @@ pub trait Engine: Send + Sync + std::fmt::Debug {
     ) -> Result<FrameOut> {
         process_stepwise(self, raw, tables, plan, energy, image)
     }
+
+    /// The engine as the GPU chain, for callers that keep frames in flight
+    /// ([`GpuEngine::begin_frame`]); `None` for engines that compute on the host.
+    #[cfg(feature = "gpu")]
+    fn as_gpu(&self) -> Option<&GpuEngine> {
+        None
+    }
 }
 
 fn check_convert(raw: &[u16], tables: &ConvTables, out_len: usize) -> Result<()> {
@@ -343,7 +353,9 @@ impl Registry {
 
     /// Tries `preferred` (or, with `None`, every kind in [`EngineKind::ALL`] order), then falls
     /// back along the chain until one engine can be created. Without a preference a CPU-type
-    /// Vulkan device (lavapipe) is passed over: it is slower than the CPU engines.
+    /// Vulkan device (lavapipe) is passed over: it is slower than the CPU engines. (An
+    /// acquisition without a configured engine does not take the first: it measures, see
+    /// [`calibrate::auto_pipeline`].)
     pub fn select(preferred: Option<EngineKind>, threads: usize) -> Result<Selection> {
         let start = preferred.map_or(0, |p| {
             EngineKind::ALL.iter().position(|&k| k == p).unwrap_or(0)

@@ -113,6 +113,7 @@ pub(crate) fn run(
     index: usize,
     mut sockets: Sockets,
     mut pipeline: Pipeline,
+    engine_choice: crate::engine::calibrate::EngineChoice,
     tap: Option<Arc<Tap>>,
     writer: Option<WriterThread>,
     mut on_frame: Option<&mut dyn FnMut(&FrameResult)>,
@@ -141,6 +142,7 @@ pub(crate) fn run(
             let i = pipeline.engine().info();
             format!("{} ({} threads, {})", i.name, i.threads, i.simd)
         },
+        engine_choice: Some(engine_choice),
         file: cfg.output_of(index).map(|p| p.display().to_string()),
         buffer: Some(buffer),
         overrun_policy: crate::flow::OverrunPolicy::Mask.name().into(),

@@ -26,6 +26,7 @@ use remora_mem::{Access, Buffer, Mode, Pd, Region};
 use crate::access::budget::writer_queue_bytes;
 use crate::calib::PedestalMaps;
 use crate::config::Config;
+use crate::engine::calibrate::{self, EngineChoice};
 use crate::flow::{BufferChoice, CreditTarget};
 use crate::pipeline::{Outcome, Pipeline};
 use crate::ring::{packets_per_stack, RingLayout};
@@ -64,6 +65,7 @@ pub struct Receiver {
     buffer: Option<BufferChoice>,
     setup: Setup,
     pipeline: Pipeline,
+    engine_choice: EngineChoice,
     tap: Option<Arc<Tap>>,
 }
 
@@ -100,16 +102,22 @@ impl Receiver {
             setup.calibration_source =
                 format!("{}; pedestal from {source}", setup.calibration_source);
         }
-        // Built before the control address opens: the integration matrix takes a while, and
-        // the modules start sending as soon as they are connected.
-        let mut pipeline = setup.pipeline(cfg)?;
-        if hooks.fresh_pedestal {
-            pipeline.restart_pedestal()?;
-        }
         let tap = hooks.tap;
         // Converted frames and images come back from a device engine only when something reads
         // them: the writer's image datasets or the live view's preview.
-        pipeline.set_host_pixels(cfg.output.images || tap.is_some());
+        let host_pixels = cfg.output.images || tap.is_some();
+        // Built (and, with no engine configured, the engine chosen by measuring) before the
+        // control address opens: the integration matrix takes a while, and the modules start
+        // sending as soon as they are connected.
+        let (mut pipeline, engine_choice) =
+            setup.pipeline_chosen(cfg, host_pixels, &calibrate::Options::from_env())?;
+        tracing::info!(receiver = index, "{}", engine_choice.text());
+        if hooks.fresh_pedestal {
+            pipeline.restart_pedestal()?;
+        }
+        if let Some(t) = &tap {
+            t.set_engine_choice(index, &engine_choice);
+        }
         let listen: SocketAddr = cfg.receivers[index]
             .listen
             .parse()
@@ -125,6 +133,7 @@ impl Receiver {
                 buffer: Some(buffer),
                 setup,
                 pipeline,
+                engine_choice,
                 tap,
             });
         }
@@ -158,6 +167,7 @@ impl Receiver {
             buffer: Some(buffer),
             setup,
             pipeline,
+            engine_choice,
             tap,
         })
     }
@@ -165,6 +175,11 @@ impl Receiver {
     /// The frame buffer this receiver registered (fabric transports), for the start-up line.
     pub fn buffer(&self) -> Option<BufferChoice> {
         self.buffer
+    }
+
+    /// Which engine the pipeline runs on and why.
+    pub fn engine_choice(&self) -> &EngineChoice {
+        &self.engine_choice
     }
 
     /// The control address emulators connect to.
@@ -193,6 +208,7 @@ impl Receiver {
                     self.index,
                     sockets,
                     self.pipeline,
+                    self.engine_choice,
                     self.tap,
                     writer,
                     on_frame,
@@ -258,6 +274,7 @@ impl Receiver {
             frames_expected: frames,
             bytes_expected: frames * (roi.width * roi.height * 2 * cfg.detector.modules) as u64,
             engine,
+            engine_choice: Some(self.engine_choice.clone()),
             file: cfg.output_of(self.index).map(|p| p.display().to_string()),
             buffer: self.buffer,
             overrun_policy: policy.name().into(),

@@ -136,6 +136,17 @@ pub(super) struct Worker {
     pub(super) tap: Option<Arc<Tap>>,
 }
 
+/// A frame submitted to the pipeline whose result is not collected yet.
+struct Waiting {
+    frame: u64,
+    since: Instant,
+    lost_modules: u64,
+    raw: Option<Vec<u16>>,
+    /// Whether its stack was intact once the pipeline had taken the frame (on the GPU chain,
+    /// copied it to the device; on a host engine, processed it).
+    intact: bool,
+}
+
 impl Worker {
     pub(super) fn run(mut self, rx: Rx<Issue>, tx: mpsc::Sender<Msg>) {
         let frames = self.cfg.frames_of(self.index);
@@ -147,6 +158,11 @@ impl Worker {
             self.cfg.acquisition.dark_phase,
         )
         .unwrap_or(crate::pedestal::DarkPattern::NONE);
+        let process = self.cfg.pipeline.process;
+        // Frames in flight overlap within a stack: its frames are all collected before the
+        // stack is reported done.
+        let depth = if process { self.pipeline.depth() } else { 1 };
+        let mut waiting = std::collections::VecDeque::new();
         let mut scratch: Vec<u16> = Vec::new();
         while let Ok(issue) = rx.recv() {
             let first = issue.stack * bunch;
@@ -156,6 +172,11 @@ impl Worker {
                 // A stack already overrun is abandoned: processing frames whose results will be
                 // thrown away would only make the pipeline fall further behind.
                 if !self.books.lock().expect("books").intact(issue.stack) {
+                    while !waiting.is_empty() {
+                        if !self.complete(&mut waiting, &tx) {
+                            return;
+                        }
+                    }
                     for _ in n..last {
                         let _ = tx.send(Msg::Overrun(0.0));
                     }
@@ -178,7 +199,6 @@ impl Worker {
                     }
                 }
                 let g = self.cfg.global_frame(self.index, n);
-                let process = self.cfg.pipeline.process;
                 // Copied before processing, and kept only if the stack is still intact after.
                 let raw_copy = self.cfg.output.raw.then(|| raw.to_vec());
                 // A dark frame changes the pipeline's state (the pedestal): it is copied out and
@@ -197,42 +217,31 @@ impl Worker {
                     let _ = tx.send(Msg::Overrun(t.elapsed().as_secs_f64()));
                     continue;
                 }
-                let outcome = if process {
-                    match self.pipeline.process(g, input) {
-                        Ok(o) => Some(o),
-                        Err(e) => {
-                            let _ = tx.send(Msg::Failed(e));
-                            return;
-                        }
+                if process {
+                    if let Err(e) = self.pipeline.submit(g, input) {
+                        let _ = tx.send(Msg::Failed(e));
+                        return;
                     }
-                } else {
-                    None
-                };
+                }
                 if !slow.is_zero() {
                     std::thread::sleep(slow);
                 }
-                let secs = t.elapsed().as_secs_f64();
                 let intact = self.books.lock().expect("books").intact(issue.stack);
-                let msg = if intact {
-                    // The writer's copy first: the preview takes the buffer away.
-                    let image = kept_image(&self.cfg, &self.pipeline, &outcome);
-                    let tap = self.tap.as_deref();
-                    offer_preview(tap, self.index, g, &mut self.pipeline, &outcome);
-                    Msg::Frame(
-                        Box::new(FrameResult {
-                            frame: g,
-                            lost_modules: issue.lost_modules,
-                            missing_packets: Vec::new(),
-                            image,
-                            outcome,
-                            raw: raw_copy,
-                        }),
-                        secs,
-                    )
-                } else {
-                    Msg::Overrun(secs)
-                };
-                if tx.send(msg).is_err() {
+                waiting.push_back(Waiting {
+                    frame: g,
+                    since: t,
+                    lost_modules: issue.lost_modules,
+                    raw: raw_copy,
+                    intact,
+                });
+                while waiting.len() >= depth {
+                    if !self.complete(&mut waiting, &tx) {
+                        return;
+                    }
+                }
+            }
+            while !waiting.is_empty() {
+                if !self.complete(&mut waiting, &tx) {
                     return;
                 }
             }
@@ -241,5 +250,49 @@ impl Worker {
             }
         }
         leave_pedestal(self.tap.as_deref(), &self.cfg, self.index, &self.pipeline);
+    }
+
+    /// Collects the oldest waiting frame and sends its result (or its overrun); false when the
+    /// run is over (a failure, or nobody listening).
+    fn complete(
+        &mut self,
+        waiting: &mut std::collections::VecDeque<Waiting>,
+        tx: &mpsc::Sender<Msg>,
+    ) -> bool {
+        let Some(w) = waiting.pop_front() else {
+            return true;
+        };
+        let outcome = if self.cfg.pipeline.process {
+            match self.pipeline.collect() {
+                Ok(o) => o.map(|(_, o)| o),
+                Err(e) => {
+                    let _ = tx.send(Msg::Failed(e));
+                    return false;
+                }
+            }
+        } else {
+            None
+        };
+        let secs = w.since.elapsed().as_secs_f64();
+        let msg = if w.intact {
+            // The writer's copy first: the preview takes the buffer away.
+            let image = kept_image(&self.cfg, &self.pipeline, &outcome);
+            let tap = self.tap.as_deref();
+            offer_preview(tap, self.index, w.frame, &mut self.pipeline, &outcome);
+            Msg::Frame(
+                Box::new(FrameResult {
+                    frame: w.frame,
+                    lost_modules: w.lost_modules,
+                    missing_packets: Vec::new(),
+                    image,
+                    outcome,
+                    raw: w.raw,
+                }),
+                secs,
+            )
+        } else {
+            Msg::Overrun(secs)
+        };
+        tx.send(msg).is_ok()
     }
 }

@@ -86,6 +86,9 @@ pub struct ReceiverReport {
     pub file: Option<String>,
     /// Engine that ran.
     pub engine: String,
+    /// Which engine was chosen and why (measured, cached or configured).
+    #[serde(default)]
+    pub engine_choice: Option<crate::engine::calibrate::EngineChoice>,
     /// Seconds from the first marker to the last commit.
     pub seconds: f64,
     /// Seconds spent in the pipeline.

@@ -34,21 +34,29 @@ fn scan_part(l: u32) {
     workgroupBarrier();
 }
 
-// row_ptr[r + 1] = pixels above the threshold in row r.
+var<workgroup> total: atomic<u32>;
+
+// row_ptr[r + 1] = pixels above the threshold in row r (a sum: workgroup atomics, no scan).
 @compute @workgroup_size(256)
 fn count_rows(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) l: u32) {
     let r = flat(g, p.stride);
     if (r >= p.rows) {
         return;
     }
+    if (l == 0u) {
+        atomicStore(&total, 0u);
+    }
+    workgroupBarrier();
     var c = 0u;
     for (var x = l; x < p.cols; x = x + WG) {
         c = c + u32(above(frame[r * p.cols + x], p.threshold));
     }
-    part[l] = c;
-    scan_part(l);
+    if (c != 0u) {
+        atomicAdd(&total, c);
+    }
+    workgroupBarrier();
     if (l == 0u) {
-        row_ptr[r + 1u] = part[WG - 1u];
+        row_ptr[r + 1u] = atomicLoad(&total);
     }
 }
 
@@ -74,6 +82,8 @@ fn scan_rows(@builtin(local_invocation_index) l: u32) {
     }
 }
 
+// Entries in column order: each invocation takes four neighbouring columns of a block of
+// 1024, so one workgroup scan places a whole block.
 @compute @workgroup_size(256)
 fn fill_rows(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) l: u32) {
     let r = flat(g, p.stride);
@@ -81,22 +91,58 @@ fn fill_rows(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_inde
         return;
     }
     var base = row_ptr[r];
-    for (var x0 = 0u; x0 < p.cols; x0 = x0 + WG) {
-        let x = x0 + l;
-        var v = 0.0;
-        var keep = false;
-        if (x < p.cols) {
-            v = frame[r * p.cols + x];
-            keep = above(v, p.threshold);
+    let row = r * p.cols;
+    for (var x0 = 0u; x0 < p.cols; x0 = x0 + 4u * WG) {
+        let x = x0 + 4u * l;
+        var v = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+        var m = 0u;
+        var c = 0u;
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            if (x + j < p.cols) {
+                v[j] = frame[row + x + j];
+                if (above(v[j], p.threshold)) {
+                    m = m | (1u << j);
+                    c = c + 1u;
+                }
+            }
         }
-        part[l] = u32(keep);
+        part[l] = c;
         scan_part(l);
-        if (keep) {
-            let k = base + part[l] - 1u;
-            col[k] = x;
-            val[k] = v;
+        var k = base + part[l] - c;
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            if (((m >> j) & 1u) != 0u) {
+                col[k] = x + j;
+                val[k] = v[j];
+                k = k + 1u;
+            }
         }
         base = base + part[WG - 1u];
         workgroupBarrier();
+    }
+}
+
+// The CSR as the host reads it, in host-visible buffers: row pointers, columns packed two
+// 16-bit values per word (entry 2i low, 2i + 1 high), values. Only the kept entries are written,
+// so only they cross the bus.
+@group(0) @binding(5) var<storage, read_write> out_ptr: array<u32>;
+@group(0) @binding(6) var<storage, read_write> out_col: array<u32>;
+@group(0) @binding(7) var<storage, read_write> out_val: array<f32>;
+
+@compute @workgroup_size(256)
+fn pack(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) l: u32) {
+    let i = flat(g, p.stride) * WG + l;
+    if (i <= p.rows) {
+        out_ptr[i] = row_ptr[i];
+    }
+    let nnz = row_ptr[p.rows];
+    let k = 2u * i;
+    if (k < nnz) {
+        var c = col[k] & 0xffffu;
+        out_val[k] = val[k];
+        if (k + 1u < nnz) {
+            c = c | (col[k + 1u] << 16u);
+            out_val[k + 1u] = val[k + 1u];
+        }
+        out_col[i] = c;
     }
 }

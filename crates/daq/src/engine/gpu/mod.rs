@@ -9,6 +9,13 @@
 //! veto is decided on the device, which writes the indirect dispatch sizes of the later stages
 //! (zero for a rejected frame), and the host reads back only the results.
 //!
+//! The chain's steady state: each frame in flight owns a slot (see `slot.rs`) made on first
+//! use with every buffer, bind group and parameter it needs; a frame is one fill of the slot's
+//! mapped upload buffer (the raw frame, the only bytes sent), one submission, the counts read
+//! back, and for a kept frame the CSR entries and bin sums mapped in place from host-visible
+//! buffers, exactly as many bytes as the frame produced. [`GpuEngine::begin_frame`] and
+//! [`GpuEngine::finish_frame`] keep as many frames in flight as the caller wants.
+//!
 //! Frames, tables, images and matrices larger than one storage binding (128 MiB on lavapipe)
 //! are cut into bands of whole rows (pixels) or of whole bins (matrix); assembly and
 //! integration run one pass per pair of bands.
@@ -26,10 +33,14 @@ use crate::{DaqError, Result};
 
 mod chain;
 mod resident;
+mod slot;
+mod steps;
 
 pub use chain::InFlight;
 
 use resident::{Bands, Resident};
+use slot::FrameSlot;
+use steps::{Csr, Steps};
 
 const CONVERT: &str = concat!(include_str!("common.wgsl"), include_str!("convert.wgsl"));
 const COMPRESS: &str = concat!(include_str!("common.wgsl"), include_str!("compress.wgsl"));
@@ -50,6 +61,34 @@ pub struct GpuEngine {
     gpu: Arc<Gpu>,
     max_binding: u64,
     state: Mutex<Resident>,
+    timestamps: bool,
+    times: Mutex<StageTimes>,
+}
+
+/// Device time per stage of the chained frames since [`GpuEngine::take_stage_times`] was last
+/// called (timestamp queries; see [`GpuEngine::with_timestamps`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StageTimes {
+    /// Frames measured.
+    pub frames: u64,
+    /// (stage, total milliseconds over those frames), in chain order.
+    pub total_ms: Vec<(&'static str, f64)>,
+}
+
+impl StageTimes {
+    /// Mean milliseconds per frame of each stage (the bands of a stage added up), in chain
+    /// order.
+    pub fn per_frame(&self) -> Vec<(&'static str, f64)> {
+        let n = self.frames.max(1) as f64;
+        let mut out: Vec<(&'static str, f64)> = Vec::new();
+        for &(s, t) in &self.total_ms {
+            match out.iter_mut().find(|o| o.0 == s) {
+                Some(o) => o.1 += t / n,
+                None => out.push((s, t / n)),
+            }
+        }
+        out
+    }
 }
 
 impl std::fmt::Debug for GpuEngine {
@@ -76,7 +115,54 @@ impl GpuEngine {
             max_binding: u64::MAX,
             gpu,
             state: Mutex::new(Resident::default()),
+            timestamps: false,
+            times: Mutex::new(StageTimes::default()),
         }
+    }
+
+    /// Times every stage of the chained frames on the device with timestamp queries, where
+    /// the device has them (see [`timestamps`](Self::timestamps)); off by default, because
+    /// the readback of the times adds a few bytes to every frame.
+    pub fn with_timestamps(mut self, on: bool) -> Self {
+        use wgpu::Features as F;
+        let f = self.gpu.features();
+        self.timestamps = on && f.contains(F::TIMESTAMP_QUERY | F::TIMESTAMP_QUERY_INSIDE_ENCODERS);
+        self
+    }
+
+    /// Whether stage times are being measured.
+    pub fn timestamps(&self) -> bool {
+        self.timestamps
+    }
+
+    /// The stage times gathered so far, resetting them.
+    pub fn take_stage_times(&self) -> StageTimes {
+        std::mem::take(&mut *self.times.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn record_times(&self, names: &[&'static str], ticks: &[u32]) {
+        let period = f64::from(self.gpu.queue().get_timestamp_period());
+        let stamp = |k: usize| {
+            u64::from(ticks[2 * k]) | (u64::from(ticks.get(2 * k + 1).copied().unwrap_or(0)) << 32)
+        };
+        if ticks.len() < 2 * (names.len() + 1) {
+            return;
+        }
+        let mut t = self.times.lock().unwrap_or_else(|p| p.into_inner());
+        if t.total_ms.len() != names.len() {
+            t.total_ms = names.iter().map(|&n| (n, 0.0)).collect();
+            t.frames = 0;
+        }
+        for k in 0..names.len() {
+            let d = stamp(k + 1).saturating_sub(stamp(k)) as f64 * period / 1e6;
+            t.total_ms[k].1 += d;
+        }
+        t.frames += 1;
+    }
+
+    /// Returns a slot whose frame is finished to the free list.
+    fn put_slot(&self, slot: FrameSlot) {
+        self.lock().put_slot(slot);
     }
 
     /// Caps the bytes one binding may hold below the device's limit, so that tests exercise
@@ -173,16 +259,12 @@ impl Engine for GpuEngine {
             ConvOut::Photons { energy_kev, .. } => (1, *energy_kev),
         };
         let stats = self.stats_buffer()?;
-        let mut keep = Vec::new();
+        let raws = self.upload_raw(raw, &dev.bands)?;
+        let mut steps = Steps::direct();
+        let outs =
+            self.record_convert(&mut steps, &raws, dev, &stats, (photons, threshold, energy))?;
         let mut enc = self.gpu.encoder();
-        let outs = self.record_convert(
-            &mut enc,
-            raw,
-            dev,
-            &stats,
-            (photons, threshold, energy),
-            &mut keep,
-        )?;
+        steps.record(&self.gpu, &mut enc, None, None);
         let mut ranges = vec![(&*stats, 0, 16)];
         for (o, band) in outs.iter().zip(dev.bands.iter()) {
             ranges.push((o, 0, band.len() as u64 * 4));
@@ -287,23 +369,15 @@ impl Engine for GpuEngine {
         let mut st = self.lock();
         let dm = st.map(self, map)?;
         let raw_bands = self.bands(raw.len(), 2, 4)?;
-        let mut keep = Vec::new();
-        let mut enc = self.gpu.encoder();
         let energy: Vec<Pooled> = raw_bands
             .iter()
             .map(|b| self.gpu.upload("energy", &raw[b]).map_err(gpu_err))
             .collect::<Result<_>>()?;
         let images = self.image_buffers(&dm.bands)?;
-        self.record_assemble(
-            &mut enc,
-            &dm,
-            &raw_bands,
-            &energy,
-            &images,
-            raw.len(),
-            None,
-            &mut keep,
-        )?;
+        let mut steps = Steps::direct();
+        self.record_assemble(&mut steps, &dm, &raw_bands, &energy, &images, raw.len())?;
+        let mut enc = self.gpu.encoder();
+        steps.record(&self.gpu, &mut enc, None, None);
         let ranges: Vec<_> = images
             .iter()
             .zip(dm.bands.iter())
@@ -328,26 +402,19 @@ impl Engine for GpuEngine {
             return Ok(SparseFrame::from_parts(rows, cols, threshold, Vec::new()));
         }
         let bands = self.bands(frame.len(), cols, 4)?;
+        let mut steps = Steps::direct();
         let mut keep = Vec::new();
-        let mut enc = self.gpu.encoder();
         let mut csr = Vec::new();
         for band in bands.iter() {
             let f = self
                 .gpu
                 .upload("frame", &frame[band.clone()])
                 .map_err(gpu_err)?;
-            let c = self.record_compress(
-                &mut enc,
-                &f,
-                band.len() / cols,
-                cols,
-                threshold,
-                None,
-                &mut keep,
-            )?;
+            csr.push(self.record_compress(&mut steps, &f, band.len() / cols, cols, threshold)?);
             keep.push(f);
-            csr.push(c);
         }
+        let mut enc = self.gpu.encoder();
+        steps.record(&self.gpu, &mut enc, None, None);
         let ptrs: Vec<_> = csr
             .iter()
             .map(|c| (&*c.row_ptr, 0, (c.rows as u64 + 1) * 4))
@@ -365,17 +432,17 @@ impl Engine for GpuEngine {
             .iter()
             .map(|b| self.gpu.upload("image", &image[b]).map_err(gpu_err))
             .collect::<Result<_>>()?;
-        let mut keep = Vec::new();
-        let mut enc = self.gpu.encoder();
+        let mut steps = Steps::direct();
         let accs = self.record_integrate(
-            &mut enc,
+            &mut steps,
             &dm,
             &img_bands,
             &imgs,
             image.len(),
-            None,
-            &mut keep,
+            wgpu::BufferUsages::COPY_SRC,
         )?;
+        let mut enc = self.gpu.encoder();
+        steps.record(&self.gpu, &mut enc, None, None);
         let ranges: Vec<_> = accs
             .iter()
             .zip(&dm.chunks)
@@ -395,67 +462,93 @@ impl Engine for GpuEngine {
     ) -> Result<FrameOut> {
         chain::process(self, raw, tables, plan, energy, image)
     }
+
+    fn as_gpu(&self) -> Option<&GpuEngine> {
+        Some(self)
+    }
 }
 
 impl GpuEngine {
-    /// Records the conversion of `raw`, band by band, into new device buffers (returned) with
-    /// the counts added into `stats`. `how` is (photons, veto threshold, photon energy).
-    pub(crate) fn record_convert(
+    /// The raw frame's bands in new device buffers (two pixels per word).
+    fn upload_raw(&self, raw: &[u16], bands: &Bands) -> Result<Vec<Pooled>> {
+        bands
+            .iter()
+            .map(|b| self.gpu.upload("raw", &raw[b]).map_err(gpu_err))
+            .collect()
+    }
+
+    /// Reads the entries of each band's CSR (its row pointers already read into `ptrs`) and
+    /// joins the bands.
+    fn finish_csr(
         &self,
-        enc: &mut wgpu::CommandEncoder,
-        raw: &[u16],
-        dev: &resident::DeviceTables,
-        stats: &wgpu::Buffer,
-        how: (u32, f32, f32),
-        keep: &mut Vec<Pooled>,
-    ) -> Result<Vec<Pooled>> {
-        let (photons, threshold, energy) = how;
-        let pipe = self.pipe(CONVERT, "daq-convert", "convert")?;
-        let mut outs = Vec::new();
-        for (k, band) in dev.bands.iter().enumerate() {
-            let r = self
-                .gpu
-                .upload("raw", &raw[band.clone()])
-                .map_err(gpu_err)?;
-            let o = self
-                .gpu
-                .storage("converted", band.len() as u64 * 4)
-                .map_err(gpu_err)?;
-            let n = band.len() as u32;
-            let stride = self.gpu.row_stride();
-            let t = f32_bits(threshold);
-            self.params([n, stride, photons, 0, t, f32_bits(energy), 0, 0], keep)?;
-            let p = keep.last().expect("params");
-            let bind = self.gpu.bind(
-                &pipe,
-                &[
-                    r.as_entire_binding(),
-                    dev.ped[k].as_entire_binding(),
-                    dev.gain[k].as_entire_binding(),
-                    o.as_entire_binding(),
-                    stats.as_entire_binding(),
-                    p.as_entire_binding(),
-                ],
-            );
-            self.gpu
-                .dispatch(enc, &pipe, &bind, groups(band.len() as u64, WG));
-            keep.push(r);
-            outs.push(o);
+        rows: usize,
+        cols: usize,
+        threshold: f32,
+        csr: &[Csr],
+        ptrs: &[ReadBytes],
+    ) -> Result<SparseFrame> {
+        let nnz: Vec<u64> = ptrs
+            .iter()
+            .map(|p| u64::from(*p.words().last().unwrap_or(&0)))
+            .collect();
+        let mut ranges = Vec::new();
+        for (c, &k) in csr.iter().zip(&nnz) {
+            ranges.push((&*c.col, 0, k * 4));
+            ranges.push((&*c.val, 0, k * 4));
         }
-        Ok(outs)
+        let back = self
+            .gpu
+            .read(self.gpu.encoder(), &ranges)
+            .map_err(gpu_err)?;
+        let parts = ptrs
+            .iter()
+            .enumerate()
+            .map(|(k, p)| {
+                let w = p.words();
+                let per_row = w.windows(2).map(|x| x[1] - x[0]).collect();
+                let cs = back[2 * k].words().iter().map(|&c| c as u16).collect();
+                (per_row, cs, back[2 * k + 1].floats().to_vec())
+            })
+            .collect();
+        Ok(SparseFrame::from_parts(rows, cols, threshold, parts))
+    }
+
+    /// The profile from each chunk's sums (signal, and what invalid pixels would have added,
+    /// taken off the matrix totals).
+    fn finish_profile(
+        &self,
+        m: &AzMatrix,
+        dm: &resident::DeviceMatrix,
+        back: &[ReadBytes],
+    ) -> Profile {
+        let mut sums = vec![(0.0, 0.0, 0.0); m.bins];
+        for (c, b) in dm.chunks.iter().zip(back) {
+            let f = b.floats();
+            for (j, bin) in c.bins.clone().enumerate() {
+                let a = &f[j * 8..j * 8 + 6];
+                let pair = |k: usize| f64::from(a[k]) + f64::from(a[k + 1]);
+                sums[bin] = (
+                    pair(0),
+                    m.norm_total[bin] - pair(2),
+                    m.count_total[bin] - pair(4),
+                );
+            }
+        }
+        Profile::from_sums(m, sums, Engine::info(self))
     }
 
     /// Submits the chain for one non-dark frame without waiting (sizes are checked here as in
     /// [`Engine::process_frame`]); [`finish_frame`](Self::finish_frame) reads its results.
-    /// Submitting frame n + 1 before finishing frame n overlaps its upload and the device's
-    /// work with frame n's readback (double buffering). Frames whose rows do not line up with
-    /// the device bands are refused here (use `process_frame`).
-    pub fn begin_frame<'a>(
+    /// Frames in flight are the caller's choice: submitting frames n + 1 … n + d − 1 before
+    /// finishing frame n overlaps their uploads and the device's work with frame n's readback,
+    /// and after the first d frames nothing more is created on the device. Frames whose rows
+    /// do not line up with the device bands are refused here (use `process_frame`).
+    pub fn begin_frame(
         &self,
         raw: &[u16],
         tables: &ConvTables,
-        plan: &FramePlan<'a>,
-    ) -> Result<InFlight<'a>> {
+        plan: &FramePlan<'_>,
+    ) -> Result<InFlight> {
         super::check_convert(raw, tables, tables.pixels())?;
         DaqError::check_len("frame shape", raw.len(), plan.shape.0 * plan.shape.1)?;
         super::check_compress(&[], 0, plan.shape.1)?;
@@ -467,15 +560,17 @@ impl GpuEngine {
         })
     }
 
-    /// Waits for a frame submitted by [`begin_frame`](Self::begin_frame) and returns its
-    /// results (`energy` and `image` filled when the plan asked for host pixels).
+    /// Waits for a frame submitted by [`begin_frame`](Self::begin_frame) with the same `plan`
+    /// and returns its results (`energy` and `image` filled when the plan asked for host
+    /// pixels). Frames may be finished in any order.
     pub fn finish_frame(
         &self,
-        frame: InFlight<'_>,
+        frame: InFlight,
+        plan: &FramePlan<'_>,
         energy: &mut [f32],
         image: &mut [f32],
     ) -> Result<FrameOut> {
-        chain::finish(self, frame, energy, image)
+        chain::finish(self, frame, plan, energy, image)
     }
 
     fn try_count(&self, data: &[f32], threshold: f32) -> Result<u64> {

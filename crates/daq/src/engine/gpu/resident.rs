@@ -5,6 +5,7 @@ use std::ops::Range;
 
 use remora_accel::gpu::Pooled;
 
+use super::slot::{FrameSlot, SlotKey};
 use super::{gpu_err, GpuEngine};
 use crate::azint::AzMatrix;
 use crate::calib::ConvTables;
@@ -71,7 +72,15 @@ pub(crate) struct Resident {
     tables: Option<DeviceTables>,
     map: Option<std::sync::Arc<DeviceMap>>,
     matrix: Option<std::sync::Arc<DeviceMatrix>>,
+    /// Moves whenever a device copy is made anew: frame slots bind the copies of one
+    /// generation.
+    generation: u64,
+    /// Frame slots not in flight.
+    free: Vec<FrameSlot>,
 }
+
+/// Free slots kept; more frames in flight than this make slots that are dropped afterwards.
+const FREE_SLOTS: usize = 8;
 
 /// A cheap fingerprint of a map or matrix (lengths and a sample of entries), so that one built
 /// anew at the address of a dropped one is not mistaken for it.
@@ -86,6 +95,23 @@ fn sample<T: Copy + Into<f64>>(v: &[T]) -> u64 {
 }
 
 impl Resident {
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// A free slot built for `key`; slots of other keys are dropped (a new layout or plan
+    /// replaces them for good).
+    pub(crate) fn take_slot(&mut self, key: &SlotKey) -> Option<FrameSlot> {
+        self.free.retain(|s| &s.key == key);
+        self.free.pop()
+    }
+
+    pub(crate) fn put_slot(&mut self, slot: FrameSlot) {
+        if slot.key.generation() == self.generation && self.free.len() < FREE_SLOTS {
+            self.free.push(slot);
+        }
+    }
+
     /// The device copy of `t`, uploaded when missing or stale.
     pub(crate) fn tables(&mut self, e: &GpuEngine, t: &ConvTables) -> Result<&mut DeviceTables> {
         let n = t.pixels();
@@ -116,6 +142,7 @@ impl Resident {
                 ped.push(p);
                 gain.push(g);
             }
+            self.generation += 1;
             self.tables = Some(DeviceTables {
                 key,
                 revision: t.revision,
@@ -142,6 +169,7 @@ impl Resident {
             .iter()
             .map(|b| e.gpu.upload("assembly", &m.src[b]).map_err(gpu_err))
             .collect::<Result<_>>()?;
+        self.generation += 1;
         let d = std::sync::Arc::new(DeviceMap { key, bands, src });
         self.map = Some(d.clone());
         Ok(d)
@@ -188,6 +216,7 @@ impl Resident {
             });
             b0 = b1;
         }
+        self.generation += 1;
         let d = std::sync::Arc::new(DeviceMatrix { key, chunks });
         self.matrix = Some(d.clone());
         Ok(d)
