@@ -153,7 +153,11 @@ impl Gpu {
                 let _ = tx.send((i, r.map_err(|e| e.to_string())));
             });
         }
-        Ok(Readback { stage, index, rx })
+        Ok(Readback {
+            stage,
+            index,
+            rx: Mutex::new(rx),
+        })
     }
 
     /// Submits `enc` and reads the ranges back, waiting for them.
@@ -220,7 +224,9 @@ impl std::ops::Deref for ReadBytes {
 pub struct Readback {
     stage: Vec<(Pooled, u64)>,
     index: wgpu::SubmissionIndex,
-    rx: mpsc::Receiver<(usize, Result<(), String>)>,
+    /// In a mutex only so that a readback can sit in a `Sync` structure (a frame in flight
+    /// inside a pipeline that Python holds); it is only ever used through `&mut self`.
+    rx: Mutex<mpsc::Receiver<(usize, Result<(), String>)>>,
 }
 
 impl Readback {
@@ -238,7 +244,8 @@ impl Readback {
             })
             .map_err(|e| GpuError::Transfer(e.to_string()))?;
         for _ in 0..self.stage.len() {
-            match self.rx.recv_timeout(WAIT) {
+            let rx = self.rx.get_mut().unwrap_or_else(|p| p.into_inner());
+            match rx.recv_timeout(WAIT) {
                 Ok((_, Ok(()))) => {}
                 Ok((i, Err(e))) => {
                     return Err(GpuError::Transfer(format!("mapping readback {i}: {e}")))

@@ -6,7 +6,7 @@
 //! as the copy out of it is submitted, so that it is ready when its slot comes round. Reading
 //! a result through [`Gpu::read_mapped`] maps only the bytes the frame produced (the length is
 //! known once the frame's counts are back), with no copy command and no second submission.
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::time::Instant;
 
 use super::buffers::ReadBytes;
@@ -14,7 +14,8 @@ use super::counters::Counters;
 use super::device::WAIT;
 use super::{Gpu, GpuError, Pooled};
 
-type MapDone = mpsc::Receiver<Result<(), String>>;
+/// Where a mapping's outcome arrives (in a mutex so that a frame in flight stays `Sync`).
+type MapDone = Mutex<mpsc::Receiver<Result<(), String>>>;
 
 /// Requests a mapping of `buf[0..len]` and returns where its outcome arrives.
 fn request(buf: &wgpu::Buffer, mode: wgpu::MapMode, len: u64) -> MapDone {
@@ -22,7 +23,7 @@ fn request(buf: &wgpu::Buffer, mode: wgpu::MapMode, len: u64) -> MapDone {
     buf.map_async(mode, 0..len, move |r| {
         let _ = tx.send(r.map_err(|e| e.to_string()));
     });
-    rx
+    Mutex::new(rx)
 }
 
 /// Polls the device until a requested mapping is done (after `after` completes, when given).
@@ -42,7 +43,8 @@ fn wait_mapped(
     }
     let start = Instant::now();
     loop {
-        match done.try_recv() {
+        let r = done.lock().unwrap_or_else(|p| p.into_inner()).try_recv();
+        match r {
             Ok(r) => return r.map_err(|e| transfer(format!("mapping: {e}"))),
             Err(mpsc::TryRecvError::Disconnected) => {
                 return Err(transfer("mapping request dropped".into()))
