@@ -12,12 +12,18 @@
 //!   distance from the centre to a corner (corners rounded to `f32`, as pyFAI stores them);
 //! - each pixel's normalisation is solid angle (cos³ of the incidence) × polarisation, both
 //!   optional; a bin's intensity is Σ cᵢ·Iᵢ / Σ cᵢ·normᵢ over valid (finite) pixels, or the
-//!   `empty` value when nothing contributes; sums are compensated (Kahan) in `f64`.
+//!   `empty` value when nothing contributes. Sums are in `f64`: each product cᵢ·Iᵢ of two
+//!   `f32` is exact there; engines add them in a fixed order (the CPU engine in partial sums
+//!   over fixed pixel ranges, then compensated across them) and the per-bin totals of the
+//!   matrix are compensated (Kahan).
 use rayon::prelude::*;
 use remora_accel::BackendInfo;
 
 use crate::poni::Poni;
 use crate::{DaqError, Result};
+
+mod pixel_major;
+pub use pixel_major::PixelMajor;
 
 /// Radial unit of a profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -464,59 +470,6 @@ impl AzMatrix {
             return Err(DaqError::Config("malformed integration matrix".into()));
         }
         Ok(())
-    }
-}
-
-/// The integration matrix in pixel order: entries of pixel 0, then pixel 1, …; each entry's
-/// bin carries [`PixelMajor::LAST`] on a pixel's last entry, and a pixel with no entry (masked,
-/// out of range) has one placeholder entry with bin [`PixelMajor::NONE`]. Streaming the image
-/// and these arrays in order is what a CPU does fastest; `chunks` are pixel-aligned split points
-/// (entry, pixel) for threads.
-#[derive(Debug, Clone, Default)]
-pub struct PixelMajor {
-    /// Bin of each entry, with the last-entry flag.
-    pub bin: Vec<u32>,
-    /// Fraction of the pixel in the bin.
-    pub coef: Vec<f32>,
-    /// Fraction × normalisation.
-    pub ncoef: Vec<f32>,
-    /// Split points (first entry, first pixel), ending with (entries, pixels).
-    pub chunks: Vec<(u32, u32)>,
-}
-
-impl PixelMajor {
-    /// Flag on a pixel's last entry.
-    pub const LAST: u32 = 1 << 31;
-    /// Bin of a placeholder entry.
-    pub const NONE: u32 = Self::LAST - 1;
-    const CHUNKS: usize = 256;
-
-    fn new(entries: &[(u32, u32, f32)], pixels: usize, norm: &[f32]) -> Self {
-        let mut m = Self::default();
-        let per = pixels.div_ceil(Self::CHUNKS).max(1);
-        let mut k = 0;
-        for (p, &norm_p) in norm.iter().enumerate().take(pixels) {
-            if p % per == 0 {
-                m.chunks.push((m.bin.len() as u32, p as u32));
-            }
-            let start = m.bin.len();
-            while k < entries.len() && entries[k].1 as usize == p {
-                m.bin.push(entries[k].0);
-                m.coef.push(entries[k].2);
-                m.ncoef.push(entries[k].2 * norm_p);
-                k += 1;
-            }
-            if m.bin.len() == start {
-                m.bin.push(Self::NONE);
-                m.coef.push(0.0);
-                m.ncoef.push(0.0);
-            }
-            if let Some(b) = m.bin.last_mut() {
-                *b |= Self::LAST;
-            }
-        }
-        m.chunks.push((m.bin.len() as u32, pixels as u32));
-        m
     }
 }
 

@@ -205,31 +205,32 @@ impl Engine for CpuEngine {
                     for w in pm.chunks[g * per_group..=end].windows(2) {
                         let (e0, p0) = (w[0].0 as usize, w[0].1 as usize);
                         let e1 = w[1].0 as usize;
-                        if let (Some(b), Some(c), Some(n)) = (
-                            pm.bin.get(e0..e1),
-                            pm.coef.get(e0..e1),
-                            pm.ncoef.get(e0..e1),
-                        ) {
-                            dispatch::integrate_pixels(level, b, c, n, p0, image, &mut acc);
-                        }
+                        dispatch::integrate_pixels(level, pm, e0..e1, p0, image, &mut acc);
                     }
                     acc
                 })
                 .collect()
         });
+        // Every bin adds its lanes group by group with compensation; bins are independent, so
+        // the loop over them overlaps the additions' latency.
+        let mut sum = vec![(0.0f64, 0.0f64); bins];
+        let mut bad = vec![(0.0f64, 0.0f64); bins];
+        for a in &accs {
+            for (b, (s, d)) in sum.iter_mut().zip(bad.iter_mut()).enumerate() {
+                for &x in &a.lanes[b] {
+                    kernels::kahan(&mut s.0, &mut s.1, x);
+                }
+                d.0 += a.bad[b].0;
+                d.1 += a.bad[b].1;
+            }
+        }
         let sums = (0..bins)
             .map(|b| {
-                let (mut sum, mut comp) = (0.0f64, 0.0f64);
-                let (mut bad_n, mut bad_c) = (0.0f64, 0.0f64);
-                for a in &accs {
-                    let y = a.total(b) - comp;
-                    let t = sum + y;
-                    comp = (t - sum) - y;
-                    sum = t;
-                    bad_n += a.bad[b].0;
-                    bad_c += a.bad[b].1;
-                }
-                (sum, m.norm_total[b] - bad_n, m.count_total[b] - bad_c)
+                (
+                    sum[b].0,
+                    m.norm_total[b] - bad[b].0,
+                    m.count_total[b] - bad[b].1,
+                )
             })
             .collect();
         Ok(Profile::from_sums(m, sums, self.info()))
@@ -239,6 +240,8 @@ impl Engine for CpuEngine {
 /// Picks the AVX2 copy of a kernel when the CPU has it.
 mod dispatch {
     use super::*;
+    use crate::azint::PixelMajor;
+    use std::ops::Range;
 
     macro_rules! dispatch {
         ($level:expr, $avx:ident, $base:path, ($($a:expr),*)) => {{
@@ -276,9 +279,8 @@ mod dispatch {
     }
     pub(super) fn integrate_pixels(
         l: Level,
-        b: &[u32],
-        c: &[f32],
-        n: &[f32],
+        pm: &PixelMajor,
+        records: Range<usize>,
         first: usize,
         img: &[f32],
         acc: &mut kernels::BinAcc,
@@ -287,7 +289,7 @@ mod dispatch {
             l,
             integrate_pixels,
             kernels::integrate_pixels,
-            (b, c, n, first, img, acc)
+            (pm, records, first, img, acc)
         )
     }
 
@@ -295,7 +297,9 @@ mod dispatch {
     mod avx2 {
         use super::super::kernels::{self, ConvChunk, Sink};
         use super::super::ConvStats;
+        use crate::azint::PixelMajor;
         use crate::geometry::Run;
+        use std::ops::Range;
 
         #[target_feature(enable = "avx2")]
         pub(super) fn convert<S: Sink>(
@@ -324,14 +328,13 @@ mod dispatch {
         }
         #[target_feature(enable = "avx2")]
         pub(super) fn integrate_pixels(
-            b: &[u32],
-            c: &[f32],
-            n: &[f32],
+            pm: &PixelMajor,
+            records: Range<usize>,
             first: usize,
             img: &[f32],
             acc: &mut kernels::BinAcc,
         ) {
-            kernels::integrate_pixels(b, c, n, first, img, acc)
+            kernels::integrate_pixels(pm, records, first, img, acc)
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The hot loops, written so LLVM vectorises them. Each works on one chunk of a frame; the CPU
 //! engine runs chunks on its pool and compiles an AVX2 copy of each (see `cpu.rs`).
 use super::ConvStats;
+use crate::azint::PixelMajor;
 use crate::geometry::{AssemblyMap, Run};
 
 /// Output element of the conversion: energy (`f32`) or photon count (`i32`).
@@ -153,16 +154,6 @@ pub(crate) fn assemble_row(runs: &[Run], row_start: usize, raw: &[f32], out: &mu
     }
 }
 
-const LANES: usize = 4;
-
-#[inline(always)]
-fn kahan(s: &mut f64, c: &mut f64, x: f64) {
-    let y = x - *c;
-    let t = *s + y;
-    *c = (t - *s) - y;
-    *s = t;
-}
-
 /// Pixels above `t` in one row, appended as (column, value). A vector compare builds a 16-bit
 /// mask per block of 16 pixels; only the set bits are visited, so the cost follows the number
 /// of kept pixels.
@@ -191,58 +182,88 @@ pub(crate) fn compress_row(row: &[f32], t: f32, cols: &mut Vec<u16>, vals: &mut 
     }
 }
 
-/// Per-bin accumulators of one thread: four Kahan lanes (sum, compensation) per bin in one
-/// cache line, and what invalid pixels would have contributed.
+/// Accumulator lanes per bin: pixel `p` adds into lane `p mod 4`, so neighbouring pixels in
+/// one bin (the common case) do not wait on each other's store.
+const LANES: usize = 4;
+
+/// One compensated (Kahan) step.
+#[inline(always)]
+pub(crate) fn kahan(s: &mut f64, c: &mut f64, x: f64) {
+    let y = x - *c;
+    let t = *s + y;
+    *c = (t - *s) - y;
+    *s = t;
+}
+
+/// Per-bin accumulators of one fixed pixel range: `f64` lanes per bin (one cache line holds
+/// two bins), and what invalid pixels would have contributed. Sums are plain: every product of
+/// two `f32` is exact in `f64`, and a lane of one range adds a few thousand of them at most
+/// (relative error below 1e-12); the ranges' lanes are then added with compensation. A Kahan
+/// step per entry cost a quarter of the integration. One spare bin takes the padding of a
+/// record whose second bin is past the last.
 pub(crate) struct BinAcc {
-    pub lanes: Vec<[(f64, f64); LANES]>,
+    pub lanes: Vec<[f64; LANES]>,
     pub bad: Vec<(f64, f64)>,
 }
 
 impl BinAcc {
     pub fn new(bins: usize) -> Self {
         Self {
-            lanes: vec![[(0.0, 0.0); LANES]; bins],
-            bad: vec![(0.0, 0.0); bins],
+            lanes: vec![[0.0; LANES]; bins + 1],
+            bad: vec![(0.0, 0.0); bins + 1],
         }
-    }
-
-    /// Compensated total of bin `b` over all lanes.
-    pub fn total(&self, b: usize) -> f64 {
-        let (mut sum, mut comp) = (0.0f64, 0.0f64);
-        for &(s, c) in &self.lanes[b] {
-            kahan(&mut sum, &mut comp, s);
-            kahan(&mut sum, &mut comp, -c);
-        }
-        sum
     }
 }
 
-/// Streams pixels `first..` of the image with their pixel-major entries, scattering Σ c·I into
-/// per-bin Kahan lanes (entry k uses lane k mod 4, so runs of pixels in one bin do not wait
-/// on each other).
+/// Streams records `records` of the pixel-major matrix, whose first pixel is `first`, with the
+/// image, adding Σ c·I into the accumulators.
 #[inline(always)]
 pub(crate) fn integrate_pixels(
-    bin: &[u32],
-    coef: &[f32],
-    ncoef: &[f32],
+    pm: &PixelMajor,
+    records: std::ops::Range<usize>,
     first: usize,
     image: &[f32],
     acc: &mut BinAcc,
 ) {
-    use crate::azint::PixelMajor;
-    let mut p = first;
-    let n = bin.len().min(coef.len()).min(ncoef.len());
-    for k in 0..n {
-        let e = bin[k];
+    let image = image.get(first..).unwrap_or(&[]);
+    let Some(bin) = pm.bin.get(records.clone()) else {
+        return;
+    };
+    if pm.whole_pixels() {
+        // A record is a pixel, its coefficient 1: c·I is I.
+        let ncoef = pm.ncoef.get(records).unwrap_or(&[]);
+        for (p, ((&e, &v), &nc)) in bin.iter().zip(image).zip(ncoef).enumerate() {
+            let b = (e & !PixelMajor::LAST) as usize;
+            if let Some(lanes) = acc.lanes.get_mut(b) {
+                if v.is_finite() {
+                    lanes[p % LANES] += f64::from(v);
+                } else {
+                    acc.bad[b].0 += f64::from(nc);
+                    acc.bad[b].1 += 1.0;
+                }
+            }
+        }
+        return;
+    }
+    let coef = pm.coef.get(records.clone()).unwrap_or(&[]);
+    let ncoef = pm
+        .ncoef
+        .get(2 * records.start..2 * records.end)
+        .unwrap_or(&[]);
+    let mut p = 0;
+    for ((&e, c), nc) in bin.iter().zip(coef).zip(ncoef.chunks_exact(2)) {
         let b = (e & !PixelMajor::LAST) as usize;
         let v = image.get(p).copied().unwrap_or(f32::NAN);
-        if let Some(lanes) = acc.lanes.get_mut(b) {
+        if let Some(two) = acc.lanes.get_mut(b..b + 2) {
             if v.is_finite() {
-                let (s, c) = &mut lanes[k % LANES];
-                kahan(s, c, f64::from(coef[k]) * f64::from(v));
+                let v = f64::from(v);
+                two[0][p % LANES] += f64::from(c[0]) * v;
+                two[1][p % LANES] += f64::from(c[1]) * v;
             } else {
-                acc.bad[b].0 += f64::from(ncoef[k]);
-                acc.bad[b].1 += f64::from(coef[k]);
+                acc.bad[b].0 += f64::from(nc[0]);
+                acc.bad[b].1 += f64::from(c[0]);
+                acc.bad[b + 1].0 += f64::from(nc[1]);
+                acc.bad[b + 1].1 += f64::from(c[1]);
             }
         }
         p += (e >> 31) as usize;
