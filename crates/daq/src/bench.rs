@@ -137,6 +137,11 @@ pub struct BenchReport {
     pub frames_in_flight: usize,
     /// A GPU engine's chain with frames in flight and its device counters.
     pub gpu: Option<GpuChainReport>,
+    /// Frames a host engine processed side by side in `pipeline_lanes_fps` (see
+    /// [`Pipeline::set_lanes`]).
+    pub lanes: Option<usize>,
+    /// The chained pipeline on a host engine with `lanes` frames side by side, frames/s.
+    pub pipeline_lanes_fps: Option<f64>,
 }
 
 fn rate(bytes: usize, frames: usize, secs: f64) -> (f64, f64) {
@@ -161,6 +166,19 @@ fn time(frames: usize, mut f: impl FnMut(usize) -> Result<()>) -> Result<f64> {
     Ok(best)
 }
 
+/// The bench's synthetic frames: no dark frames, rare special words, the distinct frames
+/// cycled through (only the first `frames` of them: later ones would never be used).
+fn bench_frames(cfg: &BenchConfig) -> Result<(SynthConfig, Synth, Vec<Vec<u16>>)> {
+    let mut sc = SynthConfig::new(cfg.modules)?;
+    sc.dark = DarkPattern::NONE;
+    sc.special_rate = 1e-5;
+    let synth = Synth::new(sc.clone())?;
+    let raws = (0..cfg.distinct.min(cfg.frames) as u64)
+        .map(|n| synth.frame(n).raw)
+        .collect();
+    Ok((sc, synth, raws))
+}
+
 /// Runs every stage on the `cpu-simd` engine.
 pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     let engine = std::sync::Arc::new(CpuEngine::new(cfg.threads_used())?);
@@ -177,14 +195,7 @@ pub fn run_with(
     cfg.check()?;
     let frames = cfg.frames;
     let threads = cfg.threads_used();
-    let mut sc = SynthConfig::new(cfg.modules)?;
-    sc.dark = DarkPattern::NONE;
-    sc.special_rate = 1e-5;
-    let synth = Synth::new(sc.clone())?;
-    // Frames past the `frames` measured would never be used.
-    let raws: Vec<Vec<u16>> = (0..cfg.distinct.min(frames) as u64)
-        .map(|n| synth.frame(n).raw)
-        .collect();
+    let (sc, synth, raws) = bench_frames(cfg)?;
     let info = engine.info();
     let det = synth.layout().detector();
     let bytes = det.frame_bytes();
@@ -332,7 +343,49 @@ pub fn run_with(
         pipeline_overlap_fps: None,
         frames_in_flight: 1,
         gpu: None,
+        lanes: None,
+        pipeline_lanes_fps: None,
     })
+}
+
+/// The chained pipeline (convert+veto, CSR, assembly, integration; no pixels kept) on a host
+/// engine with `lanes` frames processed side by side: frames/s, best of three rounds.
+pub fn host_lanes(
+    cfg: &BenchConfig,
+    engine: std::sync::Arc<dyn Engine>,
+    lanes: usize,
+) -> Result<f64> {
+    cfg.check()?;
+    let (sc, synth, raws) = bench_frames(cfg)?;
+    let az = AzConfig {
+        bins: cfg.bins,
+        ..Default::default()
+    };
+    let pcfg = PipelineConfig {
+        integrate: Some((sc.poni, az)),
+        ..Default::default()
+    };
+    let mut p = Pipeline::new(engine, synth.calibration(), synth.layout(), None, pcfg)?;
+    p.set_host_pixels(false);
+    p.set_lanes(lanes);
+    let mut round = |n: usize| -> Result<()> {
+        for i in 0..n {
+            p.submit(i as u64, &raws[i % raws.len()])?;
+            while p.in_flight() >= p.depth() {
+                p.collect()?;
+            }
+        }
+        while p.collect()?.is_some() {}
+        Ok(())
+    };
+    round(lanes)?;
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = Instant::now();
+        round(cfg.frames)?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(cfg.frames as f64 / best)
 }
 
 /// The GPU chain with frames in flight, and what it costs the device per frame.
@@ -409,13 +462,7 @@ pub fn gpu_chain(
     use crate::engine::{FramePlan, GpuEngine};
     cfg.check()?;
     let depth = depth.max(1);
-    let mut sc = SynthConfig::new(cfg.modules)?;
-    sc.dark = DarkPattern::NONE;
-    sc.special_rate = 1e-5;
-    let synth = Synth::new(sc.clone())?;
-    let raws: Vec<Vec<u16>> = (0..cfg.distinct.min(cfg.frames) as u64)
-        .map(|n| synth.frame(n).raw)
-        .collect();
+    let (sc, synth, raws) = bench_frames(cfg)?;
     let tables = ConvTables::new(synth.calibration(), None)?;
     let map = synth.layout().assembly_map(None)?;
     let az = AzConfig {

@@ -382,6 +382,16 @@ pub struct PipelineCfg {
     /// frames overlap); host engines process one frame at a time whatever this says.
     #[serde(default = "default_in_flight")]
     pub frames_in_flight: usize,
+    /// Frames a host engine (cpu-simd) processes side by side, one thread each on its pool (1:
+    /// one frame at a time spread over all threads). More lanes help where one frame's stages
+    /// stop scaling with threads (CSR); each lane holds a raw frame, a converted frame and an
+    /// image. `remora bench jungfrau --lanes N` measures it.
+    #[serde(default = "one")]
+    pub frame_lanes: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 fn default_in_flight() -> usize {
@@ -425,6 +435,7 @@ impl Default for PipelineCfg {
             unit: default_unit(),
             slow_ms: 0,
             frames_in_flight: default_in_flight(),
+            frame_lanes: 1,
         }
     }
 }
@@ -699,6 +710,12 @@ impl Config {
         crate::azint::Unit::parse(&p.unit).map_err(|e| err("pipeline.unit", e))?;
         if p.slow_ms > 60_000 {
             return Err(err("pipeline.slow_ms", "at most 60000"));
+        }
+        if !(1..=64).contains(&p.frame_lanes) {
+            return Err(err(
+                "pipeline.frame_lanes",
+                format!("{} (1..=64)", p.frame_lanes),
+            ));
         }
         if !(1..=64).contains(&p.frames_in_flight) {
             return Err(err(

@@ -5,8 +5,11 @@
 //! Frames may be kept in flight: [`Pipeline::submit`] hands a frame to the engine and
 //! [`Pipeline::collect`] returns the oldest result. On the GPU chain a submitted frame is
 //! already copied to the device, so its buffer is free, and up to
-//! [`depth`](Pipeline::set_depth) frames overlap their uploads, compute and readbacks; host
-//! engines process a frame when it is submitted.
+//! [`depth`](Pipeline::set_depth) frames overlap their uploads, compute and readbacks. Host
+//! engines process a frame when it is submitted, or, with [`lanes`](Pipeline::set_lanes) above
+//! one, gather that many frames and process them at once, one thread each on the engine's
+//! shared pool (frame-level parallelism: stages that do not split well over many threads, such
+//! as CSR, then run side by side for several frames).
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -87,14 +90,24 @@ pub struct Pipeline {
     image: AlignedBuf<f32>,
     host_pixels: bool,
     depth: usize,
+    lanes: usize,
     pending: Pending,
+    /// Converted-frame and image buffers of frames processed side by side, for reuse.
+    spare: Vec<Pixels>,
 }
 
-/// A submitted frame: its result, or the device's promise of one.
-// A few of them wait in a queue: boxing either variant would only add an allocation per frame.
+/// A converted frame and its image.
+type Pixels = (AlignedBuf<f32>, AlignedBuf<f32>);
+
+/// A submitted frame: its result, the device's promise of one, or its copy waiting for a batch.
+// A few of them wait in a queue: boxing a variant would only add an allocation per frame.
 #[allow(clippy::large_enum_variant)]
 enum Submitted {
     Done(Outcome),
+    /// A copy of the raw frame, for the next batch of lanes.
+    Queued(Vec<u16>),
+    /// Processed in a batch: the result and the converted frame and image it left.
+    Batched(Outcome, Pixels),
     #[cfg(feature = "gpu")]
     Flight(crate::engine::InFlight),
 }
@@ -187,7 +200,9 @@ impl Pipeline {
             image,
             host_pixels: true,
             depth: 1,
+            lanes: 1,
             pending: Pending::default(),
+            spare: Vec::new(),
         })
     }
 
@@ -205,6 +220,8 @@ impl Pipeline {
     /// [`in_flight`](Self::in_flight) reaches [`depth`](Self::depth).
     pub fn submit(&mut self, n: u64, raw: &[u16]) -> Result<()> {
         if self.cfg.dark.is_dark(n) {
+            // Frames gathered for a batch use the pedestal as it was before this one.
+            self.run_batch()?;
             self.tracker
                 .update(self.engine.as_ref(), raw, &mut self.tables)?;
             self.pending
@@ -225,6 +242,20 @@ impl Pipeline {
             self.pending.0.push_back((n, Submitted::Flight(f)));
             return Ok(());
         }
+        if self.lanes > 1 {
+            self.pending
+                .0
+                .push_back((n, Submitted::Queued(raw.to_vec())));
+            let queued = self.pending.0.iter();
+            if queued
+                .filter(|(_, s)| matches!(s, Submitted::Queued(_)))
+                .count()
+                >= self.lanes
+            {
+                self.run_batch()?;
+            }
+            return Ok(());
+        }
         let out = self.engine.process_frame(
             raw,
             &self.tables,
@@ -236,15 +267,87 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Processes every queued frame at once, one thread each (the engine's pool shared).
+    fn run_batch(&mut self) -> Result<()> {
+        let Self {
+            engine,
+            cfg,
+            tables,
+            rows,
+            cols,
+            assembly,
+            matrix,
+            host_pixels,
+            pending,
+            spare,
+            ..
+        } = self;
+        let plan = frame_plan(cfg, (*rows, *cols), assembly, matrix, *host_pixels);
+        let (n, m) = (tables.pixels(), assembly.as_ref().map_or(0, |a| a.pixels()));
+        let mut jobs: Vec<(&mut Submitted, Pixels)> = pending
+            .0
+            .iter_mut()
+            .map(|(_, s)| s)
+            .filter(|s| matches!(s, Submitted::Queued(_)))
+            .map(|s| {
+                let bufs = spare
+                    .pop()
+                    .unwrap_or_else(|| (AlignedBuf::zeroed(n), AlignedBuf::zeroed(m)));
+                (s, bufs)
+            })
+            .collect();
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let (engine, tables, plan) = (&**engine, &*tables, &plan);
+        let results: Vec<Result<Outcome>> = std::thread::scope(|scope| {
+            let running: Vec<_> = jobs
+                .iter_mut()
+                .map(|(s, (e, i))| {
+                    let Submitted::Queued(raw) = &**s else {
+                        unreachable!("only queued frames are batched")
+                    };
+                    scope.spawn(move || {
+                        engine
+                            .process_frame(raw, tables, plan, &mut e[..], &mut i[..])
+                            .map(outcome)
+                    })
+                })
+                .collect();
+            running
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(DaqError::Config("a frame lane panicked".into())))
+                })
+                .collect()
+        });
+        for ((s, bufs), r) in jobs.into_iter().zip(results) {
+            *s = Submitted::Batched(r?, bufs);
+        }
+        Ok(())
+    }
+
     /// The oldest submitted frame's number and result (waiting for the device when it is
     /// in flight); `None` when nothing is pending. [`energy`](Self::energy) and
     /// [`image`](Self::image) then hold this frame's pixels (when host pixels are on).
     pub fn collect(&mut self) -> Result<Option<(u64, Outcome)>> {
+        if matches!(self.pending.0.front(), Some((_, Submitted::Queued(_)))) {
+            self.run_batch()?;
+        }
         let Some((n, s)) = self.pending.0.pop_front() else {
             return Ok(None);
         };
         match s {
             Submitted::Done(o) => Ok(Some((n, o))),
+            Submitted::Batched(o, (e, i)) => {
+                // The frame's pixels become the pipeline's; its old buffers serve a later batch.
+                let old_e = std::mem::replace(&mut self.energy, e);
+                let old_i = std::mem::replace(&mut self.image, i);
+                self.spare.push((old_e, old_i));
+                Ok(Some((n, o)))
+            }
+            Submitted::Queued(_) => unreachable!("a batch ran above"),
             #[cfg(feature = "gpu")]
             Submitted::Flight(f) => {
                 let plan = frame_plan(
@@ -266,20 +369,27 @@ impl Pipeline {
         self.pending.0.len()
     }
 
-    /// How many frames to keep in flight: `depth` on an engine that overlaps frames (the GPU
-    /// chain), 1 on the others (they process a frame when it is submitted, and host pixels
-    /// must belong to the frame collected).
+    /// How many frames the GPU chain keeps in flight (host engines use
+    /// [`set_lanes`](Self::set_lanes) instead).
     pub fn set_depth(&mut self, depth: usize) {
         self.depth = depth.max(1);
     }
 
-    /// Frames to keep in flight before collecting (see [`set_depth`](Self::set_depth)).
+    /// Frames a host engine processes side by side (1: one frame at a time, spread over the
+    /// engine's threads). Each lane holds a copy of its raw frame, a converted frame and an
+    /// image while it waits. Ignored by the GPU chain (see [`set_depth`](Self::set_depth)).
+    pub fn set_lanes(&mut self, lanes: usize) {
+        self.lanes = lanes.max(1);
+    }
+
+    /// Frames to keep in flight before collecting: the depth on the GPU chain, the lanes on a
+    /// host engine.
     pub fn depth(&self) -> usize {
         #[cfg(feature = "gpu")]
         if self.engine.as_gpu().is_some() {
             return self.depth;
         }
-        1
+        self.lanes
     }
 
     /// Whether [`energy`](Self::energy) and [`image`](Self::image) must hold each frame (the

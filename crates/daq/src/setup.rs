@@ -162,6 +162,7 @@ impl Setup {
             )?;
             p.set_host_pixels(host_pixels);
             p.set_depth(cfg.pipeline.frames_in_flight);
+            p.set_lanes(cfg.pipeline.frame_lanes);
             Ok(p)
         };
         match cfg.pipeline.engine.as_deref() {

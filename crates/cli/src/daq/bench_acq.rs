@@ -100,7 +100,8 @@ fn cpu_seconds() -> f64 {
 }
 
 /// Frames per second of the pipeline alone on the run's frames, in order, on the engine a run
-/// chooses (which downloads no pixels to the host: no images, no preview), and that choice.
+/// chooses (which downloads no pixels to the host: no images, no preview) with the run's
+/// frames in flight, and that choice.
 fn pipeline_alone(cfg: &Config, opts: &calibrate::Options) -> anyhow::Result<(f64, EngineChoice)> {
     let data = Dataset::load(cfg)?;
     let setup = Setup::new(cfg, 0)?;
@@ -108,9 +109,14 @@ fn pipeline_alone(cfg: &Config, opts: &calibrate::Options) -> anyhow::Result<(f6
     let frames: Vec<Vec<u16>> = (0..data.frames).map(|d| data.frame(d)).collect();
     let n = cfg.acquisition.frames;
     let t = Instant::now();
+    // As the run does: up to the pipeline's depth in flight (the GPU chain), else one by one.
     for i in 0..n {
-        p.process(i, &frames[data.index_of(i)])?;
+        p.submit(i, &frames[data.index_of(i)])?;
+        while p.in_flight() >= p.depth() {
+            p.collect()?;
+        }
     }
+    while p.collect()?.is_some() {}
     Ok((n as f64 / t.elapsed().as_secs_f64(), choice))
 }
 

@@ -43,6 +43,10 @@ pub struct BenchArgs {
     /// Frames the GPU chain keeps in flight (submitted before the oldest is read back).
     #[arg(long, default_value_t = 3, value_parser = at_least_one)]
     frames_in_flight: usize,
+    /// Also time the chain on host engines with this many frames processed side by side
+    /// (`[pipeline] frame_lanes`; 1: not timed).
+    #[arg(long, default_value_t = 1, value_parser = at_least_one)]
+    lanes: usize,
     /// Print JSON instead of a table (one object; with --engine all, {"engines": [...],
     /// "skipped": [...]}).
     #[arg(long)]
@@ -158,7 +162,11 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
     for e in engines {
         let device = gpu_device(&e);
         let gpu = device.is_some();
-        let mut r = bench::run_with(&cfg, e, device).context("jungfrau benchmark")?;
+        let mut r = bench::run_with(&cfg, e.clone(), device).context("jungfrau benchmark")?;
+        if !gpu && a.lanes > 1 {
+            r.lanes = Some(a.lanes);
+            r.pipeline_lanes_fps = Some(bench::host_lanes(&cfg, e, a.lanes)?);
+        }
         if gpu {
             let g = remora_daq::engine::GpuEngine::new()?;
             let c = bench::gpu_chain(&cfg, &g, a.frames_in_flight)?;
@@ -222,6 +230,9 @@ fn print_report(r: &bench::BenchReport) {
     row("azimuthal integration", r.integrate_fps * mb);
     row("pipeline (chained)", r.pipeline_gbps);
     row("pipeline without integration", r.pipeline_sparse_gbps);
+    if let (Some(l), Some(fps)) = (r.lanes, r.pipeline_lanes_fps) {
+        row(&format!("pipeline, {l} frames side by side"), fps * mb);
+    }
     if let Some(g) = &r.gpu {
         row(
             &format!("pipeline, {} in flight", g.frames_in_flight),

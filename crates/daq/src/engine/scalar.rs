@@ -150,8 +150,8 @@ impl Engine for ScalarEngine {
 
     fn integrate(&self, m: &AzMatrix, image: &[f32]) -> Result<Profile> {
         m.check_image(image)?;
-        // Plain f64 sums in pixel order (no compensation): an independent check of the
-        // compensated kernel, equal to well below the 1e-4 tolerance.
+        // Plain f64 sums in pixel order, one bin at a time: an independent check of the fast
+        // kernels' grouped sums, equal to well below the 1e-4 tolerance.
         let mut sums = vec![(0.0f64, 0.0f64, 0.0f64); m.bins];
         for (b, s) in sums.iter_mut().enumerate() {
             for k in m.indptr[b] as usize..m.indptr[b + 1] as usize {

@@ -429,6 +429,9 @@ pub fn key_for(
     if p.frames_in_flight > 1 {
         stages += &format!("; {} in flight", p.frames_in_flight);
     }
+    if p.frame_lanes > 1 {
+        stages += &format!("; {} lanes", p.frame_lanes);
+    }
     CacheKey {
         remora: env!("CARGO_PKG_VERSION").into(),
         devices: usable
@@ -654,7 +657,16 @@ pub fn auto_pipeline(
             frames = Some(synthetic_frames(cfg)?);
         }
         let (distinct, warmup) = frames.as_ref().expect("just made");
-        let list: Vec<(u64, &[u16])> = (0..(*warmup as u64 + TIMED_FRAMES))
+        // The GPU chain makes one frame slot per frame in flight on first use: the warm-up
+        // covers them all (on an H200, two slots made in the timed frames read as 14 ms/frame
+        // for a chain that runs 1.8).
+        let depth = cfg
+            .pipeline
+            .frames_in_flight
+            .max(cfg.pipeline.frame_lanes)
+            .max(1);
+        let warmup = (*warmup).max(depth + 1);
+        let list: Vec<(u64, &[u16])> = (0..(warmup as u64 + TIMED_FRAMES))
             .map(|n| (n, distinct[(n % distinct.len() as u64) as usize].as_slice()))
             .collect();
         let engine = cands
@@ -664,7 +676,7 @@ pub fn auto_pipeline(
             .map(|c| c.engine.clone())
             .expect("a usable engine");
         let mut p = template.clone().with_engine(engine);
-        time_frames(&mut p, &list, *warmup)
+        time_frames(&mut p, &list, warmup)
     };
     let choice = decide(&usable, &cands.passed, &key, opts, &mut measure)?;
     drop(cands);
