@@ -286,3 +286,51 @@ fn stage_times_come_from_timestamps_where_the_device_has_them() {
     assert!(t.total_ms.iter().all(|x| x.1 >= 0.0 && x.1.is_finite()));
     assert_eq!(g.take_stage_times().frames, 0, "taking resets");
 }
+
+#[test]
+fn pedestal_tracking_keeps_the_device_copy_equal_to_the_host_one_without_reading_it_back() {
+    use remora_daq::engine::ConvOut;
+    use remora_daq::pedestal::PedestalTracker;
+    let Some(gpu) = own_gpu() else { return };
+    let mut cfg = SynthConfig::new(1).unwrap();
+    cfg.dark = DarkPattern::new(1, 0).unwrap();
+    let darks = Synth::new(cfg).unwrap();
+    let s = setup(2);
+    let g = GpuEngine::on(gpu.clone());
+    let cpu = CpuEngine::new(2).unwrap();
+    let mut tables = s.tables.clone();
+    let mut tracker = PedestalTracker::seeded(tables.pixels(), 4).unwrap();
+    // Warm: the first dark frame makes the device's slot and counts.
+    tracker
+        .update(&g, &darks.frame(0).raw, &mut tables)
+        .unwrap();
+    let before = gpu.counters();
+    for n in 1..6 {
+        tracker
+            .update(&g, &darks.frame(n).raw, &mut tables)
+            .unwrap();
+    }
+    let d = gpu.counters().since(&before);
+    assert_eq!(d.d2h_bytes, 0, "{d:?}");
+    assert_eq!(d.objects(), 0, "{d:?}");
+    assert_eq!(d.submissions, 5, "{d:?}");
+    // The device's pedestal (used by the GPU's conversion) equals the host's (used by the CPU's).
+    let (mut a, mut b) = (vec![0f32; tables.pixels()], vec![0f32; tables.pixels()]);
+    for raw in &s.raws {
+        g.convert(raw, &tables, ConvOut::Energy(&mut a), 50.0)
+            .unwrap();
+        cpu.convert(raw, &tables, ConvOut::Energy(&mut b), 50.0)
+            .unwrap();
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+    }
+    // And the host's equals tracking on the CPU alone.
+    let mut alone = s.tables.clone();
+    let mut t2 = PedestalTracker::seeded(alone.pixels(), 4).unwrap();
+    for n in 0..6 {
+        t2.update(&cpu, &darks.frame(n).raw, &mut alone).unwrap();
+    }
+    assert!(tables.pedestal[0]
+        .iter()
+        .zip(&alone.pedestal[0])
+        .all(|(x, y)| x.to_bits() == y.to_bits()));
+}

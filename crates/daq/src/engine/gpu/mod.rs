@@ -32,6 +32,7 @@ use crate::sparse::SparseFrame;
 use crate::{DaqError, Result};
 
 mod chain;
+mod dark;
 mod resident;
 mod slot;
 mod steps;
@@ -296,63 +297,7 @@ impl Engine for GpuEngine {
         window: u16,
     ) -> Result<()> {
         super::check_pedestal(raw, tables, counts, window)?;
-        let mut st = self.lock();
-        let dev = st.tables(self, tables)?;
-        let pipe = self.pipe(CONVERT, "daq-convert", "track")?;
-        let mut keep = Vec::new();
-        let mut cnt = Vec::new();
-        let mut enc = self.gpu.encoder();
-        for (k, band) in dev.bands.iter().enumerate() {
-            let r = self
-                .gpu
-                .upload("dark", &raw[band.clone()])
-                .map_err(gpu_err)?;
-            let c32: Vec<u32> = counts[band.clone()].iter().map(|&c| u32::from(c)).collect();
-            let c = self.gpu.upload("counts", &c32).map_err(gpu_err)?;
-            self.params(
-                [
-                    band.len() as u32,
-                    self.gpu.row_stride(),
-                    0,
-                    u32::from(window),
-                    0,
-                    0,
-                    0,
-                    0,
-                ],
-                &mut keep,
-            )?;
-            let p = keep.last().expect("params");
-            let bind = self.gpu.bind_at(
-                &pipe,
-                &[
-                    (0, r.as_entire_binding()),
-                    (1, dev.ped[k].as_entire_binding()),
-                    (3, c.as_entire_binding()),
-                    (5, p.as_entire_binding()),
-                ],
-            );
-            self.gpu
-                .dispatch(&mut enc, &pipe, &bind, groups(band.len() as u64, WG));
-            keep.push(r);
-            cnt.push(c);
-        }
-        let mut ranges = Vec::new();
-        for (k, band) in dev.bands.iter().enumerate() {
-            ranges.push((&*dev.ped[k], 0, band.len() as u64 * 4));
-            ranges.push((&*cnt[k], 0, band.len() as u64 * 4));
-        }
-        let back = self.gpu.read(enc, &ranges).map_err(gpu_err)?;
-        for (k, band) in dev.bands.iter().enumerate() {
-            tables.pedestal[0][band.clone()].copy_from_slice(back[2 * k].floats());
-            for (c, &n) in counts[band.clone()].iter_mut().zip(back[2 * k + 1].words()) {
-                *c = n as u16;
-            }
-        }
-        // The device copy already holds the new pedestal: it stays valid.
-        tables.revision += 1;
-        dev.revision = tables.revision;
-        Ok(())
+        dark::track(self, raw, tables, counts, window)
     }
 
     fn count_above(&self, data: &[f32], threshold: f32) -> u64 {

@@ -5,6 +5,7 @@ use std::ops::Range;
 
 use remora_accel::gpu::Pooled;
 
+use super::dark::DarkSlot;
 use super::slot::{FrameSlot, SlotKey};
 use super::{gpu_err, GpuEngine};
 use crate::azint::AzMatrix;
@@ -77,6 +78,8 @@ pub(crate) struct Resident {
     generation: u64,
     /// Frame slots not in flight.
     free: Vec<FrameSlot>,
+    /// What pedestal tracking keeps on the device.
+    dark: Option<DarkSlot>,
 }
 
 /// Free slots kept; more frames in flight than this make slots that are dropped afterwards.
@@ -104,6 +107,15 @@ impl Resident {
     pub(crate) fn take_slot(&mut self, key: &SlotKey) -> Option<FrameSlot> {
         self.free.retain(|s| &s.key == key);
         self.free.pop()
+    }
+
+    /// The dark-frame slot made for `key`, if it is the one kept.
+    pub(crate) fn take_dark(&mut self, key: &(u64, usize, usize, u16)) -> Option<DarkSlot> {
+        self.dark.take().filter(|d| d.key() == key)
+    }
+
+    pub(crate) fn put_dark(&mut self, slot: DarkSlot) {
+        self.dark = Some(slot);
     }
 
     pub(crate) fn put_slot(&mut self, slot: FrameSlot) {

@@ -392,6 +392,22 @@ impl GpuEngine {
         steps.params(&self.gpu, p)
     }
 
+    /// Adds a hand-built dispatch with explicit binding numbers; `params` is (binding, index
+    /// in `steps` of the parameters).
+    pub(crate) fn step_launch_at(
+        &self,
+        steps: &mut Steps,
+        pipe: Arc<wgpu::ComputePipeline>,
+        bindings: &[(u32, wgpu::BindingResource<'_>)],
+        params: (u32, usize),
+        groups: u32,
+    ) {
+        let mut b = bindings.to_vec();
+        b.push((params.0, steps.keep[params.1].as_entire_binding()));
+        let bind = self.gpu.bind_at(&pipe, &b);
+        steps.launch(pipe, bind, groups);
+    }
+
     /// Adds a hand-built dispatch (bindings in order, parameters at `steps` index `p` last).
     pub(crate) fn step_launch(
         &self,
