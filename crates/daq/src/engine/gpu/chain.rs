@@ -93,13 +93,7 @@ pub(super) fn begin(
         enc.write_timestamp(&s.set, q);
         q += 1;
     }
-    for (k, band) in slot.bands.iter().enumerate() {
-        let len = (band.len() as u64 * 2)
-            .next_multiple_of(4)
-            .min(slot.upload.capacity() - band.start as u64 * 2);
-        slot.upload
-            .copy_to(&mut enc, band.start as u64 * 2, &slot.raw[k], 0, len);
-    }
+    super::copy_raw_bands(&slot.upload, &mut enc, &slot.bands, &slot.raw);
     if let Some(s) = &slot.stamps {
         enc.write_timestamp(&s.set, q);
         q += 1;

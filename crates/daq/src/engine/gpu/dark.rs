@@ -115,13 +115,7 @@ pub(super) fn track(
         .fill(gpu, bytemuck::cast_slice(raw))
         .map_err(gpu_err)?;
     let mut enc = gpu.encoder();
-    for (k, band) in bands.iter().enumerate() {
-        let len = (band.len() as u64 * 2)
-            .next_multiple_of(4)
-            .min(slot.upload.capacity() - band.start as u64 * 2);
-        slot.upload
-            .copy_to(&mut enc, band.start as u64 * 2, &slot.raw[k], 0, len);
-    }
+    super::copy_raw_bands(&slot.upload, &mut enc, &bands, &slot.raw);
     slot.steps.record(gpu, &mut enc, None, None);
     let index = gpu.submit(enc);
     slot.upload.release(index);

@@ -217,6 +217,23 @@ impl GpuEngine {
     }
 }
 
+/// Records the copies of a raw frame's bands (two bytes a pixel) out of its upload buffer into
+/// the device buffers `raw`; an odd tail is rounded up to whole words, as uploads are.
+fn copy_raw_bands(
+    upload: &remora_accel::gpu::Upload,
+    enc: &mut wgpu::CommandEncoder,
+    bands: &Bands,
+    raw: &[Pooled],
+) {
+    for (k, band) in bands.iter().enumerate() {
+        let at = band.start as u64 * 2;
+        let len = (band.len() as u64 * 2)
+            .next_multiple_of(4)
+            .min(upload.capacity() - at);
+        upload.copy_to(enc, at, &raw[k], 0, len);
+    }
+}
+
 fn f32_bits(x: f32) -> u32 {
     x.to_bits()
 }
