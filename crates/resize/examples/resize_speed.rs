@@ -1,6 +1,6 @@
 //! Throughput: every JPEG of a directory fitted to 500×500 at quality 85 on all cores.
 //!
-//! `cargo run --release -p remora-resize --example speed -- DIR [ROUNDS]`
+//! `cargo run --release -p remora-resize --example resize_speed -- DIR [ROUNDS]`
 //! prints images/s and input Mpx/s (files are read into memory first; encode included).
 
 use rayon::prelude::*;

@@ -1,6 +1,6 @@
 //! Timing of every u8 kernel on random descriptors (not a test, not a benchmark of record).
 //!
-//! `cargo run --release -p remora-match --example speed -- N_QUERY N_TRAIN [DIM] [THREADS]`
+//! `cargo run --release -p remora-match --example match_speed -- N_QUERY N_TRAIN [DIM] [THREADS]`
 //! prints, per kernel, the seconds of one `knn2_u8` call and the multiply-adds per second
 //! (`n_query · n_train · dim`), and checks that every kernel found the same neighbours.
 
