@@ -665,15 +665,13 @@ impl Config {
             }
         }
         if t.kind == TransportKind::Native
-            && self.receiver.overrun != crate::flow::OverrunPolicy::Mask
+            && self.receiver.overrun == crate::flow::OverrunPolicy::Pause
         {
             return Err(err(
                 "receiver.overrun",
-                format!(
-                    "{:?} needs a fabric transport (udp or shm): the native UDP stream is a \
-                     detector's, which cannot wait, so only \"mask\" applies",
-                    self.receiver.overrun.name()
-                ),
+                "\"pause\" needs a fabric transport (udp or shm): the native UDP stream is a \
+                 detector's; \"mask\" is what a real detector gets, and \"backpressure\" makes \
+                 the emulated one wait for the receiver's grants",
             ));
         }
         crate::flow::ring_for(self, 0).map_err(|e| err("receiver.buffer", e))?;

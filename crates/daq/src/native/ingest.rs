@@ -2,25 +2,29 @@
 //! ([`Reassembler`]) straight into frame slots, each frame processed once done, with the rows of
 //! lost packets masked.
 //!
-//! A slot is owned by one thread at a time: this thread while its frame is assembled, the
-//! processing thread from the frame's hand-over until it sends the slot back. A packet whose
+//! A slot is owned by one thread at a time: the receive loop while its frame is assembled, the
+//! processing thread from the frame's hand-over until the pipeline has taken the frame (a host
+//! engine processed it, a device engine copied it), when the slot goes back. A packet whose
 //! slot is away is dropped and counted as an overrun (its rows end up masked in the newer
 //! frame): an overrun costs the newer frame's packets, never the integrity of a frame being
-//! processed.
+//! processed. The receive loop itself is the receiver's ([`crate::receiver::ingest`]); this
+//! module is what it calls to take packets in.
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::reassembler::{Done, Dropped, FrameStore, Reassembler};
+use super::reassembler::{Done, Dropped, FrameStore, Reassembler, ReassemblyStats};
 use super::recv::NativeSocket;
-use super::send::HELLO;
+use super::send::{CREDITS, HELLO};
 use crate::config::Config;
 use crate::model::MODULE_PIXELS;
 use crate::pipeline::Pipeline;
-use crate::receiver::{commit, FrameResult, Progress, ReceiverReport};
+use crate::receiver::ingest::{Ingest, Msg};
+use crate::receiver::processing::{leave_pedestal, Ctx, InFlight, Waiting};
+use crate::receiver::ReceiverReport;
 use crate::tap::Tap;
-use crate::writer::WriterThread;
 use crate::{DaqError, Result};
 
 /// The bound sockets of a native receiver.
@@ -66,15 +70,13 @@ struct Job {
     missing: Vec<u128>,
 }
 
-enum Msg {
-    Frame(Box<FrameResult>, usize, Vec<u16>, f64),
-    Failed(DaqError),
-}
+/// A frame slot back from the processing thread.
+pub(crate) type Slot = (usize, Vec<u16>);
 
 /// The ring as the reassembler sees it: slot `(f - 1) % slots`, `None` while it is away.
 struct Slots<'a> {
     ring: &'a mut [Option<Vec<u16>>],
-    to_worker: &'a mpsc::Sender<Job>,
+    to_worker: Option<&'a mpsc::Sender<Job>>,
     handed: &'a mut u64,
 }
 
@@ -97,201 +99,286 @@ impl FrameStore for Slots<'_> {
             return;
         };
         *self.handed += 1;
-        let _ = self.to_worker.send(Job {
-            frame: d.frame,
-            slot,
-            words,
-            missing: d.missing,
-        });
+        if let Some(tx) = self.to_worker {
+            let _ = tx.send(Job {
+                frame: d.frame,
+                slot,
+                words,
+                missing: d.missing,
+            });
+        }
     }
 }
 
-/// Runs a native acquisition to its end.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn run(
-    cfg: &Config,
-    index: usize,
-    mut sockets: Sockets,
-    mut pipeline: Pipeline,
-    engine_choice: crate::engine::calibrate::EngineChoice,
-    tap: Option<Arc<Tap>>,
-    writer: Option<WriterThread>,
-    mut on_frame: Option<&mut dyn FnMut(&FrameResult)>,
-    progress: &dyn Fn(&Progress),
-) -> Result<ReceiverReport> {
-    let modules = cfg.detector.modules;
-    let frames = cfg.acquisition.frames;
-    let wait = Duration::from_millis(cfg.acquisition.connect_timeout_ms);
-    let control = accept(&sockets, wait)?;
-    // The frame buffer: as many frame slots as `[receiver] buffer` holds; a frame waits in its
-    // slot for the processing thread instead of being overwritten by a newer one.
-    let (layout, buffer) = crate::flow::ring_for(cfg, index)?;
-    let slots = layout.slots();
-    let mut ring: Vec<Option<Vec<u16>>> = (0..slots)
-        .map(|_| Some(vec![0u16; modules * MODULE_PIXELS]))
-        .collect();
-    let deadline = Duration::from_millis(cfg.acquisition.deadline_ms);
-    let mut reasm = Reassembler::new(modules, slots, deadline).frames(1..=frames);
-    let mut rep = ReceiverReport {
-        receiver: index,
-        transport: "native".into(),
-        modules,
-        frames_expected: frames,
-        bytes_expected: frames * (modules * MODULE_PIXELS * 2) as u64,
-        engine: {
-            let i = pipeline.engine().info();
-            format!("{} ({} threads, {})", i.name, i.threads, i.simd)
-        },
-        engine_choice: Some(engine_choice),
-        file: cfg.output_of(index).map(|p| p.display().to_string()),
-        buffer: Some(buffer),
-        overrun_policy: crate::flow::OverrunPolicy::Mask.name().into(),
-        ..Default::default()
-    };
-    let (to_worker, jobs) = mpsc::channel::<Job>();
-    let (worker_tx, results) = mpsc::channel::<Msg>();
-    let process = cfg.pipeline.process;
-    let slow = Duration::from_millis(cfg.pipeline.slow_ms);
-    let wcfg = cfg.clone();
-    let wtap = tap.clone();
-    let worker = std::thread::Builder::new()
-        .name(format!("rpu-{index}"))
-        .spawn(move || {
-            for job in jobs {
-                let lost = job
-                    .missing
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, &m)| m != 0)
-                    .fold(0u64, |acc, (i, _)| acc | 1 << i);
-                let t = Instant::now();
-                let n = job.frame - 1;
-                let outcome = if process {
-                    match pipeline.process(n, &job.words) {
-                        Ok(o) => Some(o),
-                        Err(e) => {
-                            let _ = worker_tx.send(Msg::Failed(e));
-                            return;
-                        }
-                    }
-                } else {
-                    None
-                };
-                if !slow.is_zero() {
-                    std::thread::sleep(slow);
-                }
-                // The writer's copy first: the preview takes the buffer away.
-                let image = crate::receiver::kept_image(&wcfg, &pipeline, &outcome);
-                let tap = wtap.as_deref();
-                crate::receiver::offer_preview(tap, index, n, &mut pipeline, &outcome);
-                let fr = FrameResult {
-                    frame: n,
-                    lost_modules: lost,
-                    missing_packets: if lost == 0 { Vec::new() } else { job.missing },
-                    image,
-                    outcome,
-                    raw: wcfg.output.raw.then(|| job.words.to_vec()),
-                };
-                let secs = t.elapsed().as_secs_f64();
-                let msg = Msg::Frame(Box::new(fr), job.slot, job.words, secs);
-                if worker_tx.send(msg).is_err() {
-                    return;
-                }
-            }
-            crate::receiver::leave_pedestal(wtap.as_deref(), &wcfg, index, &pipeline);
-        })
-        .map_err(|e| DaqError::Acquisition(format!("starting the processing thread: {e}")))?;
+/// A running native acquisition's receive side.
+pub(crate) struct NativeIngest {
+    sockets: Sockets,
+    control: TcpStream,
+    control_buf: [u8; 64],
+    ring: Vec<Option<Vec<u16>>>,
+    reasm: Reassembler,
+    to_worker: Option<mpsc::Sender<Job>>,
+    worker: Option<JoinHandle<()>>,
+    frames: u64,
+    handed: u64,
+    returned: u64,
+    high_water: u64,
+    started: Option<Instant>,
+    overruns: u64,
+    overrun_packets: u64,
+    last_overrun: Option<u64>,
+    credits: Option<Credits>,
+}
 
-    let mut started: Option<Instant> = None;
-    let mut last_commit = Instant::now();
-    let mut handed = 0u64;
-    let mut committed = 0u64;
-    let mut closed_at: Option<Instant> = None;
-    let mut last_progress = Instant::now();
-    let mut last_arrival = Instant::now();
-    let mut control_buf = [0u8; 64];
-    let mut last_overrun = None;
-    control.set_nonblocking(true).ok();
-    loop {
-        let now = Instant::now();
-        let mut store = Slots {
-            ring: &mut ring,
-            to_worker: &to_worker,
-            handed: &mut handed,
+/// `overrun = "backpressure"`: the emulated detector sends frame `f` only once the receiver
+/// has granted it, over the control connection (`C <f>` lines), so nothing is ever dropped: a
+/// frame is granted when its slot is free and the module sockets hold few enough frames that the
+/// kernel cannot drop one.
+struct Credits {
+    /// The highest frame granted so far.
+    granted: u64,
+    /// Frames that may wait in the module sockets, from their receive buffer size.
+    window: u64,
+    slots: u64,
+    /// Part of a grant line the non-blocking control connection did not take yet.
+    pending: Vec<u8>,
+}
+
+impl NativeIngest {
+    /// Waits for the detector, sizes the frame buffer and starts the processing thread.
+    pub(crate) fn start(
+        cfg: &Config,
+        index: usize,
+        sockets: Sockets,
+        pipeline: Pipeline,
+        tap: Option<std::sync::Arc<Tap>>,
+    ) -> Result<(NativeIngest, mpsc::Receiver<Msg<Slot>>)> {
+        let modules = cfg.detector.modules;
+        let frames = cfg.acquisition.frames;
+        let wait = Duration::from_millis(cfg.acquisition.connect_timeout_ms);
+        let backpressure = cfg.receiver.overrun == crate::flow::OverrunPolicy::Backpressure;
+        let control = accept(&sockets, wait, backpressure)?;
+        control.set_nonblocking(true).ok();
+        // The frame buffer: as many frame slots as `[receiver] buffer` holds; a frame waits in
+        // its slot for the processing thread instead of being overwritten by a newer one.
+        let (layout, _) = crate::flow::ring_for(cfg, index)?;
+        let slots = layout.slots();
+        let ring = (0..slots)
+            .map(|_| Some(vec![0u16; modules * MODULE_PIXELS]))
+            .collect();
+        let deadline = Duration::from_millis(cfg.acquisition.deadline_ms);
+        let reasm = Reassembler::new(modules, slots, deadline).frames(1..=frames);
+        // The kernel charges a datagram more than its payload (its buffer's true size): a
+        // quarter of the receive buffer's worth of frames is safe.
+        let window = (sockets.modules.recv_buffer() / (4 * crate::ring::MODULE_BYTES)).max(2);
+        let credits = backpressure.then(|| Credits {
+            granted: 0,
+            window: window as u64,
+            slots: slots as u64,
+            pending: Vec::new(),
+        });
+        let (to_worker, jobs) = mpsc::channel::<Job>();
+        let (worker_tx, results) = mpsc::channel();
+        let cfg = cfg.clone();
+        let worker = std::thread::Builder::new()
+            .name(format!("rpu-{index}"))
+            .spawn(move || process(&cfg, index, pipeline, tap.as_deref(), jobs, worker_tx))
+            .map_err(|e| DaqError::Acquisition(format!("starting the processing thread: {e}")))?;
+        let ingest = NativeIngest {
+            sockets,
+            control,
+            control_buf: [0; 64],
+            ring,
+            reasm,
+            to_worker: Some(to_worker),
+            worker: Some(worker),
+            frames,
+            handed: 0,
+            returned: 0,
+            high_water: 0,
+            started: None,
+            overruns: 0,
+            overrun_packets: 0,
+            last_overrun: None,
+            credits,
         };
-        sockets
+        let mut ingest = ingest;
+        ingest.grant();
+        Ok((ingest, results))
+    }
+
+    /// Grants the source every frame that has a free slot and room in the sockets (with
+    /// backpressure), as far as the control connection takes it without blocking.
+    fn grant(&mut self) {
+        use std::io::ErrorKind;
+        let Some(c) = &mut self.credits else { return };
+        let upto = (self.returned + c.slots)
+            .min(self.handed + c.window)
+            .min(self.frames);
+        if upto > c.granted && c.pending.is_empty() {
+            c.pending = format!("C {upto}\n").into_bytes();
+            c.granted = upto;
+        }
+        while !c.pending.is_empty() {
+            match (&self.control).write(&c.pending) {
+                Ok(0) => break,
+                Ok(n) => {
+                    c.pending.drain(..n);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                // WouldBlock: the rest goes next turn; anything else: the source has gone.
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+impl Ingest for NativeIngest {
+    type Done = Slot;
+
+    fn pump(&mut self, now: Instant) -> Result<bool> {
+        let mut store = Slots {
+            ring: &mut self.ring,
+            to_worker: self.to_worker.as_ref(),
+            handed: &mut self.handed,
+        };
+        let mut arrived = false;
+        let (reasm, started) = (&mut self.reasm, &mut self.started);
+        let (overruns, packets, last) = (
+            &mut self.overruns,
+            &mut self.overrun_packets,
+            &mut self.last_overrun,
+        );
+        // Waits up to 1 ms when nothing comes: the loop never spins.
+        self.sockets
             .modules
             .recv_batch(Duration::from_millis(1), |d| {
                 started.get_or_insert(now);
-                last_arrival = now;
+                arrived = true;
                 if let Err(Dropped::NoSlot(f)) = reasm.push(now, d, &mut store) {
-                    rep.overrun_packets += 1;
-                    if last_overrun != Some(f) {
-                        rep.overruns += 1;
-                        last_overrun = Some(f);
+                    *packets += 1;
+                    if *last != Some(f) {
+                        *overruns += 1;
+                        *last = Some(f);
                     }
                 }
             })
             .map_err(|e| DaqError::Acquisition(format!("receiving module packets: {e}")))?;
         reasm.poll(Instant::now(), &mut store);
-        // A stopped emulator ends on whole frames: once its last packets landed (the closed
-        // control connection can overtake them), nothing more is coming.
-        let stopping = tap.as_ref().is_some_and(|t| t.gate.requested())
-            && last_arrival.elapsed() >= Duration::from_millis(200);
-        let grace = closed_at
-            .is_some_and(|t| stopping || t.elapsed() >= deadline.min(Duration::from_secs(2)));
-        if grace {
-            // Open frames hold their slots, so they can all be handed over now.
-            reasm.flush(&mut store);
-        }
-        // recv_batch waited up to 1 ms when nothing came: the loop never spins.
-        while let Ok(msg) = results.try_recv() {
-            match msg {
-                Msg::Frame(fr, slot, words, secs) => {
-                    rep.pipeline_seconds += secs;
-                    ring[slot] = Some(words);
-                    rep.buffer_high_water_frames =
-                        rep.buffer_high_water_frames.max(handed - committed);
-                    committed += 1;
-                    commit(&mut rep, *fr, writer.as_ref(), &mut on_frame);
-                    last_commit = Instant::now();
-                }
-                Msg::Failed(e) => return Err(e),
-            }
-        }
-        if closed_at.is_none() && peer_closed(&control, &mut control_buf) {
-            closed_at = Some(Instant::now());
-        }
-        let all_seen = handed >= frames || (grace && reasm.open_frames() == 0);
-        if committed == handed && all_seen {
-            break;
-        }
-        if last_progress.elapsed() >= Duration::from_millis(200) {
-            last_progress = Instant::now();
-            progress(&Progress {
-                frames_expected: frames,
-                frames_done: rep.frames_complete + rep.frames_partial,
-                overruns: rep.overruns,
-                kept: rep.kept,
-                buffered: handed.saturating_sub(committed),
-            });
-        }
+        self.grant();
+        Ok(arrived)
     }
-    drop(to_worker);
-    let _ = worker.join();
-    let st = reasm.stats();
-    let rs = sockets.modules.stats();
-    rep.native = Some(st);
-    rep.native_malformed = st.malformed() + rs.truncated;
-    rep.frames_lost = frames.saturating_sub(rep.frames_complete + rep.frames_partial);
-    rep.seconds = started.map_or(0.0, |t| {
-        last_commit.saturating_duration_since(t).as_secs_f64()
-    });
-    crate::receiver::finish(rep, writer, progress)
+
+    fn closed(&mut self) -> bool {
+        peer_closed(&self.control, &mut self.control_buf)
+    }
+
+    fn flush(&mut self, _now: Instant) {
+        // Open frames hold their slots, so they can all be handed over now.
+        let mut store = Slots {
+            ring: &mut self.ring,
+            to_worker: self.to_worker.as_ref(),
+            handed: &mut self.handed,
+        };
+        self.reasm.flush(&mut store);
+    }
+
+    fn done(&mut self, (slot, words): Slot) {
+        self.high_water = self.high_water.max(self.handed - self.returned);
+        self.returned += 1;
+        self.ring[slot] = Some(words);
+        self.grant();
+    }
+
+    fn finished(&self, flushed: bool, results: u64) -> bool {
+        let all_seen = self.handed >= self.frames || (flushed && self.reasm.open_frames() == 0);
+        all_seen && results == self.handed && self.returned == self.handed
+    }
+
+    fn load(&self) -> (u64, u64) {
+        (self.overruns, self.handed.saturating_sub(self.returned))
+    }
+
+    fn started(&self) -> Option<Instant> {
+        self.started
+    }
+
+    fn idle(&self) {}
+
+    fn finish(mut self, rep: &mut ReceiverReport) {
+        drop(self.to_worker.take());
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+        let st: ReassemblyStats = self.reasm.stats();
+        let rs = self.sockets.modules.stats();
+        rep.native = Some(st);
+        rep.native_malformed = st.malformed() + rs.truncated;
+        rep.overruns = self.overruns;
+        rep.overrun_packets = self.overrun_packets;
+        rep.buffer_high_water_frames = self.high_water;
+        rep.frames_lost = self
+            .frames
+            .saturating_sub(rep.frames_complete + rep.frames_partial);
+    }
 }
 
-/// Waits for the emulator's control connection and tells it the module ports.
-fn accept(s: &Sockets, wait: Duration) -> Result<TcpStream> {
+/// The processing thread: each whole frame into the pipeline, its slot back as soon as the
+/// pipeline has taken it, results in frame order with up to the pipeline's depth in flight.
+fn process(
+    cfg: &Config,
+    index: usize,
+    mut pipeline: Pipeline,
+    tap: Option<&Tap>,
+    jobs: mpsc::Receiver<Job>,
+    tx: mpsc::Sender<Msg<Slot>>,
+) {
+    let slow = Duration::from_millis(cfg.pipeline.slow_ms);
+    let ctx = Ctx { cfg, index, tap };
+    let mut in_flight = InFlight::new(cfg, &pipeline);
+    for job in jobs {
+        let lost = job
+            .missing
+            .iter()
+            .enumerate()
+            .filter(|(_, &m)| m != 0)
+            .fold(0u64, |acc, (i, _)| acc | 1 << i);
+        let t = Instant::now();
+        let n = job.frame - 1;
+        let raw = cfg.output.raw.then(|| job.words.to_vec());
+        if cfg.pipeline.process {
+            if let Err(e) = pipeline.submit(n, &job.words) {
+                let _ = tx.send(Msg::Failed(e));
+                return;
+            }
+        }
+        if !slow.is_zero() {
+            std::thread::sleep(slow);
+        }
+        if tx.send(Msg::Done((job.slot, job.words))).is_err() {
+            return;
+        }
+        let w = Waiting {
+            frame: n,
+            since: t,
+            lost_modules: lost,
+            missing: if lost == 0 { Vec::new() } else { job.missing },
+            raw,
+            // The slot was this thread's until the pipeline had the frame.
+            intact: true,
+        };
+        if !in_flight.push(w, ctx, &mut pipeline, &tx) {
+            return;
+        }
+    }
+    if in_flight.drain(ctx, &mut pipeline, &tx) {
+        leave_pedestal(tap, cfg, index, &pipeline);
+    }
+}
+
+/// Waits for the emulator's control connection and tells it the module ports, and whether it
+/// is to wait for grants (`credits`).
+fn accept(s: &Sockets, wait: Duration, credits: bool) -> Result<TcpStream> {
     s.control.set_nonblocking(true).ok();
     let end = Instant::now() + wait;
     let (mut c, _) = loop {
@@ -315,7 +402,8 @@ fn accept(s: &Sockets, wait: Duration) -> Result<TcpStream> {
     };
     c.set_nonblocking(false).ok();
     let ports: Vec<String> = s.modules.ports().iter().map(|p| p.to_string()).collect();
-    writeln!(c, "{HELLO}{}", ports.join(","))
+    let flag = if credits { CREDITS } else { "" };
+    writeln!(c, "{HELLO}{}{flag}", ports.join(","))
         .map_err(|e| DaqError::Acquisition(format!("telling the detector its ports: {e}")))?;
     Ok(c)
 }

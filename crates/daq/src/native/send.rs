@@ -7,10 +7,15 @@
 //!
 //! The emulator learns the receiver's UDP ports from a one-line exchange on the receiver's
 //! control address (what the detector's control software configures on a real system):
-//! `remora-native 1 ports P0,P1,...`. The connection stays open for the run; closing it tells
-//! the receiver the stream has ended.
+//! `remora-native 1 ports P0,P1,...`, followed by ` credits` when the receiver applies
+//! `overrun = "backpressure"`: it then writes `C <frame>` lines as it frees room, and each
+//! module sends frame `f` only once `f` has been granted (an emulated detector may wait; a real
+//! one cannot). The connection stays open for the run; closing it (its write half) tells the
+//! receiver the stream has ended.
 use std::io::{self, BufRead, BufReader};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::packet::{words_of_packet, Packet, Repr, PACKETS_PER_FRAME, PACKET_LEN};
@@ -152,17 +157,76 @@ fn frame_size_error(bytes: usize) -> io::Error {
 
 /// The control line's first words.
 pub(crate) const HELLO: &str = "remora-native 1 ports ";
+/// The control line's ending when the receiver grants frames.
+pub(crate) const CREDITS: &str = " credits";
 
-/// Asks a native receiver for its module ports.
-pub(crate) fn ports(control: &TcpStream, modules: usize) -> Result<Vec<u16>> {
+/// The frames a backpressured receiver has granted so far, kept current by a reader thread.
+#[derive(Default)]
+struct Grants {
+    upto: AtomicU64,
+    /// The receiver closed the connection or sent something that is not a grant.
+    gone: AtomicBool,
+}
+
+impl Grants {
+    /// Follows the `C <frame>` lines on the control connection until it closes.
+    fn follow(self: Arc<Self>, mut lines: BufReader<TcpStream>) {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match lines.read_line(&mut line) {
+                Ok(n) if n > 0 => {}
+                _ => break,
+            }
+            match line.trim().strip_prefix("C ").map(str::parse::<u64>) {
+                Some(Ok(f)) => {
+                    self.upto.fetch_max(f, Ordering::Release);
+                }
+                _ => {
+                    tracing::warn!(line = line.trim(), "not a grant from the native receiver");
+                    break;
+                }
+            }
+        }
+        self.gone.store(true, Ordering::Release);
+    }
+
+    /// Waits until frame `f` (from 1) is granted; false if it never will be (the receiver left,
+    /// or a stop), an error after `limit` without a grant (a receiver that neither grants nor
+    /// closes would otherwise hang the source).
+    fn wait_for(&self, f: u64, gate: Option<&StopGate>, limit: Duration) -> Result<bool> {
+        let t = Instant::now();
+        while self.upto.load(Ordering::Acquire) < f {
+            if self.gone.load(Ordering::Acquire) || gate.is_some_and(|g| !g.may_send(f - 1)) {
+                return Ok(false);
+            }
+            if t.elapsed() >= limit {
+                return Err(DaqError::Acquisition(format!(
+                    "the native receiver granted no frame for {:.0} s (waiting to send frame {f})",
+                    limit.as_secs_f64()
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(true)
+    }
+}
+
+/// Reads the receiver's hello: its module ports, and whether it grants frames.
+fn hello(lines: &mut BufReader<TcpStream>, modules: usize) -> Result<(Vec<u16>, bool)> {
     let mut line = String::new();
-    BufReader::new(control)
+    lines
         .read_line(&mut line)
         .map_err(|e| DaqError::Acquisition(format!("reading the receiver's ports: {e}")))?;
-    let ports: Vec<u16> = line
+    let rest = line
         .trim()
         .strip_prefix(HELLO)
-        .ok_or_else(|| DaqError::Acquisition(format!("not a native receiver: {line:?}")))?
+        .ok_or_else(|| DaqError::Acquisition(format!("not a native receiver: {line:?}")))?;
+    let (list, credits) = match rest.strip_suffix(CREDITS) {
+        Some(list) => (list, true),
+        None => (rest, false),
+    };
+    let ports: Vec<u16> = list
         .split(',')
         .map(|p| p.parse::<u16>())
         .collect::<std::result::Result<_, _>>()
@@ -173,7 +237,7 @@ pub(crate) fn ports(control: &TcpStream, modules: usize) -> Result<Vec<u16>> {
             ports.len()
         )));
     }
-    Ok(ports)
+    Ok((ports, credits))
 }
 
 /// Streams the dataset as native packets to the receiver at `to` (the emulator's native mode).
@@ -185,15 +249,26 @@ pub fn run(
 ) -> Result<EmulatorReport> {
     let control = TcpStream::connect_timeout(&to, Duration::from_secs(10))
         .map_err(|e| DaqError::Acquisition(format!("connecting to receiver 0 at {to}: {e}")))?;
-    let ports = ports(&control, cfg.detector.modules)?;
+    let err = |e: io::Error| DaqError::Acquisition(format!("control connection to {to}: {e}"));
+    // One reader for the whole connection: a grant may arrive in the hello's read.
+    let mut lines = BufReader::new(control.try_clone().map_err(err)?);
+    let (ports, credits) = hello(&mut lines, cfg.detector.modules)?;
+    let grants = credits.then(|| {
+        let g = Arc::new(Grants::default());
+        let follower = g.clone();
+        // Detached: it ends when the receiver closes the connection, after the run.
+        std::thread::spawn(move || follower.follow(lines));
+        g
+    });
     let t0 = Instant::now();
-    let results: Vec<Result<(u64, u64, u64)>> = std::thread::scope(|sc| {
+    let results: Vec<Result<Streamed>> = std::thread::scope(|sc| {
         let hs: Vec<_> = ports
             .iter()
             .enumerate()
             .map(|(m, &port)| {
                 let dest = SocketAddr::new(to.ip(), port);
-                sc.spawn(move || stream_module(cfg, data, m, dest, t0, gate))
+                let grants = grants.as_deref();
+                sc.spawn(move || stream_module(cfg, data, m, dest, t0, gate, grants))
             })
             .collect();
         hs.into_iter()
@@ -209,20 +284,32 @@ pub fn run(
         ..Default::default()
     };
     for r in results {
-        let (bytes, packets, frames) = r?;
-        rep.bytes += bytes;
-        rep.packets += packets;
-        rep.frames_sent = rep.frames_sent.min(frames);
+        let s = r?;
+        rep.bytes += s.bytes;
+        rep.packets += s.packets;
+        rep.frames_sent = rep.frames_sent.min(s.frames);
+        rep.credit_wait_seconds = rep.credit_wait_seconds.max(s.waited);
     }
     if rep.frames_sent == u64::MAX {
         rep.frames_sent = 0;
     }
-    // Closing the control connection ends the stream for the receiver.
-    drop(control);
+    // Closing the write half ends the stream for the receiver (the grant reader still holds
+    // the connection).
+    let _ = control.shutdown(Shutdown::Write);
     Ok(rep)
 }
 
-/// One module's sender thread; returns (payload bytes, packets sent, frames sent).
+/// What one module's sender thread did.
+struct Streamed {
+    /// Payload bytes.
+    bytes: u64,
+    packets: u64,
+    frames: u64,
+    /// Seconds spent waiting for grants.
+    waited: f64,
+}
+
+/// One module's sender thread.
 fn stream_module(
     cfg: &Config,
     data: &Dataset,
@@ -230,7 +317,8 @@ fn stream_module(
     dest: SocketAddr,
     t0: Instant,
     gate: Option<&StopGate>,
-) -> Result<(u64, u64, u64)> {
+    grants: Option<&Grants>,
+) -> Result<Streamed> {
     let err = |what: &str, e: io::Error| {
         DaqError::Acquisition(format!("module {module} sending to {dest}: {what}: {e}"))
     };
@@ -251,9 +339,19 @@ fn stream_module(
     };
     let fb = data.frame_bytes();
     let mut frames = 0;
+    let mut waited = Duration::ZERO;
     for i in 0..cfg.acquisition.frames {
         if gate.is_some_and(|g| !g.may_send(i)) {
             break;
+        }
+        if let Some(g) = grants {
+            let t = Instant::now();
+            let limit = Duration::from_millis(cfg.acquisition.deadline_ms.max(30_000));
+            let granted = g.wait_for(i + 1, gate, limit)?;
+            waited += t.elapsed();
+            if !granted {
+                break;
+            }
         }
         if cfg.acquisition.rate_hz > 0.0 {
             let due = t0 + Duration::from_secs_f64(i as f64 / cfg.acquisition.rate_hz);
@@ -270,9 +368,10 @@ fn stream_module(
         frames += 1;
     }
     let sent = sender.packets_sent();
-    Ok((
-        sent * (MODULE_BYTES as u64 / u64::from(PACKETS_PER_FRAME)),
-        sent,
+    Ok(Streamed {
+        bytes: sent * (MODULE_BYTES as u64 / u64::from(PACKETS_PER_FRAME)),
+        packets: sent,
         frames,
-    ))
+        waited: waited.as_secs_f64(),
+    })
 }

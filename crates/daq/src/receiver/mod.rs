@@ -1,9 +1,12 @@
 //! The receiver (ROMULU) with its scheduler and processing unit.
 //!
 //! It registers the ring ([`crate::ring`]) and publishes it (address, key, layout) to each
-//! module's transmitter at connection setup. Its receive thread drains the queue pairs'
-//! completions (the modules' start and end markers), feeds the [`Scheduler`], hands each global
-//! event (a stack) to the processing thread and commits results. A frame's result is kept only
+//! module's transmitter at connection setup. Its one receive loop ([`ingest`]) runs whatever
+//! brings frames in: the fabric ingest ([`fabric`]) drains the queue pairs' completions (the
+//! modules' start and end markers), feeds the [`crate::scheduler::Scheduler`] and hands each
+//! global event (a stack) to the processing thread; the native ingest
+//! ([`crate::native::ingest`]) reassembles the detector's packets into frame slots. The loop
+//! commits results. A frame's result is kept only
 //! if, once the completion queues have been drained *after* the frame was processed, no newer
 //! stack has written into its half (markers travel in order with the data, so this is exact
 //! unless a start marker itself is lost); a dark frame, which changes the pedestal, is copied out
@@ -12,37 +15,35 @@
 //! JUNGFRAU error word (flagged, never converted: masked, never stale). Results go to the writer
 //! behind a bounded queue; a slow disk shows as writer drops, never as a stalled receiver.
 //!
-//! `processing` holds the processing thread and the scheduler books it checks; this file the
-//! setup, the receive loop and the report.
-use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+//! `processing` holds the processing threads' shared parts (frames in flight, results) and the
+//! fabric's scheduler books; this file the setup, the report and the commit of results.
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
-use remora_fabric::{Listener, Qp, QpOptions, RegionInfo};
+use remora_fabric::{Listener, QpOptions};
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
 
 use crate::access::budget::writer_queue_bytes;
 use crate::calib::PedestalMaps;
 use crate::config::Config;
 use crate::engine::calibrate::{self, EngineChoice};
-use crate::flow::{BufferChoice, CreditTarget};
+use crate::flow::BufferChoice;
+use crate::model::MODULE_PIXELS;
+use crate::native::ingest::NativeIngest;
 use crate::pipeline::{Outcome, Pipeline};
-use crate::ring::{packets_per_stack, RingLayout};
-use crate::scheduler::{Issue, Scheduler};
+use crate::ring::RingLayout;
 use crate::setup::Setup;
 use crate::tap::Tap;
 use crate::writer::{FrameKind, FrameRecord, WriterThread};
 use crate::{DaqError, Result};
 
-mod processing;
+mod fabric;
+pub(crate) mod ingest;
+pub(crate) mod processing;
 mod report;
 
 pub use report::{FrameResult, Progress, ReceiverReport};
-
-pub(crate) use processing::{kept_image, leave_pedestal, offer_preview};
-use processing::{Books, Msg, Worker};
 
 /// What a controller hands a receiver beyond its configuration.
 #[derive(Debug, Clone, Default)]
@@ -60,7 +61,7 @@ pub struct Hooks {
 pub struct Receiver {
     cfg: Config,
     index: usize,
-    ingest: Ingest,
+    ingest: IngestKind,
     ring: RingLayout,
     buffer: Option<BufferChoice>,
     setup: Setup,
@@ -70,7 +71,7 @@ pub struct Receiver {
 }
 
 /// Where frames come in.
-enum Ingest {
+enum IngestKind {
     /// A registered ring the modules WRITE into.
     Fabric {
         listener: Listener,
@@ -128,7 +129,7 @@ impl Receiver {
             return Ok(Receiver {
                 cfg: cfg.clone(),
                 index,
-                ingest: Ingest::Native(sockets),
+                ingest: IngestKind::Native(sockets),
                 ring,
                 buffer: Some(buffer),
                 setup,
@@ -158,7 +159,7 @@ impl Receiver {
         Ok(Receiver {
             cfg: cfg.clone(),
             index,
-            ingest: Ingest::Fabric {
+            ingest: IngestKind::Fabric {
                 listener,
                 region,
                 pd,
@@ -185,222 +186,77 @@ impl Receiver {
     /// The control address emulators connect to.
     pub fn local_addr(&self) -> SocketAddr {
         match &self.ingest {
-            Ingest::Fabric { listener, .. } => listener.local_addr(),
-            Ingest::Native(s) => s.local_addr(),
+            IngestKind::Fabric { listener, .. } => listener.local_addr(),
+            IngestKind::Native(s) => s.local_addr(),
         }
     }
 
-    /// Accepts one queue pair per module, then runs the acquisition to its end.
+    /// Accepts the modules (queue pairs, or the detector's control connection), then runs the
+    /// acquisition to its end.
     pub fn run(
         self,
-        mut on_frame: Option<&mut dyn FnMut(&FrameResult)>,
+        on_frame: Option<&mut dyn FnMut(&FrameResult)>,
         progress: &dyn Fn(&Progress),
     ) -> Result<ReceiverReport> {
         let writer = self.writer()?;
-        let (region, pd) = match &self.ingest {
-            Ingest::Fabric { region, pd, .. } => (region.clone(), pd.clone()),
-            Ingest::Native(_) => {
-                let Ingest::Native(sockets) = self.ingest else {
+        let mut rep = self.report();
+        let tap = self.tap.clone();
+        let sinks = ingest::Sinks {
+            writer: writer.as_ref(),
+            on_frame,
+            progress,
+            tap: tap.as_deref(),
+            deadline: Duration::from_millis(self.cfg.acquisition.deadline_ms),
+        };
+        match self.ingest {
+            IngestKind::Native(_) => {
+                let Receiver {
+                    cfg,
+                    index,
+                    ingest: IngestKind::Native(sockets),
+                    pipeline,
+                    tap,
+                    ..
+                } = self
+                else {
                     unreachable!("matched above")
                 };
-                return crate::native::ingest::run(
-                    &self.cfg,
-                    self.index,
-                    sockets,
-                    self.pipeline,
-                    self.engine_choice,
-                    self.tap,
-                    writer,
-                    on_frame,
-                    progress,
-                );
+                let (native, rx) = NativeIngest::start(&cfg, index, sockets, pipeline, tap)?;
+                ingest::run(native, &rx, &mut rep, sinks)?;
             }
-        };
-        let (qps, targets) = self.accept_modules()?;
-        let cfg = &self.cfg;
-        let policy = cfg.receiver.overrun;
-        let mut credits = crate::flow::CreditSender::new(policy, &self.ring, &pd, targets)?;
-        let frames = cfg.frames_of(self.index);
-        let bunch = self.ring.bunch as u64;
-        let stacks = frames.div_ceil(bunch);
-        let roi = cfg.roi_of(self.index);
-        let mtu = qps[0].mtu();
-        let deadline = Duration::from_millis(cfg.acquisition.deadline_ms);
-        let books = Arc::new(Mutex::new(Books {
-            sched: {
-                let s = Scheduler::new(cfg.detector.modules, deadline, self.ring.stacks);
-                // A source that waits never overwrites, and its links are reliable; one that
-                // does not, past the rate the receiver keeps up with, costs whole stacks rather
-                // than wasted work.
-                match policy {
-                    crate::flow::OverrunPolicy::Mask => s.skipping_doomed(),
-                    _ => s.reliable_links(),
-                }
-            },
-            per_frame: (packets_per_stack(&self.ring, &roi, mtu) - 1) / bunch,
-            frames,
-            bunch,
-            qps,
-            comps: Vec::with_capacity(256),
-            started: None,
-        }));
-        let (to_worker, worker_rx) = mpsc::sync_channel::<Issue>(2);
-        let (worker_tx, from_worker) = mpsc::channel::<Msg>();
-        let pipeline = self.pipeline;
-        let engine = {
-            let i = pipeline.engine().info();
-            format!("{} ({} threads, {})", i.name, i.threads, i.simd)
-        };
-        let tap = self.tap.clone();
-        let stopping = || tap.as_ref().is_some_and(|t| t.gate.requested());
-        let worker = Worker {
-            cfg: cfg.clone(),
-            index: self.index,
-            ring: self.ring,
-            region,
-            pipeline,
-            books: books.clone(),
-            tap: self.tap.clone(),
-        };
-        let handle = std::thread::Builder::new()
-            .name(format!("rpu-{}", self.index))
-            .spawn(move || worker.run(worker_rx, worker_tx))
-            .map_err(|e| DaqError::Acquisition(format!("starting the processing thread: {e}")))?;
+            IngestKind::Fabric { .. } => {
+                let (fabric, rx) = fabric::FabricIngest::start(self)?;
+                ingest::run(fabric, &rx, &mut rep, sinks)?;
+            }
+        }
+        finish(rep, writer, progress)
+    }
 
-        let mut rep = ReceiverReport {
+    /// The report's fields known before the first frame.
+    fn report(&self) -> ReceiverReport {
+        let cfg = &self.cfg;
+        let modules = cfg.detector.modules;
+        let native = matches!(self.ingest, IngestKind::Native(_));
+        let (frames, pixels) = if native {
+            (cfg.acquisition.frames, MODULE_PIXELS)
+        } else {
+            let roi = cfg.roi_of(self.index);
+            (cfg.frames_of(self.index), roi.width * roi.height)
+        };
+        let i = self.pipeline.engine().info();
+        ReceiverReport {
             receiver: self.index,
             transport: cfg.transport.kind.name().into(),
-            modules: cfg.detector.modules,
+            modules,
             frames_expected: frames,
-            bytes_expected: frames * (roi.width * roi.height * 2 * cfg.detector.modules) as u64,
-            engine,
+            bytes_expected: frames * (pixels * 2 * modules) as u64,
+            engine: format!("{} ({} threads, {})", i.name, i.threads, i.simd),
             engine_choice: Some(self.engine_choice.clone()),
             file: cfg.output_of(self.index).map(|p| p.display().to_string()),
             buffer: self.buffer,
-            overrun_policy: policy.name().into(),
+            overrun_policy: cfg.receiver.overrun.name().into(),
             ..Default::default()
-        };
-        let mut last_commit = Instant::now();
-        let mut in_worker = 0usize;
-        let mut issued = 0u64;
-        let mut closed_at: Option<Instant> = None;
-        let mut flushed = false;
-        let mut last_progress = Instant::now();
-        let mut last_arrival = Instant::now();
-        let mut pipeline_seconds = 0.0;
-        loop {
-            let mut busy = false;
-            {
-                let mut b = books.lock().expect("books");
-                if b.drain(Instant::now()) {
-                    busy = true;
-                    last_arrival = Instant::now();
-                }
-                while in_worker < 2 {
-                    let Some(issue) = b.sched.poll(Instant::now()) else {
-                        break;
-                    };
-                    if issue.stack >= stacks {
-                        // A hostile or misconfigured source: no such stack in this acquisition.
-                        b.sched.finish(issue.stack, Instant::now());
-                        continue;
-                    }
-                    in_worker += 1;
-                    issued += 1;
-                    if to_worker.send(issue).is_err() {
-                        break;
-                    }
-                }
-                let mut all_closed = true;
-                for m in 0..b.qps.len() {
-                    if b.qps[m].is_closed() {
-                        b.sched.link_closed(m);
-                    } else {
-                        all_closed = false;
-                    }
-                }
-                if closed_at.is_none() && all_closed {
-                    closed_at = Some(Instant::now());
-                }
-                // A stopped emulator ends on whole stacks: once what it sent has landed (the
-                // closed connection can overtake the last datagrams), nothing more is coming.
-                let grace = closed_at.is_some_and(|t| {
-                    (stopping() && last_arrival.elapsed() >= Duration::from_millis(200))
-                        || t.elapsed() >= deadline.min(Duration::from_secs(2))
-                });
-                if grace && !flushed {
-                    b.sched.flush(Instant::now());
-                    flushed = true;
-                }
-                let all_issued = issued + b.sched.stats().stacks_dropped >= stacks;
-                if in_worker == 0 && (all_issued || (flushed && b.sched.in_flight() == 0)) {
-                    break;
-                }
-                let (released, newest) = (b.sched.released(), b.sched.newest());
-                credits.update(&b.qps, released, newest);
-            }
-            while let Ok(msg) = from_worker.try_recv() {
-                busy = true;
-                match msg {
-                    Msg::Frame(fr, secs) => {
-                        pipeline_seconds += secs;
-                        commit(&mut rep, *fr, writer.as_ref(), &mut on_frame);
-                        last_commit = Instant::now();
-                    }
-                    Msg::Overrun(secs) => {
-                        pipeline_seconds += secs;
-                        rep.frames_overrun += 1;
-                        last_commit = Instant::now();
-                    }
-                    Msg::StackDone(stack) => {
-                        books
-                            .lock()
-                            .expect("books")
-                            .sched
-                            .finish(stack, Instant::now());
-                        in_worker -= 1;
-                    }
-                    Msg::Failed(e) => return Err(e),
-                }
-            }
-            if last_progress.elapsed() >= Duration::from_millis(200) {
-                last_progress = Instant::now();
-                let b = books.lock().expect("books");
-                let held = b
-                    .sched
-                    .newest()
-                    .map_or(0, |n| (n + 1).saturating_sub(b.sched.released()));
-                progress(&Progress {
-                    frames_expected: frames,
-                    frames_done: rep.frames_complete + rep.frames_partial,
-                    overruns: b.sched.stats().overruns,
-                    kept: rep.kept,
-                    buffered: held * bunch,
-                });
-            }
-            if !busy {
-                std::thread::sleep(Duration::from_micros(200));
-            }
         }
-        drop(to_worker);
-        let _ = handle.join();
-        let b = books.lock().expect("books");
-        let st = b.sched.stats();
-        rep.scheduler = st;
-        rep.overruns = st.overruns;
-        rep.buffer_high_water_frames = st.high_water_stacks * bunch;
-        rep.flow = credits.finish();
-        rep.frames_overrun += (st.stacks_dropped + st.stacks_skipped) * bunch;
-        rep.frames_overrun = rep.frames_overrun.min(frames);
-        rep.frames_lost =
-            frames.saturating_sub(rep.frames_complete + rep.frames_partial + rep.frames_overrun);
-        rep.pipeline_seconds = pipeline_seconds;
-        rep.seconds = b.started.map_or(0.0, |t| {
-            last_commit.saturating_duration_since(t).as_secs_f64()
-        });
-        rep.packets_out_of_sequence = b.qps.iter().map(|q| q.stats().engine.out_of_sequence).sum();
-        drop(b);
-        finish(rep, writer, progress)
     }
 
     pub(crate) fn writer(&self) -> Result<Option<WriterThread>> {
@@ -414,97 +270,6 @@ impl Receiver {
         let l = &self.setup.layout;
         let max_bytes = writer_queue_bytes(&self.cfg, (l.rows * l.cols) as u64);
         WriterThread::spawn_bounded(out.path(), info, self.cfg.output.queue, max_bytes).map(Some)
-    }
-
-    /// One queue pair per module, in module order, with where each module wants its ring
-    /// credits written (when it asked for them).
-    fn accept_modules(&self) -> Result<(Vec<Qp>, Vec<Option<CreditTarget>>)> {
-        let modules = self.cfg.detector.modules;
-        let Ingest::Fabric {
-            listener, region, ..
-        } = &self.ingest
-        else {
-            unreachable!("only the fabric ingest accepts queue pairs")
-        };
-        let private = crate::link::Announce {
-            region: RegionInfo::of(region),
-            ring: self.ring,
-        }
-        .encode();
-        let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = mpsc::channel::<(usize, Qp, Option<CreditTarget>)>();
-        let listener_addr = self.local_addr();
-        std::thread::scope(|sc| {
-            let stop2 = stop.clone();
-            sc.spawn(move || accept_loop(listener, &private, modules, &stop2, tx));
-            let mut qps: Vec<Option<Qp>> = (0..modules).map(|_| None).collect();
-            let mut targets: Vec<Option<CreditTarget>> = vec![None; modules];
-            let wait = Duration::from_millis(self.cfg.acquisition.connect_timeout_ms);
-            let end = Instant::now() + wait;
-            let mut got = 0;
-            let res = loop {
-                if got == modules {
-                    break Ok(());
-                }
-                match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
-                    Ok((m, qp, credit)) => {
-                        if qps[m].is_none() {
-                            got += 1;
-                        }
-                        qps[m] = Some(qp);
-                        targets[m] = credit;
-                    }
-                    Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
-                        let missing: Vec<usize> =
-                            (0..modules).filter(|&m| qps[m].is_none()).collect();
-                        break Err(DaqError::Acquisition(format!(
-                            "receiver {}: modules {missing:?} did not connect within {:.1} s \
-                             (acquisition.connect_timeout_ms)",
-                            self.index,
-                            wait.as_secs_f64()
-                        )));
-                    }
-                }
-            };
-            stop.store(true, Ordering::Relaxed);
-            // Wakes the accept loop if it is still waiting.
-            let _ = TcpStream::connect_timeout(&listener_addr, Duration::from_secs(1));
-            res.map(|()| {
-                let qps = qps.into_iter().map(|q| q.expect("all connected")).collect();
-                (qps, targets)
-            })
-        })
-    }
-}
-
-fn accept_loop(
-    listener: &Listener,
-    private: &[u8],
-    modules: usize,
-    stop: &AtomicBool,
-    tx: mpsc::Sender<(usize, Qp, Option<CreditTarget>)>,
-) {
-    while !stop.load(Ordering::Relaxed) {
-        let Ok(inc) = listener.incoming() else {
-            return;
-        };
-        if stop.load(Ordering::Relaxed) {
-            return;
-        }
-        let from = inc.peer_addr();
-        match inc.establish(private) {
-            Ok((qp, hello)) => match crate::link::Hello::decode(&hello, modules) {
-                Some(h) => {
-                    if tx.send((h.module, qp, h.credit)).is_err() {
-                        return;
-                    }
-                }
-                None => {
-                    tracing::warn!(%from, "not a module of this detector; connection dropped")
-                }
-            },
-            Err(e) => tracing::warn!(%from, error = %e, "connection setup refused"),
-        }
     }
 }
 

@@ -15,8 +15,8 @@ use crate::pipeline::{Outcome, Pipeline};
 use crate::ring::{Marker, RingLayout};
 use crate::scheduler::{Issue, Scheduler};
 use crate::tap::{Preview, Tap};
-use crate::DaqError;
 
+use super::ingest::Msg;
 use super::FrameResult;
 
 /// Hands a kept frame to the controller's preview when one is due (a few times a second): the
@@ -119,13 +119,6 @@ impl Books {
     }
 }
 
-pub(super) enum Msg {
-    Frame(Box<FrameResult>, f64),
-    Overrun(f64),
-    StackDone(u64),
-    Failed(DaqError),
-}
-
 pub(super) struct Worker {
     pub(super) cfg: Config,
     pub(super) index: usize,
@@ -137,18 +130,119 @@ pub(super) struct Worker {
 }
 
 /// A frame submitted to the pipeline whose result is not collected yet.
-struct Waiting {
-    frame: u64,
-    since: Instant,
-    lost_modules: u64,
-    raw: Option<Vec<u16>>,
-    /// Whether its stack was intact once the pipeline had taken the frame (on the GPU chain,
-    /// copied it to the device; on a host engine, processed it).
-    intact: bool,
+pub(crate) struct Waiting {
+    pub(crate) frame: u64,
+    pub(crate) since: Instant,
+    pub(crate) lost_modules: u64,
+    /// The packets each module missed (native ingest), empty when none did.
+    pub(crate) missing: Vec<u128>,
+    pub(crate) raw: Option<Vec<u16>>,
+    /// Whether its data was still intact once the pipeline had taken the frame (on the GPU
+    /// chain, copied it to the device; on a host engine, processed it).
+    pub(crate) intact: bool,
 }
 
+/// The frames a processing thread has in the pipeline, oldest first: frames in flight overlap
+/// (upload, compute and readback of different frames on a device engine) and are collected in
+/// order.
+pub(crate) struct InFlight {
+    queue: std::collections::VecDeque<Waiting>,
+    depth: usize,
+}
+
+impl InFlight {
+    /// Up to the pipeline's depth in flight when it processes, else one at a time.
+    pub(crate) fn new(cfg: &Config, pipeline: &Pipeline) -> InFlight {
+        let depth = if cfg.pipeline.process {
+            pipeline.depth()
+        } else {
+            1
+        };
+        InFlight {
+            queue: Default::default(),
+            depth,
+        }
+    }
+
+    /// Adds a submitted frame, then collects until fewer than the depth are in flight; false
+    /// when the run is over (a failure, or nobody listening).
+    pub(crate) fn push<D>(
+        &mut self,
+        w: Waiting,
+        ctx: Ctx<'_>,
+        p: &mut Pipeline,
+        tx: &Tx<D>,
+    ) -> bool {
+        self.queue.push_back(w);
+        while self.queue.len() >= self.depth {
+            if !self.complete(ctx, p, tx) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Collects every frame in flight; false when the run is over.
+    pub(crate) fn drain<D>(&mut self, ctx: Ctx<'_>, p: &mut Pipeline, tx: &Tx<D>) -> bool {
+        while !self.queue.is_empty() {
+            if !self.complete(ctx, p, tx) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Collects the oldest waiting frame and sends its result (or its overrun).
+    fn complete<D>(&mut self, ctx: Ctx<'_>, p: &mut Pipeline, tx: &Tx<D>) -> bool {
+        let Some(w) = self.queue.pop_front() else {
+            return true;
+        };
+        let outcome = if ctx.cfg.pipeline.process {
+            match p.collect() {
+                Ok(o) => o.map(|(_, o)| o),
+                Err(e) => {
+                    let _ = tx.send(Msg::Failed(e));
+                    return false;
+                }
+            }
+        } else {
+            None
+        };
+        let secs = w.since.elapsed().as_secs_f64();
+        let msg = if w.intact {
+            // The writer's copy first: the preview takes the buffer away.
+            let image = kept_image(ctx.cfg, p, &outcome);
+            offer_preview(ctx.tap, ctx.index, w.frame, p, &outcome);
+            Msg::Frame(
+                Box::new(FrameResult {
+                    frame: w.frame,
+                    lost_modules: w.lost_modules,
+                    missing_packets: w.missing,
+                    image,
+                    outcome,
+                    raw: w.raw,
+                }),
+                secs,
+            )
+        } else {
+            Msg::Overrun(secs)
+        };
+        tx.send(msg).is_ok()
+    }
+}
+
+/// What a processing thread's results need besides the pipeline.
+#[derive(Clone, Copy)]
+pub(crate) struct Ctx<'a> {
+    pub(crate) cfg: &'a Config,
+    pub(crate) index: usize,
+    pub(crate) tap: Option<&'a Tap>,
+}
+
+type Tx<D> = mpsc::Sender<Msg<D>>;
+
 impl Worker {
-    pub(super) fn run(mut self, rx: Rx<Issue>, tx: mpsc::Sender<Msg>) {
+    pub(super) fn run(mut self, rx: Rx<Issue>, tx: mpsc::Sender<Msg<u64>>) {
         let frames = self.cfg.frames_of(self.index);
         let bunch = self.ring.bunch as u64;
         let words = self.ring.slot_bytes() / 2;
@@ -161,8 +255,14 @@ impl Worker {
         let process = self.cfg.pipeline.process;
         // Frames in flight overlap within a stack: its frames are all collected before the
         // stack is reported done.
-        let depth = if process { self.pipeline.depth() } else { 1 };
-        let mut waiting = std::collections::VecDeque::new();
+        let mut waiting = InFlight::new(&self.cfg, &self.pipeline);
+        let cfg = self.cfg.clone();
+        let tap = self.tap.clone();
+        let ctx = Ctx {
+            cfg: &cfg,
+            index: self.index,
+            tap: tap.as_deref(),
+        };
         let mut scratch: Vec<u16> = Vec::new();
         while let Ok(issue) = rx.recv() {
             let first = issue.stack * bunch;
@@ -172,10 +272,8 @@ impl Worker {
                 // A stack already overrun is abandoned: processing frames whose results will be
                 // thrown away would only make the pipeline fall further behind.
                 if !self.books.lock().expect("books").intact(issue.stack) {
-                    while !waiting.is_empty() {
-                        if !self.complete(&mut waiting, &tx) {
-                            return;
-                        }
+                    if !waiting.drain(ctx, &mut self.pipeline, &tx) {
+                        return;
                     }
                     for _ in n..last {
                         let _ = tx.send(Msg::Overrun(0.0));
@@ -227,72 +325,25 @@ impl Worker {
                     std::thread::sleep(slow);
                 }
                 let intact = self.books.lock().expect("books").intact(issue.stack);
-                waiting.push_back(Waiting {
+                let w = Waiting {
                     frame: g,
                     since: t,
                     lost_modules: issue.lost_modules,
+                    missing: Vec::new(),
                     raw: raw_copy,
                     intact,
-                });
-                while waiting.len() >= depth {
-                    if !self.complete(&mut waiting, &tx) {
-                        return;
-                    }
-                }
-            }
-            while !waiting.is_empty() {
-                if !self.complete(&mut waiting, &tx) {
+                };
+                if !waiting.push(w, ctx, &mut self.pipeline, &tx) {
                     return;
                 }
             }
-            if tx.send(Msg::StackDone(issue.stack)).is_err() {
+            if !waiting.drain(ctx, &mut self.pipeline, &tx) {
+                return;
+            }
+            if tx.send(Msg::Done(issue.stack)).is_err() {
                 return;
             }
         }
         leave_pedestal(self.tap.as_deref(), &self.cfg, self.index, &self.pipeline);
-    }
-
-    /// Collects the oldest waiting frame and sends its result (or its overrun); false when the
-    /// run is over (a failure, or nobody listening).
-    fn complete(
-        &mut self,
-        waiting: &mut std::collections::VecDeque<Waiting>,
-        tx: &mpsc::Sender<Msg>,
-    ) -> bool {
-        let Some(w) = waiting.pop_front() else {
-            return true;
-        };
-        let outcome = if self.cfg.pipeline.process {
-            match self.pipeline.collect() {
-                Ok(o) => o.map(|(_, o)| o),
-                Err(e) => {
-                    let _ = tx.send(Msg::Failed(e));
-                    return false;
-                }
-            }
-        } else {
-            None
-        };
-        let secs = w.since.elapsed().as_secs_f64();
-        let msg = if w.intact {
-            // The writer's copy first: the preview takes the buffer away.
-            let image = kept_image(&self.cfg, &self.pipeline, &outcome);
-            let tap = self.tap.as_deref();
-            offer_preview(tap, self.index, w.frame, &mut self.pipeline, &outcome);
-            Msg::Frame(
-                Box::new(FrameResult {
-                    frame: w.frame,
-                    lost_modules: w.lost_modules,
-                    missing_packets: Vec::new(),
-                    image,
-                    outcome,
-                    raw: w.raw,
-                }),
-                secs,
-            )
-        } else {
-            Msg::Overrun(secs)
-        };
-        tx.send(msg).is_ok()
     }
 }
