@@ -5,11 +5,12 @@ tests that need them skip, saying so, where they are missing); nothing random is
 ImageMagick's sizes come from Debian's ``/usr/bin/convert`` (a ``convert`` earlier on PATH may be
 something else), the quality reference from Pillow. The HTTP client is tested against a small
 in-process stand-in of the service's POST API, and against ``remora resize serve`` where the
-release binary has it.
+release binary has it, whose OpenAPI document is validated with ``openapi-spec-validator``.
 """
 import concurrent.futures
 import http.server
 import io
+import json
 import os
 import shutil
 import socket
@@ -17,6 +18,7 @@ import subprocess
 import threading
 import time
 import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -520,3 +522,19 @@ def test_client_against_remora_resize_serve(service):
     sizes = [(i["width"], i["height"]) for i in map(rr.info, outs)]
     assert sizes == [rr.geometry("200x200", i["width"], i["height"])
                      for i in map(rr.info, images)]
+
+
+def test_openapi_document_of_remora_resize_serve_validates(service):
+    """GET /openapi.json is a valid OpenAPI 3 document listing every route the service has."""
+    validator = pytest.importorskip("openapi_spec_validator")
+    with urllib.request.urlopen(service + "/openapi.json", timeout=10) as r:
+        assert r.status == 200
+        doc = json.load(r)
+    assert doc["openapi"].startswith("3.")
+    validator.validate(doc)
+    routes = {("get", "/health"), ("get", "/metrics"), ("get", "/openapi.json"),
+              ("post", "/resize"),
+              ("get", "/{signature}/{processing_options}/plain/{source_url}"),
+              ("get", "/{signature}/{processing_options}/{encoded_source_url}")}
+    documented = {(m, p) for p, ops in doc["paths"].items() for m in ops}
+    assert documented == routes

@@ -6,7 +6,8 @@
 //! hash table with per-shard LRU, a byte budget, CAS and expiry; time is passed in),
 //! [`handler`] (runs requests against storage and counts them; replies queue in an
 //! [`out::Out`] that holds large values by reference) and [`server`] (TCP, unix and
-//! UDP sockets on io_uring or mio/epoll worker threads). [`config`] parses memcached's command line.
+//! UDP sockets on io_uring or mio/epoll worker threads). [`config`] parses memcached's command line;
+//! [`daemon`] does what memcached does to its process before serving (`-d`, `-r`, `-P`).
 //!
 //! [`arena`] is the relocatable slab-class item memory with warm restart that will replace
 //! `storage`'s heap allocations (issue 17); the server does not use it yet.
@@ -19,6 +20,7 @@
 pub mod arena;
 pub mod config;
 pub mod conns;
+pub mod daemon;
 pub mod handler;
 pub mod logger;
 pub mod migrate;

@@ -1,4 +1,6 @@
 //! `remora kv …`: the memcached-compatible cache.
+use std::path::Path;
+
 use anyhow::Context;
 use clap::Subcommand;
 
@@ -8,8 +10,10 @@ mod migrate;
 /// `remora kv` subcommands.
 #[derive(Subcommand)]
 pub enum Cmd {
-    /// Serves memcached's protocols; takes memcached's flags (`-p 11211 -m 64 -t 4 -U 0 …`).
-    #[command(disable_help_flag = true)]
+    /// Serves memcached's protocols; takes memcached's flags (`-p 11211 -m 64 -t 4 -U 0 …`,
+    /// `--port=11211 --daemon …`).
+    // memcached's own -h and -V (memcached's version line), not clap's.
+    #[command(disable_help_flag = true, disable_version_flag = true)]
     Serve {
         /// memcached command-line flags, passed through unchanged.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
@@ -39,7 +43,7 @@ fn raw_serve_args() -> Option<Vec<String>> {
 }
 
 fn serve(args: &[String]) -> anyhow::Result<()> {
-    let cfg = match remora_kv::Config::parse(args) {
+    let mut cfg = match remora_kv::Config::parse(args) {
         Ok(c) => c,
         Err(e) => {
             // memcached prints the bare message and exits with EX_USAGE.
@@ -57,8 +61,16 @@ fn serve(args: &[String]) -> anyhow::Result<()> {
             eprintln!("{w}");
         }
     }
+    if cfg.enable_coredumps && remora_kv::daemon::enable_coredumps().is_err() {
+        // memcached's wording and exit code (EX_OSERR).
+        eprintln!("failed to ensure corefile creation");
+        std::process::exit(71);
+    }
+    // Before anything starts a thread: fork copies only the calling one.
+    let ready = cfg.daemonize.then(|| daemonize(&mut cfg)).transpose()?;
     if cfg.settings.lock_memory {
-        // memcached's wording; like memcached it carries on unlocked.
+        // After the fork (locks are not inherited); memcached's wording, and like memcached it
+        // carries on unlocked.
         if let Err(e) = remora_kv::server::lock_memory() {
             // strerror(3) text, without Rust's " (os error N)".
             let e = e.to_string();
@@ -75,8 +87,11 @@ fn serve(args: &[String]) -> anyhow::Result<()> {
         Err(e) => return Err(e).context("starting remora kv"),
     };
     if let Some(p) = &cfg.pid_file {
-        std::fs::write(p, format!("{}\n", std::process::id()))
+        let running = remora_kv::daemon::write_pid_file(Path::new(p))
             .with_context(|| format!("writing pid file {p}"))?;
+        if let Some(pid) = running {
+            eprintln!("WARNING: The pid file contained the following (running) pid: {pid}");
+        }
     }
     tracing::info!("remora kv: worker I/O loop {:?}", server.io_driver);
     if cfg.verbose > 0 {
@@ -87,33 +102,60 @@ fn serve(args: &[String]) -> anyhow::Result<()> {
             eprintln!("server listening (udp) on {a}");
         }
     }
-    // memcached's signals: SIGUSR1 stops gracefully (a `-e` memory file is saved for a warm
-    // restart); SIGTERM and SIGINT stop at once.
-    {
-        use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
-        let stopper = server.stopper();
-        let mut signals = signal_hook::iterator::Signals::new([SIGUSR1, SIGTERM, SIGINT])
-            .context("signal handlers")?;
-        std::thread::Builder::new()
-            .name("kv-signals".into())
-            .spawn(move || {
-                if let Some(sig) = signals.forever().next() {
-                    if sig == SIGUSR1 {
-                        eprintln!("Gracefully stopping");
-                        stopper.stop_gracefully();
-                    } else {
-                        eprintln!("Signal handled: {}.", signal_name(sig));
-                        stopper.stop();
-                    }
-                }
-            })
-            .context("signal thread")?;
+    handle_signals(&server)?;
+    if let Some(ready) = ready {
+        ready.serving().context("daemon: detaching")?;
     }
     let cache = server.cache.clone();
     server.join();
+    if let (true, Some(p)) = (cfg.daemonize, &cfg.pid_file) {
+        // As memcached: a daemon removes its pid file when it stops (not when killed).
+        let _ = std::fs::remove_file(p);
+    }
     if cache.migration.state() == remora_kv::migrate::State::Done {
         eprintln!("remora kv: the cache moved away (migration complete); stopped");
     }
+    Ok(())
+}
+
+/// `-d`: forks into the background (see `remora_kv::daemon`). The daemon leaves its working
+/// directory once it serves (unless `-r`), so the paths it uses after that are made absolute
+/// first: the pid file it removes at exit and the memory file a graceful stop saves.
+fn daemonize(cfg: &mut remora_kv::Config) -> anyhow::Result<remora_kv::daemon::Ready> {
+    if let Some(p) = &cfg.pid_file {
+        cfg.pid_file = Some(std::path::absolute(p)?.to_string_lossy().into_owned());
+    }
+    if let Some(f) = &cfg.settings.memory_file {
+        cfg.settings.memory_file = Some(std::path::absolute(f)?);
+    }
+    let detach = remora_kv::daemon::Detach {
+        keep_cwd: cfg.enable_coredumps,
+        keep_stdio: cfg.verbose > 0,
+    };
+    remora_kv::daemon::daemonize(detach).context("daemon")
+}
+
+/// memcached's signals: SIGUSR1 stops gracefully (a `-e` memory file is saved for a warm
+/// restart); SIGTERM and SIGINT stop at once.
+fn handle_signals(server: &remora_kv::Server) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+    let stopper = server.stopper();
+    let mut signals = signal_hook::iterator::Signals::new([SIGUSR1, SIGTERM, SIGINT])
+        .context("signal handlers")?;
+    std::thread::Builder::new()
+        .name("kv-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                if sig == SIGUSR1 {
+                    eprintln!("Gracefully stopping");
+                    stopper.stop_gracefully();
+                } else {
+                    eprintln!("Signal handled: {}.", signal_name(sig));
+                    stopper.stop();
+                }
+            }
+        })
+        .context("signal thread")?;
     Ok(())
 }
 

@@ -15,6 +15,7 @@ use clap::{Args, Subcommand};
 mod args;
 mod batch;
 mod bench;
+mod imgproxy_env;
 mod remote;
 mod serve;
 mod ssim;

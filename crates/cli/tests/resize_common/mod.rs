@@ -66,9 +66,19 @@ impl Drop for Server {
 impl Server {
     /// `remora resize serve --listen 127.0.0.1:0 ARGS`, once it prints its address.
     pub fn start(args: &[&str]) -> Server {
+        let mut all = vec!["--listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        Server::start_env(&all, &[])
+    }
+
+    /// `remora resize serve ARGS` with `env` added to its environment (which must make it
+    /// listen on a free port: `--listen 127.0.0.1:0` or `IMGPROXY_BIND=127.0.0.1:0`), once it
+    /// prints its address.
+    pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(exe())
-            .args(["resize", "serve", "--listen", "127.0.0.1:0"])
+            .args(["resize", "serve"])
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "error")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -256,3 +256,153 @@ fn migrate_from_and_its_options_are_parsed_and_checked() {
     ])
     .contains("--migrate-secret-file /nonexistent/s"));
 }
+
+/// Issue 31: every long option of memcached 1.6.18 (its `longopts` table, typed here apart from
+/// the parser's own table) is accepted and means what its short flag means; only those whose
+/// feature remora refuses on purpose (`--enable-ssl`, `--enable-sasl`) are refused, with
+/// memcached's wording for a build without them.
+#[test]
+fn every_memcached_long_option_is_accepted() {
+    let auth = std::env::temp_dir().join(format!("remora-kv-auth-{}", std::process::id()));
+    std::fs::write(&auth, "user:pass\n").unwrap();
+    let auth = auth.to_string_lossy().into_owned();
+    let with_value = [
+        ("unix-mask", "700"),
+        ("port", "11311"),
+        ("unix-socket", "/tmp/remora-kv-test.sock"),
+        ("udp-port", "0"),
+        ("memory-limit", "128"),
+        ("conn-limit", "100"),
+        ("listen", "127.0.0.1"),
+        ("user", "nobody"),
+        ("pidfile", "/tmp/remora-kv-test.pid"),
+        ("slab-growth-factor", "1.5"),
+        ("slab-min-size", "64"),
+        ("threads", "2"),
+        ("max-reqs-per-event", "10"),
+        ("listen-backlog", "64"),
+        ("protocol", "ascii"),
+        ("max-item-size", "2m"),
+        ("auth-file", auth.as_str()),
+        ("memory-file", "/dev/shm/remora-kv-test"),
+        ("extended", "track_sizes"),
+        ("napi-ids", "1"),
+    ];
+    let flags = [
+        "enable-shutdown",
+        "disable-evictions",
+        "lock-memory",
+        "help",
+        "license",
+        "version",
+        "enable-coredumps",
+        "verbose",
+        "daemon",
+        "enable-largepages",
+        "disable-cas",
+        "disable-flush-all",
+        "disable-dumping",
+        "disable-watch",
+    ];
+    for (name, v) in with_value {
+        let c = Config::parse(&[format!("--{name}={v}")]);
+        assert!(c.is_ok(), "--{name}={v}: {:?}", c.err());
+        let c = Config::parse(&[format!("--{name}"), v.to_string()]);
+        assert!(c.is_ok(), "--{name} {v}: {:?}", c.err());
+    }
+    for name in flags {
+        let c = Config::parse(&[format!("--{name}")]);
+        assert!(c.is_ok(), "--{name}: {:?}", c.err());
+    }
+    for (name, why) in [
+        ("enable-ssl", "This server is not built with TLS support."),
+        ("enable-sasl", "This server is not built with SASL support."),
+    ] {
+        assert_eq!(Config::parse(&[format!("--{name}")]).unwrap_err().0, why);
+    }
+    let _ = std::fs::remove_file(&auth);
+    // Long and short spellings give the same settings.
+    let long = Config::parse(&[
+        "--port=11311",
+        "--conn-limit=100",
+        "--threads=2",
+        "--max-item-size=2m",
+        "--disable-cas",
+        "--disable-watch",
+        "--disable-dumping",
+        "--disable-flush-all",
+        "--enable-shutdown",
+        "--verbose",
+        "--daemon",
+        "--enable-coredumps",
+        "--pidfile=/tmp/x.pid",
+        "--extended=track_sizes",
+    ])
+    .unwrap();
+    let short = Config::parse(&[
+        "-p",
+        "11311",
+        "-c",
+        "100",
+        "-t",
+        "2",
+        "-I",
+        "2m",
+        "-C",
+        "-W",
+        "-X",
+        "-F",
+        "-A",
+        "-v",
+        "-d",
+        "-r",
+        "-P",
+        "/tmp/x.pid",
+        "-o",
+        "track_sizes",
+    ])
+    .unwrap();
+    assert_eq!(
+        format!("{:?}", long.settings),
+        format!("{:?}", short.settings)
+    );
+    assert!(long.daemonize && long.enable_coredumps && !long.settings.dump_enabled);
+    assert_eq!(long.pid_file.as_deref(), Some("/tmp/x.pid"));
+}
+
+/// Issue 31: `-V` prints exactly memcached's line, `-i` a license; each ends the parse where it
+/// stands, as memcached exits there (a bad flag after it is not looked at).
+#[test]
+fn version_and_license_print_and_stop() {
+    assert!(crate::handler::VERSION.starts_with(crate::handler::MEMCACHED_VERSION));
+    for a in ["-V", "--version", "--vers"] {
+        let c = Config::parse(&[a, "-t", "0"]).unwrap();
+        assert_eq!(c.info.as_deref(), Some("memcached 1.6.18"), "{a}");
+    }
+    let c = Config::parse(&["-i"]).unwrap();
+    assert!(c.info.unwrap().contains("Apache License"));
+    assert_eq!(
+        Config::parse(&["-t", "0", "-V"]).unwrap_err().0,
+        "Number of threads must be greater than 0"
+    );
+}
+
+/// Issue 31: `-N` takes a count (it was read as a flag without one), checked as memcached
+/// checks it, and warns that it has no effect.
+#[test]
+fn napi_ids_are_checked_like_memcached() {
+    let c = Config::parse(&["-N", "2", "-t", "2"]).unwrap();
+    assert!(
+        c.warnings.iter().any(|w| w.contains("-N")),
+        "{:?}",
+        c.warnings
+    );
+    assert_eq!(
+        Config::parse(&["-N", "0"]).unwrap_err().0,
+        "Maximum number of NAPI IDs must be greater than 0"
+    );
+    assert_eq!(
+        Config::parse(&["-N", "4", "-t", "2"]).unwrap_err().0,
+        "Number of napi_ids(4) cannot be greater than number of threads(2)"
+    );
+}

@@ -113,6 +113,7 @@ impl Cache {
                 Some(Classes::All) => self.crawl(now, None),
                 Some(Classes::Ids(ids)) => self.crawl(now, Some(&ids)),
             },
+            Crawler::Metadump(_) if !self.settings.dump_enabled => b"ERROR metadump not allowed",
             Crawler::Metadump(_) if !out.is_empty() => {
                 b"ERROR cannot pipeline other commands before metadump"
             }

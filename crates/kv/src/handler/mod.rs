@@ -36,7 +36,10 @@ use binary_cmds::{put_bin_error, run_binary};
 use meta_cmds::run_meta;
 use text_cmds::run_text;
 
-/// The version string this server reports.
+/// The memcached release whose behaviour remora follows (what `-V` prints after `memcached `).
+pub const MEMCACHED_VERSION: &str = "1.6.18";
+
+/// The version string this server reports: [`MEMCACHED_VERSION`], then remora's.
 pub const VERSION: &str = concat!("1.6.18-remora-", env!("CARGO_PKG_VERSION"));
 
 /// Settings echoed by `stats settings` and used by the handler.
@@ -92,6 +95,8 @@ pub struct Settings {
     pub tunables: crate::config::Tunables,
     /// `-W` not given: `watch` is allowed.
     pub watch_enabled: bool,
+    /// `-X` not given: `stats cachedump` and `lru_crawler metadump` are allowed.
+    pub dump_enabled: bool,
     /// `-o watcher_logbuf_size=KB`, in bytes: each watcher's log buffer.
     pub watcher_logbuf_size: usize,
     /// `-Y FILE`: ASCII authentication, the file's path and its entries.
@@ -140,6 +145,7 @@ impl Default for Settings {
             lock_memory: false,
             tunables: crate::config::Tunables::default(),
             watch_enabled: true,
+            dump_enabled: true,
             watcher_logbuf_size: crate::logger::DEFAULT_BUF_SIZE,
             auth: None,
             storage: StorageKind::Arena,

@@ -278,7 +278,7 @@ impl Cache {
             ),
             ("tail_repair_time", "0".into()),
             ("flush_enabled", yn(s.flush_enabled)),
-            ("dump_enabled", "yes".into()),
+            ("dump_enabled", yn(s.dump_enabled)),
             ("hash_algorithm", tun.hash_algorithm.clone()),
             ("lru_maintainer_thread", yn(tun.lru_maintainer)),
             ("lru_segmented", yn(tun.lru_segmented)),
@@ -502,6 +502,10 @@ impl Cache {
         const CLASSES: u32 = 64;
         /// memcached's cap on one dump's reply.
         const MEMLIMIT: usize = 2 << 20;
+        if !self.settings.dump_enabled {
+            out.extend_from_slice(b"CLIENT_ERROR stats cachedump not allowed\r\n");
+            return;
+        }
         let (Some(class), Some(limit)) = (class, limit) else {
             Reply::Fail(Fail::BadCommandLine).write(out);
             return;

@@ -15,7 +15,8 @@
 //!   `local:///path` or a bare relative path under [`ServeOptions::root`], `http://` URLs under
 //!   an [`ServeOptions::allow`] prefix.
 //! - `GET /health` → `remora resize: running`; `GET /metrics` → Prometheus text (on the
-//!   separate [`ServeOptions::metrics`] bind when one is given).
+//!   separate [`ServeOptions::metrics`] bind when one is given); `GET /openapi.json` → this
+//!   API's OpenAPI 3 document ([`ApiDoc`]).
 //!
 //! Errors are `text/plain` reasons: 400 a bad request, 403 a refused source or signature, 404 no
 //! such source, 408 a POST body that did not arrive within [`ServeOptions::body_timeout`], 413
@@ -47,10 +48,13 @@
 
 pub mod imgproxy;
 mod metrics;
+mod openapi;
 mod pool;
 mod process;
 mod routes;
 mod source;
+
+pub use openapi::ApiDoc;
 
 use axum::http::StatusCode;
 use std::net::SocketAddr;

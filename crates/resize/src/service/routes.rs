@@ -64,10 +64,12 @@ impl IntoResponse for Failure {
     }
 }
 
-/// The API router; `/metrics` on it unless served apart.
+/// The API router; `/metrics` on it unless served apart. Every route is in the OpenAPI
+/// document ([`super::openapi::ApiDoc`]).
 pub(crate) fn router(app: App, with_metrics: bool) -> Router {
     let mut r = Router::new()
         .route("/health", get(health))
+        .route("/openapi.json", get(super::openapi::openapi_json))
         .route("/resize", post(post_resize))
         .route("/{*path}", get(get_imgproxy));
     if with_metrics {
@@ -84,11 +86,15 @@ pub(crate) fn metrics_router(app: App) -> Router {
         .with_state(app)
 }
 
-async fn health() -> &'static str {
+#[utoipa::path(get, path = "/health", tag = "service",
+    responses((status = 200, description = "`remora resize: running` (also on the --metrics address)", body = String, content_type = "text/plain")))]
+pub(super) async fn health() -> &'static str {
     "remora resize: running"
 }
 
-async fn metrics(State(app): State<App>) -> impl IntoResponse {
+#[utoipa::path(get, path = "/metrics", tag = "service",
+    responses((status = 200, description = "Prometheus text: requests, errors, durations, requests and images in progress, workers, connections. On the --metrics address instead when one is given", body = String, content_type = "text/plain; version=0.0.4")))]
+pub(super) async fn metrics(State(app): State<App>) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
@@ -284,7 +290,18 @@ fn post_job(
     Ok(job)
 }
 
-async fn post_resize(
+#[utoipa::path(post, path = "/resize", tag = "image", params(super::openapi::ResizeQuery),
+    request_body(description = "The image", content((super::openapi::Image = "image/jpeg"), (super::openapi::Image = "image/png"))),
+    responses(
+        (status = 200, description = "The resized image", content((super::openapi::Image = "image/jpeg"), (super::openapi::Image = "image/png")),
+            headers(("X-Remora-Width" = u32, description = "Output width"), ("X-Remora-Height" = u32, description = "Output height"))),
+        (status = 400, description = "A bad parameter, an empty body or a bad geometry", body = String, content_type = "text/plain"),
+        (status = 408, description = "The body did not arrive within --body-timeout", body = String, content_type = "text/plain"),
+        (status = 413, description = "A body over --max-bytes, or an input over --max-pixels", body = String, content_type = "text/plain"),
+        (status = 415, description = "Not a JPEG or PNG", body = String, content_type = "text/plain"),
+        (status = 422, description = "A malformed image, an output over the pixel limit or a job over --max-job-memory", body = String, content_type = "text/plain"),
+        (status = 503, description = "Every worker busy and the queue full (with Retry-After), a job past --job-timeout, or shutting down", body = String, content_type = "text/plain")))]
+pub(super) async fn post_resize(
     State(app): State<App>,
     q: Result<Query<HashMap<String, String>>, QueryRejection>,
     headers: HeaderMap,
@@ -376,7 +393,23 @@ fn drain(mut body: Body, limit: u64, within: Duration) {
     });
 }
 
-async fn get_imgproxy(State(app): State<App>, uri: Uri) -> Response {
+/// imgproxy's URL API, both forms (the `plain` one is documented apart, in `openapi`).
+#[utoipa::path(get, path = "/{signature}/{processing_options}/{encoded_source_url}", tag = "imgproxy",
+    params(
+        ("signature" = String, Path, description = "HMAC-SHA256 of salt + the path after it, URL-safe base64 without padding; any placeholder (`insecure`, `_`) when the service has no key"),
+        ("processing_options" = String, Path, description = "One or more `/`-separated options `name:arg:arg` (`rs:fill:300:200`, `q:85`, `g:ce`, …); an unknown option is refused"),
+        ("encoded_source_url" = String, Path, description = "The source URL in URL-safe base64 (split by `/` if long), optionally `.` and the output extension (`.jpg`, `.png`)")),
+    responses(
+        (status = 200, description = "The processed image", content((super::openapi::Image = "image/jpeg"), (super::openapi::Image = "image/png"))),
+        (status = 400, description = "A malformed URL or option", body = String, content_type = "text/plain"),
+        (status = 403, description = "A bad signature, or a source outside --root or the --allow prefixes", body = String, content_type = "text/plain"),
+        (status = 404, description = "No such source", body = String, content_type = "text/plain"),
+        (status = 413, description = "A source over --max-bytes or --max-pixels", body = String, content_type = "text/plain"),
+        (status = 415, description = "Not a JPEG or PNG", body = String, content_type = "text/plain"),
+        (status = 422, description = "A malformed image, an output over the pixel limit or a job over --max-job-memory", body = String, content_type = "text/plain"),
+        (status = 502, description = "The source could not be fetched", body = String, content_type = "text/plain"),
+        (status = 503, description = "Every worker busy and the queue full (with Retry-After), a job past --job-timeout, or shutting down", body = String, content_type = "text/plain")))]
+pub(super) async fn get_imgproxy(State(app): State<App>, uri: Uri) -> Response {
     let path = uri.path().to_string();
     observe(&app, "GET imgproxy", async {
         imgproxy::verify(&path, app.key.as_deref(), app.salt.as_deref()).map_err(url_failure)?;
