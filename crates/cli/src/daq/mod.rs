@@ -112,8 +112,11 @@ pub fn run(c: Cmd) -> anyhow::Result<()> {
                 out.join("geometry.poni"),
                 s.config().poni.to_text((l.rows, l.cols)),
             )?;
+            let plural = |n: u64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
             println!(
-                "wrote {frames} frames of {modules} modules to {}",
+                "wrote {} of {} to {}",
+                plural(frames, "frame"),
+                plural(modules as u64, "module"),
                 out.display()
             );
             Ok(())
