@@ -46,6 +46,10 @@ pub struct AcqBenchArgs {
     /// Transfer only: the receiver counts frames and runs no pipeline.
     #[arg(long)]
     no_process: bool,
+    /// Frames the pipeline processes side by side (`[pipeline] frame_lanes`), in the run and
+    /// in the pipeline alone.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    lanes: u64,
     /// Frame rate of the end-to-end run (0: as fast as possible); default: the highest rate
     /// without loss, searched from the rate a flow-controlled run sustains (`overrun =
     /// "backpressure"` at full speed: the source goes as fast as the receiver frees its ring),
@@ -78,8 +82,9 @@ fn settings(a: &AcqBenchArgs, rate: f64, policy: &str) -> anyhow::Result<Config>
     let text = format!(
         "[detector]\nmodules = {}\n[acquisition]\nframes = {}\nbunch = {}\ndeadline_ms = 2000\n\
          rate_hz = {rate}\n[transport]\nkind = \"{}\"\nmtu = {}\nprogress = \"{}\"\n\
-         [receiver]\nbuffer = {buffer}\noverrun = \"{policy}\"\n[pipeline]\nprocess = {}\n",
-        a.modules, a.frames, a.bunch, a.transport, a.mtu, a.progress, !a.no_process
+         [receiver]\nbuffer = {buffer}\noverrun = \"{policy}\"\n[pipeline]\nprocess = {}\n\
+         frame_lanes = {}\n",
+        a.modules, a.frames, a.bunch, a.transport, a.mtu, a.progress, !a.no_process, a.lanes
     );
     Config::parse(&text).context("benchmark settings")
 }
@@ -232,6 +237,7 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
         "modules": a.modules,
         "mtu": a.mtu,
         "bunch": a.bunch,
+        "lanes": a.lanes,
         "process": !a.no_process,
         "frames_sent": s.frames_sent,
         "frames_complete": s.frames_complete,
