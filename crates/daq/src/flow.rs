@@ -279,10 +279,14 @@ impl CreditWord {
 pub struct CreditTarget(pub RegionInfo);
 
 impl CreditTarget {
-    /// Reads a transmitter's hello tail.
-    pub fn decode(b: &[u8]) -> Option<CreditTarget> {
-        let info = RegionInfo::decode(b).ok()?;
+    /// The credit word at `info`; `None` when it is too short to hold a limit.
+    pub fn new(info: RegionInfo) -> Option<CreditTarget> {
         (info.len >= 8).then_some(CreditTarget(info))
+    }
+
+    /// Reads a region description (as [`CreditWord::info`] gives it).
+    pub fn decode(b: &[u8]) -> Option<CreditTarget> {
+        Self::new(RegionInfo::decode(b).ok()?)
     }
 }
 

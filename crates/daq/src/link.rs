@@ -6,12 +6,13 @@
 //! policy uses them) and the receiver answers with an [`Announce`] (its ring region and layout),
 //! after which the transmitter computes every destination address itself.
 //!
-//! Wire formats, little-endian:
-//! - hello: `"REMU"`, module (u16), then optionally the credit word's region (20 bytes:
-//!   address u64, length u64, rkey u32);
-//! - announce: the ring's region (20 bytes, as above), then the ring layout
-//!   ([`RingLayout::encode`], 12 bytes).
+//! The bytes are [`remora_wire::ctrl::remu`]'s (little-endian): the hello is `"REMU"`, the
+//! module (u16), then optionally the credit word's region (address u64, length u64, rkey u32);
+//! the announcement is the ring's region, then its layout (modules, bunch, stacks: u32 each).
+//! This module converts them to the acquisition's types and checks what only it can: the module
+//! exists, the layout is sound and fits the region.
 use remora_fabric::{Faults, QpOptions, QpType, RegionInfo, Transport};
+use remora_wire::ctrl::remu::{self, AnnouncePacket, AnnounceRepr, RemuHelloPacket, RemuHelloRepr};
 
 use crate::config::{Config, TransportKind};
 use crate::flow::CreditTarget;
@@ -19,7 +20,7 @@ use crate::ring::RingLayout;
 use crate::{DaqError, Result};
 
 /// The first bytes of a transmitter's hello.
-pub const HELLO_MAGIC: &[u8; 4] = b"REMU";
+pub const HELLO_MAGIC: &[u8; 4] = &remu::MAGIC;
 
 /// The queue pair options of the link between module `module` and receiver `receiver`, as the
 /// transmitter uses them (the receiver takes the same, without fault injection).
@@ -64,25 +65,22 @@ pub struct Hello {
 }
 
 impl Hello {
-    /// The bytes.
+    /// The bytes (a configuration has at most 32 modules, so the number fits the u16).
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = HELLO_MAGIC.to_vec();
-        b.extend_from_slice(&(self.module as u16).to_le_bytes());
-        if let Some(c) = &self.credit {
-            b.extend_from_slice(&c.0.encode());
+        RemuHelloRepr {
+            module: self.module as u16,
+            credit: self.credit.map(|c| c.0.into()),
         }
-        b
+        .to_bytes()
     }
 
     /// Reads a hello; `None` when it is not one from a module of a `modules`-module detector.
     pub fn decode(b: &[u8], modules: usize) -> Option<Hello> {
-        if b.len() < 6 || &b[..4] != HELLO_MAGIC {
-            return None;
-        }
-        let module = u16::from_le_bytes([b[4], b[5]]) as usize;
+        let h = RemuHelloRepr::parse(&RemuHelloPacket::new_unchecked(b)).ok()?;
+        let module = usize::from(h.module);
         (module < modules).then(|| Hello {
             module,
-            credit: CreditTarget::decode(&b[6..]),
+            credit: h.credit.and_then(|r| CreditTarget::new(r.into())),
         })
     }
 }
@@ -99,16 +97,24 @@ pub struct Announce {
 impl Announce {
     /// The bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = self.region.encode().to_vec();
-        b.extend_from_slice(&self.ring.encode());
-        b
+        // Layouts are bounded far below u32 (RingLayout::with_stacks).
+        AnnounceRepr {
+            ring: self.region.into(),
+            modules: self.ring.modules as u32,
+            bunch: self.ring.bunch as u32,
+            stacks: self.ring.stacks as u32,
+        }
+        .to_bytes()
+        .to_vec()
     }
 
     /// Reads and checks an announcement: the layout must be valid and the region large enough.
     pub fn decode(b: &[u8]) -> Result<Announce> {
-        let region = RegionInfo::decode(b)
+        let a = AnnounceRepr::parse(&AnnouncePacket::new_unchecked(b))
             .map_err(|e| DaqError::Acquisition(format!("the receiver's ring: {e}")))?;
-        let ring = RingLayout::decode(b.get(RegionInfo::LEN..).unwrap_or(&[]))?;
+        let region = RegionInfo::from(a.ring);
+        let ring =
+            RingLayout::with_stacks(a.modules as usize, a.bunch as usize, a.stacks as usize)?;
         if region.len < ring.bytes() as u64 {
             return Err(DaqError::Acquisition(format!(
                 "the receiver's ring region is {} bytes, its layout needs {}",
@@ -158,6 +164,26 @@ mod tests {
         let mut b = b"REMU\x00\x00".to_vec();
         b.extend_from_slice(&short.encode());
         assert!(Hello::decode(&b, 1).unwrap().credit.is_none());
+    }
+
+    /// The bytes a receiver built before the codec moved to remora-wire sent for a 2-module ring
+    /// of 3 stacks of 4 frames: the conversion keeps the field order.
+    #[test]
+    fn announcements_keep_their_golden_bytes() {
+        let ring = RingLayout::with_stacks(2, 4, 3).unwrap();
+        let region = RegionInfo {
+            addr: 0x7f12_3456_0000,
+            len: ring.bytes() as u64,
+            rkey: 0xcafe,
+        };
+        let golden = [
+            0x00, 0x00, 0x56, 0x34, 0x12, 0x7f, 0x00, 0x00, 0x00, 0x00, 0x80, 0x01, 0x00, 0x00,
+            0x00, 0x00, 0xfe, 0xca, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00,
+            0x03, 0x00, 0x00, 0x00,
+        ];
+        assert_eq!(Announce { region, ring }.encode(), golden);
+        let a = Announce::decode(&golden).unwrap();
+        assert_eq!((a.region, a.ring), (region, ring));
     }
 
     #[test]

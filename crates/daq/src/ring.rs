@@ -85,8 +85,6 @@ pub struct RingLayout {
 }
 
 impl RingLayout {
-    /// Encoded length (private data at connection setup).
-    pub const LEN: usize = 12;
     /// Largest ring accepted from a peer or a configuration (a hostile size must not make anyone
     /// allocate).
     pub const MAX_BYTES: usize = 256 << 30;
@@ -166,25 +164,6 @@ impl RingLayout {
     /// Byte offset of module `module` of frame `n` in the ring.
     pub fn module_offset(&self, n: u64, module: usize) -> usize {
         self.slot(n) * self.slot_bytes() + module * MODULE_BYTES
-    }
-
-    /// 12 bytes, little-endian: modules (u32), bunch (u32), stacks (u32).
-    pub fn encode(&self) -> [u8; Self::LEN] {
-        let mut b = [0u8; Self::LEN];
-        b[..4].copy_from_slice(&(self.modules as u32).to_le_bytes());
-        b[4..8].copy_from_slice(&(self.bunch as u32).to_le_bytes());
-        b[8..].copy_from_slice(&(self.stacks as u32).to_le_bytes());
-        b
-    }
-
-    /// Decodes and checks what a peer sent.
-    pub fn decode(b: &[u8]) -> Result<RingLayout> {
-        let b: &[u8; Self::LEN] = b
-            .get(..Self::LEN)
-            .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| DaqError::Config("ring description truncated".into()))?;
-        let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]) as usize;
-        RingLayout::with_stacks(word(0), word(4), word(8))
     }
 }
 
@@ -335,7 +314,6 @@ mod tests {
         assert_eq!(bufs, [0, 1, 2, 3, 4, 0, 1]);
         // Frame 11: stack 5, buffer 0, second slot of it.
         assert_eq!(ring.slot(11), 1);
-        assert_eq!(RingLayout::decode(&ring.encode()).unwrap(), ring);
     }
 
     #[test]
@@ -350,19 +328,9 @@ mod tests {
 
     #[test]
     fn hostile_layouts_are_refused() {
-        assert!(RingLayout::decode(&[1, 2, 3]).is_err());
-        let huge = RingLayout {
-            modules: 64,
-            bunch: 4096,
-            stacks: 2,
-        };
-        assert!(RingLayout::decode(&huge.encode()).is_err());
-        let deep = RingLayout {
-            modules: 1,
-            bunch: 1,
-            stacks: 1 << 21,
-        };
-        assert!(RingLayout::decode(&deep.encode()).is_err());
+        // What a receiver announces goes through with_stacks (link::Announce::decode).
+        assert!(RingLayout::with_stacks(64, 4096, 2).is_err(), "huge");
+        assert!(RingLayout::with_stacks(1, 1, 1 << 21).is_err(), "deep");
         assert!(RingLayout::with_stacks(1, 1, 1).is_err());
         assert!(RingLayout::new(0, 1).is_err());
         assert!(Roi {

@@ -3,12 +3,12 @@
 //! port, and carries up to 64 KiB of application "private data" each way (typically the
 //! [`RegionInfo`] of the regions the peer may access).
 //!
-//! The hello message (little-endian): `"RMRA"`, version u8, transport u8, qp type u8, 0 u8, MTU
-//! u32, QPN u32, first PSN u32, udp port u16, 0 u16, 0 u32, shm rendezvous [16], private length
-//! u32, private data. The rendezvous (accepting side, `shm` only; zeros otherwise) names the unix
-//! socket where the `shm` data stream continues and the secret that admits the peer there
-//! ([`crate::shm`]). Nothing in a hello enables access to memory: the TCP exchange only agrees on
-//! parameters.
+//! The hello's bytes are [`remora_wire::ctrl::setup`]'s (little-endian: `"RMRA"`, version,
+//! transport, qp type, MTU, QPN, first PSN, udp port, shm rendezvous, private length, private
+//! data); this module converts its plain numbers to the fabric's types. The rendezvous (accepting
+//! side, `shm` only; zeros otherwise) names the unix socket where the `shm` data stream continues
+//! and the secret that admits the peer there ([`crate::shm`]). Nothing in a hello enables access
+//! to memory: the TCP exchange only agrees on parameters.
 //!
 //! On udp the accepting side reads the peer's hello, attaches its queue pair to its device, and
 //! only then answers with its own; the connecting side attaches its queue pair and then sends
@@ -23,7 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use remora_mem::{Pd, Region};
-use remora_wire::Psn;
+use remora_wire::ctrl::{region, setup, RegionPacket, RegionRepr, SetupPacket, SetupRepr};
+use remora_wire::{Psn, Service};
 
 use crate::cq::Cq;
 use crate::engine::{Engine, EngineConfig};
@@ -34,14 +35,10 @@ use crate::shm::TOKEN_LEN;
 use crate::stream::{DataPath, Sock, StreamQp};
 use crate::udp::{Device, DeviceHandle, Role, UdpQp};
 
-const MAGIC: &[u8; 4] = b"RMRA";
-/// 3: udp queue pairs end the setup with a READY byte from the connecting side.
-const VERSION: u8 = 3;
-/// The byte a connecting udp side sends once its queue pair is attached.
+/// The byte a connecting udp side sends once its queue pair is attached (setup version 3).
 const READY: u8 = 0x52;
-const HELLO_LEN: usize = 48;
 /// Largest private data either side may send.
-pub const MAX_PRIVATE: usize = 64 << 10;
+pub const MAX_PRIVATE: usize = setup::MAX_PRIVATE;
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Address, length and remote key of a region, as peers exchange them in private data.
@@ -57,7 +54,7 @@ pub struct RegionInfo {
 
 impl RegionInfo {
     /// Encoded length.
-    pub const LEN: usize = 20;
+    pub const LEN: usize = region::REGION_LEN;
 
     /// The description of a registered region.
     pub fn of(r: &Region) -> RegionInfo {
@@ -68,39 +65,47 @@ impl RegionInfo {
         }
     }
 
-    /// 20 bytes, little-endian.
+    /// 20 bytes, little-endian ([`remora_wire::ctrl::region`]).
     pub fn encode(&self) -> [u8; Self::LEN] {
-        let mut b = [0u8; Self::LEN];
-        b[..8].copy_from_slice(&self.addr.to_le_bytes());
-        b[8..16].copy_from_slice(&self.len.to_le_bytes());
-        b[16..].copy_from_slice(&self.rkey.to_le_bytes());
-        b
+        RegionRepr::from(*self).to_bytes()
     }
 
     /// Decodes the first 20 bytes of `b`.
     pub fn decode(b: &[u8]) -> Result<RegionInfo> {
-        if b.len() < Self::LEN {
-            return Err(Error::Setup(format!(
-                "region description needs {} bytes, got {}",
-                Self::LEN,
-                b.len()
-            )));
-        }
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        Ok(RegionInfo {
-            addr: u64_at(0),
-            len: u64_at(8),
-            rkey: u32::from_le_bytes(b[16..20].try_into().expect("4 bytes")),
-        })
+        RegionRepr::parse(&RegionPacket::new_unchecked(b))
+            .map(RegionInfo::from)
+            .map_err(|e| Error::Setup(format!("region description: {e}")))
     }
 }
 
+impl From<RegionRepr> for RegionInfo {
+    fn from(r: RegionRepr) -> RegionInfo {
+        RegionInfo {
+            addr: r.addr,
+            len: r.len,
+            rkey: r.rkey,
+        }
+    }
+}
+
+impl From<RegionInfo> for RegionRepr {
+    fn from(r: RegionInfo) -> RegionRepr {
+        RegionRepr {
+            addr: r.addr,
+            len: r.len,
+            rkey: r.rkey,
+        }
+    }
+}
+
+/// One side's setup hello in the fabric's types (the bytes: [`remora_wire::ctrl::setup`]).
+#[derive(Debug, PartialEq)]
 struct Hello {
     transport: Transport,
     qp_type: QpType,
     mtu: u32,
     qpn: u32,
-    psn: u32,
+    psn: Psn,
     udp_port: u16,
     rendezvous: [u8; TOKEN_LEN],
     private: Vec<u8>,
@@ -114,67 +119,61 @@ impl Hello {
                 self.private.len()
             )));
         }
-        let mut b = Vec::with_capacity(HELLO_LEN + self.private.len());
-        b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&[
-            VERSION,
-            self.transport.code(),
-            matches!(self.qp_type, QpType::Uc) as u8,
-            0,
-        ]);
-        b.extend_from_slice(&self.mtu.to_le_bytes());
-        b.extend_from_slice(&self.qpn.to_le_bytes());
-        b.extend_from_slice(&self.psn.to_le_bytes());
-        b.extend_from_slice(&self.udp_port.to_le_bytes());
-        b.extend_from_slice(&[0, 0]);
-        b.extend_from_slice(&[0; 4]);
-        b.extend_from_slice(&self.rendezvous);
-        b.extend_from_slice(&(self.private.len() as u32).to_le_bytes());
-        b.extend_from_slice(&self.private);
-        s.write_all(&b)
+        let repr = SetupRepr {
+            transport: self.transport.code(),
+            service: self.qp_type.service(),
+            mtu: self.mtu,
+            qpn: self.qpn,
+            psn: self.psn,
+            udp_port: self.udp_port,
+            rendezvous: self.rendezvous,
+            private_len: self.private.len(),
+        };
+        s.write_all(&repr.to_bytes(&self.private))
             .map_err(io_err("sending the connection hello"))
     }
 
     fn read(s: &mut TcpStream) -> Result<Hello> {
-        let mut h = [0u8; HELLO_LEN];
-        s.read_exact(&mut h)
+        let mut b = vec![0u8; setup::HEADER_LEN];
+        s.read_exact(&mut b)
             .map_err(io_err("reading the connection hello"))?;
-        if &h[..4] != MAGIC {
-            return Err(Error::Setup("peer is not a remora fabric endpoint".into()));
-        }
-        if h[4] != VERSION {
-            return Err(Error::Setup(format!(
-                "peer speaks setup version {}, this is {VERSION}",
-                h[4]
-            )));
-        }
-        let transport = Transport::from_code(h[5])
-            .ok_or_else(|| Error::Setup(format!("unknown transport code {}", h[5])))?;
-        let qp_type = match h[6] {
-            0 => QpType::Rc,
-            1 => QpType::Uc,
-            c => return Err(Error::Setup(format!("unknown queue pair type code {c}"))),
-        };
-        let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
-        let plen = u32_at(44) as usize;
-        if plen > MAX_PRIVATE {
-            return Err(Error::Setup(format!(
-                "peer announced {plen} bytes of private data (limit {MAX_PRIVATE})"
-            )));
-        }
-        let mut private = vec![0u8; plen];
-        s.read_exact(&mut private)
+        // Checks magic, version and the private length before allocating for the rest.
+        let total = setup::message_len(&b).map_err(refused)?;
+        b.resize(total, 0);
+        s.read_exact(&mut b[setup::HEADER_LEN..])
             .map_err(io_err("reading the peer's private data"))?;
+        let r = SetupRepr::parse(&SetupPacket::new_unchecked(&b[..])).map_err(refused)?;
+        let transport = Transport::from_code(r.transport)
+            .ok_or_else(|| Error::Setup(format!("unknown transport code {}", r.transport)))?;
+        let qp_type = match r.service {
+            Service::Rc => QpType::Rc,
+            Service::Uc => QpType::Uc,
+        };
         Ok(Hello {
             transport,
             qp_type,
-            mtu: u32_at(8),
-            qpn: u32_at(12) & Psn::MASK,
-            psn: u32_at(16) & Psn::MASK,
-            udp_port: u16::from_le_bytes([h[20], h[21]]),
-            rendezvous: h[28..44].try_into().expect("16 bytes"),
-            private,
+            mtu: r.mtu,
+            qpn: r.qpn,
+            psn: r.psn,
+            udp_port: r.udp_port,
+            rendezvous: r.rendezvous,
+            private: b.split_off(setup::HEADER_LEN),
         })
+    }
+}
+
+/// A peer's hello refused, in the setup's words.
+fn refused(e: remora_wire::Error) -> Error {
+    match e {
+        remora_wire::Error::BadMagic { .. } => {
+            Error::Setup("peer is not a remora fabric endpoint".into())
+        }
+        remora_wire::Error::UnsupportedVersion {
+            found, supported, ..
+        } => Error::Setup(format!(
+            "peer speaks setup version {found}, this is {supported}"
+        )),
+        e => Error::Setup(format!("the peer's hello: {e}")),
     }
 }
 
@@ -404,7 +403,7 @@ pub fn connect(
 fn stream_config(opts: &QpOptions, qpn: u32, psn: u32, peer: &Hello) -> EngineConfig {
     let mut cfg = EngineConfig::stream(opts.qp_type.service(), qpn, peer.qpn);
     cfg.send_psn = Psn::new(psn);
-    cfg.recv_psn = Psn::new(peer.psn);
+    cfg.recv_psn = peer.psn;
     cfg.window = opts.window.max(1);
     cfg.pkey = opts.pkey;
     cfg
@@ -454,7 +453,7 @@ fn establish(
         qp_type: opts.qp_type,
         mtu: opts.mtu as u32,
         qpn,
-        psn,
+        psn: Psn::new(psn),
         udp_port: dev.as_ref().map_or(0, |d| d.dev.local_addr().port()),
         rendezvous: offer.as_ref().map_or([0; TOKEN_LEN], |o| o.token()),
         private: private.to_vec(),
@@ -489,7 +488,7 @@ fn establish(
             let peer_ip = s.peer_addr().map_err(io_err("peer address"))?.ip();
             let mut cfg = EngineConfig::new(opts.qp_type.service(), qpn, peer.qpn, mtu);
             cfg.send_psn = Psn::new(psn);
-            cfg.recv_psn = Psn::new(peer.psn);
+            cfg.recv_psn = peer.psn;
             cfg.retry_timeout = opts.retry_timeout;
             cfg.retry_count = opts.retry_count;
             cfg.window = opts.window.max(1);
@@ -562,4 +561,36 @@ fn establish(
     };
     let qp = Qp::new(inner, cq, opts.transport, opts.qp_type, mtu, qpn, peer.qpn);
     Ok((qp, peer.private))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An shm UC hello is the bytes a fabric built before the codec moved to remora-wire sent.
+    #[test]
+    fn hellos_keep_their_golden_bytes() {
+        let golden = b"RMRA\x03\x02\x01\x00\x00\x10\x00\x00\x56\x34\x12\x00\xef\xcd\xab\x00\xb7\x12\
+            \x00\x00\x00\x00\x00\x00\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f\
+            \x04\x00\x00\x00priv";
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut a = l.accept().unwrap().0;
+        let me = Hello {
+            transport: Transport::Shm,
+            qp_type: QpType::Uc,
+            mtu: 4096,
+            qpn: 0x12_3456,
+            psn: Psn::new(0xab_cdef),
+            udp_port: 4791,
+            rendezvous: std::array::from_fn(|i| 0x10 + i as u8),
+            private: b"priv".to_vec(),
+        };
+        me.write(&mut c).unwrap();
+        let mut got = [0u8; 52];
+        a.read_exact(&mut got).unwrap();
+        assert_eq!(&got, golden);
+        c.write_all(golden).unwrap();
+        assert_eq!(Hello::read(&mut a).unwrap(), me);
+    }
 }

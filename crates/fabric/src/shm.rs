@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::stream::sock::{recv_fds, send_fds};
 
 /// Bytes of the rendezvous in the hello: the listener's name, then the secret.
-pub(crate) const TOKEN_LEN: usize = 16;
+pub(crate) const TOKEN_LEN: usize = remora_wire::ctrl::setup::RENDEZVOUS_LEN;
 /// Descriptors a listener may hand to each peer at setup.
 pub const MAX_HANDOVER: usize = 8;
 

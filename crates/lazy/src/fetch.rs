@@ -2,7 +2,10 @@
 //! staging buffer (or reports it zero) on the urgent path, and opens a [`PushStream`] for the bulk
 //! path. `LocalFetcher` serves from a source in the same process (the userfaultfd floor);
 //! `TcpFetcher` talks the [`protocol`](crate::protocol) to a [`PageServer`](crate::PageServer).
-use crate::protocol::{Hello, Op, Reply, Request, Status, HEADER_LEN};
+use crate::protocol::{
+    hello_len, Hello, Op, PageHeaderPacket, PageHelloPacket, Reply, Request, Status, HEADER_LEN,
+    HELLO_FIXED_LEN,
+};
 use crate::source::{is_zero, PageSource, PushCursor};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -180,14 +183,15 @@ pub struct TcpFetcher {
 }
 
 fn read_hello(s: &mut TcpStream) -> Result<Hello, FetchError> {
-    let mut fixed = vec![0u8; Hello::FIXED];
+    let mut fixed = vec![0u8; HELLO_FIXED_LEN];
     s.read_exact(&mut fixed)
         .map_err(|e| FetchError::Transient(format!("read hello: {e}")))?;
-    let total = Hello::total_len(&fixed).map_err(|e| FetchError::Fatal(e.to_string()))?;
+    let total = hello_len(&fixed).map_err(|e| FetchError::Fatal(e.to_string()))?;
     fixed.resize(total, 0);
-    s.read_exact(&mut fixed[Hello::FIXED..])
+    s.read_exact(&mut fixed[HELLO_FIXED_LEN..])
         .map_err(|e| FetchError::Transient(format!("read hello: {e}")))?;
-    Hello::parse(&fixed).map_err(|e| FetchError::Fatal(e.to_string()))
+    Hello::parse(&PageHelloPacket::new_unchecked(&fixed[..]))
+        .map_err(|e| FetchError::Fatal(e.to_string()))
 }
 
 impl TcpFetcher {
@@ -248,7 +252,8 @@ fn read_reply(s: &mut TcpStream) -> Result<Reply, FetchError> {
     let mut h = [0u8; HEADER_LEN];
     crate::sys::recv_exact_spin(s, &mut h, CLIENT_SPIN)
         .map_err(|e| FetchError::Transient(format!("read reply: {e}")))?;
-    Reply::parse(&h).map_err(|e| FetchError::Fatal(e.to_string()))
+    Reply::parse(&PageHeaderPacket::new_unchecked(&h[..]))
+        .map_err(|e| FetchError::Fatal(e.to_string()))
 }
 
 impl PageFetcher for TcpFetcher {
@@ -275,7 +280,7 @@ impl PageFetcher for TcpFetcher {
             len: avail as u32,
             offset,
         };
-        s.write_all(&req.emit())
+        s.write_all(&req.to_bytes())
             .map_err(|e| FetchError::Transient(format!("send request: {e}")))?;
         let r = read_reply(&mut s)?;
         if r.offset != offset {
@@ -311,7 +316,7 @@ impl PageFetcher for TcpFetcher {
                 len: unit.min(crate::protocol::MAX_CHUNK as u64) as u32,
                 offset: from,
             }
-            .emit(),
+            .to_bytes(),
         )
         .map_err(|e| FetchError::Transient(format!("start push: {e}")))?;
         Ok(Box::new(TcpPush { s }))
@@ -333,7 +338,7 @@ impl PushStream for TcpPush {
             offset: from,
         };
         self.s
-            .write_all(&r.emit())
+            .write_all(&r.to_bytes())
             .map_err(|e| FetchError::Transient(format!("restart push: {e}")))
     }
     fn next(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> Result<PushNext, FetchError> {

@@ -42,7 +42,7 @@
 //! through [`FabricFetcher::connect_with`] is the fabric's to accept (shm) or refuse (tcp).
 use crate::error::{Error, Result};
 use crate::fetch::{FetchError, Fetched, PageFetcher, PushChunk, PushNext, PushStream};
-use crate::protocol::Hello;
+use crate::protocol::{hello_len, Hello, PageHelloPacket};
 use crate::source::{is_zero, PageSource, ProcessSource, PushCursor, PUSH_MAX_CHUNK};
 use remora_fabric::{Completion, Listener, Progress, Qp, QpOptions, RegionInfo, Status, Transport};
 use remora_mem::{grant, Access, Buffer, Mode, Pd, Region};
@@ -53,8 +53,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Largest private data the fabric carries at connect (its documented limit).
-const MAX_PRIVATE: usize = 64 << 10;
+/// Largest private data the fabric carries at connect.
+const MAX_PRIVATE: usize = remora_wire::ctrl::setup::MAX_PRIVATE;
 
 /// Queue-pair options: RC, with a retransmission timeout long enough for a busy 2-core host (the
 /// page fault deadline, not the RC retry limit, decides when a server counts as dead), and the
@@ -143,7 +143,7 @@ impl FabricServer {
             zero_map: src.zero_map(),
         };
         let mut private = RegionInfo::of(&region).encode().to_vec();
-        private.extend_from_slice(&hello.emit());
+        private.extend_from_slice(&hello.to_bytes());
         let mut segments_sent = true;
         if private.len() > MAX_PRIVATE {
             segments_sent = false;
@@ -158,7 +158,7 @@ impl FabricServer {
                     }],
                     zero_map: vec![],
                 }
-                .emit(),
+                .to_bytes(),
             );
         }
         use crate::shmmap::{Kind, Share};
@@ -419,7 +419,7 @@ impl FabricFetcher {
         let (conn, private) =
             Self::dial(addr, transport, progress, &pd).map_err(|e| fab("connect", e))?;
         let remote = RegionInfo::decode(&private).map_err(|e| fab("region table", e))?;
-        let hello = Hello::parse(&private[RegionInfo::LEN..])
+        let hello = Hello::parse(&PageHelloPacket::new_unchecked(&private[RegionInfo::LEN..]))
             .map_err(|e| Error::Protocol(format!("page server hello: {e}")))?;
         if remote.len < hello.len {
             return Err(Error::Protocol(format!(
@@ -427,7 +427,7 @@ impl FabricFetcher {
                 remote.len, hello.len
             )));
         }
-        let tail = Hello::total_len(&private[RegionInfo::LEN..])
+        let tail = hello_len(&private[RegionInfo::LEN..])
             .ok()
             .and_then(|n| private.get(RegionInfo::LEN + n..))
             .unwrap_or_default();

@@ -2,7 +2,7 @@
 //! [`protocol`](crate::protocol): an urgent read path (one connection per client handler) and a
 //! bulk push path (a separate connection streaming the source in growing chunks).
 use crate::error::{Error, Result};
-use crate::protocol::{Hello, Op, Reply, Request, Status, HEADER_LEN, MAX_CHUNK};
+use crate::protocol::{Hello, Op, PageHeaderPacket, Reply, Request, Status, HEADER_LEN, MAX_CHUNK};
 use crate::source::{is_zero, PageSource, PushCursor};
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -85,7 +85,7 @@ impl PageServer {
                 segments: self.source.segments(),
                 zero_map: self.source.zero_map(),
             }
-            .emit(),
+            .to_bytes(),
         );
         while !stop.load(Ordering::Acquire) {
             match self.listener.accept() {
@@ -181,7 +181,8 @@ where
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(Error::io("read request", e)),
         }
-        let req = Request::parse(&h).map_err(|e| Error::Protocol(e.to_string()))?;
+        let req = Request::parse(&PageHeaderPacket::new_unchecked(&h[..]))
+            .map_err(|e| Error::Protocol(e.to_string()))?;
         match req.op {
             Op::Read => serve_read(&mut stream, src, req, &mut buf)?,
             Op::PushStart => return serve_push(stream, src, req.offset, req.len as u64),
@@ -224,7 +225,7 @@ fn serve_read<S: Write>(
                 len: req.len,
                 offset: req.offset,
             };
-            buf[..HEADER_LEN].copy_from_slice(&r.emit());
+            buf[..HEADER_LEN].copy_from_slice(&r.to_bytes());
             &buf[..HEADER_LEN]
         }
         Ok(()) => {
@@ -233,7 +234,7 @@ fn serve_read<S: Write>(
                 len: req.len,
                 offset: req.offset,
             };
-            buf[..HEADER_LEN].copy_from_slice(&r.emit());
+            buf[..HEADER_LEN].copy_from_slice(&r.to_bytes());
             &buf[..HEADER_LEN + len]
         }
         Err(msg) => {
@@ -245,7 +246,7 @@ fn serve_read<S: Write>(
                 offset: req.offset,
             };
             buf.truncate(0);
-            buf.extend_from_slice(&r.emit());
+            buf.extend_from_slice(&r.to_bytes());
             buf.extend_from_slice(m);
             &buf[..]
         }
@@ -272,7 +273,7 @@ where
         .spawn(move || {
             let mut h = [0u8; HEADER_LEN];
             while rd.read_exact(&mut h).is_ok() {
-                match Request::parse(&h) {
+                match Request::parse(&PageHeaderPacket::new_unchecked(&h[..])) {
                     Ok(Request {
                         op: Op::PushRestart,
                         offset,
@@ -308,7 +309,7 @@ where
                 offset: 0,
             };
             stream
-                .write_all(&end.emit())
+                .write_all(&end.to_bytes())
                 .map_err(|e| Error::io("send push end", e))?;
             // Stay until the client restarts us or goes away.
             while !closed.load(Ordering::Acquire) {
@@ -367,7 +368,7 @@ fn send_push_run<S: Write>(
         len: n as u32,
         offset: at,
     };
-    buf[..HEADER_LEN].copy_from_slice(&r.emit());
+    buf[..HEADER_LEN].copy_from_slice(&r.to_bytes());
     let out = if zero {
         &buf[..HEADER_LEN]
     } else {

@@ -3,7 +3,7 @@
 //! them (`Closed` / SIGBUS), hostile peers get clear errors and do not stop the server.
 mod common;
 use common::{bounded, pattern};
-use remora_lazy::protocol::{Hello, Segment};
+use remora_lazy::protocol::{Hello, Segment, HELLO_FIXED_LEN};
 use remora_lazy::*;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -25,7 +25,7 @@ fn stalled_server(len: u64) -> (SocketAddr, Arc<AtomicBool>) {
             segments: vec![Segment { va: 0, len }],
             zero_map: vec![],
         }
-        .emit();
+        .to_bytes();
         while !s2.load(Ordering::Acquire) {
             match l.accept() {
                 Ok((mut s, _)) => {
@@ -256,7 +256,7 @@ fn hostile_servers_give_clear_errors() {
                 }],
                 zero_map: vec![],
             }
-            .emit();
+            .to_bytes();
             for s in l.incoming().take(4) {
                 let mut s = s.unwrap();
                 s.write_all(&hello).ok();
@@ -334,7 +334,7 @@ fn server_releases_finished_connections() {
         let before = fds();
         for _ in 0..50 {
             let mut s = TcpStream::connect(srv.addr()).unwrap();
-            let mut h = [0u8; Hello::FIXED];
+            let mut h = [0u8; HELLO_FIXED_LEN];
             s.read_exact(&mut h).unwrap();
         }
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -94,7 +94,7 @@ impl Syndrome {
 
 crate::view::fixed_view! {
     /// A read/write view of an AETH at the start of a buffer.
-    AETH_LEN
+    Packet, crate::AETH_LEN
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {

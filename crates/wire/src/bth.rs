@@ -42,7 +42,7 @@ pub(crate) fn set_u24(b: &mut [u8], v: u32) {
 
 crate::view::fixed_view! {
     /// A read/write view of a BTH at the start of a buffer.
-    BTH_LEN
+    Packet, crate::BTH_LEN
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {

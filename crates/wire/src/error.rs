@@ -73,4 +73,45 @@ pub enum Error {
         /// The CRC stored in the packet.
         found: u32,
     },
+    /// A control frame ([`crate::ctrl`]) does not start with its magic.
+    #[error("not a {frame}: magic {found:02x?}, expected {magic:?}")]
+    BadMagic {
+        /// What the frame should have been.
+        frame: &'static str,
+        /// The magic it should start with.
+        magic: &'static str,
+        /// The first four bytes found.
+        found: [u8; 4],
+    },
+    /// A control frame's version is not the one this crate speaks.
+    #[error("{frame} version {found}, this side speaks {supported}")]
+    UnsupportedVersion {
+        /// Which frame.
+        frame: &'static str,
+        /// The version found.
+        found: u16,
+        /// The version this crate reads and writes.
+        supported: u16,
+    },
+    /// A code field holds a value the format does not define.
+    #[error("unknown {field} code {code}")]
+    UnknownCode {
+        /// Which field.
+        field: &'static str,
+        /// The value found.
+        code: u8,
+    },
+    /// A length or count field is larger than the format allows.
+    #[error("{field} of {value} exceeds the limit of {max}")]
+    TooLarge {
+        /// Which field.
+        field: &'static str,
+        /// The value found.
+        value: u64,
+        /// The largest value allowed.
+        max: u64,
+    },
+    /// Fields that must agree do not.
+    #[error("inconsistent {0}")]
+    Inconsistent(&'static str),
 }

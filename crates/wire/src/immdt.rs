@@ -10,7 +10,7 @@ mod field {
 
 crate::view::fixed_view! {
     /// A read/write view of an ImmDt header at the start of a buffer.
-    IMMDT_LEN
+    Packet, crate::IMMDT_LEN
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {

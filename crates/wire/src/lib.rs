@@ -1,14 +1,20 @@
-//! RoCEv2 transport headers as zero-copy views and owned representations.
+//! RoCEv2 transport headers and remora's control frames as zero-copy views and owned
+//! representations.
 //!
 //! What it does: encodes and decodes the InfiniBand transport headers that RoCEv2 carries in a UDP
 //! datagram (BTH, RETH, ImmDt, AETH) for every RC and UC opcode remora uses, does 24-bit PSN
-//! arithmetic with wrap-around, and computes and checks the invariant CRC (ICRC). The design follows
-//! smoltcp: each header has a `Packet<T: AsRef<[u8]>>` view with getters and setters over a byte
-//! buffer, and a `*Repr` with `parse` and `emit`; [`Repr`] ties a whole datagram payload together.
+//! arithmetic with wrap-around, and computes and checks the invariant CRC (ICRC). It also holds
+//! every control frame remora peers exchange outside RoCEv2 packets ([`ctrl`]: the fabric's setup
+//! hello and stream frames, the page server's protocol, the REMU link's hello), so that each
+//! byte layout is written once, pinned by golden bytes and fuzzed. The design follows smoltcp:
+//! each header has a `Packet<T: AsRef<[u8]>>` view with getters and setters over a byte buffer,
+//! and a `*Repr` with `parse` and `emit`; [`Repr`] ties a whole datagram payload together.
 //!
 //! What it does not: no I/O (except the small [`pcap`] file writer for tests and debugging), no
 //! queue-pair state, no retransmission logic (that is `remora-fabric`), no UD/RD/XRC services, no
-//! atomics, no GRH/LRH (RoCEv1 or native InfiniBand), no CNP generation.
+//! atomics, no GRH/LRH (RoCEv1 or native InfiniBand), no CNP generation. It does not depend on
+//! the crates whose frames it encodes: what a code means there (a transport, a detector module, a
+//! ring layout) stays a plain number here, checked by the caller.
 //!
 //! ```
 //! use remora_wire::{icrc, BthRepr, Endpoints, Op, Opcode, Psn, Repr, RethRepr, Service};
@@ -43,6 +49,7 @@
 
 pub mod aeth;
 pub mod bth;
+pub mod ctrl;
 mod error;
 pub mod icrc;
 pub mod immdt;

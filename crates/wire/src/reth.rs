@@ -20,7 +20,7 @@ mod field {
 
 crate::view::fixed_view! {
     /// A read/write view of a RETH at the start of a buffer.
-    RETH_LEN
+    Packet, crate::RETH_LEN
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {

@@ -262,7 +262,8 @@ impl Shared {
             let have = c.re - c.rs;
             let mut need = HDR;
             if have >= HDR {
-                let f = Frame::decode(c.rx[c.rs..c.rs + HDR].try_into().expect("32 bytes"));
+                let f = Frame::parse(&FramePacket::new_unchecked(&c.rx[c.rs..c.rs + HDR]))
+                    .map_err(|e| format!("stream frame: {e}"))?;
                 if f.kind == DATA {
                     if f.imm as usize > MAX_HEADERS {
                         return Err(format!("DATA frame with {} header bytes", f.imm));
@@ -413,7 +414,7 @@ impl Shared {
         let mut acks_only = c.ctl.is_empty();
         while let Some((f, fd)) = c.ctl.pop_front() {
             self.flush_stage(c)?;
-            self.write_all(c, &[&f.encode()], fd.as_ref().map(|f| f.as_fd()))?;
+            self.write_all(c, &[&f.to_bytes()], fd.as_ref().map(|f| f.as_fd()))?;
         }
         let now = Instant::now();
         while let Some(t) = c.engine.poll_transmit_parts(now, &mut c.hdr) {
@@ -425,7 +426,7 @@ impl Shared {
             };
             let Some(src) = t.payload else {
                 acks_only &= c.hdr.first() == Some(&RC_ACKNOWLEDGE);
-                c.stage.extend_from_slice(&f.encode());
+                c.stage.extend_from_slice(&f.to_bytes());
                 c.stage.extend_from_slice(&c.hdr[..hl]);
                 continue;
             };
@@ -434,11 +435,11 @@ impl Shared {
             if matches!(self.path, DataPath::Shm) && self.announce(c, &src.region)? {
                 f.code = BYREF;
                 f.aux = src.region.addr() + src.offset as u64;
-                c.stage.extend_from_slice(&f.encode());
+                c.stage.extend_from_slice(&f.to_bytes());
                 c.stage.extend_from_slice(&c.hdr[..hl]);
                 continue;
             }
-            c.stage.extend_from_slice(&f.encode());
+            c.stage.extend_from_slice(&f.to_bytes());
             c.stage.extend_from_slice(&c.hdr[..hl]);
             // SAFETY: the engine checked the range (post-time validation or access check).
             let bytes = unsafe { region_slice(&src.region, src.offset, src.len) };
@@ -563,7 +564,7 @@ impl Shared {
             ..Frame::default()
         };
         self.flush_stage(c)?;
-        self.write_all(c, &[&map.encode()], Some(ro.as_fd()))?;
+        self.write_all(c, &[&map.to_bytes()], Some(ro.as_fd()))?;
         Ok(true)
     }
 }

@@ -25,7 +25,7 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use remora_wire::{icrc, Endpoints, ROCE_PORT};
+use remora_wire::{bth, icrc, Endpoints, ROCE_PORT};
 
 use crate::cq::Cq;
 use crate::engine::{Engine, PageInRequest, Stats};
@@ -316,11 +316,11 @@ impl Device {
         touched: &mut Vec<Arc<UdpQp>>,
     ) {
         self.stats.rx_datagrams.fetch_add(1, Ordering::Relaxed);
-        if dgram.len() < remora_wire::BTH_LEN {
+        let Ok(header) = bth::Packet::new_checked(dgram) else {
             self.stats.runts.fetch_add(1, Ordering::Relaxed);
             return;
-        }
-        let qpn = u32::from_be_bytes([0, dgram[5], dgram[6], dgram[7]]);
+        };
+        let qpn = header.dest_qp();
         let Some(qp) = self.qp(qpn) else {
             self.stats.unknown_qp.fetch_add(1, Ordering::Relaxed);
             return;
