@@ -29,7 +29,6 @@
 
 pub mod access;
 pub mod azint;
-pub mod bench;
 pub mod calib;
 pub mod config;
 pub mod control;

@@ -1,8 +1,8 @@
 //! One test per fixed bug, named after it (issue 10, finding 5 "daq has no resource limits" and
-//! finding 6 "Calibration.load on a directory says gain file has 4096 bytes").
+//! finding 6 "Calibration.load on a directory says gain file has 4096 bytes"). The stage
+//! benchmark's own limits are tested beside it, in the CLI (`crates/cli/src/daq/jungfrau.rs`).
 use std::path::{Path, PathBuf};
 
-use remora_daq::bench::{self, BenchConfig};
 use remora_daq::calib::{Calibration, GainMaps, PedestalMaps, GAIN_MAPS_PER_MODULE};
 use remora_daq::model::{Detector, MODULE_COLS, MODULE_PIXELS};
 use remora_daq::DaqError;
@@ -123,69 +123,6 @@ fn issue10_calibration_load_on_a_directory_says_it_is_a_directory() {
         m.contains("pedestal file has 12582912 bytes, expected 6291456 for 1 modules (6291456 bytes each); the size fits 2 modules"),
         "{m}"
     );
-}
-
-fn bench_config() -> BenchConfig {
-    BenchConfig {
-        modules: 1,
-        frames: 1,
-        threads: 1,
-        distinct: 1,
-        bins: 10,
-    }
-}
-
-#[test]
-fn issue10_bench_refuses_zero_frames_zero_distinct_and_unbounded_distinct() {
-    assert!(bench_config().check().is_ok());
-    let zero_frames = BenchConfig {
-        frames: 0,
-        ..bench_config()
-    };
-    assert!(bench::run(&zero_frames)
-        .unwrap_err()
-        .to_string()
-        .contains("at least 1 frame"));
-    let zero_distinct = BenchConfig {
-        distinct: 0,
-        ..bench_config()
-    };
-    assert!(zero_distinct.check().is_err());
-    // 256 MiB of raw frames: 256 of one module, 32 of a 4M.
-    assert_eq!(BenchConfig::max_distinct(1), 256);
-    assert_eq!(BenchConfig::max_distinct(8), 32);
-    assert_eq!(BenchConfig::max_distinct(64), 4);
-    let huge = BenchConfig {
-        distinct: 100_000,
-        ..bench_config()
-    };
-    let m = bench::run(&huge).unwrap_err().to_string();
-    assert!(
-        m.contains("100000 distinct frames: 1 to 256 are allowed"),
-        "{m}"
-    );
-    assert!(BenchConfig {
-        distinct: 256,
-        ..bench_config()
-    }
-    .check()
-    .is_ok());
-}
-
-#[test]
-fn issue10_bench_threads_are_capped_at_the_cpus() {
-    let cpus = bench::cpus();
-    let many = BenchConfig {
-        threads: 100_000,
-        ..bench_config()
-    };
-    assert_eq!(many.threads_used(), cpus);
-    let zero = BenchConfig {
-        threads: 0,
-        ..bench_config()
-    };
-    assert_eq!(zero.threads_used(), cpus);
-    assert_eq!(bench_config().threads_used(), 1);
 }
 
 /// Issue 11: the integration summed per-thread accumulators split by work stealing, so the

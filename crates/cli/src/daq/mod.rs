@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use remora_daq::bench::{self, BenchConfig};
+mod jungfrau;
+use jungfrau::{self as bench, BenchConfig};
 use remora_daq::engine::{EngineKind, Registry};
 use remora_daq::synth::{Synth, SynthConfig};
 

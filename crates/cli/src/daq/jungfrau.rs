@@ -6,14 +6,14 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::azint::{AzConfig, AzMatrix};
-use crate::calib::ConvTables;
-use crate::engine::{ConvOut, CpuEngine, Engine};
-use crate::model::{Detector, MODULE_PIXELS};
-use crate::pedestal::{DarkPattern, PedestalTracker};
-use crate::pipeline::{Outcome, Pipeline, PipelineConfig};
-use crate::synth::{Synth, SynthConfig};
-use crate::{DaqError, Result};
+use remora_daq::azint::{AzConfig, AzMatrix};
+use remora_daq::calib::ConvTables;
+use remora_daq::engine::{ConvOut, Engine};
+use remora_daq::model::{Detector, MODULE_PIXELS};
+use remora_daq::pedestal::{DarkPattern, PedestalTracker};
+use remora_daq::pipeline::{Outcome, Pipeline, PipelineConfig};
+use remora_daq::synth::{Synth, SynthConfig};
+use remora_daq::{DaqError, Result};
 
 /// Most raw bytes the distinct frames may take. Cycling frames only has to defeat the CPU caches
 /// (a chip's L3 is at most ~100 MiB), and the run holds each distinct frame four times over
@@ -179,9 +179,10 @@ fn bench_frames(cfg: &BenchConfig) -> Result<(SynthConfig, Synth, Vec<Vec<u16>>)
     Ok((sc, synth, raws))
 }
 
-/// Runs every stage on the `cpu-simd` engine.
+/// Runs every stage on the `cpu-simd` engine (what the tests of the limits call).
+#[cfg(test)]
 pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
-    let engine = std::sync::Arc::new(CpuEngine::new(cfg.threads_used())?);
+    let engine = std::sync::Arc::new(remora_daq::engine::CpuEngine::new(cfg.threads_used())?);
     run_with(cfg, engine, None)
 }
 
@@ -415,12 +416,11 @@ pub struct GpuChainReport {
 
 /// Runs `frames` frames through `engine`'s chain with `depth` in flight: seconds of the best of
 /// three rounds after a warm-up that fills every slot, and the counters over the three rounds.
-#[cfg(feature = "gpu")]
 fn chain_rounds(
-    engine: &crate::engine::GpuEngine,
+    engine: &remora_daq::engine::GpuEngine,
     raws: &[Vec<u16>],
     tables: &ConvTables,
-    plan: &crate::engine::FramePlan<'_>,
+    plan: &remora_daq::engine::FramePlan<'_>,
     frames: usize,
     depth: usize,
 ) -> Result<(f64, remora_accel::gpu::GpuCounters)> {
@@ -453,13 +453,12 @@ fn chain_rounds(
 /// The chained pipeline (convert+veto, CSR, assembly, integration; no pixels downloaded) on a
 /// GPU engine with `depth` frames in flight, its counters, and (where the device has
 /// timestamps) the device time of each stage.
-#[cfg(feature = "gpu")]
 pub fn gpu_chain(
     cfg: &BenchConfig,
-    engine: &crate::engine::GpuEngine,
+    engine: &remora_daq::engine::GpuEngine,
     depth: usize,
 ) -> Result<GpuChainReport> {
-    use crate::engine::{FramePlan, GpuEngine};
+    use remora_daq::engine::{FramePlan, GpuEngine};
     cfg.check()?;
     let depth = depth.max(1);
     let (sc, synth, raws) = bench_frames(cfg)?;
@@ -511,4 +510,72 @@ pub fn gpu_chain(
         device_ms,
         device: engine.device().info().to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{self as bench, BenchConfig};
+
+    fn bench_config() -> BenchConfig {
+        BenchConfig {
+            modules: 1,
+            frames: 1,
+            threads: 1,
+            distinct: 1,
+            bins: 10,
+        }
+    }
+
+    #[test]
+    fn issue10_bench_refuses_zero_frames_zero_distinct_and_unbounded_distinct() {
+        assert!(bench_config().check().is_ok());
+        let zero_frames = BenchConfig {
+            frames: 0,
+            ..bench_config()
+        };
+        assert!(bench::run(&zero_frames)
+            .unwrap_err()
+            .to_string()
+            .contains("at least 1 frame"));
+        let zero_distinct = BenchConfig {
+            distinct: 0,
+            ..bench_config()
+        };
+        assert!(zero_distinct.check().is_err());
+        // 256 MiB of raw frames: 256 of one module, 32 of a 4M.
+        assert_eq!(BenchConfig::max_distinct(1), 256);
+        assert_eq!(BenchConfig::max_distinct(8), 32);
+        assert_eq!(BenchConfig::max_distinct(64), 4);
+        let huge = BenchConfig {
+            distinct: 100_000,
+            ..bench_config()
+        };
+        let m = bench::run(&huge).unwrap_err().to_string();
+        assert!(
+            m.contains("100000 distinct frames: 1 to 256 are allowed"),
+            "{m}"
+        );
+        assert!(BenchConfig {
+            distinct: 256,
+            ..bench_config()
+        }
+        .check()
+        .is_ok());
+    }
+
+    #[test]
+    fn issue10_bench_threads_are_capped_at_the_cpus() {
+        let cpus = bench::cpus();
+        let many = BenchConfig {
+            threads: 100_000,
+            ..bench_config()
+        };
+        assert_eq!(many.threads_used(), cpus);
+        let zero = BenchConfig {
+            threads: 0,
+            ..bench_config()
+        };
+        assert_eq!(zero.threads_used(), cpus);
+        assert_eq!(bench_config().threads_used(), 1);
+    }
 }
