@@ -207,7 +207,8 @@ def test_a_token_guards_every_call_but_the_page(tmp_path):
             code, e = call(u, "POST", "/start", b"", headers, auth=False)
             assert code == 401 and "token" in e["error"]
             assert call(u, "PUT", "/config", CONFIG.format(frames=8, rate=0), headers, auth=False)[0] == 401
-            for path in ("/status", "/wait?timeout=0", "/config", "/preview/profile", "/events"):
+            for path in ("/status", "/wait?timeout=0", "/config", "/preview/profile", "/events",
+                         "/metrics"):
                 assert call(u, "GET", path, None, headers, auth=False)[0] == 401, (path, headers)
         assert call(u, "GET", "/status?token=wrong", auth=False)[0] == 401
         assert call(u, "GET", "/status?token=s3cret", auth=False)[1]["state"] == "configured"
@@ -253,7 +254,7 @@ def test_openapi_document_validates_and_holds_every_path_called(server):
     code, doc = call(server.url, "GET", "/openapi.json")
     assert code == 200 and doc["openapi"].startswith("3.")
     validator.validate(doc)
-    called = CALLED | {"/", "/events", "/openapi.json", "/wait", "/config"}
+    called = CALLED | {"/", "/events", "/openapi.json", "/wait", "/config", "/metrics"}
     called.discard("/no/such/path")
     missing = called - set(doc["paths"])
     assert not missing, missing

@@ -12,6 +12,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod metrics;
+
 /// Lazy-memory subcommands.
 #[derive(Subcommand)]
 pub enum Cmd {
@@ -69,6 +71,10 @@ pub struct ServeArgs {
     /// Transport.
     #[arg(long, value_enum, default_value = "tcp")]
     transport: ServeTransport,
+    /// Serve Prometheus metrics (reads of the source) at http://ADDR/metrics; no token: bind
+    /// it to loopback or a private network.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
 }
 
 fn parse_range(s: &str) -> Result<(u64, u64), String> {
@@ -191,6 +197,24 @@ fn serve(a: ServeArgs) -> Result<()> {
     if src.is_empty() {
         bail!("lazy serve: the source is empty");
     }
+    let counted = Arc::new(metrics::Counted::new(src));
+    let src: Arc<dyn PageSource> = counted.clone();
+    // Bound before the first stdout line, so that a parent that read it can scrape at once.
+    let _metrics = match a.metrics {
+        Some(addr) => {
+            let name = match a.transport {
+                ServeTransport::Tcp => "tcp",
+                ServeTransport::Udp => "udp",
+                ServeTransport::Shm => "shm",
+            };
+            let reg = Arc::new(metrics::metrics(counted, name));
+            let srv = remora_http::metrics::serve_metrics(addr, reg)
+                .with_context(|| format!("--metrics {addr}"))?;
+            tracing::info!("metrics on http://{}/metrics", srv.local_addr());
+            Some(srv)
+        }
+        None => None,
+    };
     let describe = src.describe();
     if let Some(t) = fabric_transport(a.transport) {
         // One-sided: clients READ the registered source (a file mapped live, others copied).

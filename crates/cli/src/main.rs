@@ -6,6 +6,7 @@ mod daq;
 mod fabric;
 mod kv;
 mod lazy;
+mod logging;
 mod matching;
 mod resize;
 
@@ -16,6 +17,16 @@ struct Cli {
     /// More log output (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// Log lines as text, or as one JSON object per line (for log collectors).
+    #[arg(
+        long,
+        value_enum,
+        default_value_t,
+        global = true,
+        env = "REMORA_LOG_FORMAT",
+        value_name = "FORMAT"
+    )]
+    log_format: logging::LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -72,42 +83,19 @@ enum BenchCmd {
     Migrate(kv::bench::BenchArgs),
 }
 
-/// Logs go to stderr, coloured only when stderr is a terminal and `NO_COLOR` is unset or empty
-/// (<https://no-color.org/>), so that piped or captured logs carry no escape sequences.
-fn init_logging(verbose: u8) {
-    use std::io::IsTerminal;
-    use tracing_subscriber::EnvFilter;
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        2 => "debug",
-        _ => "trace",
-    };
-    // wgpu warns at every device opening that host-visible storage buffers are slow on a
-    // discrete GPU: remora asks for them on purpose (results written where the host reads
-    // them, only the bytes a frame produced), so that notice stays out of the default log.
-    let default = format!("{default},wgpu_core::instance=error");
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(use_colour(
-            std::io::stderr().is_terminal(),
-            std::env::var_os("NO_COLOR"),
-        ))
-        .init();
-}
-
-/// Whether log lines may carry ANSI colours.
-fn use_colour(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
-    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
-}
-
 fn main() -> std::process::ExitCode {
     // `remora resize` takes ImageMagick's single-dash options (`-resize 50%`): see resize::im_args.
     let cli = Cli::parse_from(resize::im_args(std::env::args_os()));
-    init_logging(cli.verbose);
-    match run(cli.cmd) {
+    let log = logging::Logging {
+        verbose: cli.verbose,
+        format: cli.log_format,
+    };
+    // `kv serve` takes its options from memcached's command line, `--log-format` among them:
+    // it sets logging up once it has read them.
+    if !matches!(cli.cmd, Cmd::Kv(kv::Cmd::Serve { .. })) {
+        log.init();
+    }
+    match run(cli.cmd, log) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("Error: {}", report(&e));
@@ -135,10 +123,10 @@ fn report(e: &anyhow::Error) -> String {
     line
 }
 
-fn run(cmd: Cmd) -> anyhow::Result<()> {
+fn run(cmd: Cmd, log: logging::Logging) -> anyhow::Result<()> {
     match cmd {
         Cmd::Fabric(c) => fabric::run(c),
-        Cmd::Kv(c) => kv::run(c),
+        Cmd::Kv(c) => kv::run(c, log),
         Cmd::Lazy(c) => lazy::run(c),
         Cmd::Bench(BenchCmd::Fabric(a)) => fabric::bench(a),
         Cmd::Bench(BenchCmd::Part(a)) => fabric::part_bench(a),
@@ -157,16 +145,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{report, use_colour};
-    use std::ffi::OsString;
-
-    #[test]
-    fn colour_only_on_a_terminal_without_no_color() {
-        assert!(use_colour(true, None));
-        assert!(use_colour(true, Some(OsString::new())));
-        assert!(!use_colour(true, Some(OsString::from("1"))));
-        assert!(!use_colour(false, None));
-    }
+    use super::report;
 
     #[test]
     fn report_leaves_out_a_cause_already_in_the_message() {

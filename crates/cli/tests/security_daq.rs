@@ -544,6 +544,7 @@ fn issue27_finding10_every_api_call_needs_the_printed_token_and_the_page_shell_d
         ("GET", "/status"),
         ("GET", "/wait?timeout=0"),
         ("GET", "/events"),
+        ("GET", "/metrics"),
         ("GET", "/config"),
         ("PUT", "/config"),
         ("POST", "/start"),

@@ -1,5 +1,6 @@
-//! The HTTP front of remora's services (`remora daq serve`, `remora resize serve`): an accept
-//! loop that serves an axum [`Router`] to peers that may be hostile.
+//! The HTTP front of remora's services (`remora daq serve`, `remora resize serve`, and the
+//! `/metrics` of the others): an accept loop that serves an axum [`Router`] to peers that may
+//! be hostile.
 //!
 //! `axum::serve` takes every connection and waits on each for as long as the peer likes, so
 //! 20,000 connections that trickle one header byte at a time hold the whole file-descriptor
@@ -17,6 +18,9 @@
 //! `tokio::select!` with a shutdown signal) to stop accepting.
 //!
 //! Hand-written over `hyper` because axum's own `serve` exposes neither bound.
+//!
+//! [`metrics`] is the Prometheus `/metrics` every service shares: figures read at scrape time,
+//! both text formats, a route for an axum router and a small server of its own.
 //!
 //! ```no_run
 //! # async fn f() -> std::io::Result<()> {
@@ -41,6 +45,8 @@ use hyper_util::service::TowerToHyperService;
 use rustix::io::Errno;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+pub mod metrics;
 
 /// The bounds [`serve`] keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,14 +4,16 @@
 //! Invalid values are refused with memcached's messages.
 //!
 //! Split by job: [`args`] splits the command line into flags, this module applies them and
-//! checks the result, `suboptions` applies `-o`, `migrate` remora's `--migrate-…` options and
-//! `usage` holds the `-h` and `-i` texts.
+//! checks the result, `suboptions` applies `-o`, `migrate` remora's `--migrate-…` options,
+//! `service` remora's `--metrics` and `--log-format`, and `usage` holds the `-h` and `-i` texts.
 
 mod args;
 mod migrate;
+mod service;
 mod suboptions;
 mod usage;
 
+pub use service::LogFormat;
 pub use usage::{license, usage};
 
 use crate::handler::Settings;
@@ -134,6 +136,10 @@ pub struct Config {
     /// `--migrate-from HOST:PORT` (remora): pull a running cache from another server
     /// (post-copy live migration) instead of starting empty.
     pub migrate: Option<crate::migrate::MigrateFrom>,
+    /// `--metrics HOST:PORT` (remora): serve Prometheus `/metrics` there.
+    pub metrics: Option<std::net::SocketAddr>,
+    /// `--log-format text|json` (remora), when given.
+    pub log_format: Option<LogFormat>,
     /// `-o slab_chunk_max` was given (`no_modern` leaves it alone then).
     chunk_max_given: bool,
     /// `-N`: NAPI IDs memcached would select worker threads by (checked against `-t`).
@@ -215,10 +221,13 @@ impl Config {
             info: None,
             io: IoDriver::default(),
             migrate: None,
+            metrics: None,
+            log_format: None,
             chunk_max_given: false,
             napi_ids: 0,
         };
         cfg.migrate = migrate::migrate_options(&split.migrate)?;
+        (cfg.metrics, cfg.log_format) = service::service_options(&split.service)?;
         let mut given = Given::default();
         for (c, v) in split.flags {
             cfg.flag(c, v.unwrap_or_default(), &mut s, &mut given)?;

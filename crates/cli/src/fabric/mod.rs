@@ -54,6 +54,10 @@ pub struct ServeArgs {
     /// counted (as are those beyond 64 setups in progress).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub max_connections: u64,
+    /// Serve Prometheus metrics (the counters SIGUSR1 prints) at http://ADDR/metrics; no
+    /// token: bind it to loopback or a private network.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
     #[command(flatten)]
     pub part: PartArgs,
     #[command(flatten)]

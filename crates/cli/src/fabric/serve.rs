@@ -6,7 +6,7 @@
 //! it ever had. Two bounds keep a flood of connections from exhausting threads or memory: at
 //! most `--max-connections` queue pairs live at once, and at most [`MAX_SETUPS`] setups run at
 //! once; a connection beyond either is closed at once and counted. Counters go to stderr on exit
-//! and on SIGUSR1.
+//! and on SIGUSR1, and to Prometheus at `--metrics ADDR` (read at each scrape).
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,12 +44,18 @@ struct Counters {
 }
 
 impl Counters {
-    fn report(&self) -> String {
+    /// The queue pairs' counters, ended and live ones together, and how many are live.
+    fn totals(&self) -> (QpStats, usize) {
         let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         let mut t = *self.ended.lock().unwrap_or_else(|e| e.into_inner());
         for qp in live.values() {
             t.merge(&qp.stats());
         }
+        (t, live.len())
+    }
+
+    fn report(&self) -> String {
+        let (t, live) = self.totals();
         let e = t.engine;
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
@@ -62,7 +68,7 @@ impl Counters {
             n(&self.established),
             n(&self.setup_failed),
             n(&self.refused),
-            live.len(),
+            live,
             e.rx_packets,
             e.tx_packets,
             e.acks_sent,
@@ -94,6 +100,127 @@ impl Counters {
         self.held.fetch_sub(1, Ordering::AcqRel);
         self.gone.notify_all();
     }
+}
+
+/// The counters [`Counters::report`] prints, for Prometheus.
+fn metrics(c: Arc<Counters>) -> remora_http::metrics::Registry {
+    remora_http::metrics::registry(move |m| {
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let conns = [
+            (
+                "accepted",
+                "Connections accepted on the setup port.",
+                &c.accepted,
+            ),
+            (
+                "established",
+                "Connections set up into a queue pair.",
+                &c.established,
+            ),
+            (
+                "setup_failed",
+                "Connections whose setup failed.",
+                &c.setup_failed,
+            ),
+            (
+                "refused",
+                "Connections closed at once: over --max-connections or the setups in progress.",
+                &c.refused,
+            ),
+        ];
+        for (what, help, v) in conns {
+            m.counter(
+                &format!("remora_fabric_connections_{what}_total"),
+                help,
+                n(v),
+            );
+        }
+        let (t, live) = c.totals();
+        m.gauge(
+            "remora_fabric_connections_live",
+            "Queue pairs connected now.",
+            live,
+        );
+        let e = t.engine;
+        let counters = [
+            (
+                "packets_received",
+                "Packets received by the queue pairs.",
+                e.rx_packets,
+            ),
+            (
+                "packets_sent",
+                "Packets sent by the queue pairs.",
+                e.tx_packets,
+            ),
+            ("acks_sent", "ACK packets sent.", e.acks_sent),
+            ("naks_sent", "NAKs sent, of any kind.", e.naks_sent),
+            (
+                "access_errors",
+                "Remote accesses refused (wrong key, bounds, rights).",
+                e.access_errors,
+            ),
+            (
+                "invalid_requests",
+                "Requests refused as malformed.",
+                e.invalid_requests,
+            ),
+            (
+                "malformed_packets",
+                "Packets that did not parse (dropped).",
+                e.rx_malformed,
+            ),
+            (
+                "bad_pkey",
+                "Packets dropped for a P_Key outside the partition.",
+                e.bad_pkey,
+            ),
+            (
+                "icrc_errors",
+                "Datagrams dropped for a bad ICRC (udp).",
+                t.icrc_errors,
+            ),
+            (
+                "unknown_qp",
+                "Datagrams for unknown queue pairs (udp).",
+                t.unknown_qp,
+            ),
+            (
+                "page_faults",
+                "Packets that hit a non-resident page (PART).",
+                e.faults,
+            ),
+            (
+                "page_ins",
+                "Page-in requests handed to the driver (PART).",
+                e.page_ins,
+            ),
+            (
+                "pages_in",
+                "Pages made resident by those requests (PART).",
+                e.pages_in,
+            ),
+            ("fault_naks", "Fault NAKs sent (PART).", e.fault_naks),
+            (
+                "errs_sent",
+                "Explicit retransmission requests sent after a page-in (PART).",
+                e.errs_sent,
+            ),
+            (
+                "held_drops",
+                "Packets dropped behind a pending fault (PART).",
+                e.held_drops,
+            ),
+            (
+                "ring_completions",
+                "Entries taken from the shm completion ring.",
+                e.ring_completions,
+            ),
+        ];
+        for (what, help, v) in counters {
+            m.counter(&format!("remora_fabric_{what}_total"), help, v);
+        }
+    })
 }
 
 /// Prints the counters on SIGUSR1, and on SIGTERM/SIGINT before exiting.
@@ -139,6 +266,16 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let listener = Listener::bind(a.listen, pd.clone(), opts)?;
     let counters = Arc::new(Counters::default());
     on_signals(counters.clone())?;
+    let _metrics = match a.metrics {
+        Some(addr) => {
+            let reg = Arc::new(metrics(counters.clone()));
+            let srv = remora_http::metrics::serve_metrics(addr, reg)
+                .with_context(|| format!("--metrics {addr}"))?;
+            tracing::info!("metrics on http://{}/metrics", srv.local_addr());
+            Some(srv)
+        }
+        None => None,
+    };
     // The first stdout line tells a parent process where we listen.
     println!("listening on {}", listener.local_addr());
     std::io::stdout().flush().ok();

@@ -5,6 +5,7 @@ use anyhow::Context;
 use clap::Subcommand;
 
 pub mod bench;
+mod metrics;
 mod migrate;
 
 /// `remora kv` subcommands.
@@ -25,10 +26,11 @@ pub enum Cmd {
     Migrate(migrate::Args),
 }
 
-/// Runs a `remora kv` subcommand.
-pub fn run(cmd: Cmd) -> anyhow::Result<()> {
+/// Runs a `remora kv` subcommand; `log` is set up here for `serve` (once its own
+/// `--log-format` is read), by the caller for the others.
+pub fn run(cmd: Cmd, log: crate::logging::Logging) -> anyhow::Result<()> {
     match cmd {
-        Cmd::Serve { args } => serve(&raw_serve_args().unwrap_or(args)),
+        Cmd::Serve { args } => serve(&raw_serve_args().unwrap_or(args), log),
         Cmd::Migrate(a) => migrate::run(a),
     }
 }
@@ -42,8 +44,13 @@ fn raw_serve_args() -> Option<Vec<String>> {
     Some(all[serve + 1..].to_vec())
 }
 
-fn serve(args: &[String]) -> anyhow::Result<()> {
-    let mut cfg = match remora_kv::Config::parse(args) {
+fn serve(args: &[String], mut log: crate::logging::Logging) -> anyhow::Result<()> {
+    let parsed = remora_kv::Config::parse(args);
+    if let Ok(Some(f)) = parsed.as_ref().map(|c| c.log_format) {
+        log.format = f.into();
+    }
+    log.init();
+    let mut cfg = match parsed {
         Ok(c) => c,
         Err(e) => {
             // memcached prints the bare message and exits with EX_USAGE.
@@ -94,6 +101,20 @@ fn serve(args: &[String]) -> anyhow::Result<()> {
         }
     }
     tracing::info!("remora kv: worker I/O loop {:?}", server.io_driver);
+    // After the fork (-d): the daemon serves the metrics; memcached_exporter's port is 9150.
+    let _metrics = match cfg.metrics {
+        Some(addr) => {
+            let reg = std::sync::Arc::new(metrics::metrics(server.cache.clone()));
+            let srv = remora_http::metrics::serve_metrics(addr, reg)
+                .with_context(|| format!("--metrics {addr}"))?;
+            tracing::info!("metrics on http://{}/metrics", srv.local_addr());
+            if cfg.verbose > 0 {
+                eprintln!("metrics on http://{}/metrics", srv.local_addr());
+            }
+            Some(srv)
+        }
+        None => None,
+    };
     if cfg.verbose > 0 {
         for a in &server.tcp_addrs {
             eprintln!("server listening (tcp) on {a}");

@@ -3,10 +3,12 @@
 //! annotations and the reported types, with utoipa), a status stream as server-sent events,
 //! previews, and the live view page built into the binary.
 //!
-//! Every API call (status, waiting, events, configuration, control and previews) needs the
-//! service's token when it has one: `Authorization: Bearer TOKEN`, or `?token=TOKEN` in the
-//! query (what the page uses for its image and event stream, which cannot set headers). Only the
-//! page shell (`/`) and `/openapi.json` are open: neither says anything about the service.
+//! Every API call (status, waiting, events, metrics, configuration, control and previews) needs
+//! the service's token when it has one: `Authorization: Bearer TOKEN`, or `?token=TOKEN` in the
+//! query (what the page uses for its image and event stream, which cannot set headers). Only
+//! the page shell (`/`) and `/openapi.json` are open: neither says anything about the service.
+//! `/metrics` says what runs and how fast, so it is not: Prometheus sends the token as its
+//! bearer token.
 //! Every error is `{"error": "..."}` with a 4xx status: 400 for a bad request, 401 without the
 //! token, 404 for nothing there, 409 for a request that does not fit the state, 413 for a body
 //! over [`BODY_LIMIT`].
@@ -14,7 +16,6 @@
 //! Waiting (`/wait`) and the status stream wait on a notifier fed by the service
 //! ([`Service::on_change`]), not on threads: any number of them leave the previews, which
 //! render on the blocking pool, their threads.
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +40,8 @@ use super::status::{
 };
 use crate::engine::calibrate::{EngineChoice, EngineFigure, How, Source};
 
+pub use super::server::{Server, ServerOptions};
+use remora_http::metrics::Registry;
 pub use remora_http::{Limits, Stats};
 
 /// Largest request body accepted (a configuration is a few kilobytes).
@@ -58,6 +61,8 @@ struct App {
     images: Arc<ImageCache>,
     /// The service's generation, sent on every change ([`Service::on_change`]).
     changes: tokio::sync::watch::Receiver<u64>,
+    /// What `/metrics` reports ([`super::metrics`]).
+    metrics: Arc<Registry>,
 }
 
 /// An error answer: `{"error": "..."}`.
@@ -391,6 +396,15 @@ async fn preview_profile(AxState(app): AxState<App>) -> Result<Json<ProfileOut>,
     Ok(Json((*p).clone()))
 }
 
+#[utoipa::path(get, path = "/metrics", tag = "status",
+    responses((status = 200, description = "The state, the current or last run's counters and rates (gauges that start again with each run), the engine and the HTTP listener's connections, for Prometheus: the text format 0.0.4, or OpenMetrics 1.0 when the Accept header prefers it. Needs the token like every call: give Prometheus the token as its bearer token (`authorization: {credentials_file: ...}`)",
+                   content((String = "text/plain"), (String = "application/openmetrics-text"))),
+              (status = 401, description = "Token required", body = ApiError)),
+    security(("bearer" = []), ("token" = [])))]
+async fn metrics(AxState(app): AxState<App>, headers: HeaderMap) -> Response {
+    remora_http::metrics::response(&app.metrics, &headers)
+}
+
 #[utoipa::path(get, path = "/", tag = "page",
     responses((status = 200, description = "The live view", content_type = "text/html", body = String)))]
 async fn page() -> impl IntoResponse {
@@ -437,23 +451,26 @@ impl utoipa::Modify for BearerScheme {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "remora acquisition control", description = "Configure, start and stop JUNGFRAU acquisitions and dark runs; watch counters, rates and previews. Every call but / and /openapi.json needs the token the service printed at start (unless it was started with --no-token), as a bearer token or as ?token=."),
-    paths(status, wait, events, get_config, put_config, start, stop, pedestal, preview_image, preview_profile, page, openapi_json),
+    paths(status, wait, events, metrics, get_config, put_config, start, stop, pedestal, preview_image, preview_profile, page, openapi_json),
     components(schemas(Status, Counters, Rates, ReceiverStatus, ModuleStatus, PedestalInfo, PreviewInfo, ProfileOut, State, RunKind, ApiError, RunAnswer, PedestalRequest, EngineChoice, EngineFigure, How, Source)),
     modifiers(&BearerScheme)
 )]
 pub struct ApiDoc;
 
-/// The router: every path of [`ApiDoc`], behind the token check when `token` is given.
-pub fn router(svc: Service, token: Option<String>) -> Router {
+/// The router: every path of [`ApiDoc`], behind the token check when `token` is given;
+/// `/metrics` reports `http`, the counters of the loop that serves it.
+pub fn router(svc: Service, token: Option<String>, http: Arc<Stats>) -> Router {
     let (tx, changes) = tokio::sync::watch::channel(svc.generation());
     svc.on_change(move |g| {
         tx.send_replace(g);
     });
+    let registry = Arc::new(super::metrics::service_registry(svc.clone(), http));
     let app = App {
         svc,
         token: token.map(Arc::from),
         images: Arc::default(),
         changes,
+        metrics: registry,
     };
     Router::new()
         .route("/", get(page))
@@ -461,6 +478,7 @@ pub fn router(svc: Service, token: Option<String>) -> Router {
         .route("/status", get(status))
         .route("/wait", get(wait))
         .route("/events", get(events))
+        .route("/metrics", get(metrics))
         .route("/config", get(get_config).put(put_config))
         .route("/start", post(start))
         .route("/stop", post(stop))
@@ -474,129 +492,4 @@ pub fn router(svc: Service, token: Option<String>) -> Router {
             require_token,
         ))
         .with_state(app)
-}
-
-/// Puts the calling thread in the idle scheduling class (SCHED_IDLE): it runs only on cycles the
-/// acquisition leaves, and never preempts it. A nice value is not enough: a woken nice-10
-/// thread still takes a core from a 2-thread pipeline stage at its join, which measured as a few
-/// percent of the end-to-end rate on a 2-core machine.
-fn lower_priority() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler reads `param` only during the call; on Linux, pid 0 is the
-    // calling thread (scheduling policies are per thread).
-    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-    if r != 0 {
-        tracing::debug!(
-            "moving the HTTP threads to SCHED_IDLE: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
-/// How a [`Server`] is reached and bounded.
-#[derive(Debug, Clone, Default)]
-pub struct ServerOptions {
-    /// The token every API call must carry; `None`: none (loopback only, the caller decides).
-    /// An empty token is refused.
-    pub token: Option<String>,
-    /// Connection cap and header timeout.
-    pub limits: Limits,
-}
-
-/// A server running on a thread of its own.
-pub struct Server {
-    addr: SocketAddr,
-    stats: Arc<Stats>,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Server {
-    /// Binds `listen` and serves `svc` on two worker threads (the acquisition needs the cores
-    /// more than the API does), within `opts.limits`.
-    pub fn spawn(svc: Service, listen: SocketAddr, opts: ServerOptions) -> std::io::Result<Server> {
-        if opts.token.as_deref() == Some("") {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "an empty token would lock every call out",
-            ));
-        }
-        if opts.limits.max_connections == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "a connection cap of 0 would refuse every client",
-            ));
-        }
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .max_blocking_threads(4)
-            .thread_name("daq-http")
-            .on_thread_start(lower_priority)
-            .enable_all()
-            .build()?;
-        let listener = rt.block_on(tokio::net::TcpListener::bind(listen))?;
-        let addr = listener.local_addr()?;
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let stats = Arc::new(Stats::default());
-        let app = {
-            let _guard = rt.enter();
-            router(svc, opts.token)
-        };
-        let limits = opts.limits;
-        let served_stats = stats.clone();
-        let thread = std::thread::Builder::new()
-            .name("daq-http-main".into())
-            .spawn(move || {
-                lower_priority();
-                rt.block_on(async move {
-                    // Not a graceful shutdown: status streams stay open as long as their pages.
-                    tokio::select! {
-                        r = remora_http::serve(listener, app, limits, served_stats) => {
-                            if let Err(e) = r {
-                                tracing::warn!("http server: {e}");
-                            }
-                        }
-                        _ = rx => {}
-                    }
-                });
-                // Streams (the status events) never end by themselves: do not wait for them.
-                rt.shutdown_timeout(Duration::from_millis(200));
-            })?;
-        Ok(Server {
-            addr,
-            stats,
-            shutdown: Some(tx),
-            thread: Some(thread),
-        })
-    }
-
-    /// The address it listens on.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// What the accept loop did: connections open, refused over the cap, timed out.
-    pub fn stats(&self) -> &Stats {
-        &self.stats
-    }
-
-    /// Stops serving (open streams are cut).
-    pub fn shutdown(mut self) {
-        self.stop();
-    }
-
-    fn stop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }

@@ -10,7 +10,8 @@
 //! - [`live`] and [`status`]: counters and rates while a run goes on, and the reported types.
 //! - [`image`]: preview frames as PNG.
 //! - `http` (feature `http`): the axum router, its OpenAPI document and the embedded page;
-//!   `auth`: the token check in front of it.
+//!   `auth`: the token check in front of it; `metrics`: what `/metrics` reports; `server`:
+//!   the router on threads of its own.
 pub mod image;
 pub mod live;
 pub mod service;
@@ -21,6 +22,10 @@ pub mod status;
 mod auth;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "http")]
+pub mod metrics;
+#[cfg(feature = "http")]
+mod server;
 
 pub use crate::tap::{Preview, StopGate, Tap};
 pub use service::{ConfigFormat, ControlError, Service, ServiceOptions};

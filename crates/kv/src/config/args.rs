@@ -1,8 +1,10 @@
 //! The command line split into flags as getopt_long splits memcached's: clustered short flags
 //! (`-vvk`, `-t4`), long options (`--threads=4`, `--threads 4`, or any unambiguous prefix such as
-//! `--thr=4`) mapped to the short flag they stand for, and remora's migration options.
+//! `--thr=4`) mapped to the short flag they stand for, and remora's migration and service
+//! options.
 
 use super::migrate::MIGRATE_OPTS;
+use super::service::SERVICE_OPTS;
 use super::{err, ConfigError};
 
 /// How a long option takes its value (getopt_long's `has_arg`).
@@ -63,13 +65,15 @@ fn takes_value(c: char) -> bool {
     "pUlsamctIbBRuoPfnDeYN".contains(c)
 }
 
-/// A command line split into memcached's flags and remora's migration options.
+/// A command line split into memcached's flags and remora's own options.
 #[derive(Debug, Default)]
 pub(super) struct Split {
     /// Short flags in command-line order, long options mapped to theirs, with their values.
     pub flags: Vec<(char, Option<String>)>,
     /// `--migrate-…` options (remora's), with their values.
     pub migrate: Vec<(&'static str, String)>,
+    /// `--metrics` and `--log-format` (remora's), with their values.
+    pub service: Vec<(&'static str, String)>,
 }
 
 /// The long option `name` names: an exact name, else the only one it is a prefix of (as
@@ -114,11 +118,16 @@ pub(super) fn split<S: AsRef<str>>(args: &[S]) -> Result<Split, ConfigError> {
                 Some((n, v)) => (n, Some(v.to_string())),
                 None => (long, None),
             };
-            if let Some(opt) = MIGRATE_OPTS.iter().find(|o| **o == name) {
+            let remora = MIGRATE_OPTS.iter().chain(&SERVICE_OPTS);
+            if let Some(&opt) = remora.into_iter().find(|o| **o == name) {
                 let Some(v) = val.or_else(|| next(&mut i)) else {
                     return err(format!("option '--{name}' requires an argument"));
                 };
-                out.migrate.push((opt, v));
+                if SERVICE_OPTS.contains(&opt) {
+                    out.service.push((opt, v));
+                } else {
+                    out.migrate.push((opt, v));
+                }
                 continue;
             }
             let (full, arg, c) = long_option(name)?;

@@ -406,3 +406,34 @@ fn napi_ids_are_checked_like_memcached() {
         "Number of napi_ids(4) cannot be greater than number of threads(2)"
     );
 }
+
+#[test]
+fn metrics_and_log_format_are_remoras_options_beside_memcacheds() {
+    let c = Config::parse(&[
+        "-p",
+        "11212",
+        "--metrics",
+        "127.0.0.1:9150",
+        "-vv",
+        "--log-format=json",
+    ])
+    .unwrap();
+    assert_eq!(c.metrics, Some("127.0.0.1:9150".parse().unwrap()));
+    assert_eq!(c.log_format, Some(LogFormat::Json));
+    assert_eq!((c.settings.tcpport, c.verbose), (11212, 2));
+    let c = Config::parse(&["--metrics=localhost:0"]).unwrap();
+    assert!(c.metrics.unwrap().ip().is_loopback());
+    let c = Config::parse(&["-p", "1"]).unwrap();
+    assert_eq!((c.metrics, c.log_format), (None, None));
+    let e = |a: &[&str]| Config::parse(a).unwrap_err().0;
+    assert!(e(&["--metrics", "9150"]).contains("HOST:PORT"));
+    assert_eq!(e(&["--metrics"]), "option '--metrics' requires an argument");
+    assert_eq!(
+        e(&["--log-format", "xml"]),
+        "--log-format xml: text or json"
+    );
+    // Whole names only: memcached's prefix rule does not reach them, and memcached's own
+    // prefixes mean what they meant.
+    assert_eq!(e(&["--metr=1"]), "memcached: unrecognized option '--metr'");
+    assert!(e(&["--me", "1"]).contains("ambiguous"));
+}

@@ -57,6 +57,9 @@ pub fn usage() -> String {
      -N, --napi-ids=<num>      accepted with a warning, no effect (connections go to the\n\
                                worker threads round-robin)\n\
      -S, -Z                    refused: this build has no such authentication or encryption\n\
+     --metrics=<host:port>     (remora) Prometheus metrics at http://host:port/metrics,\n\
+                               under memcached_exporter's names\n\
+     --log-format=text|json    (remora) log lines as text or as JSON objects\n\
      -h, --help                print this help and exit\n\
      -i, --license             print the license and exit\n\
      -V, --version             print memcached's version line and exit\n\

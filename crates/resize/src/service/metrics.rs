@@ -1,8 +1,9 @@
-//! The service's counters, rendered in the Prometheus text format (version 0.0.4).
+//! The service's counters, for `/metrics` (through `remora_http::metrics`: the Prometheus text
+//! format 0.0.4, or OpenMetrics when the scraper prefers it).
 
 use super::pool::PoolCounts;
+use remora_http::metrics::Families;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -66,126 +67,71 @@ impl Metrics {
         l.duration_sum += s;
     }
 
-    /// The Prometheus text.
-    pub(crate) fn render(&self) -> String {
+    /// What `/metrics` reports, read at each scrape (the names are the service's own, and
+    /// stay as they were when this text was written by hand).
+    pub(crate) fn report(&self, m: &mut Families) {
         let l = self.labelled.lock().unwrap_or_else(|e| e.into_inner());
-        let mut o = String::new();
-        let head = |o: &mut String, name: &str, kind: &str, help: &str| {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
-        head(
-            &mut o,
-            "remora_resize_requests_total",
-            "counter",
-            "Image requests answered, by HTTP status.",
-        );
         for (status, n) in &l.requests {
-            let _ = writeln!(o, "remora_resize_requests_total{{status=\"{status}\"}} {n}");
-        }
-        head(
-            &mut o,
-            "remora_resize_errors_total",
-            "counter",
-            "Image requests that failed, by kind.",
-        );
-        for (kind, n) in &l.errors {
-            let _ = writeln!(o, "remora_resize_errors_total{{kind=\"{kind}\"}} {n}");
-        }
-        head(
-            &mut o,
-            "remora_resize_request_duration_seconds",
-            "histogram",
-            "Time from an image request's arrival to its answer.",
-        );
-        let mut cumulative = 0;
-        for (b, n) in BUCKETS.iter().zip(&l.buckets) {
-            cumulative += n;
-            let _ = writeln!(
-                o,
-                "remora_resize_request_duration_seconds_bucket{{le=\"{b}\"}} {cumulative}"
+            m.counter_with(
+                "remora_resize_requests_total",
+                "Image requests answered, by HTTP status.",
+                &[("status", &status.to_string())],
+                *n,
             );
         }
-        cumulative += l.buckets[BUCKETS.len()];
-        let _ = writeln!(
-            o,
-            "remora_resize_request_duration_seconds_bucket{{le=\"+Inf\"}} {cumulative}"
-        );
-        let _ = writeln!(
-            o,
-            "remora_resize_request_duration_seconds_sum {}",
-            l.duration_sum
-        );
-        let _ = writeln!(
-            o,
-            "remora_resize_request_duration_seconds_count {cumulative}"
+        for (kind, n) in &l.errors {
+            m.counter_with(
+                "remora_resize_errors_total",
+                "Image requests that failed, by kind.",
+                &[("kind", kind)],
+                *n,
+            );
+        }
+        let buckets: Vec<(f64, u64)> = BUCKETS
+            .iter()
+            .copied()
+            .chain([f64::INFINITY])
+            .zip(l.buckets)
+            .collect();
+        m.histogram_with(
+            "remora_resize_request_duration_seconds",
+            "Time from an image request's arrival to its answer.",
+            &[],
+            &buckets,
+            l.duration_sum,
         );
         drop(l);
-        let gauges: [(&str, &str, &str, u64); 10] = [
-            (
-                "remora_resize_requests_in_progress",
-                "gauge",
-                "Image requests being answered now.",
-                self.in_progress.load(Ordering::Relaxed),
-            ),
-            (
-                "remora_resize_queue_depth",
-                "gauge",
-                "Jobs waiting for a resize worker.",
-                self.pool.queued.load(Ordering::Relaxed) as u64,
-            ),
-            (
-                "remora_resize_workers",
-                "gauge",
-                "Resize worker threads.",
-                self.workers as u64,
-            ),
-            (
-                "remora_resize_images_in_progress",
-                "gauge",
-                "Jobs queued or running on a worker.",
-                self.pool.pending.load(Ordering::Relaxed) as u64,
-            ),
-            (
-                "remora_resize_input_bytes_total",
-                "counter",
-                "Bytes of source images read (bodies and sources).",
-                self.input_bytes.load(Ordering::Relaxed),
-            ),
-            (
-                "remora_resize_output_bytes_total",
-                "counter",
-                "Bytes of resized images sent.",
-                self.output_bytes.load(Ordering::Relaxed),
-            ),
-            (
-                "remora_resize_connections_open",
-                "gauge",
-                "Connections open on the API listener.",
-                self.http.open(),
-            ),
-            (
-                "remora_resize_connections_accepted_total",
-                "counter",
-                "Connections let through to the API.",
-                self.http.accepted(),
-            ),
-            (
-                "remora_resize_connections_refused_total",
-                "counter",
-                "Connections answered 503 and closed because --max-connections were open.",
-                self.http.refused(),
-            ),
-            (
-                "remora_resize_connections_timed_out_total",
-                "counter",
-                "Connections closed because a request head did not arrive within --header-timeout.",
-                self.http.timed_out(),
-            ),
-        ];
-        for (name, kind, help, v) in gauges {
-            head(&mut o, name, kind, help);
-            let _ = writeln!(o, "{name} {v}");
-        }
-        o
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        m.gauge(
+            "remora_resize_requests_in_progress",
+            "Image requests being answered now.",
+            n(&self.in_progress),
+        )
+        .gauge(
+            "remora_resize_queue_depth",
+            "Jobs waiting for a resize worker.",
+            self.pool.queued.load(Ordering::Relaxed) as u64,
+        )
+        .gauge(
+            "remora_resize_workers",
+            "Resize worker threads.",
+            self.workers,
+        )
+        .gauge(
+            "remora_resize_images_in_progress",
+            "Jobs queued or running on a worker.",
+            self.pool.pending.load(Ordering::Relaxed) as u64,
+        )
+        .counter(
+            "remora_resize_input_bytes_total",
+            "Bytes of source images read (bodies and sources).",
+            n(&self.input_bytes),
+        )
+        .counter(
+            "remora_resize_output_bytes_total",
+            "Bytes of resized images sent.",
+            n(&self.output_bytes),
+        )
+        .http("remora_resize", &self.http);
     }
 }

@@ -93,15 +93,12 @@ pub(super) async fn health() -> &'static str {
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "service",
-    responses((status = 200, description = "Prometheus text: requests, errors, durations, requests and images in progress, workers, connections. On the --metrics address instead when one is given", body = String, content_type = "text/plain; version=0.0.4")))]
-pub(super) async fn metrics(State(app): State<App>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        app.metrics.render(),
-    )
+    responses((status = 200, description = "Prometheus text format 0.0.4 (OpenMetrics 1.0 when the Accept header prefers it): requests, errors, durations, requests and images in progress, workers, connections. On the --metrics address instead when one is given",
+                   content((String = "text/plain; version=0.0.4"), (String = "application/openmetrics-text")))))]
+pub(super) async fn metrics(State(app): State<App>, headers: HeaderMap) -> Response {
+    let m = app.metrics.clone();
+    let registry = remora_http::metrics::registry(move |f| m.report(f));
+    remora_http::metrics::response(&registry, &headers)
 }
 
 /// Counts the request in progress while it runs (also when the client goes away).
