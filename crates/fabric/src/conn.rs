@@ -27,7 +27,7 @@ use remora_wire::ctrl::{region, setup, RegionPacket, RegionRepr, SetupPacket, Se
 use remora_wire::{Psn, Service};
 
 use crate::cq::Cq;
-use crate::engine::{Engine, EngineConfig};
+use crate::engine::{EngineConfig, QpProtocol};
 use crate::error::{io_err, Error, Result};
 use crate::options::{QpOptions, QpType, Transport};
 use crate::qp::{Inner, Qp};
@@ -494,7 +494,7 @@ fn establish(
             cfg.window = opts.window.max(1);
             cfg.part = opts.part;
             cfg.pkey = opts.pkey;
-            let engine = Engine::new(cfg, pd);
+            let engine = QpProtocol::new(cfg, pd);
             let local_ip = dev.dev.local_addr().ip();
             let qp = UdpQp::new(
                 engine,

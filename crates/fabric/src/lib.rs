@@ -11,7 +11,7 @@
 //!   side ever reaches memory that was not handed over (see `docs/security.md`);
 //! - `tcp`: a framed stream, the baseline.
 //!
-//! The RC/UC protocol is a sans-IO state machine ([`engine::Engine`]): PSNs, coalesced ACKs,
+//! The RC/UC protocol is a sans-IO state machine ([`engine::QpProtocol`]): PSNs, coalesced ACKs,
 //! NAKs, go-back-N with a microsecond retransmission timer and retry limits; transports are thin
 //! drivers around it. Connections are set up out of band over a small TCP exchange
 //! ([`Listener`], [`connect`]).

@@ -80,7 +80,7 @@ pub use engine::{resize, resize_jpeg, resize_png, Output};
 pub use error::{Error, Result};
 pub use exif::exif_with_orientation;
 pub use geometry::{Geometry, GeometryError};
-pub use options::{Engine, Filter, Format, Job, Limits, Sampling};
+pub use options::{Filter, Format, Job, Limits, ResampleEngine, Sampling};
 pub use quality::{estimate_quality, DEFAULT_QUALITY};
 
 /// The quality ImageMagick would use for this JPEG when none is given: the estimate from its

@@ -80,7 +80,7 @@ impl fmt::Display for Filter {
 
 /// Which engine does the resample (decode and encode stay on the CPU either way).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Engine {
+pub enum ResampleEngine {
     /// fast_image_resize's SIMD convolution on the calling thread (`cpu-fir`); the default.
     #[default]
     Cpu,
@@ -94,13 +94,13 @@ pub enum Engine {
     Auto,
 }
 
-impl FromStr for Engine {
+impl FromStr for ResampleEngine {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "cpu" => Ok(Engine::Cpu),
-            "gpu" => Ok(Engine::Gpu),
-            "auto" => Ok(Engine::Auto),
+            "cpu" => Ok(ResampleEngine::Cpu),
+            "gpu" => Ok(ResampleEngine::Gpu),
+            "auto" => Ok(ResampleEngine::Auto),
             _ => Err(Error::BadOption(format!(
                 "unknown engine {s:?} (cpu, gpu or auto)"
             ))),
@@ -108,12 +108,12 @@ impl FromStr for Engine {
     }
 }
 
-impl fmt::Display for Engine {
+impl fmt::Display for ResampleEngine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Engine::Cpu => "cpu",
-            Engine::Gpu => "gpu",
-            Engine::Auto => "auto",
+            ResampleEngine::Cpu => "cpu",
+            ResampleEngine::Gpu => "gpu",
+            ResampleEngine::Auto => "auto",
         })
     }
 }
@@ -279,8 +279,8 @@ pub struct Job {
     pub format: Option<Format>,
     /// Size limits.
     pub limits: Limits,
-    /// The resampling engine ([`Engine::Cpu`] unless chosen).
-    pub engine: Engine,
+    /// The resampling engine ([`ResampleEngine::Cpu`] unless chosen).
+    pub engine: ResampleEngine,
     /// Longest the job may take, from its start; checked between stages and inside the long
     /// loops (resample tiles, PNG rows), so a job ends shortly after it. `None`: no limit.
     pub timeout: Option<Duration>,
@@ -301,7 +301,7 @@ impl Job {
             auto_orient: false,
             format: None,
             limits: Limits::default(),
-            engine: Engine::Cpu,
+            engine: ResampleEngine::Cpu,
             timeout: None,
         }
     }

@@ -199,7 +199,7 @@ pub fn image_info(data: &[u8]) -> Result<ImageInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::options::Engine;
+    use crate::options::ResampleEngine;
     use crate::orient::Pixels;
 
     fn photo_like(w: u32, h: u32, c: u8) -> Vec<u8> {
@@ -231,7 +231,8 @@ mod tests {
                     };
                     let stop = crate::budget::Stop::never();
                     let (want, _) =
-                        crate::resample::resize(px, tw, th, Some(f), Engine::Cpu, &stop).unwrap();
+                        crate::resample::resize(px, tw, th, Some(f), ResampleEngine::Cpu, &stop)
+                            .unwrap();
                     assert_eq!((out.width, out.height), (tw, th));
                     assert!(out.data == want.data, "{c} channels, {geometry}, {f}");
                 }

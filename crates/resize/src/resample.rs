@@ -1,6 +1,6 @@
 //! The separable resample behind one trait, [`Resampler`]: the CPU engine (fast_image_resize's
 //! SIMD convolution on 8-bit pixels, `cpu-fir`) and, with the `gpu` feature, the GPU engine
-//! ([`crate::gpu::GpuResampler`], `gpu-wgpu`); [`Engine`] picks one, [`resamplers`] lists every
+//! ([`crate::gpu::GpuResampler`], `gpu-wgpu`); [`ResampleEngine`] picks one, [`resamplers`] lists every
 //! engine this machine has (the cross-engine tests and `remora bench resize --engine all`).
 //!
 //! ```
@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use crate::budget::Stop;
 use crate::error::{Error, Result};
-use crate::options::{Engine, Filter};
+use crate::options::{Filter, ResampleEngine};
 use crate::orient::Pixels;
 use fast_image_resize as fir;
 
@@ -152,14 +152,16 @@ impl Resampler for CpuResampler {
     }
 }
 
-impl Engine {
-    /// The engine this choice runs on this machine: [`Engine::Gpu`] fails with [`Error::Gpu`]
-    /// when no device opens; [`Engine::Auto`] is the GPU's only on a hardware GPU.
+impl ResampleEngine {
+    /// The engine this choice runs on this machine: [`ResampleEngine::Gpu`] fails with [`Error::Gpu`]
+    /// when no device opens; [`ResampleEngine::Auto`] is the GPU's only on a hardware GPU.
     pub fn resampler(self) -> Result<Arc<dyn Resampler>> {
         match self {
-            Engine::Cpu => Ok(Arc::new(CpuResampler)),
-            Engine::Gpu => gpu_resampler(false),
-            Engine::Auto => Ok(gpu_resampler(true).unwrap_or_else(|_| Arc::new(CpuResampler))),
+            ResampleEngine::Cpu => Ok(Arc::new(CpuResampler)),
+            ResampleEngine::Gpu => gpu_resampler(false),
+            ResampleEngine::Auto => {
+                Ok(gpu_resampler(true).unwrap_or_else(|_| Arc::new(CpuResampler)))
+            }
         }
     }
 }
@@ -196,7 +198,7 @@ pub(crate) fn resize(
     w: u32,
     h: u32,
     filter: Option<Filter>,
-    engine: Engine,
+    engine: ResampleEngine,
     stop: &Stop<'_>,
 ) -> Result<(Pixels, Option<&'static str>)> {
     let (w, h) = (w.max(1), h.max(1));
@@ -228,7 +230,7 @@ pub(crate) fn run(
     channels: u8,
     to: (u32, u32),
     filter: Filter,
-    engine: Engine,
+    engine: ResampleEngine,
     stop: &Stop<'_>,
 ) -> Result<(Vec<u8>, &'static str)> {
     let cpu = |stop: &Stop<'_>| -> Result<Vec<u8>> {
@@ -238,7 +240,7 @@ pub(crate) fn run(
         }
         crate::tiling::resize(src, size, channels, to, filter, stop)
     };
-    if engine == Engine::Cpu {
+    if engine == ResampleEngine::Cpu {
         return Ok((cpu(stop)?, CPU_ENGINE));
     }
     let r = engine.resampler()?;
@@ -248,7 +250,7 @@ pub(crate) fn run(
     stop.check("resample")?;
     match r.resample(src, size, channels, to, filter) {
         Ok(v) => Ok((v, r.name())),
-        Err(Error::Gpu(_)) if engine == Engine::Auto => Ok((cpu(stop)?, CPU_ENGINE)),
+        Err(Error::Gpu(_)) if engine == ResampleEngine::Auto => Ok((cpu(stop)?, CPU_ENGINE)),
         Err(e) => Err(e),
     }
 }
@@ -261,15 +263,15 @@ pub(crate) fn working_bytes(
     to: (u32, u32),
     channels: u8,
     filter: Filter,
-    engine: Engine,
+    engine: ResampleEngine,
 ) -> u64 {
     if size == to {
         return 0;
     }
     let (_, cpu) = crate::tiling::plan(size, to, channels, filter);
     match engine {
-        Engine::Cpu => cpu,
-        Engine::Gpu | Engine::Auto => {
+        ResampleEngine::Cpu => cpu,
+        ResampleEngine::Gpu | ResampleEngine::Auto => {
             let images = crate::budget::pixels(size.0, size.1, channels)
                 + crate::budget::pixels(to.0, to.1, channels);
             cpu.max(crate::tiling::untiled_bytes(size, to, channels, filter) + images)

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use rayon::prelude::*;
 use remora_resize::gpu::{use_device, Gpu, GpuResampler, GPU_ENGINE};
 use remora_resize::resample::{resamplers, CpuResampler, Resampler, CPU_ENGINE};
-use remora_resize::{Engine, Error, Filter, Format, Job};
+use remora_resize::{Error, Filter, Format, Job, ResampleEngine};
 
 const FILTERS: [Filter; 8] = Filter::ALL;
 
-/// The tests' device ([`Gpu::for_tests`]), given to the engine so that `Engine::Gpu` uses it
+/// The tests' device ([`Gpu::for_tests`]), given to the engine so that `ResampleEngine::Gpu` uses it
 /// even where `REMORA_GPU` is unset.
 fn gpu() -> Option<Arc<Gpu>> {
     let g = Gpu::for_tests()?;
@@ -205,17 +205,20 @@ fn the_gpu_engine_can_be_shared_between_threads() {
 #[test]
 fn engine_choice_gpu_takes_the_device_and_auto_never_a_cpu_type_one() {
     let Some(gpu) = gpu() else { return };
-    assert_eq!(Engine::Cpu.resampler().unwrap().name(), CPU_ENGINE);
-    assert_eq!(Engine::Gpu.resampler().unwrap().name(), GPU_ENGINE);
-    let auto = Engine::Auto.resampler().unwrap().name();
+    assert_eq!(ResampleEngine::Cpu.resampler().unwrap().name(), CPU_ENGINE);
+    assert_eq!(ResampleEngine::Gpu.resampler().unwrap().name(), GPU_ENGINE);
+    let auto = ResampleEngine::Auto.resampler().unwrap().name();
     if gpu.info().kind == "cpu" {
         assert_eq!(auto, CPU_ENGINE, "{}", gpu.info());
     } else {
         assert_eq!(auto, GPU_ENGINE, "{}", gpu.info());
     }
-    assert_eq!("GPU".parse::<Engine>().unwrap(), Engine::Gpu);
-    assert!("cuda".parse::<Engine>().is_err());
-    assert_eq!(Job::parse("10x10").unwrap().engine, Engine::Cpu);
+    assert_eq!(
+        "GPU".parse::<ResampleEngine>().unwrap(),
+        ResampleEngine::Gpu
+    );
+    assert!("cuda".parse::<ResampleEngine>().is_err());
+    assert_eq!(Job::parse("10x10").unwrap().engine, ResampleEngine::Cpu);
 }
 
 const PHOTO: &str = "/usr/share/doc/opencv-doc/examples/data/aloeL.jpg";
@@ -251,7 +254,7 @@ fn a_real_jpeg_and_png_resized_end_to_end_on_the_gpu_engine() {
         let mut job = Job::parse(geometry).unwrap();
         job.format = Some(Format::Png); // lossless, so the resampled pixels are compared
         let cpu = remora_resize::resize(&input, &job).unwrap();
-        job.engine = Engine::Gpu;
+        job.engine = ResampleEngine::Gpu;
         let gpu = remora_resize::resize(&input, &job).unwrap();
         assert_eq!(
             (cpu.engine, gpu.engine),

@@ -343,7 +343,7 @@ fn client_sends_format_quality_filter_and_strip() {
 #[test]
 fn a_gpu_service_answers_like_the_cpu_one_and_refuses_to_start_without_a_device() {
     let gpu = ServeOptions {
-        engine: remora_resize::Engine::Gpu,
+        engine: remora_resize::ResampleEngine::Gpu,
         ..opts()
     };
     if std::env::var_os("REMORA_GPU").is_none_or(|v| v == "off") {

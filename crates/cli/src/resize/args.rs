@@ -8,7 +8,7 @@
 use std::ffi::{OsStr, OsString};
 
 use anyhow::{anyhow, bail, Context};
-use remora_resize::{Engine, Filter, Format, Geometry, Job, Sampling};
+use remora_resize::{Filter, Format, Geometry, Job, ResampleEngine, Sampling};
 
 use super::JobOpts;
 
@@ -117,7 +117,7 @@ impl JobOpts {
         job.engine = self
             .engine
             .as_deref()
-            .map(|e| e.parse::<Engine>())
+            .map(|e| e.parse::<ResampleEngine>())
             .transpose()
             .context("--engine")?
             .unwrap_or_default();

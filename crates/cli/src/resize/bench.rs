@@ -21,7 +21,7 @@ use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use rayon::prelude::*;
 use remora_resize::pixels::resize_pixels;
-use remora_resize::{Engine, Format, Job};
+use remora_resize::{Format, Job, ResampleEngine};
 use serde_json::{json, Value};
 
 use super::batch::{resize_all, Item};
@@ -83,17 +83,17 @@ pub enum BenchEngine {
 
 /// One engine to time: the job's choice, its name in results, and the device it runs on.
 struct Timed {
-    engine: Engine,
+    engine: ResampleEngine,
     name: &'static str,
     device: Option<String>,
 }
 
 /// The engines `--engine` asks for that this machine has, and why any other is missing.
 fn engines_to_time(choice: BenchEngine) -> anyhow::Result<(Vec<Timed>, Vec<String>)> {
-    let wanted: &[Engine] = match choice {
-        BenchEngine::Cpu => &[Engine::Cpu],
-        BenchEngine::Gpu => &[Engine::Gpu],
-        BenchEngine::All => &[Engine::Cpu, Engine::Gpu],
+    let wanted: &[ResampleEngine] = match choice {
+        BenchEngine::Cpu => &[ResampleEngine::Cpu],
+        BenchEngine::Gpu => &[ResampleEngine::Gpu],
+        BenchEngine::All => &[ResampleEngine::Cpu, ResampleEngine::Gpu],
     };
     let (mut have, mut missing) = (Vec::new(), Vec::new());
     for &engine in wanted {
@@ -101,7 +101,7 @@ fn engines_to_time(choice: BenchEngine) -> anyhow::Result<(Vec<Timed>, Vec<Strin
             Ok(r) => have.push(Timed {
                 engine,
                 name: r.name(),
-                device: (engine == Engine::Gpu)
+                device: (engine == ResampleEngine::Gpu)
                     .then(|| {
                         remora_resize::gpu::device()
                             .ok()
@@ -122,14 +122,14 @@ fn engines_to_time(choice: BenchEngine) -> anyhow::Result<(Vec<Timed>, Vec<Strin
 fn difference_from_cpu(
     files: &[PathBuf],
     job: &Job,
-    engine: Engine,
+    engine: ResampleEngine,
 ) -> anyhow::Result<(u8, u64, u64)> {
     let mut worst = (0u8, 0u64, 0u64);
     for f in files {
         let img = ssim::decode(&std::fs::read(f)?)?;
         let (w, h) = (img.w as u32, img.h as u32);
         let mut j = job.clone();
-        j.engine = Engine::Cpu;
+        j.engine = ResampleEngine::Cpu;
         let cpu = resize_pixels(&img.px, w, h, 3, &j)?;
         j.engine = engine;
         let other = resize_pixels(&img.px, w, h, 3, &j)
@@ -484,7 +484,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let mut engine_rows = Vec::with_capacity(engines.len());
     for (e, &secs) in engines.iter().zip(&engine_s) {
         // The CPU engine is the reference: no comparison (null counts).
-        let (diff, differing, samples) = if e.engine == Engine::Cpu {
+        let (diff, differing, samples) = if e.engine == ResampleEngine::Cpu {
             (0, None, None)
         } else {
             let (d, n, of) = difference_from_cpu(&files, &job, e.engine)?;

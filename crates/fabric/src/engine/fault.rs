@@ -5,7 +5,7 @@
 //! receive path: the packet is not placed, the sender is told to hold (an RNR NAK with timer
 //! code [`FAULT_RNR_TIMER`]), and a [`PageInRequest`] goes to the driver, whose page-in worker
 //! makes the pages resident off the receive path and reports back with
-//! [`super::Engine::page_in_done`]. The responder then sends an explicit retransmission request
+//! [`super::QpProtocol::page_in_done`]. The responder then sends an explicit retransmission request
 //! (ERR): a PSN sequence error NAK naming the PSN to resume from, which any RC requester
 //! already treats as "resend from here".
 use std::sync::Arc;
@@ -113,10 +113,10 @@ impl Default for PartConfig {
 }
 
 /// Pages the responder needs resident before it can place a packet, handed to the driver's
-/// page-in worker. Report the outcome with [`super::Engine::page_in_done`] and `id`.
+/// page-in worker. Report the outcome with [`super::QpProtocol::page_in_done`] and `id`.
 #[derive(Clone, Debug)]
 pub struct PageInRequest {
-    /// Names the request in [`super::Engine::page_in_done`].
+    /// Names the request in [`super::QpProtocol::page_in_done`].
     pub id: u64,
     /// PSN of the packet that faulted.
     pub psn: Psn,
@@ -188,7 +188,7 @@ impl FaultBook {
     }
 
     /// A book whose request ids carry `tag` (the requester's have the top bit set, so one
-    /// [`super::Engine::page_in_done`] routes both sides' reports).
+    /// [`super::QpProtocol::page_in_done`] routes both sides' reports).
     pub(super) fn tagged(tag: u64) -> FaultBook {
         FaultBook {
             tag,

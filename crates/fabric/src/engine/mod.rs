@@ -1,22 +1,22 @@
 //! The queue-pair protocol as a deterministic, sans-IO state machine.
 //!
-//! An [`Engine`] is one queue pair: a requester (send queue, PSNs, retransmission) and a
+//! An [`QpProtocol`] is one queue pair: a requester (send queue, PSNs, retransmission) and a
 //! responder (expected PSN, access checks, ACK/NAK, READ responses). It owns no socket and no
-//! clock: every call takes `now`, datagrams go in through [`Engine::handle`] and come out of
-//! [`Engine::poll_transmit`], timers through [`Engine::poll_timeout`] / [`Engine::handle_timeout`],
-//! and completions through [`Engine::poll_completion`]. Transports (`udp`) are thin drivers
+//! clock: every call takes `now`, datagrams go in through [`QpProtocol::handle`] and come out of
+//! [`QpProtocol::poll_transmit`], timers through [`QpProtocol::poll_timeout`] / [`QpProtocol::handle_timeout`],
+//! and completions through [`QpProtocol::poll_completion`]. Transports (`udp`) are thin drivers
 //! around it, and the loss, reordering and timeout tests run it on virtual time.
 //!
 //! Pages that are not resident in `on-demand` regions are handled without blocking the receive
 //! path (PART, [`fault`]): the engine asks its driver for page-ins through
-//! [`Engine::poll_page_in`] and resumes the sender with an explicit retransmission request when
-//! the driver reports them done ([`Engine::page_in_done`]).
+//! [`QpProtocol::poll_page_in`] and resumes the sender with an explicit retransmission request when
+//! the driver reports them done ([`QpProtocol::page_in_done`]).
 //!
 //! Packets are RoCEv2 UDP payloads (BTH .. ICRC). The engine leaves the 4 ICRC bytes zero; the
 //! transport seals them because the ICRC covers the IP and UDP headers the engine never sees.
 //! Stream transports (tcp, shm) drive the same engine with packets split in two: the headers,
-//! and the payload as a region range ([`Engine::poll_transmit_parts`]) or a reader
-//! ([`Engine::handle_parts`], [`Payload`]), so a payload is copied once, straight between the
+//! and the payload as a region range ([`QpProtocol::poll_transmit_parts`]) or a reader
+//! ([`QpProtocol::handle_parts`], [`Payload`]), so a payload is copied once, straight between the
 //! stream and the region; they use [`EngineConfig::stream`] (a large MTU, no retransmission).
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -264,7 +264,7 @@ impl std::ops::AddAssign for Stats {
 }
 
 /// One queue pair's protocol state. See the module documentation.
-pub struct Engine {
+pub struct QpProtocol {
     cfg: EngineConfig,
     pd: Arc<Pd>,
     req: Requester,
@@ -273,14 +273,14 @@ pub struct Engine {
     stats: Stats,
 }
 
-impl Engine {
+impl QpProtocol {
     /// A queue pair whose responder serves the regions of `pd`.
-    pub fn new(cfg: EngineConfig, pd: Arc<Pd>) -> Engine {
+    pub fn new(cfg: EngineConfig, pd: Arc<Pd>) -> QpProtocol {
         assert!(
             (256..=MAX_STREAM_MTU).contains(&cfg.mtu),
             "MTU must be 256..=4096 bytes (datagrams) or at most {MAX_STREAM_MTU} (streams)"
         );
-        Engine {
+        QpProtocol {
             req: Requester::new(&cfg),
             resp: Responder::new(&cfg),
             cfg,
@@ -397,7 +397,7 @@ impl Engine {
     }
 
     /// The next page-in the responder needs, for the driver's page-in worker (PART). Run it
-    /// off the receive path ([`PageInRequest::run`]) and report with [`Engine::page_in_done`].
+    /// off the receive path ([`PageInRequest::run`]) and report with [`QpProtocol::page_in_done`].
     pub fn poll_page_in(&mut self) -> Option<PageInRequest> {
         self.resp
             .faults
@@ -443,7 +443,7 @@ impl Engine {
         Some(tx.total)
     }
 
-    /// Like [`Engine::poll_transmit`] without copying the payload: writes the headers into
+    /// Like [`QpProtocol::poll_transmit`] without copying the payload: writes the headers into
     /// `buf` (at least `mtu + 64` bytes, of which only the headers are written) and returns
     /// their length and where the payload is, for a stream that sends it from the region.
     pub fn poll_transmit_parts(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
@@ -466,7 +466,7 @@ impl Engine {
         Some(tx)
     }
 
-    /// When [`Engine::handle_timeout`] must be called next, if at all.
+    /// When [`QpProtocol::handle_timeout`] must be called next, if at all.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.req.poll_timeout()
     }
@@ -520,7 +520,7 @@ impl Payload for &[u8] {
     }
 }
 
-/// What became of a SEND given to [`Engine::accept_send`].
+/// What became of a SEND given to [`QpProtocol::accept_send`].
 #[derive(Debug)]
 pub enum Accepted {
     /// Placed: the receive's completion.
@@ -543,7 +543,7 @@ pub struct Source {
     pub len: usize,
 }
 
-/// An outgoing packet split for a stream ([`Engine::poll_transmit_parts`]).
+/// An outgoing packet split for a stream ([`QpProtocol::poll_transmit_parts`]).
 #[derive(Clone, Debug)]
 pub struct Transmit {
     /// Header bytes written at the start of the buffer (BTH and extension headers).

@@ -105,7 +105,7 @@ pub(super) struct Requester {
 }
 
 /// Page-in ids of the requester have the top bit set, the responder's not, so one
-/// [`super::Engine::page_in_done`] routes both.
+/// [`super::QpProtocol::page_in_done`] routes both.
 pub(super) const REQUESTER_IDS: u64 = 1 << 63;
 
 impl Requester {

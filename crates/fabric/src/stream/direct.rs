@@ -30,7 +30,7 @@
 //!
 //! SENDs of up to [`CELL`] bytes take the ring too (larger ones the stream, as UCX's
 //! eager/rendezvous split): the payload goes into a data cell and the consumer matches the
-//! entry with the next posted receive through the engine ([`Engine::accept_send`], the
+//! entry with the next posted receive through the engine ([`QpProtocol::accept_send`], the
 //! responder's own matching, length check and MSN). With no receive posted the entry waits
 //! in the ring (RNR without limit, as on the stream) until `post_recv` drains it. Matching
 //! needs the engine, under the connection lock: a drain that holds it (a round, a DOORBELL,
@@ -58,7 +58,7 @@ use super::io::Conn;
 use super::ring::*;
 use super::{lock, resident_slice, DataPath, Shared, StreamQp, MAX_PEER_MAPS};
 use crate::engine::access::{self, Window};
-use crate::engine::{Accepted, Engine};
+use crate::engine::{Accepted, QpProtocol};
 use crate::error::Error;
 use crate::wr::{Completion, SendWr, Status, WrOp};
 
@@ -298,7 +298,11 @@ impl Shared {
 
     /// Drains under the consumer lock into the completion queue; SENDs are matched with posted
     /// receives by `engine` (RC waits for one; UC drops the SEND, as on the packet path).
-    pub(super) fn drain_locked(&self, k: &mut Consumer, engine: Option<&mut Engine>) -> Drained {
+    pub(super) fn drain_locked(
+        &self,
+        k: &mut Consumer,
+        engine: Option<&mut QpProtocol>,
+    ) -> Drained {
         let mut out = Vec::new();
         let reliable = self.reliable;
         let mut dropped = 0;

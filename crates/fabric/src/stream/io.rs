@@ -20,7 +20,7 @@ use remora_wire::{aeth, bth, immdt, reth, AethRepr, BthRepr, NakCode, Repr, Reth
 
 use super::frame::*;
 use super::{region_slice, DataPath, Shared, MAX_PEER_MAPS};
-use crate::engine::{Engine, Payload};
+use crate::engine::{Payload, QpProtocol};
 use crate::poll::wait_io;
 
 /// Receive buffer: frames and the first bytes of payloads land here.
@@ -44,7 +44,7 @@ pub(super) type Broken = String;
 
 /// The locked state of a stream queue pair.
 pub(super) struct Conn {
-    pub(super) engine: Engine,
+    pub(super) engine: QpProtocol,
     rx: Vec<u8>,
     rs: usize,
     re: usize,
@@ -59,7 +59,7 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    pub(super) fn new(engine: Engine) -> Conn {
+    pub(super) fn new(engine: QpProtocol) -> Conn {
         let mtu = engine.config().mtu;
         Conn {
             engine,

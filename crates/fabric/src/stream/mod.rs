@@ -1,4 +1,4 @@
-//! The `tcp` and `shm` transports: thin drivers of the queue pair's sans-IO [`Engine`] over
+//! The `tcp` and `shm` transports: thin drivers of the queue pair's sans-IO [`QpProtocol`] over
 //! one byte stream, as `udp` drives it over datagrams.
 //!
 //! Every engine packet (the RoCEv2 headers, exactly as on udp, and its payload) travels as one
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use remora_mem::{Pd, Region};
 
 use crate::cq::Cq;
-use crate::engine::{Engine, EngineConfig, Stats};
+use crate::engine::{EngineConfig, QpProtocol, Stats};
 use crate::error::{io_err, Error, Result};
 use crate::options::Progress;
 use crate::wr::{Completion, RecvWr, SendWr, WrOp};
@@ -261,7 +261,7 @@ impl StreamQp {
         };
         let shared = Arc::new(Shared {
             sock,
-            conn: Mutex::new(Conn::new(Engine::new(cfg, pd.clone()))),
+            conn: Mutex::new(Conn::new(QpProtocol::new(cfg, pd.clone()))),
             pd,
             driver: Mutex::new(()),
             cq,

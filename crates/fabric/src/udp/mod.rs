@@ -1,5 +1,5 @@
 //! The `udp` transport: RoCEv2 datagrams over kernel UDP sockets, a thin driver around the
-//! sans-IO [`Engine`].
+//! sans-IO [`QpProtocol`].
 //!
 //! As on a RoCE NIC, each side has one receive socket (a [`Device`], UDP port 4791 by default)
 //! shared by its queue pairs and demultiplexed by the BTH destination QP, and each queue pair
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use remora_wire::{bth, icrc, Endpoints, ROCE_PORT};
 
 use crate::cq::Cq;
-use crate::engine::{Engine, PageInRequest, Stats};
+use crate::engine::{PageInRequest, QpProtocol, Stats};
 use crate::error::{io_err, Error, Result};
 use crate::options::Progress;
 use crate::wr::{RecvWr, SendWr};
@@ -376,7 +376,7 @@ fn page_in_worker(dev: Weak<Device>, jobs: mpsc::Receiver<PageInJob>) {
 
 /// Mutable state of one UDP queue pair: the engine and its transmit batch buffer.
 pub(crate) struct TxState {
-    pub(crate) engine: Engine,
+    pub(crate) engine: QpProtocol,
     buf: Vec<u8>,
     lens: Vec<usize>,
 }
@@ -398,7 +398,7 @@ pub(crate) struct UdpQp {
 impl UdpQp {
     /// A queue pair sending from its own socket on `ip` to the peer device at `peer`.
     pub(crate) fn new(
-        engine: Engine,
+        engine: QpProtocol,
         ip: std::net::IpAddr,
         peer: SocketAddr,
         icrc_check: bool,

@@ -15,7 +15,7 @@
 //!
 //! What it does not: decode or encode (they stay on the CPU), pick a device by itself
 //! ([`device`]: `REMORA_GPU`'s policy, or the one a program chose with [`use_device`]), or fall
-//! back ([`Engine::Auto`](crate::Engine::Auto) does that in the caller).
+//! back ([`ResampleEngine::Auto`](crate::ResampleEngine::Auto) does that in the caller).
 //!
 //! ```no_run
 //! use remora_resize::gpu::{device, GpuResampler};
@@ -56,8 +56,8 @@ const MAX_BINDING: u64 = 1 << 31;
 
 static DEVICE: OnceLock<Arc<Gpu>> = OnceLock::new();
 
-/// Makes `gpu` the device of [`Engine::Gpu`](crate::Engine::Gpu) and
-/// [`Engine::Auto`](crate::Engine::Auto) in this process, instead of `REMORA_GPU`'s choice
+/// Makes `gpu` the device of [`ResampleEngine::Gpu`](crate::ResampleEngine::Gpu) and
+/// [`ResampleEngine::Auto`](crate::ResampleEngine::Auto) in this process, instead of `REMORA_GPU`'s choice
 /// (tests use it to run on a CPU-type device without the variable). Only the first call counts:
 /// `false` when a device was already chosen.
 pub fn use_device(gpu: Arc<Gpu>) -> bool {

@@ -105,9 +105,9 @@ pub struct ServeOptions {
     pub default_quality: u8,
     /// A separate address for `/metrics`; `None`: `/metrics` on the main port.
     pub metrics: Option<SocketAddr>,
-    /// Where the resample runs ([`crate::Engine::Cpu`] by default). `Gpu` is checked when the
+    /// Where the resample runs ([`crate::ResampleEngine::Cpu`] by default). `Gpu` is checked when the
     /// service starts: no device, no service, with the reason.
-    pub engine: crate::Engine,
+    pub engine: crate::ResampleEngine,
 }
 
 impl Default for ServeOptions {
@@ -128,7 +128,7 @@ impl Default for ServeOptions {
             salt: None,
             default_quality: 80,
             metrics: None,
-            engine: crate::Engine::Cpu,
+            engine: crate::ResampleEngine::Cpu,
         }
     }
 }

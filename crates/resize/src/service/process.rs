@@ -111,7 +111,7 @@ fn anchor(g: Gravity) -> (u8, u8) {
 pub(crate) struct Settings {
     pub limits: Limits,
     pub default_quality: u8,
-    pub engine: crate::Engine,
+    pub engine: crate::ResampleEngine,
     pub timeout: Option<Duration>,
 }
 

@@ -36,7 +36,7 @@ pub(crate) struct App {
     pub key: Option<Arc<[u8]>>,
     pub salt: Option<Arc<[u8]>>,
     pub default_quality: u8,
-    pub engine: crate::Engine,
+    pub engine: crate::ResampleEngine,
     /// A job's time limit on its worker.
     pub job_timeout: Option<Duration>,
     /// Time allowed for reading a POST body once a slot is held.
@@ -239,7 +239,7 @@ fn parse_bool(key: &str, v: &str) -> Result<bool, Failure> {
 fn post_job(
     q: &HashMap<String, String>,
     limits: Limits,
-    engine: crate::Engine,
+    engine: crate::ResampleEngine,
     timeout: Option<Duration>,
 ) -> Result<Job, Failure> {
     let geometry = q

@@ -49,7 +49,7 @@ impl Cell {
     }
 }
 
-/// Engine counters of a cell divided by its transfers (the warm-up included): responder
+/// QpProtocol counters of a cell divided by its transfers (the warm-up included): responder
 /// (faults .. held drops, packets received) and requester (ERRs received .. packets sent).
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct PerTransfer {

@@ -34,7 +34,7 @@ struct Faults {
 }
 
 struct Side {
-    engine: Engine,
+    engine: QpProtocol,
     pd: Arc<Pd>,
     region: Arc<Region>,
     completions: Vec<Completion>,
@@ -69,7 +69,7 @@ fn side(cfg: EngineConfig, access: Access) -> Side {
         .register(Buffer::anonymous(REGION).unwrap(), access, Mode::OnDemand)
         .unwrap();
     Side {
-        engine: Engine::new(cfg, pd.clone()),
+        engine: QpProtocol::new(cfg, pd.clone()),
         pd,
         region,
         completions: Vec::new(),

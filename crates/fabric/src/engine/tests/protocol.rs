@@ -170,7 +170,7 @@ fn out_of_bounds_and_missing_rights_are_refused_and_the_responder_keeps_serving(
     // A fresh queue pair against the same responder memory: a read is refused...
     let (ca, cb) = configs(Service::Rc, 1024, 0, 0);
     let mut q = Pair::with((ca, cb), Access::ALL);
-    q.b.engine = Engine::new(q.b.engine.config().clone(), p.b.pd.clone());
+    q.b.engine = QpProtocol::new(q.b.engine.config().clone(), p.b.pd.clone());
     q.b.region = p.b.region.clone();
     q.read(5, 0, 10, 0);
     q.drive();
@@ -178,7 +178,7 @@ fn out_of_bounds_and_missing_rights_are_refused_and_the_responder_keeps_serving(
     // ...while a valid write on a third queue pair still works.
     let (ca, cb) = configs(Service::Rc, 1024, 0, 0);
     let mut r = Pair::with((ca, cb), Access::ALL);
-    r.b.engine = Engine::new(r.b.engine.config().clone(), p.b.pd.clone());
+    r.b.engine = QpProtocol::new(r.b.engine.config().clone(), p.b.pd.clone());
     r.b.region = p.b.region.clone();
     fill(&r.a.region, 9);
     r.write(6, 0, 3000, 10, None);
