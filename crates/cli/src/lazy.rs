@@ -2,7 +2,6 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use remora_fabric::{Progress, Transport};
-use remora_lazy::bench::{self, Pattern};
 use remora_lazy::{
     FabricFetcher, FabricServer, FileSource, LocalFetcher, MemorySource, Mode, PageFetcher,
     PageServer, PageSource, Prefetch, ProcessSource, TcpFetcher,
@@ -12,7 +11,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod bench;
 mod metrics;
+use bench::Pattern;
 
 /// Lazy-memory subcommands.
 #[derive(Subcommand)]

@@ -25,7 +25,6 @@
 //! reads it at each request, and over shm the client reads it itself).
 #![warn(missing_docs)]
 
-pub mod bench;
 pub mod error;
 pub mod fetch;
 pub mod prefetch;
@@ -40,6 +39,7 @@ mod shmmap;
 mod sigbus;
 pub mod source;
 mod sys;
+pub mod yardstick;
 
 pub use error::{Error, Result};
 pub use fetch::{
