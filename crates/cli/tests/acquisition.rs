@@ -96,8 +96,37 @@ fn daq_run_reports_every_frame_and_the_counts_of_the_direct_pipeline() {
     assert_eq!(s["frames_sent"], 16);
     assert_eq!(s["frames_complete"], 16, "{s}");
     assert_eq!(s["frames_lost"], 0);
-    assert_counts_of_direct(&s["receiver_reports"][0], &Config::load(&cfg_path).unwrap());
+    let r = &s["receiver_reports"][0];
+    assert_counts_of_direct(r, &Config::load(&cfg_path).unwrap());
     assert!(dir.join("out.h5").is_file(), "no output file");
+    // `daq inspect` reads the same counts back from the file.
+    let h5 = dir.join("out.h5");
+    let out = run(&["daq", "inspect", h5.to_str().unwrap(), "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let f: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(f["definition"], "NXmx");
+    assert_eq!(f["frames"], 16, "{f}");
+    for k in ["dark", "rejected", "kept"] {
+        assert_eq!(f[k], r[k], "{k}: file {f} run {r}");
+    }
+    assert_eq!(f["profiles"][0], r["kept"]);
+    assert_eq!(f["summary"]["frames_complete"], 16);
+    let text = run(&["daq", "inspect", h5.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("frames: 16 (") && text.contains("/entry/azint/I"),
+        "{text}"
+    );
+    let out = run(&["daq", "inspect", cfg_path.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("not an HDF5 file"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -238,9 +238,18 @@ pub fn demo(out: &std::path::Path) -> anyhow::Result<()> {
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
     let s = super::serve::run_served(cfg, listen, None, false)?;
     print!("{}", s.text());
+    // The program as this shell can run it now (no install step after `make demo`).
+    let exe = std::env::current_exe().ok();
+    let cwd = std::env::current_dir().ok();
+    let exe = match (&exe, &cwd) {
+        (Some(e), Some(c)) => e.strip_prefix(c).map_or(e.clone(), |r| r.to_path_buf()),
+        _ => "remora".into(),
+    };
     println!(
-        "\nread it back:\n  .venv/bin/python -c \"import hdf5plugin, h5py; f = h5py.File('{}'); \
-         print(f['/entry/azint/I'].shape, f['/entry/frames/spots'][:8])\"",
+        "\nread it back:\n  {} daq inspect {}\n  (or in Python, with h5py and hdf5plugin: \
+         h5py.File('{}')['/entry/azint/I'])",
+        exe.display(),
+        h5.display(),
         h5.display()
     );
     Ok(())

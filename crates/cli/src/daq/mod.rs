@@ -67,6 +67,15 @@ pub enum Cmd {
     Receive(acq::ReceiveArgs),
     /// The detector emulator (REMU): streams the configured frames to running receivers.
     Emulate(acq::EmulateArgs),
+    /// Reads back an acquisition file (a receiver's or a run's master): frames by kind, spots,
+    /// the integrated profiles and images, and the run's summary.
+    Inspect {
+        /// The HDF5 file.
+        file: PathBuf,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Writes synthetic raw frames (uint16, module order) and the calibration truth to files.
     Synth {
         /// Output directory.
@@ -90,6 +99,15 @@ pub fn run(c: Cmd) -> anyhow::Result<()> {
         Cmd::Serve(a) => serve::serve(a),
         Cmd::Receive(a) => acq::receive(a),
         Cmd::Emulate(a) => acq::emulate(a),
+        Cmd::Inspect { file, json } => {
+            let s = remora_daq::writer::inspect::inspect(&file)?;
+            if json {
+                println!("{}", serde_json::to_string(&s)?);
+            } else {
+                print!("{s}");
+            }
+            Ok(())
+        }
         Cmd::Synth {
             out,
             modules,

@@ -30,6 +30,7 @@ use crate::{DaqError, Result};
 
 pub mod bslz4;
 pub mod filter;
+pub mod inspect;
 pub mod master;
 mod thread;
 
