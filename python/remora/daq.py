@@ -3,14 +3,19 @@ azimuthal integration (the Rust engines in ``remora._native.daq``), plus a strai
 reference for the conversion.
 
 Arrays go in without copies when they are C-contiguous and of the exact dtype (``uint16`` raw
-frames, ``float32`` images, ``uint8`` masks); other inputs raise ``TypeError``/``ValueError``.
+frames, ``float32`` images, ``uint8`` masks); a wrong type or dtype raises ``TypeError``, a wrong
+layout (not C-contiguous) or shape ``ValueError``, as in every remora module.
 Raw frames are ``(modules * 512, 1024)`` in module order; converted frames are float32 keV with
 NaN for masked, error and invalid-gain pixels and +inf for saturated ones.
 """
+from __future__ import annotations
+
 import json
 import os
+from typing import Any, Dict, Optional, Tuple, Union, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from ._native import daq as _m
 from .control import Client, ControlError  # noqa: F401  (re-exported: remora.daq.Client)
@@ -33,30 +38,33 @@ __all__ = [
 ]
 
 #: Raw module frame (rows, columns).
-MODULE_SHAPE = (512, 1024)
+MODULE_SHAPE: Tuple[int, int] = (512, 1024)
 #: A module assembled with its double-width chip-border pixels split.
-ASSEMBLED_MODULE_SHAPE = (514, 1030)
+ASSEMBLED_MODULE_SHAPE: Tuple[int, int] = (514, 1030)
 #: Raw word of a saturated pixel.
-SATURATION = 0xC000
+SATURATION: int = 0xC000
 #: Raw words flagged as errors.
-ERROR_WORDS = (0xFFFF, 0x4000)
+ERROR_WORDS: Tuple[int, int] = (0xFFFF, 0x4000)
 
 
-def raw_shape(modules):
+def raw_shape(modules: int) -> Tuple[int, int]:
     """Shape of a raw detector frame of ``modules`` modules."""
     if not 1 <= modules <= 64:
         raise ValueError(f"a detector has 1 to 64 modules, not {modules}")
     return (modules * MODULE_SHAPE[0], MODULE_SHAPE[1])
 
 
-def decode(raw):
+def decode(raw: npt.ArrayLike) -> Tuple[npt.NDArray[np.int8], npt.NDArray[np.uint16]]:
     """Splits raw words into (gain stage 0/1/2, -1 for invalid bits; 14-bit ADC value)."""
-    raw = np.asarray(raw, dtype=np.uint16)
-    stage = np.array([0, 1, -1, 2], np.int8)[raw >> 14]
-    return stage, (raw & 0x3FFF)
+    words = np.asarray(raw, dtype=np.uint16)
+    stage: npt.NDArray[np.int8] = np.array([0, 1, -1, 2], np.int8)[words >> 14]
+    adc = cast("npt.NDArray[np.uint16]", words & 0x3FFF)
+    return stage, adc
 
 
-def reference_convert(raw, pedestal, gain, mask=None):
+def reference_convert(raw: npt.NDArray[np.uint16], pedestal: npt.NDArray[np.float32],
+                      gain: npt.NDArray[np.float64],
+                      mask: Optional[npt.ArrayLike] = None) -> npt.NDArray[np.float32]:
     """Converts raw frames with plain numpy: ``(ADC - pedestal[g]) / gain[g]`` in float32.
 
     ``raw``: uint16 ``(modules * 512, 1024)``; ``pedestal``: float32 ``(modules, 3, 512, 1024)``;
@@ -70,7 +78,7 @@ def reference_convert(raw, pedestal, gain, mask=None):
     stage = np.array([0, 1, 0, 2])[bits]
     ped = np.take_along_axis(pedestal, stage[:, None], axis=1)[:, 0]
     g = np.take_along_axis(gain[:, :3].astype(np.float32), stage[:, None], axis=1)[:, 0]
-    e = (adc - ped) / g
+    e: npt.NDArray[np.float32] = (adc - ped) / g
     e[bits == 2] = np.nan
     e[(r == 0xFFFF) | (r == 0x4000)] = np.nan
     e[r == 0xC000] = np.inf
@@ -79,7 +87,7 @@ def reference_convert(raw, pedestal, gain, mask=None):
     return e.reshape(np.shape(raw))
 
 
-def run(config):
+def run(config: Union[str, os.PathLike[str]]) -> Dict[str, Any]:
     """Runs an acquisition and returns its summary (a dict).
 
     ``config`` is the path of a TOML file (relative paths inside it are taken from its folder)
@@ -101,4 +109,5 @@ def run(config):
         text, base = config, None
     else:
         raise TypeError("config: a path to a TOML file or TOML text")
-    return json.loads(_m.run_acquisition(text, base))
+    summary: Dict[str, Any] = json.loads(_m.run_acquisition(text, base))
+    return summary

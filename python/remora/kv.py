@@ -30,7 +30,14 @@ reached. An exception raised by the progress callable stops the calls and is rai
 migration has ended: it does not interrupt the migration. ``migration_stats(address)`` is
 ``stats migration`` of a server as a dict of strings.
 """
+from typing import TYPE_CHECKING
+
 from ._native import kv as _m
+
+if TYPE_CHECKING:
+    # Types only (dicts at run time): the step a progress callable gets, what migrate returns.
+    from ._native.kv import MigrationResult as MigrationResult
+    from ._native.kv import MigrationStep as MigrationStep
 
 migrate = _m.migrate
 migration_stats = _m.migration_stats

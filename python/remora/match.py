@@ -3,8 +3,9 @@ MicMac's neighbour filter, and the keypoint and match files of MicMac, Lowe and 
 crate ``remora-match`` through ``remora._native.match``).
 
 Descriptors go in without copies when they are 2-D, C-contiguous and ``uint8`` (exact integer
-arithmetic, identical on every kernel) or ``float32``; other inputs raise ``TypeError`` (dtype,
-layout; the message says how to convert) or ``ValueError`` (shape, values). The search is exact
+arithmetic, identical on every kernel) or ``float32``; other inputs raise ``TypeError`` (type,
+dtype; the message says how to convert) or ``ValueError`` (layout, shape, values), as in every
+remora module. The search is exact
 brute force on all cores, with the GIL released; ties go to the lower index everywhere.
 
 Example (OpenCV's SIFT descriptors are whole numbers stored as float32)::
@@ -17,9 +18,13 @@ Example (OpenCV's SIFT descriptors are whole numbers stored as float32)::
     pairs = match.match(query, train, ratio=0.6)   # [[0, 0], [1, 2]]: [query, train] rows
     # OpenCV: pairs = match.match(d2.astype(np.uint8), d1.astype(np.uint8))
 """
+from __future__ import annotations
+
 import os
+from typing import Any, Literal, Optional, Tuple, Union, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from ._native import match as _m
 
@@ -28,19 +33,39 @@ __all__ = [
     "write_keypoints", "read_result", "write_result", "MAX_DIM", "FORMATS",
 ]
 
+_Path = Union[str, "os.PathLike[str]"]
+_Descriptors = Union[npt.NDArray[np.uint8], npt.NDArray[np.float32]]
+
 #: Largest descriptor dimension accepted.
-MAX_DIM = _m.MAX_DIM
+MAX_DIM: int = _m.MAX_DIM
 #: Keypoint file formats: MicMac Pastis ``.dat`` v0, MicMac Digeo ``.dat`` v1, Lowe ``.key``,
 #: NumPy ``.npy`` (descriptors only).
-FORMATS = ("micmac", "micmac-v1", "key", "npy")
+FORMATS: Tuple[str, ...] = ("micmac", "micmac-v1", "key", "npy")
 
 kernels = _m.kernels
 knn2 = _m.knn2
 read_result = _m.read_result
 
 
-def match(query, train, ratio=0.6, cross_check=False, max_distance=None, threads=None,
-          return_distances=False, kernel="auto"):
+@overload
+def match(query: _Descriptors, train: _Descriptors, ratio: Optional[float] = 0.6,
+          cross_check: bool = False, max_distance: Optional[float] = None,
+          threads: Optional[int] = None, return_distances: Literal[False] = False,
+          kernel: str = "auto") -> npt.NDArray[np.int64]: ...
+
+
+@overload
+def match(query: _Descriptors, train: _Descriptors, ratio: Optional[float] = 0.6,
+          cross_check: bool = False, max_distance: Optional[float] = None,
+          threads: Optional[int] = None, *, return_distances: Literal[True],
+          kernel: str = "auto") -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]: ...
+
+
+def match(query: _Descriptors, train: _Descriptors, ratio: Optional[float] = 0.6,
+          cross_check: bool = False, max_distance: Optional[float] = None,
+          threads: Optional[int] = None, return_distances: bool = False,
+          kernel: str = "auto"
+          ) -> Union[npt.NDArray[np.int64], Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]]:
     """Matches ``query`` descriptors against ``train`` descriptors (exact brute force).
 
     Each query's nearest train point is kept when it passes Lowe's ratio test
@@ -59,12 +84,15 @@ def match(query, train, ratio=0.6, cross_check=False, max_distance=None, threads
     (OpenCV's ``queryIdx``/``trainIdx``), or with ``return_distances=True`` a tuple
     ``(pairs, distances)`` with the float32 plain (not squared) distances ``d1``.
     """
-    return _m.match(query, train, ratio, cross_check, max_distance, threads,
-                    return_distances, kernel)
+    if return_distances:
+        return _m.match(query, train, ratio, cross_check, max_distance, threads,
+                        return_distances=True, kernel=kernel)
+    return _m.match(query, train, ratio, cross_check, max_distance, threads, False, kernel)
 
 
 
-def neighbour_filter(pairs, query_xy, train_xy, k=9, min_common=5, passes=2):
+def neighbour_filter(pairs: npt.ArrayLike, query_xy: npt.ArrayLike, train_xy: npt.ArrayLike,
+                     k: int = 9, min_common: int = 5, passes: int = 2) -> npt.NDArray[np.int64]:
     """MicMac's 2-D neighbourhood consistency filter on matches.
 
     Keeps a ``[query, train]`` row of ``pairs`` when at least ``min_common`` of the ``k``
@@ -91,27 +119,35 @@ class Keypoints:
 
     __slots__ = ("xy", "scale", "angle", "descriptors", "format")
 
-    def __init__(self, xy, scale, angle, descriptors, format=None):
+    xy: npt.NDArray[np.float64]
+    scale: npt.NDArray[np.float64]
+    angle: npt.NDArray[np.float64]
+    descriptors: _Descriptors
+    format: Optional[str]
+
+    def __init__(self, xy: npt.NDArray[np.float64], scale: npt.NDArray[np.float64],
+                 angle: npt.NDArray[np.float64], descriptors: _Descriptors,
+                 format: Optional[str] = None) -> None:
         self.xy = xy
         self.scale = scale
         self.angle = angle
         self.descriptors = descriptors
         self.format = format
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.xy)
 
     @property
-    def dim(self):
+    def dim(self) -> int:
         """Values per descriptor."""
-        return self.descriptors.shape[1]
+        return int(self.descriptors.shape[1])
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"Keypoints({len(self)} points, dim {self.dim}, "
                 f"{self.descriptors.dtype}, format {self.format!r})")
 
 
-def read_keypoints(path, format=None):
+def read_keypoints(path: _Path, format: Optional[str] = None) -> Keypoints:
     """Reads a keypoint file into a :class:`Keypoints`.
 
     ``format``: one of ``FORMATS``, or None to recognise it from the content and extension.
@@ -122,7 +158,9 @@ def read_keypoints(path, format=None):
     return Keypoints(d["xy"], d["scale"], d["angle"], d["descriptors"], d["format"])
 
 
-def write_keypoints(path, xy, descriptors, scale=None, angle=None, format=None):
+def write_keypoints(path: _Path, xy: npt.ArrayLike, descriptors: _Descriptors,
+                    scale: Optional[npt.ArrayLike] = None, angle: Optional[npt.ArrayLike] = None,
+                    format: Optional[str] = None) -> None:
     """Writes a keypoint file.
 
     ``xy`` (n, 2) positions (x, y); ``descriptors`` (n, dim) ``uint8`` or ``float32``;
@@ -140,14 +178,15 @@ def write_keypoints(path, xy, descriptors, scale=None, angle=None, format=None):
             dt = getattr(descriptors, "dtype", None)
             format = "micmac-v1" if dt == np.float32 else "micmac"
 
-    def column(v):
+    def column(v: Optional[npt.ArrayLike]) -> Optional[npt.NDArray[np.float64]]:
         return None if v is None else np.ascontiguousarray(v, dtype=np.float64).reshape(-1)
 
     _m.write_keypoints(path, np.ascontiguousarray(xy, dtype=np.float64).reshape(-1, 2),
                        descriptors, column(scale), column(angle), format)
 
 
-def write_result(path, xy1, xy2, pairs, binary=False):
+def write_result(path: _Path, xy1: npt.ArrayLike, xy2: npt.ArrayLike, pairs: npt.ArrayLike,
+                 binary: bool = False) -> None:
     """Writes a MicMac ``.result`` match file, image 1 first as MicMac does.
 
     ``xy1``: the train (image 1) positions, ``xy2``: the query (image 2) positions, ``pairs``:

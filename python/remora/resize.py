@@ -10,7 +10,7 @@ libjpeg-turbo. The output size is exactly ImageMagick 6's for every geometry for
 Encoded images go in as ``bytes`` (borrowed, no copy), ``bytearray`` or ``memoryview`` and come
 out as ``bytes``; decoded pixels go in as C-contiguous ``uint8`` numpy arrays (borrowed, no copy)
 and come out as arrays. The GIL is released while working, so threads resize in parallel.
-Wrong types, dtypes, layouts or shapes raise ``TypeError``; bad geometry, options, corrupt or
+Wrong types or dtypes raise ``TypeError``; wrong layouts (not C-contiguous) or shapes, bad geometry, options, corrupt or
 truncated images and images over the limits (64 MiB, 50 Mpx in, 50 Mpx out, 512 MiB of memory
 a job as estimated from the headers and the geometry, 100 JPEG scans: decompression bombs, long
 thin outputs and scan bombs are refused before anything is decoded) raise ``ValueError`` with
@@ -33,6 +33,8 @@ Example::
     client = resize.Client("http://127.0.0.1:8080")        # `remora resize serve`
     thumbs = client.resize_many([jpeg] * 10, "200x200", quality=80)
 """
+from __future__ import annotations
+
 import concurrent.futures
 import email.utils
 import json
@@ -40,18 +42,43 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from types import TracebackType
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union, overload
+
+import numpy as np
+import numpy.typing as npt
 
 from ._native import resize as _r
 
 __all__ = ["resize", "info", "geometry", "Client", "ResizeError", "FILTERS"]
 
 #: Filter names (ImageMagick's ``-filter``; ``-`` and ``_`` are ignored, case too).
-FILTERS = ("point", "box", "triangle", "catrom", "mitchell", "gaussian", "lanczos",
+FILTERS: Tuple[str, ...] = ("point", "box", "triangle", "catrom", "mitchell", "gaussian", "lanczos",
            "lanczossharp")
 
 
-def resize(data, geometry, quality=None, filter=None, sampling=None, strip=False,
-           auto_orient=False, format=None, thumbnail=False, progressive=False, engine=None):
+_Encoded = Union[bytes, bytearray, memoryview]
+
+
+@overload
+def resize(data: _Encoded, geometry: str, quality: Optional[int] = None,
+           filter: Optional[str] = None, sampling: Optional[str] = None, strip: bool = False,
+           auto_orient: bool = False, format: Optional[str] = None, thumbnail: bool = False,
+           progressive: bool = False, engine: Optional[str] = None) -> bytes: ...
+
+
+@overload
+def resize(data: npt.NDArray[np.uint8], geometry: str, quality: Optional[int] = None,
+           filter: Optional[str] = None, sampling: Optional[str] = None, strip: bool = False,
+           auto_orient: bool = False, format: Optional[str] = None, thumbnail: bool = False,
+           progressive: bool = False, engine: Optional[str] = None) -> npt.NDArray[np.uint8]: ...
+
+
+def resize(data: Union[_Encoded, npt.NDArray[np.uint8]], geometry: str,
+           quality: Optional[int] = None, filter: Optional[str] = None,
+           sampling: Optional[str] = None, strip: bool = False, auto_orient: bool = False,
+           format: Optional[str] = None, thumbnail: bool = False, progressive: bool = False,
+           engine: Optional[str] = None) -> Union[bytes, npt.NDArray[np.uint8]]:
     """Resizes an image to an ImageMagick ``geometry``, with ImageMagick's output size.
 
     ``data``: an encoded JPEG or PNG (``bytes``, ``bytearray``, ``memoryview``) → ``bytes`` of
@@ -75,11 +102,14 @@ def resize(data, geometry, quality=None, filter=None, sampling=None, strip=False
     one; ``ValueError`` when there is none) or ``"auto"`` (a real GPU when present). Decoding
     and encoding stay on the CPU; results are within one grey level of the CPU's.
     """
+    if isinstance(data, np.ndarray):
+        return _r.resize(data, geometry, quality, filter, sampling, strip, auto_orient, format,
+                         thumbnail, progressive, engine)
     return _r.resize(data, geometry, quality, filter, sampling, strip, auto_orient, format,
                      thumbnail, progressive, engine)
 
 
-def info(data):
+def info(data: _Encoded) -> Dict[str, Any]:
     """The headers of an encoded JPEG or PNG, without decoding its pixels.
 
     Returns a dict: ``width``, ``height`` (as stored, before any EXIF orientation), ``format``
@@ -91,7 +121,7 @@ def info(data):
     return _r.info(data)
 
 
-def geometry(geometry, width, height):
+def geometry(geometry: str, width: int, height: int) -> Tuple[int, int]:
     """The ``(width, height)`` ImageMagick's ``-resize geometry`` gives a ``width``×``height``
     image (``ValueError`` for a geometry it cannot read)."""
     return _r.geometry(geometry, width, height)
@@ -101,13 +131,13 @@ class ResizeError(Exception):
     """The resize service refused or failed a request: ``status`` is the HTTP status,
     ``message`` the server's explanation."""
 
-    def __init__(self, status, message):
+    def __init__(self, status: int, message: str) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
 
 
-def _retry_after(value, default):
+def _retry_after(value: Optional[str], default: float) -> float:
     """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
     if value is None:
         return default
@@ -123,7 +153,7 @@ def _retry_after(value, default):
     return max(0.0, when.timestamp() - time.time())
 
 
-def _message(body, reason):
+def _message(body: bytes, reason: Optional[str]) -> str:
     """The server's explanation: a JSON ``error``/``message`` field, else the text."""
     text = body.decode("utf-8", "replace").strip()
     try:
@@ -132,8 +162,9 @@ def _message(body, reason):
         doc = None
     if isinstance(doc, dict):
         for key in ("error", "message", "detail"):
-            if isinstance(doc.get(key), str):
-                return doc[key]
+            value = doc.get(key)
+            if isinstance(value, str):
+                return value
     return text or reason or ""
 
 
@@ -148,22 +179,38 @@ class Client:
     :class:`ResizeError`; a 503 (the service's queue is full) is retried up to ``retries``
     times after the ``Retry-After`` it gives (at most ``max_wait`` seconds each; 1 s when it
     gives none). Connection failures raise ``urllib.error.URLError`` (an ``OSError``).
-    Only the standard library is used; one client can be shared by threads.
+    Only the standard library is used; one client can be shared by threads. Each request opens
+    its own connection; ``close()`` (or the end of a ``with`` block) ends the client's use:
+    later requests raise ``ValueError``, as a closed file's do.
     """
 
-    def __init__(self, url, timeout=60.0, retries=3, max_wait=30.0):
+    def __init__(self, url: str, timeout: float = 60.0, retries: int = 3,
+                 max_wait: float = 30.0) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.retries = retries
         self.max_wait = max_wait
+        self.closed = False
 
-    def __repr__(self):
+    def close(self) -> None:
+        """Ends the client's use: later requests raise ``ValueError``. Idempotent."""
+        self.closed = True
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
         return f"Client({self.url!r})"
 
     @staticmethod
-    def _params(geometry, quality, format, filter, strip, sampling, auto_orient, thumbnail,
-                progressive):
-        p = {"geometry": geometry}
+    def _params(geometry: str, quality: Optional[int], format: Optional[str],
+                filter: Optional[str], strip: bool, sampling: Optional[str],
+                auto_orient: Optional[bool], thumbnail: bool, progressive: bool) -> str:
+        p: Dict[str, Union[str, int]] = {"geometry": geometry}
         if quality is not None:
             p["quality"] = int(quality)
         if format is not None:
@@ -180,9 +227,13 @@ class Client:
             p["auto_orient"] = int(bool(auto_orient))
         return urllib.parse.urlencode(p)
 
-    def resize(self, data, geometry, quality=None, format=None, filter=None, strip=False,
-               sampling=None, auto_orient=None, thumbnail=False, progressive=False):
+    def resize(self, data: _Encoded, geometry: str, quality: Optional[int] = None,
+               format: Optional[str] = None, filter: Optional[str] = None, strip: bool = False,
+               sampling: Optional[str] = None, auto_orient: Optional[bool] = None,
+               thumbnail: bool = False, progressive: bool = False) -> bytes:
         """Resizes one encoded image on the service; returns the result's ``bytes``."""
+        if self.closed:
+            raise ValueError("the client is closed")
         body = data if isinstance(data, bytes) else bytes(data)
         url = f"{self.url}/resize?" + self._params(geometry, quality, format, filter, strip,
                                                    sampling, auto_orient, thumbnail,
@@ -195,7 +246,8 @@ class Client:
                                          headers={"Content-Type": ctype})
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                    return r.read()
+                    out: bytes = r.read()
+                    return out
             except urllib.error.HTTPError as e:
                 with e:
                     status, headers, payload = e.code, e.headers, e.read()
@@ -206,16 +258,19 @@ class Client:
                     continue
                 raise ResizeError(status, _message(payload, e.reason)) from None
 
-    def resize_many(self, images, geometry, quality=None, format=None, filter=None,
-                    strip=False, sampling=None, auto_orient=None, thumbnail=False,
-                    progressive=False, in_flight=8):
+    def resize_many(self, images: Iterable[_Encoded], geometry: str,
+                    quality: Optional[int] = None, format: Optional[str] = None,
+                    filter: Optional[str] = None, strip: bool = False,
+                    sampling: Optional[str] = None, auto_orient: Optional[bool] = None,
+                    thumbnail: bool = False, progressive: bool = False,
+                    in_flight: int = 8) -> List[bytes]:
         """Resizes many encoded images with up to ``in_flight`` requests at once (threads);
         returns the results in the order of ``images``. The first failure raises (after the
         requests already sent have finished)."""
         if in_flight < 1:
             raise ValueError(f"in_flight {in_flight} must be at least 1")
 
-        def one(data):
+        def one(data: _Encoded) -> bytes:
             return self.resize(data, geometry, quality, format, filter, strip, sampling,
                                auto_orient, thumbnail, progressive)
 

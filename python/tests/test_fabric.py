@@ -71,7 +71,7 @@ def test_register_rejects_bad_arrays():
     ro.flags.writeable = False
     with pytest.raises(ValueError):
         pd.register(ro)
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError):
         pd.register(b"bytes")
     with pytest.raises(ValueError):
         pd.register(np.zeros(10), access="x")

@@ -1,11 +1,11 @@
 //! `remora.fabric`: register numpy arrays as regions, connect queue pairs, post WRITE /
 //! WRITE-with-immediate / READ / SEND, and poll completions. Thin bindings over `remora-fabric`.
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use numpy::prelude::*;
 use numpy::PyUntypedArray;
-use pyo3::exceptions::{PyConnectionError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyConnectionError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use remora_fabric as fab;
@@ -71,9 +71,16 @@ impl PyPd {
     /// `pinned`: lock the pages in memory (mlock).
     #[pyo3(signature = (array, access = "lwr", pinned = false))]
     fn register(&self, array: &Bound<'_, PyAny>, access: &str, pinned: bool) -> PyResult<PyRegion> {
-        let arr = array
-            .cast::<PyUntypedArray>()
-            .map_err(|_| PyValueError::new_err("register() takes a numpy array"))?;
+        let arr = array.cast::<PyUntypedArray>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "register() takes a numpy array, not {}",
+                array
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
         if !arr.is_c_contiguous() {
             return Err(PyValueError::new_err("the array must be C-contiguous"));
         }
@@ -253,10 +260,28 @@ fn completion(c: fab::Completion) -> PyCompletion {
     }
 }
 
-/// A connected queue pair.
+/// A connected queue pair. `close()` (or the end of a `with` block, or garbage collection)
+/// disconnects it; its methods raise `ValueError` after that.
 #[pyclass(module = "remora.fabric", name = "QueuePair")]
 struct PyQp {
-    qp: Arc<fab::Qp>,
+    qp: Mutex<Option<Arc<fab::Qp>>>,
+}
+
+impl PyQp {
+    fn new(qp: fab::Qp) -> PyQp {
+        PyQp {
+            qp: Mutex::new(Some(Arc::new(qp))),
+        }
+    }
+
+    /// The queue pair, or `ValueError` once closed.
+    fn qp(&self) -> PyResult<Arc<fab::Qp>> {
+        self.qp
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| PyValueError::new_err("the queue pair is closed"))
+    }
 }
 
 #[pymethods]
@@ -275,7 +300,7 @@ impl PyQp {
         rkey: u32,
         imm: Option<u32>,
     ) -> PyResult<()> {
-        self.qp
+        self.qp()?
             .post_write(
                 wr_id,
                 &region.region,
@@ -299,7 +324,7 @@ impl PyQp {
         remote_addr: u64,
         rkey: u32,
     ) -> PyResult<()> {
-        self.qp
+        self.qp()?
             .post_read(wr_id, &region.region, offset, length, remote_addr, rkey)
             .map_err(fab_err)
     }
@@ -314,7 +339,7 @@ impl PyQp {
         length: usize,
         imm: Option<u32>,
     ) -> PyResult<()> {
-        self.qp
+        self.qp()?
             .post_send(wr_id, &region.region, offset, length, imm)
             .map_err(fab_err)
     }
@@ -327,17 +352,17 @@ impl PyQp {
         offset: usize,
         length: usize,
     ) -> PyResult<()> {
-        self.qp
+        self.qp()?
             .post_recv(wr_id, &region.region, offset, length)
             .map_err(fab_err)
     }
 
     /// Completions available now (at most `max`), without waiting.
     #[pyo3(signature = (max = 64))]
-    fn poll(&self, max: usize) -> Vec<PyCompletion> {
+    fn poll(&self, max: usize) -> PyResult<Vec<PyCompletion>> {
         let mut out = Vec::new();
-        self.qp.poll(&mut out, max);
-        out.into_iter().map(completion).collect()
+        self.qp()?.poll(&mut out, max);
+        Ok(out.into_iter().map(completion).collect())
     }
 
     /// The next completion, waiting up to `timeout` seconds (GIL released); None on timeout.
@@ -345,7 +370,7 @@ impl PyQp {
     #[pyo3(signature = (timeout = 1.0))]
     fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<PyCompletion>> {
         let t = seconds(timeout)?;
-        let qp = self.qp.clone();
+        let qp = self.qp()?;
         let c = py.detach(move || qp.wait(t)).map_err(fab_err)?;
         Ok(c.map(completion))
     }
@@ -355,7 +380,7 @@ impl PyQp {
     #[pyo3(signature = (timeout = 1.0))]
     fn spin(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<PyCompletion>> {
         let t = seconds(timeout)?;
-        let qp = self.qp.clone();
+        let qp = self.qp()?;
         Ok(py.detach(move || qp.spin(t)).map(completion))
     }
 
@@ -365,37 +390,37 @@ impl PyQp {
     #[pyo3(signature = (timeout = 0.0))]
     fn progress(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
         let t = seconds(timeout)?;
-        let qp = self.qp.clone();
+        let qp = self.qp()?;
         py.detach(move || qp.progress(t)).map_err(fab_err)
     }
 
     /// Where this queue pair's datagrams go ("host:port", udp only; port 4791 unless the
     /// peer found it taken).
     #[getter]
-    fn udp_peer(&self) -> Option<String> {
-        self.qp.udp_peer().map(|a| a.to_string())
+    fn udp_peer(&self) -> PyResult<Option<String>> {
+        Ok(self.qp()?.udp_peer().map(|a| a.to_string()))
     }
 
     /// Transport name.
     #[getter]
-    fn transport(&self) -> String {
-        self.qp.transport().to_string()
+    fn transport(&self) -> PyResult<String> {
+        Ok(self.qp()?.transport().to_string())
     }
     /// Queue pair type ("rc" or "uc").
     #[getter]
-    fn qp_type(&self) -> String {
-        self.qp.qp_type().to_string()
+    fn qp_type(&self) -> PyResult<String> {
+        Ok(self.qp()?.qp_type().to_string())
     }
     /// Negotiated path MTU.
     #[getter]
-    fn mtu(&self) -> usize {
-        self.qp.mtu()
+    fn mtu(&self) -> PyResult<usize> {
+        Ok(self.qp()?.mtu())
     }
     /// Counters as a dict.
-    fn stats(&self) -> std::collections::HashMap<&'static str, u64> {
-        let s = self.qp.stats();
+    fn stats(&self) -> PyResult<std::collections::HashMap<&'static str, u64>> {
+        let s = self.qp()?.stats();
         let e = s.engine;
-        [
+        Ok([
             ("tx_packets", e.tx_packets),
             ("rx_packets", e.rx_packets),
             ("retransmits", e.retransmits),
@@ -420,12 +445,34 @@ impl PyQp {
             ("ring_completions", e.ring_completions),
         ]
         .into_iter()
-        .collect()
+        .collect())
     }
     /// The kernel-checked `(pid, uid, gid)` of the peer process on an shm queue pair, taken
     /// when it connected; `None` on udp and tcp.
-    fn peer_credentials(&self) -> Option<(i32, u32, u32)> {
-        self.qp.peer_credentials().map(|c| (c.pid, c.uid, c.gid))
+    fn peer_credentials(&self) -> PyResult<Option<(i32, u32, u32)>> {
+        Ok(self.qp()?.peer_credentials().map(|c| (c.pid, c.uid, c.gid)))
+    }
+
+    /// Disconnects the queue pair (the peer sees it gone). Idempotent; a call waiting on it in
+    /// another thread finishes first.
+    fn close(&self, py: Python<'_>) {
+        let q = self.qp.lock().unwrap_or_else(|p| p.into_inner()).take();
+        py.detach(move || drop(q));
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// Closes the queue pair; exceptions propagate.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) {
+        self.close(py)
     }
 }
 
@@ -496,10 +543,22 @@ fn addr(s: &str) -> PyResult<std::net::SocketAddr> {
         .map_err(|_| PyValueError::new_err(format!("address {s:?} (expected host:port)")))
 }
 
-/// Accepts queue pairs (the server side of `connect`).
+/// Accepts queue pairs (the server side of `connect`). `close()` (or the end of a `with`
+/// block, or garbage collection) stops listening; the queue pairs it accepted stay connected.
 #[pyclass(module = "remora.fabric", name = "Listener")]
 struct PyListener {
-    l: Arc<fab::Listener>,
+    l: Mutex<Option<Arc<fab::Listener>>>,
+}
+
+impl PyListener {
+    /// The listener, or `ValueError` once closed.
+    fn l(&self) -> PyResult<Arc<fab::Listener>> {
+        self.l
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| PyValueError::new_err("the listener is closed"))
+    }
 }
 
 #[pymethods]
@@ -534,22 +593,23 @@ impl PyListener {
             ..options("udp", "rc", mtu, &part, progress)?
         };
         let l = fab::Listener::bind(addr(address)?, pd.pd.clone(), opts).map_err(fab_err)?;
-        Ok(PyListener { l: Arc::new(l) })
+        Ok(PyListener {
+            l: Mutex::new(Some(Arc::new(l))),
+        })
     }
 
     /// The setup address ("host:port").
     #[getter]
-    fn address(&self) -> String {
-        self.l.local_addr().to_string()
+    fn address(&self) -> PyResult<String> {
+        Ok(self.l()?.local_addr().to_string())
     }
 
     /// The udp (RoCEv2) receive address on the setup address' IP, once bound: port 4791
     /// unless another process held it.
     #[getter]
-    fn udp_address(&self) -> Option<String> {
-        self.l
-            .udp_device(self.l.local_addr().ip())
-            .map(|a| a.to_string())
+    fn udp_address(&self) -> PyResult<Option<String>> {
+        let l = self.l()?;
+        Ok(l.udp_device(l.local_addr().ip()).map(|a| a.to_string()))
     }
 
     /// Waits for one peer; returns (QueuePair, the peer's private data). The GIL is released.
@@ -559,10 +619,32 @@ impl PyListener {
         py: Python<'py>,
         private: &[u8],
     ) -> PyResult<(PyQp, Bound<'py, PyBytes>)> {
-        let l = self.l.clone();
+        let l = self.l()?;
         let p = private.to_vec();
         let (qp, peer) = py.detach(move || l.accept(&p)).map_err(fab_err)?;
-        Ok((PyQp { qp: Arc::new(qp) }, PyBytes::new(py, &peer)))
+        Ok((PyQp::new(qp), PyBytes::new(py, &peer)))
+    }
+
+    /// Stops listening (new peers are refused; accepted queue pairs stay connected).
+    /// Idempotent; an `accept` waiting in another thread is not interrupted.
+    fn close(&self, py: Python<'_>) {
+        let l = self.l.lock().unwrap_or_else(|p| p.into_inner()).take();
+        py.detach(move || drop(l));
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// Closes the listener; exceptions propagate.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) {
+        self.close(py)
     }
 }
 
@@ -613,7 +695,7 @@ fn connect<'py>(
     let (q, peer) = py
         .detach(move || fab::connect(a, pd, opts, &p))
         .map_err(fab_err)?;
-    Ok((PyQp { qp: Arc::new(q) }, PyBytes::new(py, &peer)))
+    Ok((PyQp::new(q), PyBytes::new(py, &peer)))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -19,7 +19,8 @@ fn err(e: lz::Error) -> PyErr {
     }
 }
 
-/// A page server running on background threads; `close()` (or garbage collection) stops it.
+/// A page server running on background threads; `close()` (or the end of a `with` block, or
+/// garbage collection) stops it.
 #[pyclass(module = "remora.lazy")]
 struct PageServer {
     handle: Mutex<Option<Handle>>,
@@ -124,6 +125,21 @@ impl PageServer {
     fn close(&self, py: Python<'_>) {
         let h = self.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
         py.detach(move || drop(h));
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// Calls `close()`; exceptions propagate.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) {
+        self.close(py)
     }
 }
 
@@ -254,6 +270,21 @@ impl LazyRegion {
     fn close(&self, py: Python<'_>) {
         let r = self.inner.clone();
         py.detach(move || r.close());
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// Calls `close()`; exceptions propagate.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) {
+        self.close(py)
     }
 }
 

@@ -2,8 +2,8 @@
 //!
 //! Descriptors are borrowed without copies: 2-D C-contiguous numpy arrays of `uint8` (exact
 //! integer path) or `float32` (float path), query and train of the same dtype and dimension.
-//! Anything else is a `TypeError` (dtype, layout: with the fix to apply) or a `ValueError`
-//! (shape, values, options), never a silent conversion. Outputs are Rust vectors handed to numpy
+//! Anything else is a `TypeError` (type, dtype: with the fix to apply) or a `ValueError`
+//! (layout, shape, values, options), never a silent conversion. Outputs are Rust vectors handed to numpy
 //! without a copy. The GIL is released while searching, filtering and reading or writing files.
 use std::path::{Path, PathBuf};
 
@@ -77,11 +77,17 @@ fn values<'a, T: numpy::Element, D: numpy::ndarray::Dimension>(
     if a.len() == 0 {
         return Ok(&[]);
     }
+    // numpy's as_slice also accepts Fortran order, whose memory is not in row order.
+    if !a.is_c_contiguous() {
+        return Err(not_contiguous(what));
+    }
     a.as_slice().map_err(|_| not_contiguous(what))
 }
 
+/// A wrong layout is a `ValueError`, as numpy's own (and the other remora modules') are; a
+/// wrong dtype a `TypeError`.
 fn not_contiguous(what: &str) -> PyErr {
-    PyTypeError::new_err(format!(
+    PyValueError::new_err(format!(
         "{what} is not C-contiguous (a slice, a transposed view or Fortran order): \
          pass np.ascontiguousarray({what})"
     ))

@@ -5,9 +5,9 @@
 //! GIL is released) and go out as `bytes`. Decoded pixels come in as C-contiguous `uint8` numpy
 //! arrays `(H, W)` gray or `(H, W, C)` with C = 1 to 4, borrowed without a copy, and go out as
 //! arrays of the same layout (the Rust vector handed to numpy without a copy). The GIL is
-//! released while decoding, resampling and encoding. Wrong types, dtypes, layouts and shapes are
-//! `TypeError`s; bad geometry, options, corrupt images and limits `ValueError`s with the engine's
-//! message.
+//! released while decoding, resampling and encoding. Wrong types and dtypes are `TypeError`s;
+//! wrong layouts (not C-contiguous) and shapes, bad geometry, options, corrupt images and limits
+//! `ValueError`s (as in numpy and the other remora modules), with the engine's message.
 use numpy::prelude::*;
 use numpy::{PyArray1, PyArrayDyn, PyUntypedArray};
 use pyo3::buffer::PyBuffer;
@@ -137,14 +137,14 @@ fn resize_array<'py>(
         [_, _] => 1,
         [_, _, c @ 1..=4] => *c,
         _ => {
-            return Err(PyTypeError::new_err(format!(
+            return Err(PyValueError::new_err(format!(
                 "the array has shape {shape:?}: pixels must be (H, W) gray or (H, W, C) with \
                  C = 1 (gray), 2 (gray+alpha), 3 (RGB) or 4 (RGBA); encoded images go in as bytes"
             )))
         }
     };
     if !arr.is_c_contiguous() {
-        return Err(PyTypeError::new_err(
+        return Err(PyValueError::new_err(
             "the array is not C-contiguous (a slice, a transposed view or Fortran order): \
              pass np.ascontiguousarray(a)",
         ));
@@ -162,7 +162,7 @@ fn resize_array<'py>(
         &[]
     } else {
         a.as_slice()
-            .map_err(|e| PyTypeError::new_err(e.to_string()))?
+            .map_err(|e| PyValueError::new_err(e.to_string()))?
     };
     let out = py
         .detach(|| resize_pixels(src, w, h, channels as u8, job))
