@@ -26,18 +26,11 @@
 use crate::error::{Error, Result};
 use std::os::fd::{AsRawFd, OwnedFd};
 
-const MAGIC: &[u8; 4] = b"RSH2";
-/// Bytes of the announcement: magic, kind, 0, index, length.
-pub(crate) const LEN: usize = 4 + 4 + 4 + 4 + 8;
+/// Bytes of the announcement (`remora_wire::ctrl::share`): magic, kind, 0, index, length.
+pub(crate) const LEN: usize = remora_wire::ctrl::share::SHARE_LEN;
 
 /// What the handed-over descriptor is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// A read-only descriptor of the source (file or memfd).
-    Fd = 1,
-    /// A pidfd of the process whose memory at the hello's segments is the source.
-    Process = 2,
-}
+pub(crate) use remora_wire::ctrl::ShareKind as Kind;
 
 /// Where a client finds the server's bytes: which of the handed-over descriptors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,30 +44,25 @@ pub(crate) struct Share {
 impl Share {
     /// The announcement's bytes.
     pub fn emit(&self) -> [u8; LEN] {
-        let mut b = [0u8; LEN];
-        b[..4].copy_from_slice(MAGIC);
-        b[4..8].copy_from_slice(&(self.kind as u32).to_le_bytes());
-        b[12..16].copy_from_slice(&self.index.to_le_bytes());
-        b[16..24].copy_from_slice(&self.len.to_le_bytes());
-        b
+        remora_wire::ctrl::ShareRepr {
+            kind: self.kind,
+            index: self.index,
+            len: self.len,
+        }
+        .to_bytes()
     }
+
     /// Reads an announcement; None if `b` does not start with one (older servers, udp) or
     /// names an unknown kind.
     pub fn parse(b: &[u8]) -> Option<Share> {
-        let b = b.get(..LEN)?;
-        if &b[..4] != MAGIC {
-            return None;
-        }
-        let word = |at: usize| -> Option<[u8; 4]> { b[at..at + 4].try_into().ok() };
-        let kind = match u32::from_le_bytes(word(4)?) {
-            1 => Kind::Fd,
-            2 => Kind::Process,
-            _ => return None,
-        };
+        use remora_wire::ctrl::{SharePacket, ShareRepr};
+        let r = SharePacket::new_checked(b)
+            .and_then(|p| ShareRepr::parse(&p))
+            .ok()?;
         Some(Share {
-            kind,
-            index: u32::from_le_bytes(word(12)?),
-            len: u64::from_le_bytes(b[16..24].try_into().ok()?),
+            kind: r.kind,
+            index: r.index,
+            len: r.len,
         })
     }
 }

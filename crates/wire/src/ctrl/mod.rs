@@ -9,6 +9,7 @@
 //! | [`page`] | 16-byte page request and reply headers | remora-lazy client and page server |
 //! | [`page_hello`] | page server hello (`RMLZ`): length, segments, zero map | remora-lazy, on connect or in private data |
 //! | [`remu`] | REMU hello and the receiver's ring announcement | remora-daq, in setup private data |
+//! | [`share`] | shm page server's share announcement (`RSH2`) | remora-lazy, after the page hello |
 //!
 //! Each module has a view (`XxxPacket<T: AsRef<[u8]>>`, getters, setters on `AsMut`,
 //! `new_checked`) and a repr (`parse`, `emit`, `buffer_len`, and `to_bytes` for convenience).
@@ -23,6 +24,7 @@ pub mod page_hello;
 pub mod region;
 pub mod remu;
 pub mod setup;
+pub mod share;
 pub mod stream;
 
 pub use page::{PageHeaderPacket, ReplyRepr, ReplyStatus, RequestOp, RequestRepr};
@@ -30,4 +32,5 @@ pub use page_hello::{PageHelloPacket, PageHelloRepr, Segment};
 pub use region::{RegionPacket, RegionRepr};
 pub use remu::{AnnouncePacket, AnnounceRepr, RemuHelloPacket, RemuHelloRepr};
 pub use setup::{SetupPacket, SetupRepr};
+pub use share::{ShareKind, SharePacket, ShareRepr};
 pub use stream::{FramePacket, FrameRepr};
