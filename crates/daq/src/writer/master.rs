@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use hdf5::types::VarLenUnicode;
 use hdf5::{Group, H5Type, Hyperslab, Selection, SliceOrIndex};
 
-use super::{attr, group, string, text};
+use super::h5::{attr, group, string, text};
 use crate::access::Input;
 use crate::config::{Config, Fanout};
 use crate::geometry::{AssemblyMap, Layout};

@@ -18,18 +18,20 @@
 //! | `/entry/raw` (NXdata) | `data`: the detector's raw words (uint16, n × modules·512 × 1024, what an HDF5 source reads back), and their `frame_number`, when [`RunInfo::raw_frames`] asks and the receiver hands them over ([`Writer::write_raw`]) |
 //!
 //! Datasets grow as frames come, in chunks compressed with bitshuffle + LZ4 (HDF5 filter
-//! 32008, [`bslz4`], registered with the library by [`filter`]). With several receivers,
+//! 32008, [`bslz4`], registered with the library by [`filter`]); `h5` holds the HDF5 building
+//! blocks (NeXus groups, datasets with units, growing datasets). With several receivers,
 //! [`master`] joins their files into one with virtual datasets once they are closed.
 use std::path::{Path, PathBuf};
 
-use hdf5::types::VarLenUnicode;
-use hdf5::{Dataset, Extent, Group, H5Type, Location, SimpleExtents};
+use hdf5::Group;
 
 use crate::sparse::SparseFrame;
 use crate::{DaqError, Result};
+use h5::{attr, group, h5err, number, string, text, translation, Growing};
 
 pub mod bslz4;
 pub mod filter;
+mod h5;
 pub mod inspect;
 pub mod master;
 mod thread;
@@ -123,166 +125,10 @@ pub struct WriterStats {
     pub dropped: u64,
 }
 
-fn h5err(path: &Path) -> impl Fn(hdf5::Error) -> DaqError + '_ {
-    move |e| DaqError::Acquisition(format!("{}: HDF5: {e}", path.display()))
-}
-
-fn text(s: &str) -> VarLenUnicode {
-    // NUL cannot be stored in an HDF5 string; nothing remora writes has one.
-    s.replace('\0', " ").parse().expect("no NUL left")
-}
-
-fn attr(loc: &Location, name: &str, value: &str) -> hdf5::Result<()> {
-    loc.new_attr::<VarLenUnicode>()
-        .create(name)?
-        .write_scalar(&text(value))
-}
-
-fn group(parent: &Group, name: &str, class: &str) -> hdf5::Result<Group> {
-    let g = parent.create_group(name)?;
-    attr(&g, "NX_class", class)?;
-    Ok(g)
-}
-
-fn string(g: &Group, name: &str, value: &str) -> hdf5::Result<Dataset> {
-    let d = g.new_dataset::<VarLenUnicode>().create(name)?;
-    d.write_scalar(&text(value))?;
-    Ok(d)
-}
-
-fn number<T: H5Type>(g: &Group, name: &str, value: T, units: Option<&str>) -> hdf5::Result<()> {
-    let d = g.new_dataset::<T>().create(name)?;
-    d.write_scalar(&value)?;
-    if let Some(u) = units {
-        attr(&d, "units", u)?;
-    }
-    Ok(())
-}
-
 /// Where the detector's frame is placed along the beam (NXmx's chain ends there).
 const DETECTOR_TRANSLATION: &str = "/entry/instrument/detector/transformations/translation";
 /// The module's origin, on which its pixel directions depend.
 const MODULE_OFFSET: &str = "/entry/instrument/detector/detector_module/module_offset";
-
-/// An NXtransformations translation of `value` metres along `vector`, from `offset`, after
-/// `depends_on` ("." ends the chain).
-fn translation(
-    g: &Group,
-    name: &str,
-    value: f64,
-    vector: [f64; 3],
-    offset: [f64; 3],
-    depends_on: &str,
-) -> hdf5::Result<()> {
-    let d = g.new_dataset::<f64>().create(name)?;
-    d.write_scalar(&value)?;
-    attr(&d, "units", "m")?;
-    attr(&d, "transformation_type", "translation")?;
-    d.new_attr_builder()
-        .with_data(&vector[..])
-        .create("vector")?;
-    d.new_attr_builder()
-        .with_data(&offset[..])
-        .create("offset")?;
-    attr(&d, "offset_units", "m")?;
-    attr(&d, "depends_on", depends_on)
-}
-
-/// A dataset that grows along its first axis, in compressed chunks.
-struct Growing<T: H5Type + Copy> {
-    ds: Dataset,
-    row: usize,
-    /// Shape of one entry when it is an image (rows, columns).
-    image: Option<(usize, usize)>,
-    rows: usize,
-    pending: Vec<T>,
-    batch: usize,
-}
-
-impl<T: H5Type + Copy> Growing<T> {
-    /// `row` elements per entry (1 for a column); `chunk_rows` entries per chunk.
-    fn new(g: &Group, name: &str, row: usize, chunk_rows: usize) -> hdf5::Result<Self> {
-        let mut b = g.new_dataset::<T>();
-        let shape = if row == 1 {
-            SimpleExtents::resizable([0])
-        } else {
-            SimpleExtents::new([Extent::resizable(0), Extent::from(row)])
-        };
-        if row == 1 {
-            b = b.chunk([chunk_rows]);
-        } else {
-            b = b.chunk([chunk_rows, row]);
-        }
-        let ds = b
-            .add_filter(filter::BSLZ4, &filter::params(std::mem::size_of::<T>()))
-            .shape(shape)
-            .create(name)?;
-        Ok(Growing {
-            ds,
-            row,
-            image: None,
-            rows: 0,
-            pending: Vec::new(),
-            batch: chunk_rows.max(1),
-        })
-    }
-
-    /// A dataset of images (n × ny × nx), one image per chunk.
-    fn images(g: &Group, name: &str, ny: usize, nx: usize) -> hdf5::Result<Self> {
-        let ds = g
-            .new_dataset::<T>()
-            .chunk([1, ny, nx])
-            .add_filter(filter::BSLZ4, &filter::params(std::mem::size_of::<T>()))
-            .shape(SimpleExtents::new([
-                Extent::resizable(0),
-                Extent::from(ny),
-                Extent::from(nx),
-            ]))
-            .create(name)?;
-        Ok(Growing {
-            ds,
-            row: ny * nx,
-            image: Some((ny, nx)),
-            rows: 0,
-            pending: Vec::new(),
-            batch: 1,
-        })
-    }
-
-    fn push(&mut self, v: &[T]) -> hdf5::Result<()> {
-        debug_assert_eq!(v.len() % self.row, 0);
-        self.pending.extend_from_slice(v);
-        if self.pending.len() >= self.batch * self.row {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> hdf5::Result<()> {
-        let add = self.pending.len() / self.row;
-        if add == 0 {
-            return Ok(());
-        }
-        let (from, to) = (self.rows, self.rows + add);
-        if let Some((ny, nx)) = self.image {
-            self.ds.resize([to, ny, nx])?;
-            let a = ndarray::ArrayView3::from_shape((add, ny, nx), &self.pending[..])
-                .expect("whole images");
-            self.ds.write_slice(a, (from..to, .., ..))?;
-        } else if self.row == 1 {
-            self.ds.resize([to])?;
-            self.ds.write_slice(&self.pending[..], from..to)?;
-        } else {
-            self.ds.resize([to, self.row])?;
-            let a = ndarray::ArrayView2::from_shape((add, self.row), &self.pending[..])
-                .expect("whole rows");
-            self.ds.write_slice(a, (from..to, ..))?;
-        }
-        self.rows = to;
-        self.pending.clear();
-        Ok(())
-    }
-}
 
 /// The synchronous writer.
 pub struct Writer {
