@@ -13,9 +13,6 @@
 //! `VIPS_CONCURRENCY=threads` (it resizes one file after another, each on its own thread pool);
 //! ImageMagick runs `threads` `convert` processes at a time, each with `MAGICK_THREAD_LIMIT=1`.
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
@@ -27,7 +24,7 @@ use serde_json::{json, Value};
 use super::batch::{resize_all, Item};
 use super::ssim::{self, Rgb};
 
-const CONVERT: &str = "/usr/bin/convert";
+use super::peers::{jpeg_size, on_path, run_convert, run_vips, CONVERT};
 
 /// Arguments of `remora bench resize`.
 #[derive(Args)]
@@ -38,36 +35,36 @@ pub struct BenchArgs {
         value_name = "DIR",
         default_value = "/usr/share/doc/opencv-doc/examples/data"
     )]
-    dir: PathBuf,
+    pub(super) dir: PathBuf,
     /// Geometry for everyone (ImageMagick's; vipsthumbnail's -s reads WxH the same way).
     #[arg(long, value_name = "GEOMETRY", default_value = "500x500")]
-    geometry: String,
+    pub(super) geometry: String,
     /// JPEG quality for everyone.
     #[arg(long, value_name = "Q", default_value_t = 85,
           value_parser = clap::value_parser!(u8).range(1..=100))]
-    quality: u8,
+    pub(super) quality: u8,
     /// Threads (cores) for everyone [default: all cores].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    threads: Option<u32>,
+    pub(super) threads: Option<u32>,
     /// Timed runs of each tool over the whole set; the best counts (no further runs of a tool
     /// once its runs took 20 s).
     #[arg(long, value_name = "N", default_value_t = 3,
           value_parser = clap::value_parser!(u32).range(1..))]
-    repeat: u32,
+    pub(super) repeat: u32,
     /// Time remora only.
     #[arg(long)]
-    no_peers: bool,
+    pub(super) no_peers: bool,
     /// Skip the SSIM check (the f64 reference takes about a second per 10 Mpx per core).
     #[arg(long)]
-    no_ssim: bool,
+    pub(super) no_ssim: bool,
     /// Print one JSON object instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
     /// remora's resampling engine: cpu, gpu (an error when no device opens), or all (every
     /// engine this machine has, side by side, each with its largest difference in grey levels
     /// from the CPU engine's pixels).
     #[arg(long, value_name = "ENGINE", value_enum, default_value_t = BenchEngine::Cpu)]
-    engine: BenchEngine,
+    pub(super) engine: BenchEngine,
 }
 
 /// `--engine` of `remora bench resize`.
@@ -166,16 +163,6 @@ fn best_of(repeat: u32, mut run: impl FnMut() -> anyhow::Result<f64>) -> anyhow:
     Ok(best)
 }
 
-/// A program on PATH.
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
 fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()?
@@ -185,7 +172,7 @@ fn load_average() -> Option<f64> {
         .ok()
 }
 
-fn fresh_dir(p: &Path) -> anyhow::Result<()> {
+pub(super) fn fresh_dir(p: &Path) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(p);
     std::fs::create_dir_all(p).with_context(|| format!("creating {}", p.display()))
 }
@@ -207,83 +194,6 @@ fn photos(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         bail!("{}: no readable .jpg/.jpeg files", dir.display());
     }
     Ok(files)
-}
-
-/// One vipsthumbnail process over all files.
-fn run_vips(
-    vips: &Path,
-    files: &[PathBuf],
-    out: &Path,
-    a: &BenchArgs,
-    threads: usize,
-) -> anyhow::Result<f64> {
-    fresh_dir(out)?;
-    let t0 = Instant::now();
-    let status = Command::new(vips)
-        .env("VIPS_CONCURRENCY", threads.to_string())
-        .args(["-s", &a.geometry, "-o"])
-        .arg(format!("{}/%s.jpg[Q={}]", out.display(), a.quality))
-        .args(files)
-        .stdin(Stdio::null())
-        .status()
-        .with_context(|| format!("running {}", vips.display()))?;
-    let s = t0.elapsed().as_secs_f64();
-    if !status.success() {
-        bail!("{} exited with {status}", vips.display());
-    }
-    Ok(s)
-}
-
-/// `threads` `convert` processes at a time, one per image.
-fn run_convert(
-    files: &[PathBuf],
-    out: &Path,
-    a: &BenchArgs,
-    threads: usize,
-    size: Option<&str>,
-) -> anyhow::Result<f64> {
-    fresh_dir(out)?;
-    let next = AtomicUsize::new(0);
-    let failed = AtomicBool::new(false);
-    let t0 = Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(f) = files.get(i) else { break };
-                let mut c = Command::new(CONVERT);
-                c.env("MAGICK_THREAD_LIMIT", "1");
-                if let Some(sz) = size {
-                    c.args(["-define", &format!("jpeg:size={sz}")]);
-                }
-                let ok = c
-                    .arg(f)
-                    .args(["-resize", &a.geometry, "-quality", &a.quality.to_string()])
-                    .arg(out.join(f.file_name().unwrap_or_default()))
-                    .stdin(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success());
-                if !ok {
-                    failed.store(true, Ordering::Relaxed);
-                }
-            });
-        }
-    });
-    let s = t0.elapsed().as_secs_f64();
-    if failed.into_inner() {
-        bail!("{CONVERT} failed on some files");
-    }
-    Ok(s)
-}
-
-/// `-define jpeg:size=` for a `WxH` geometry: twice the box, as for 500x500 → 1000x1000.
-fn jpeg_size(geometry: &str) -> Option<String> {
-    let g = remora_resize::Geometry::parse(geometry).ok()?;
-    if g.percent || g.area || g.aspect_ratio {
-        return None;
-    }
-    let (w, h) = (g.width?, g.height.or(g.width)?);
-    Some(format!("{}x{}", (2.0 * w).round(), (2.0 * h).round()))
 }
 
 /// SSIM (luma) of each output against the f64 Lanczos3 reference of the full-size decode

@@ -16,6 +16,7 @@ mod args;
 mod batch;
 mod bench;
 mod imgproxy_env;
+mod peers;
 mod remote;
 mod serve;
 mod ssim;
