@@ -6,10 +6,11 @@
 //! `.npy` array of u16, or an HDF5 dataset. The stream cycles through the loaded frames: the
 //! acquisition's frame `i` is dataset frame `i mod len`.
 use rayon::prelude::*;
+use remora_wire::npy;
 
 use crate::access::{Estimate, Input};
 use crate::config::{Config, SourceKind};
-use crate::model::Detector;
+use crate::model::{Detector, MODULE_COLS, MODULE_ROWS};
 use crate::pedestal::DarkPattern;
 use crate::ring::MODULE_BYTES;
 use crate::synth::{Synth, SynthConfig};
@@ -67,6 +68,7 @@ impl Dataset {
                 };
                 let detail = input.detail();
                 let shown = format!("{:?}", path.display().to_string());
+                let detector = Detector::new(modules)?;
                 let words = match cfg.source.kind {
                     SourceKind::Raw => {
                         fits(input.len())?;
@@ -74,11 +76,11 @@ impl Dataset {
                     }
                     SourceKind::Npy => {
                         fits(input.len())?;
-                        npy_u16(input)?
+                        npy_u16(input, detector)?
                     }
                     _ => h5_u16(input, &cfg.source.dataset, fits)?,
                 };
-                let per = Detector::new(modules)?.frame_bytes();
+                let per = detector.frame_bytes();
                 if words.is_empty() || words.len() % per != 0 {
                     let what = if detail {
                         format!("{} bytes", words.len())
@@ -173,30 +175,66 @@ fn h5_u16(input: Input, dataset: &str, fits: impl Fn(u64) -> Result<()>) -> Resu
     Ok(words.iter().flat_map(|w| w.to_le_bytes()).collect())
 }
 
-/// The data bytes of a little-endian u16 `.npy` file (C order), checked.
-fn npy_u16(input: Input) -> Result<Vec<u8>> {
+/// The data bytes of a `.npy` array of `detector`'s raw frames, read through
+/// [`remora_wire::npy`]: little-endian u16 (`<u2`), C order, and a shape of whole frames,
+/// (frames, 512·modules, 1024), (512·modules, 1024) for one frame, or (frames, modules, 512,
+/// 1024); the data must be exactly what the shape needs. Beneath a directory the messages name
+/// no value found in the file ([`Input::detail`]).
+fn npy_u16(input: Input, detector: Detector) -> Result<Vec<u8>> {
+    let detail = input.detail();
     let shown = format!("{:?}", input.shown().display().to_string());
     let bad = |m: &str| DaqError::Config(format!("source.path: {shown}: {m}"));
-    let b = input.read_all()?;
-    if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
-        return Err(bad("not a .npy file"));
-    }
-    let (hlen, start) = match b[6] {
-        1 => (u16::from_le_bytes([b[8], b[9]]) as usize, 10),
-        2 | 3 if b.len() >= 12 => (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12),
-        _ => return Err(bad("not a .npy file of a version this reads (1, 2 or 3)")),
+    // The reader's own message where it may describe the file, `generic` where it may not.
+    let refuse = |e: npy::NpyError, generic: &str| {
+        bad(&if detail {
+            e.to_string()
+        } else {
+            generic.into()
+        })
     };
-    let header = b
-        .get(start..start + hlen)
-        .ok_or_else(|| bad("truncated header"))?;
-    let header = String::from_utf8_lossy(header);
-    if !(header.contains("'<u2'") || header.contains("'uint16'")) {
-        return Err(bad("array must be little-endian uint16 ('<u2')"));
+    const DTYPE: &str = "array must be little-endian uint16 ('<u2')";
+    let mut b = input.read_all()?;
+    let h = npy::Header::parse(&b).map_err(|e| match e {
+        npy::NpyError::NotNpy => bad("not a .npy file"),
+        npy::NpyError::UnsupportedDtype(d) if detail => bad(&format!("{DTYPE}, not '{d}'")),
+        npy::NpyError::UnsupportedDtype(_) => bad(DTYPE),
+        npy::NpyError::Truncated { .. } => refuse(e, "truncated header"),
+        e => refuse(
+            e,
+            "not a .npy file this reads (version 1.0, 2.0 or 3.0, NumPy's header)",
+        ),
+    })?;
+    if h.descr != npy::Dtype::U2 {
+        return Err(if detail {
+            bad(&format!("{DTYPE}, not '{}'", h.descr))
+        } else {
+            bad(DTYPE)
+        });
     }
-    if header.contains("'fortran_order': True") {
-        return Err(bad("array must be in C order"));
+    h.check_c_order().map_err(|e| bad(&e.to_string()))?;
+    let m = detector.modules();
+    let (rows, cols) = detector.raw_shape();
+    let whole_frames = match h.shape[..] {
+        [_, r, c] | [r, c] => (r, c) == (rows, cols),
+        [_, mm, r, c] => (mm, r, c) == (m, MODULE_ROWS, MODULE_COLS),
+        _ => false,
+    };
+    if !whole_frames {
+        let found = if detail {
+            format!("shape {}", npy::shape_repr(&h.shape))
+        } else {
+            "the array's shape".into()
+        };
+        return Err(bad(&format!(
+            "{found} is not one of {m}-module frames: expected (frames, {rows}, {cols}), \
+             ({rows}, {cols}) for one frame, or (frames, {m}, {MODULE_ROWS}, {MODULE_COLS})"
+        )));
     }
-    Ok(b[start + hlen..].to_vec())
+    h.data(&b)
+        .map_err(|e| refuse(e, "the data is not the size the array's shape needs"))?;
+    // The data in place of the whole file: no second copy of the frames.
+    b.drain(..h.data_offset);
+    Ok(b)
 }
 
 #[cfg(test)]
@@ -214,20 +252,160 @@ mod tests {
         assert_eq!(Dataset::synthetic_frames(&cfg), 6);
     }
 
+    /// A version 1.0 `.npy` file with `dict` as its header text and `data` after it.
+    fn npy_file(dict: &str, data: &[u8]) -> Vec<u8> {
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+        b.extend_from_slice(dict.as_bytes());
+        b.extend_from_slice(data);
+        b
+    }
+
+    /// What `npy_u16` makes of `bytes` for a detector of `modules`, opened with `files`.
+    fn load(files: &Files, dir: &std::path::Path, bytes: &[u8], modules: usize) -> Result<Vec<u8>> {
+        std::fs::write(dir.join("x.npy"), bytes).unwrap();
+        let path = if matches!(files, Files::Any) {
+            dir.join("x.npy")
+        } else {
+            "x.npy".into()
+        };
+        npy_u16(
+            files.open("source.path", &path).unwrap(),
+            Detector::new(modules).unwrap(),
+        )
+    }
+
+    fn temp_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("remora-npy-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     #[test]
     fn a_bad_npy_is_a_clear_error() {
-        let dir = std::env::temp_dir().join(format!("remora-npy-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("x.npy");
-        std::fs::write(&p, b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f4'}").unwrap();
-        let open = || Files::Any.open("source.path", &p).unwrap();
-        let e = npy_u16(open()).unwrap_err().to_string();
-        assert!(e.contains("uint16"), "{e}");
-        std::fs::write(&p, b"hello").unwrap();
-        assert!(npy_u16(open())
-            .unwrap_err()
-            .to_string()
-            .contains("not a .npy"));
+        let dir = temp_dir("bad");
+        let msg = |bytes: &[u8]| load(&Files::Any, &dir, bytes, 1).unwrap_err().to_string();
+        let header = |descr: &str, fortran: &str| {
+            format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': (512, 1024), }}")
+        };
+        let e = msg(&npy_file(&header("<f4", "False"), &[]));
+        assert!(e.contains("uint16 ('<u2'), not '<f4'"), "{e}");
+        let e = msg(&npy_file(&header(">u2", "False"), &[]));
+        assert!(e.contains("uint16 ('<u2'), not '>u2'"), "{e}");
+        let e = msg(&npy_file(&header("<u2", "True"), &[]));
+        assert!(e.contains("array must be in C order"), "{e}");
+        let e = msg(&npy_file("{'descr': '<u2'}", &[]));
+        assert!(e.contains("bad .npy header: no 'fortran_order' key"), "{e}");
+        let e = msg(&npy_file(&header("<u2", "False"), &[0; 6]));
+        assert!(
+            e.contains("data is 6 bytes, shape (512, 1024) of '<u2' needs 1048576"),
+            "{e}"
+        );
+        let e = msg(&b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f4'}"[..20]);
+        assert!(e.contains("truncated header"), "{e}");
+        let e = msg(b"hello");
+        assert!(
+            e.contains("source.path: ") && e.ends_with("not a .npy file"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn npy_shapes_must_be_whole_frames() {
+        let dir = temp_dir("shape");
+        let frame = |n: u16| -> Vec<u8> {
+            (0..MODULE_ROWS * MODULE_COLS)
+                .flat_map(|i| (i as u16 ^ n).to_le_bytes())
+                .collect()
+        };
+        let two: Vec<u8> = [frame(1), frame(2)].concat();
+        for shape in [&[2, 512, 1024][..], &[512, 1024], &[2, 1, 512, 1024]] {
+            let data = if shape.len() == 2 {
+                &two[..two.len() / 2]
+            } else {
+                &two[..]
+            };
+            let b = npy::encode(npy::Dtype::U2, shape, data).unwrap();
+            assert_eq!(load(&Files::Any, &dir, &b, 1).unwrap(), data, "{shape:?}");
+        }
+        // Two modules: the frame is 1024 rows, or 2 x 512.
+        let b = npy::encode(npy::Dtype::U2, &[1, 2, 512, 1024], &two).unwrap();
+        assert_eq!(load(&Files::Any, &dir, &b, 2).unwrap(), two);
+        let b = npy::encode(npy::Dtype::U2, &[1024, 1024], &two).unwrap();
+        assert_eq!(load(&Files::Any, &dir, &b, 2).unwrap(), two);
+
+        let expected = "expected (frames, 1024, 1024), (1024, 1024) for one frame, \
+                        or (frames, 2, 512, 1024)";
+        for shape in [
+            "(2, 512, 1024)",
+            "(1048576,)",
+            "(1024, 512, 2)",
+            "(1, 1, 512, 1024)",
+            "()",
+        ] {
+            let b = npy_file(
+                &format!("{{'descr': '<u2', 'fortran_order': False, 'shape': {shape}, }}"),
+                &[],
+            );
+            let e = load(&Files::Any, &dir, &b, 2).unwrap_err();
+            assert!(matches!(e, DaqError::Config(_)));
+            let e = e.to_string();
+            assert!(
+                e.contains(&format!(
+                    "shape {shape} is not one of 2-module frames: {expected}"
+                )),
+                "{e}"
+            );
+        }
+        // A shape of whole frames whose product overflows is an error, not an allocation.
+        let b = npy_file(
+            &format!(
+                "{{'descr': '<u2', 'fortran_order': False, 'shape': ({}, 512, 1024), }}",
+                1usize << 60
+            ),
+            &[0; 8],
+        );
+        let e = load(&Files::Any, &dir, &b, 1).unwrap_err().to_string();
+        assert!(e.contains("needs more than"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn npy_messages_beneath_a_directory_name_nothing_in_the_file() {
+        let dir = temp_dir("beneath");
+        let files = Files::beneath(None, Some(&dir)).unwrap();
+        let msg = |b: &[u8]| load(&files, &dir, b, 1).unwrap_err().to_string();
+        let e = msg(&npy_file(
+            "{'descr': '<u2', 'fortran_order': False, 'shape': (3, 77), }",
+            &[],
+        ));
+        assert!(
+            e.contains("the array's shape is not one of 1-module frames"),
+            "{e}"
+        );
+        assert!(!e.contains("77"), "{e}");
+        let e = msg(&npy_file(
+            "{'descr': '<i8', 'fortran_order': False, 'shape': (3, 77), }",
+            &[],
+        ));
+        assert!(
+            e.ends_with("array must be little-endian uint16 ('<u2')"),
+            "{e}"
+        );
+        let e = msg(&npy_file(
+            "{'descr': '<u2', 'fortran_order': False, 'shape': (512, 1024), }",
+            &[0; 6],
+        ));
+        assert!(
+            e.ends_with("the data is not the size the array's shape needs"),
+            "{e}"
+        );
+        let e = msg(&npy_file("{'descr': '<u2', 'secret': 1}", &[]));
+        assert!(
+            e.contains("not a .npy file this reads") && !e.contains("secret"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -6,7 +6,8 @@
 //! arithmetic with wrap-around, and computes and checks the invariant CRC (ICRC). It also holds
 //! every control frame remora peers exchange outside RoCEv2 packets ([`ctrl`]: the fabric's setup
 //! hello and stream frames, the page server's protocol, the REMU link's hello), so that each
-//! byte layout is written once, pinned by golden bytes and fuzzed. The design follows smoltcp:
+//! byte layout is written once, pinned by golden bytes and fuzzed. [`npy`] does the same for the
+//! one file format several crates share, NumPy's `.npy` header. The design follows smoltcp:
 //! each header has a `Packet<T: AsRef<[u8]>>` view with getters and setters over a byte buffer,
 //! and a `*Repr` with `parse` and `emit`; [`Repr`] ties a whole datagram payload together.
 //!
@@ -53,6 +54,7 @@ pub mod ctrl;
 mod error;
 pub mod icrc;
 pub mod immdt;
+pub mod npy;
 pub mod opcode;
 pub mod packet;
 pub mod pcap;

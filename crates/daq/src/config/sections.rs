@@ -38,7 +38,8 @@ pub enum SourceKind {
     Synthetic,
     /// Raw little-endian u16 frames, detector order, back to back.
     Raw,
-    /// A `.npy` array of u16, shape (frames, modules·512, 1024) or (frames, modules, 512, 1024).
+    /// A `.npy` array of little-endian u16 in C order, shape (frames, modules·512, 1024),
+    /// (modules·512, 1024) for one frame, or (frames, modules, 512, 1024).
     Npy,
     /// An HDF5 dataset of u16 frames.
     Hdf5,

@@ -1,16 +1,17 @@
 //! NumPy `.npy` arrays: 2-D, C order, dtypes `|u1`, `<f4`, `<f8`, `<i4`, `<i8`, `<u4`.
 //!
-//! Layout (NumPy's `format.py`): the magic `\x93NUMPY`, major and minor version bytes, the
-//! header length (`u16` little-endian in 1.0, `u32` in 2.0 and 3.0), then a Python dict literal
-//! `{'descr': '<f4', 'fortran_order': False, 'shape': (n, d), }` padded with spaces and a
-//! newline so that the data starts at a multiple of 64 bytes. Writers here emit version 1.0
-//! with the spare spaces NumPy adds after the dict.
+//! The header (magic, version 1.0, 2.0 or 3.0, the `{'descr': ..., 'fortran_order': ...,
+//! 'shape': ...}` dict, 64-byte alignment) is [`remora_wire::npy`]'s, as are its checks of the
+//! data length; this module holds the 2-D arrays and their typed values. Writers here emit
+//! version 1.0 with the spare spaces NumPy adds after the dict.
+
+use remora_wire::npy::{self, Dtype};
 
 use super::{invalid, Descriptors, FormatError, Keypoints};
 use crate::Match;
 
 /// The first six bytes of every `.npy` file.
-pub const MAGIC: &[u8] = b"\x93NUMPY";
+pub const MAGIC: &[u8] = npy::MAGIC;
 const NAME: &str = "npy";
 
 /// The values of an array.
@@ -31,14 +32,14 @@ pub enum NpyData {
 }
 
 impl NpyData {
-    fn descr(&self) -> &'static str {
+    fn dtype(&self) -> Dtype {
         match self {
-            NpyData::U8(_) => "|u1",
-            NpyData::F32(_) => "<f4",
-            NpyData::F64(_) => "<f8",
-            NpyData::I32(_) => "<i4",
-            NpyData::I64(_) => "<i8",
-            NpyData::U32(_) => "<u4",
+            NpyData::U8(_) => Dtype::U1,
+            NpyData::F32(_) => Dtype::F4,
+            NpyData::F64(_) => Dtype::F8,
+            NpyData::I32(_) => Dtype::I4,
+            NpyData::I64(_) => Dtype::I8,
+            NpyData::U32(_) => Dtype::U4,
         }
     }
 
@@ -76,134 +77,73 @@ pub struct NpyArray {
     pub data: NpyData,
 }
 
-fn field<'h>(header: &'h str, key: &str) -> Result<&'h str, FormatError> {
-    let at = header
-        .find(&format!("'{key}'"))
-        .or_else(|| header.find(&format!("\"{key}\"")));
-    let rest = at
-        .map(|i| &header[i + key.len() + 2..])
-        .ok_or_else(|| invalid(NAME, format!("header has no {key:?}")))?;
-    let rest = rest.trim_start();
-    rest.strip_prefix(':')
-        .map(str::trim_start)
-        .ok_or_else(|| invalid(NAME, format!("header: no ':' after {key:?}")))
+/// The reasons of [`remora_wire::npy`] as this crate's [`FormatError`].
+fn format_error(e: npy::NpyError) -> FormatError {
+    match e {
+        npy::NpyError::NotNpy => FormatError::Magic {
+            format: NAME,
+            detail: "no \\x93NUMPY magic".into(),
+        },
+        npy::NpyError::UnsupportedVersion { major, minor } => FormatError::Magic {
+            format: NAME,
+            detail: format!("version {major}.{minor} is not 1.0, 2.0 or 3.0"),
+        },
+        npy::NpyError::Truncated { need, have } => FormatError::Truncated {
+            what: "npy header",
+            need: need as u64,
+            at: 0,
+            len: have,
+        },
+        npy::NpyError::UnsupportedDtype(d) => unsupported_dtype(&d),
+        e => invalid(NAME, e.to_string()),
+    }
+}
+
+fn unsupported_dtype(descr: &str) -> FormatError {
+    invalid(
+        NAME,
+        format!("dtype {descr:?} not supported (|u1, <f4, <f8, <i4, <i8, <u4)"),
+    )
 }
 
 /// Parses an `.npy` file.
 pub fn parse(b: &[u8]) -> Result<NpyArray, FormatError> {
-    if !b.starts_with(MAGIC) || b.len() < 10 {
-        return Err(FormatError::Magic {
-            format: NAME,
-            detail: "no \\x93NUMPY magic".into(),
-        });
-    }
-    let (hlen, start): (usize, usize) = match b[6] {
-        1 => (u16::from_le_bytes([b[8], b[9]]) as usize, 10),
-        2 | 3 if b.len() >= 12 => (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12),
-        v => {
-            return Err(FormatError::Magic {
-                format: NAME,
-                detail: format!("version {v}.{} is not 1, 2 or 3", b[7]),
-            })
-        }
-    };
-    let header = b
-        .get(start..start.saturating_add(hlen))
-        .ok_or(FormatError::Truncated {
-            what: "npy header",
-            need: hlen as u64,
-            at: start,
-            len: b.len(),
-        })?;
-    let header = std::str::from_utf8(header).map_err(|_| invalid(NAME, "header is not text"))?;
-    let descr = field(header, "descr")?;
-    let quote = descr
-        .chars()
-        .next()
-        .filter(|c| *c == '\'' || *c == '"')
-        .ok_or_else(|| invalid(NAME, "descr is not a string"))?;
-    let descr = descr[1..].split(quote).next().unwrap_or("");
-    let fortran = field(header, "fortran_order")?;
-    if fortran.starts_with("True") {
+    let h = npy::Header::parse(b).map_err(format_error)?;
+    h.check_c_order().map_err(format_error)?;
+    let [rows, cols] = h.shape[..] else {
         return Err(invalid(
             NAME,
-            "fortran_order True: save the array in C order (np.ascontiguousarray)",
-        ));
-    }
-    if !fortran.starts_with("False") {
-        return Err(invalid(NAME, "fortran_order is neither True nor False"));
-    }
-    let shape = field(header, "shape")?;
-    let shape = shape
-        .strip_prefix('(')
-        .and_then(|s| s.split(')').next())
-        .ok_or_else(|| invalid(NAME, "shape is not a tuple"))?;
-    let dims: Vec<usize> = shape
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse()
-                .map_err(|_| invalid(NAME, format!("shape entry {s:?} is not a size")))
-        })
-        .collect::<Result<_, _>>()?;
-    let [rows, cols] = dims[..] else {
-        return Err(invalid(
-            NAME,
-            format!("array has {} dimensions; 2 expected", dims.len()),
+            format!("array has {} dimensions; 2 expected", h.shape.len()),
         ));
     };
-    let size = match descr {
-        "|u1" | "<u1" | "u1" => 1,
-        "<f4" | "<i4" | "<u4" => 4,
-        "<f8" | "<i8" => 8,
-        d => {
-            return Err(invalid(
-                NAME,
-                format!("dtype {d:?} not supported (|u1, <f4, <f8, <i4, <i8, <u4)"),
-            ))
-        }
-    };
-    let body = &b[start + hlen..];
-    let want = rows.checked_mul(cols).and_then(|n| n.checked_mul(size));
-    if want != Some(body.len()) {
-        return Err(invalid(NAME, format!("shape ({rows}, {cols}) of {size}-byte values needs {want:?} bytes, the file has {}", body.len())));
+    if !matches!(
+        h.descr,
+        Dtype::U1 | Dtype::F4 | Dtype::F8 | Dtype::I4 | Dtype::I8 | Dtype::U4
+    ) {
+        return Err(unsupported_dtype(h.descr.descr()));
     }
+    let body = h.data(b).map_err(format_error)?;
     fn words<const N: usize, T>(body: &[u8], f: fn([u8; N]) -> T) -> Vec<T> {
         body.chunks_exact(N)
             .map(|c| f(c.try_into().unwrap_or([0; N])))
             .collect()
     }
-    let data = match descr {
-        "<f4" => NpyData::F32(words(body, f32::from_le_bytes)),
-        "<i4" => NpyData::I32(words(body, i32::from_le_bytes)),
-        "<u4" => NpyData::U32(words(body, u32::from_le_bytes)),
-        "<f8" => NpyData::F64(words(body, f64::from_le_bytes)),
-        "<i8" => NpyData::I64(words(body, i64::from_le_bytes)),
+    let data = match h.descr {
+        Dtype::F4 => NpyData::F32(words(body, f32::from_le_bytes)),
+        Dtype::I4 => NpyData::I32(words(body, i32::from_le_bytes)),
+        Dtype::U4 => NpyData::U32(words(body, u32::from_le_bytes)),
+        Dtype::F8 => NpyData::F64(words(body, f64::from_le_bytes)),
+        Dtype::I8 => NpyData::I64(words(body, i64::from_le_bytes)),
         _ => NpyData::U8(body.to_vec()),
     };
     Ok(NpyArray { rows, cols, data })
 }
 
 impl NpyArray {
-    /// Encodes as `.npy` version 1.0.
+    /// Encodes as `.npy` version 1.0, as NumPy writes it.
     pub fn encode(&self) -> Vec<u8> {
-        let mut h = format!(
-            "{{'descr': '{}', 'fortran_order': False, 'shape': ({}, {}), }}",
-            self.data.descr(),
-            self.rows,
-            self.cols
-        );
-        // NumPy leaves room for the first dimension to grow to 21 digits.
-        h += &" ".repeat(21usize.saturating_sub(self.rows.to_string().len()));
-        let pad = 64 - (MAGIC.len() + 4 + h.len() + 1) % 64;
-        h += &" ".repeat(pad);
-        h.push('\n');
-        let mut out = Vec::with_capacity(10 + h.len() + self.data.len() * 8);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&[1, 0]);
-        out.extend_from_slice(&(h.len() as u16).to_le_bytes());
-        out.extend_from_slice(h.as_bytes());
+        let mut out = npy::encode_header(self.data.dtype(), false, &[self.rows, self.cols]);
+        out.reserve(self.data.len() * self.data.dtype().itemsize());
         match &self.data {
             NpyData::U8(v) => out.extend_from_slice(v),
             NpyData::F32(v) => v
