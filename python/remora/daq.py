@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._native import daq as _m
+from ._progress import Progress, ProgressArg
 from .control import Client, ControlError  # noqa: F401  (re-exported: remora.daq.Client)
 
 Calibration = _m.Calibration
@@ -87,7 +88,7 @@ def reference_convert(raw: npt.NDArray[np.uint16], pedestal: npt.NDArray[np.floa
     return e.reshape(np.shape(raw))
 
 
-def run(config: Union[str, os.PathLike[str]]) -> Dict[str, Any]:
+def run(config: Union[str, os.PathLike[str]], progress: ProgressArg = False) -> Dict[str, Any]:
     """Runs an acquisition and returns its summary (a dict).
 
     ``config`` is the path of a TOML file (relative paths inside it are taken from its folder)
@@ -96,8 +97,15 @@ def run(config: Union[str, os.PathLike[str]]) -> Dict[str, Any]:
     Results are in the output file; read it with h5py (``import hdf5plugin`` first for the
     bitshuffle/LZ4 chunks)::
 
-        s = remora.daq.run("examples/demo.toml")
+        s = remora.daq.run("examples/demo.toml", progress=True)
         print(s["frames_complete"], s["kept"], s["files"])
+
+    ``progress``: ``True`` shows a bar of the frames done on stderr (tqdm's when installed),
+    a callable gets a dict about 5 times a second per receiver and once as each ends: ``done``
+    and ``total`` (frames done and expected, all receivers), and that receiver's ``receiver``,
+    ``frames_expected``, ``frames_done``, ``overruns``, ``kept`` and ``buffered`` (frames in its
+    frame buffer). An exception the callable raises stops the calls and is raised once the
+    acquisition has ended; it does not stop the acquisition.
     """
     if isinstance(config, os.PathLike) or (isinstance(config, str) and "\n" not in config
                                             and config.strip().endswith(".toml")):
@@ -109,5 +117,21 @@ def run(config: Union[str, os.PathLike[str]]) -> Dict[str, Any]:
         text, base = config, None
     else:
         raise TypeError("config: a path to a TOML file or TOML text")
-    summary: Dict[str, Any] = json.loads(_m.run_acquisition(text, base))
+    report = Progress(progress, "frames")
+    receivers: Dict[int, Tuple[int, int]] = {}
+
+    def on_report(r: Dict[str, Any]) -> None:
+        receivers[r["receiver"]] = (r["frames_done"], r["frames_expected"])
+        done = sum(d for d, _ in receivers.values())
+        total = sum(t for _, t in receivers.values())
+        lost = f"{r['overruns']} overruns" if r["overruns"] else ""
+        report.step(done, total, lost, **r)
+
+    try:
+        out = _m.run_acquisition(text, base, on_report if report.active else None)
+    finally:
+        report.close()
+    if report.failed is not None:
+        raise report.failed
+    summary: Dict[str, Any] = json.loads(out)
     return summary

@@ -38,17 +38,19 @@ from __future__ import annotations
 import concurrent.futures
 import email.utils
 import json
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from types import TracebackType
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union, overload
+from typing import Any, Dict, Iterable, List, Optional, Sized, Tuple, Union, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from ._native import resize as _r
+from ._progress import Progress, ProgressArg
 
 __all__ = ["resize", "info", "geometry", "Client", "ResizeError", "FILTERS"]
 
@@ -263,16 +265,39 @@ class Client:
                     filter: Optional[str] = None, strip: bool = False,
                     sampling: Optional[str] = None, auto_orient: Optional[bool] = None,
                     thumbnail: bool = False, progressive: bool = False,
-                    in_flight: int = 8) -> List[bytes]:
+                    in_flight: int = 8, progress: ProgressArg = False) -> List[bytes]:
         """Resizes many encoded images with up to ``in_flight`` requests at once (threads);
         returns the results in the order of ``images``. The first failure raises (after the
-        requests already sent have finished)."""
+        requests already sent have finished).
+
+        ``progress``: ``True`` shows a bar of the images done on stderr (tqdm's when
+        installed); a callable gets ``{"done", "total", "bytes_in", "bytes_out"}`` as each image
+        comes back (``total`` is None for an iterable without a length). An exception it raises
+        stops the calls and is raised once every request has finished."""
         if in_flight < 1:
             raise ValueError(f"in_flight {in_flight} must be at least 1")
+        total = len(images) if isinstance(images, Sized) else None
+        report = Progress(progress, "images", total)
+        lock = threading.Lock()
+        tally = {"done": 0, "bytes_in": 0, "bytes_out": 0}
 
         def one(data: _Encoded) -> bytes:
-            return self.resize(data, geometry, quality, format, filter, strip, sampling,
-                               auto_orient, thumbnail, progressive)
+            out = self.resize(data, geometry, quality, format, filter, strip, sampling,
+                              auto_orient, thumbnail, progressive)
+            if report.active:
+                with lock:
+                    tally["done"] += 1
+                    tally["bytes_in"] += len(memoryview(data).cast("B"))
+                    tally["bytes_out"] += len(out)
+                    report.step(tally["done"], total, bytes_in=tally["bytes_in"],
+                                bytes_out=tally["bytes_out"])
+            return out
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=in_flight) as pool:
-            return list(pool.map(one, images))
+        try:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=in_flight) as pool:
+                results = list(pool.map(one, images))
+        finally:
+            report.close()
+        if report.failed is not None:
+            raise report.failed
+        return results

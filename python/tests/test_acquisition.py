@@ -114,3 +114,32 @@ def test_a_config_file_path_works_and_its_relative_paths_follow_it(tmp_path):
     assert s["frames_complete"] == 4
     assert (tmp_path / "rel.h5").is_file()
     json.dumps(s)
+
+
+def test_progress_reaches_every_frame_and_a_raising_callable_is_raised_after(tmp_path, capsys):
+    steps = []
+    s = daq.run(CONFIG.format(file=tmp_path / "p.h5"), progress=steps.append)
+    assert steps, "no progress step"
+    last = steps[-1]
+    assert (last["done"], last["total"]) == (16, 16)
+    assert last["frames_done"] == last["frames_expected"] == 16
+    assert set(last) >= {"receiver", "overruns", "kept", "buffered"}
+    assert last["kept"] == s["kept"]
+    assert all(a["done"] <= b["done"] for a, b in zip(steps, steps[1:]))
+
+    calls = []
+
+    def boom(step):
+        calls.append(step)
+        raise KeyError("from the callable")
+
+    with pytest.raises(KeyError, match="from the callable"):
+        daq.run(CONFIG.format(file=tmp_path / "b.h5"), progress=boom)
+    assert len(calls) == 1, "the calls stop at the first exception"
+    # The acquisition itself ran to its end.
+    assert (tmp_path / "b.h5").is_file()
+
+    daq.run(CONFIG.format(file=tmp_path / "t.h5"), progress=True)
+    assert "16/16" in capsys.readouterr().err  # the plain line or tqdm's bar
+    with pytest.raises(TypeError, match="progress"):
+        daq.run(CONFIG.format(file=tmp_path / "x.h5"), progress="yes")

@@ -254,6 +254,13 @@ def test_info_fields_match_imagemagick():
     # bytearray and memoryview are accepted as well as bytes.
     data = photo("home.jpg").read_bytes()
     assert rr.info(bytearray(data)) == rr.info(memoryview(data)) == rr.info(data)
+    # Any buffer of bytes (through memoryview in the abi3 module), not a buffer of wider items.
+    import array
+    assert rr.info(array.array("B", data)) == rr.info(data)
+    with pytest.raises(TypeError, match="encoded image"):
+        rr.info(array.array("i", [1, 2, 3]))
+    with pytest.raises(TypeError, match="encoded image"):
+        rr.info(42)
 
 
 def test_options_quality_sampling_progressive_format():
@@ -447,8 +454,17 @@ def test_client_against_stub(stub):
     # Many in flight, order kept.
     names = PHOTOS[:6]
     images = [photo(n).read_bytes() for n in names]
-    outs = c.resize_many(images, "120x120", quality=75, in_flight=4)
+    steps = []
+    outs = c.resize_many(images, "120x120", quality=75, in_flight=4, progress=steps.append)
     assert outs == [rr.resize(d, "120x120", quality=75) for d in images]
+    assert [s["done"] for s in steps] == list(range(1, 7))
+    assert {s["total"] for s in steps} == {6}
+    assert steps[-1]["bytes_in"] == sum(map(len, images))
+    assert steps[-1]["bytes_out"] == sum(map(len, outs))
+    # An iterable without a length: no total.
+    steps.clear()
+    c.resize_many(iter(images[:2]), "50x50", progress=steps.append)
+    assert [(s["done"], s["total"]) for s in steps] == [(1, None), (2, None)]
 
 
 def remora_bin():

@@ -10,10 +10,9 @@
 //! `ValueError`s (as in numpy and the other remora modules), with the engine's message.
 use numpy::prelude::*;
 use numpy::{PyArray1, PyArrayDyn, PyUntypedArray};
-use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyByteArray, PyBytes, PyDict};
 use remora_resize::pixels::{image_info, resize_pixels};
 use remora_resize::{Error, Filter, Format, Geometry, Job, Sampling};
 
@@ -73,10 +72,22 @@ fn encoded<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Encoded<'py>> {
     if let Ok(b) = obj.cast::<PyBytes>() {
         return Ok(Encoded::Bytes(b.clone()));
     }
-    let buf = PyBuffer::<u8>::get(obj).map_err(|_| not_image(obj))?;
-    Ok(Encoded::Owned(
-        buf.to_vec(obj.py()).map_err(|_| not_image(obj))?,
-    ))
+    if let Ok(b) = obj.cast::<PyByteArray>() {
+        return Ok(Encoded::Owned(b.to_vec()));
+    }
+    // Any other object with the buffer protocol, through memoryview: the limited API of the
+    // abi3 wheel (CPython 3.9) has no buffer calls of its own.
+    let py = obj.py();
+    let view = py
+        .import("builtins")?
+        .getattr("memoryview")?
+        .call1((obj,))
+        .map_err(|_| not_image(obj))?;
+    if view.getattr("itemsize")?.extract::<usize>()? != 1 {
+        return Err(not_image(obj));
+    }
+    let bytes = view.call_method0("tobytes")?;
+    Ok(Encoded::Bytes(bytes.cast_into::<PyBytes>()?))
 }
 
 /// A job from the keyword arguments.

@@ -1,6 +1,6 @@
 """Stubs for ``remora._native.daq`` (``crates/py/src/daq.rs`` and ``acq.rs``)."""
 import os
-from typing import Any, Optional, Tuple, Union, final
+from typing import Any, Callable, Optional, Tuple, Union, final
 
 import numpy as np
 import numpy.typing as npt
@@ -16,7 +16,8 @@ def compress(frame: npt.NDArray[np.float32], threshold: float, engine: str = "au
 def decompress(row_ptr: npt.NDArray[np.uint32], col: npt.NDArray[np.uint16],
                values: npt.NDArray[np.float32], shape: Tuple[int, int],
                fill: float = 0.0) -> npt.NDArray[np.float32]: ...
-def run_acquisition(text: str, base: Optional[_Path] = None) -> str: ...
+def run_acquisition(text: str, base: Optional[_Path] = None,
+                    progress: Optional[Callable[[dict[str, Any]], Any]] = None) -> str: ...
 
 class Calibration:
     def __init__(self, gain: npt.NDArray[np.float64], pedestal: npt.NDArray[np.float32],
