@@ -249,63 +249,6 @@ fn oversized_value_is_refused_and_swallowed_like_memcached() {
 
 // ---- binary protocol ----
 
-fn bin(opcode: u8, extras: &[u8], key: &[u8], value: &[u8], cas: u64) -> Vec<u8> {
-    let mut v = vec![0x80, opcode];
-    v.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    v.push(extras.len() as u8);
-    v.extend_from_slice(&[0, 0, 0]);
-    v.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
-    v.extend_from_slice(&0xdeadbeefu32.to_be_bytes());
-    v.extend_from_slice(&cas.to_be_bytes());
-    v.extend_from_slice(extras);
-    v.extend_from_slice(key);
-    v.extend_from_slice(value);
-    v
-}
-
-/// Splits responses into frames, masking CAS and version bodies.
-fn frames(mut b: &[u8]) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    while b.len() >= 24 {
-        let len = 24 + u32::from_be_bytes([b[8], b[9], b[10], b[11]]) as usize;
-        if b.len() < len {
-            break;
-        }
-        let mut f = b[..len].to_vec();
-        f[16..24].fill(0);
-        if f[1] == 0x0b {
-            // Version strings differ by design.
-            f.truncate(24);
-            f[8..12].fill(0);
-        }
-        out.push(f);
-        b = &b[len..];
-    }
-    out
-}
-
-fn bin_roundtrip(port: u16, reqs: &[u8]) -> Vec<Vec<u8>> {
-    let mut s = connect(port);
-    s.write_all(reqs).unwrap();
-    s.write_all(&bin(0x0a, &[], &[], &[], 0)).unwrap();
-    let mut all = Vec::new();
-    let t0 = std::time::Instant::now();
-    loop {
-        all.extend(read_until(&mut s, &[], Duration::from_millis(1)));
-        let f = frames(&all);
-        if f.last().is_some_and(|l| l[1] == 0x0a) || t0.elapsed() > Duration::from_secs(5) {
-            return f;
-        }
-        let mut buf = [0u8; 65536];
-        use std::io::Read;
-        match s.read(&mut buf) {
-            Ok(0) => return frames(&all),
-            Ok(n) => all.extend_from_slice(&buf[..n]),
-            Err(_) => {}
-        }
-    }
-}
-
 #[test]
 fn binary_matches_memcached() {
     binary_matches_memcached_on(&[]);

@@ -3,20 +3,24 @@
 //! getopt_long's prefixes and comma-separated `-o` suboptions do not fit a derive parser.
 //! Invalid values are refused with memcached's messages.
 //!
-//! Split by job: [`args`] splits the command line into flags, this module applies them and
+//! Split by job: `args` splits the command line into flags, this module applies them and
 //! checks the result, `suboptions` applies `-o`, `migrate` remora's `--migrate-…` options,
 //! `service` remora's `--metrics` and `--log-format`, and `usage` holds the `-h` and `-i` texts.
+//! What they make, the [`Settings`] (with the `-Y` [`AuthFile`]), is defined here too, below the
+//! handler that reads it.
 
 mod args;
+mod auth_file;
 mod migrate;
 mod service;
+mod settings;
 mod suboptions;
 mod usage;
 
+pub use auth_file::AuthFile;
 pub use service::LogFormat;
+pub use settings::{Settings, StorageKind, MEMCACHED_VERSION, VERSION};
 pub use usage::{license, usage};
-
-use crate::handler::Settings;
 
 /// A refused command line; the message is memcached's wording.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -314,7 +318,7 @@ impl Config {
             'h' => self.info = Some(usage()),
             'i' => self.info = Some(license()),
             // Exactly memcached's line: scripts and tools parse it.
-            'V' => self.info = Some(format!("memcached {}", crate::handler::MEMCACHED_VERSION)),
+            'V' => self.info = Some(format!("memcached {}", MEMCACHED_VERSION)),
             'd' => self.daemonize = true,
             'r' => self.enable_coredumps = true,
             'D' => {
@@ -346,7 +350,7 @@ impl Config {
                 );
             }
             'Y' => {
-                let file = crate::handler::auth::AuthFile::load(std::path::Path::new(&v))
+                let file = AuthFile::load(std::path::Path::new(&v))
                     .map_err(ConfigError)?;
                 s.auth = Some((v.clone(), std::sync::Arc::new(file)));
             }

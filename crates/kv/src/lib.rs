@@ -1,20 +1,27 @@
-//! A memcached-compatible cache: `remora kv serve` replaces `memcached` with the same flags,
-//! bytes on the wire and counters.
+//! A memcached-compatible cache: `remora kv serve` replaces `memcached` 1.6.18 with the same
+//! flags, bytes on the wire and counters, and adds post-copy live migration.
 //!
-//! Split like pelikan: [`protocol`] (pure, sans-IO parsers for the text, meta and binary
-//! protocols, typed requests and replies; protocol errors are replies), [`storage`] (a sharded
-//! hash table with per-shard LRU, a byte budget, CAS and expiry; time is passed in),
-//! [`handler`] (runs requests against storage and counts them; replies queue in an
-//! [`out::Out`] that holds large values by reference) and [`server`] (TCP, unix and
-//! UDP sockets on io_uring or mio/epoll worker threads). [`config`] parses memcached's command line;
-//! [`daemon`] does what memcached does to its process before serving (`-d`, `-r`, `-P`).
+//! Split like pelikan:
+//! - [`protocol`]: pure, sans-IO parsers for the text, meta and binary protocols into typed
+//!   requests, and the reply encoders; protocol errors are replies. The parsers are given
+//!   their [`protocol::Limits`] and know nothing of the store.
+//! - [`handler`]: runs requests. One executor per command family (get, store, delete,
+//!   arithmetic, touch, flush) does what the command does to the cache and its counters
+//!   whatever the protocol (`handler/exec.rs`); each protocol module only maps its request
+//!   to those calls and encodes the outcome. Replies queue in an [`out::Out`] that holds large
+//!   values by reference.
+//! - [`storage`]: the item stores behind one trait, with memcached's store rules written once
+//!   (`storage/decide.rs`): the [`arena`] (memcached's slab classes in one relocatable
+//!   mapping, segmented LRU with its maintainer and crawler, slab page moves, warm restart;
+//!   the default) and the heap shards (`-o storage=heap`, the reference). Time is passed in.
+//! - [`server`]: TCP, unix and UDP sockets on io_uring or mio/epoll worker threads.
+//! - [`config`]: memcached's command line and the [`config::Settings`] it makes (below the
+//!   handler, which reads them); [`daemon`] does what memcached does to its process before
+//!   serving (`-d`, `-r`, `-P`); [`logger`] holds the `watch` log streams; [`migrate`] moves
+//!   a running cache to another server (post-copy, pages faulted in through remora-lazy).
 //!
-//! [`arena`] is the relocatable slab-class item memory with warm restart that will replace
-//! `storage`'s heap allocations (issue 17); the server does not use it yet.
-//!
-//! Not here: slab classes and slab statistics in the server (memory is accounted per item),
-//! SASL, TLS, extstore and the LRU crawler. Meta `E` (explicit CAS) is refused, as memcached
-//! 1.6.18 refuses it. [`logger`] holds the `watch` log streams.
+//! Not here: SASL, TLS and extstore. Meta `E` (explicit CAS) is refused, as memcached 1.6.18
+//! refuses it.
 #![warn(missing_docs)]
 
 pub mod arena;

@@ -1,7 +1,7 @@
 //! memcached's `-o` suboptions (`-o modern,idle_timeout=10,…`), with its refusals and wording.
 
 use super::{atof, atoi, err, parse_size, Config, ConfigError, IoDriver};
-use crate::handler::Settings;
+use super::{Settings, StorageKind};
 
 impl Config {
     /// Applies one `-o` value: comma-separated suboptions, each `name` or `name=value`.
@@ -36,8 +36,8 @@ impl Config {
         match (k, val) {
             ("track_sizes", None) => s.track_sizes = true,
             ("memory_file", Some(val)) => s.memory_file = Some(val.into()),
-            ("storage", Some("arena")) => s.storage = crate::handler::StorageKind::Arena,
-            ("storage", Some("heap")) => s.storage = crate::handler::StorageKind::Heap,
+            ("storage", Some("arena")) => s.storage = StorageKind::Arena,
+            ("storage", Some("heap")) => s.storage = StorageKind::Heap,
             ("storage", _) => {
                 return err(format!("Invalid value for storage: {sub} (arena or heap)"))
             }

@@ -374,7 +374,7 @@ fn every_memcached_long_option_is_accepted() {
 /// stands, as memcached exits there (a bad flag after it is not looked at).
 #[test]
 fn version_and_license_print_and_stop() {
-    assert!(crate::handler::VERSION.starts_with(crate::handler::MEMCACHED_VERSION));
+    assert!(super::VERSION.starts_with(super::MEMCACHED_VERSION));
     for a in ["-V", "--version", "--vers"] {
         let c = Config::parse(&[a, "-t", "0"]).unwrap();
         assert_eq!(c.info.as_deref(), Some("memcached 1.6.18"), "{a}");

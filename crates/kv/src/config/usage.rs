@@ -10,7 +10,7 @@ pub fn license() -> String {
          Licensed under the Apache License, Version 2.0:\n\
          https://www.apache.org/licenses/LICENSE-2.0",
         env!("CARGO_PKG_VERSION"),
-        crate::handler::MEMCACHED_VERSION
+        super::MEMCACHED_VERSION
     )
 }
 

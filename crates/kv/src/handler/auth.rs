@@ -3,63 +3,12 @@
 //! against the file's `user:password` lines; the reply is `STORED` or `CLIENT_ERROR
 //! authentication failure`, and anything else gets `CLIENT_ERROR unauthenticated`. The key,
 //! flags and expiry of that `set` are ignored, as in memcached.
-use std::path::Path;
-
+pub use crate::config::AuthFile;
 use crate::out::Out;
 
-/// memcached reads at most 8 entries.
-const MAX_ENTRIES: usize = 8;
 /// Longest token data remora reads before answering (memcached's lines are at most 256 bytes;
 /// a larger announced size is refused without waiting for it).
 const MAX_TOKEN: usize = 4096;
-
-/// The `user:password` entries of an auth file.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AuthFile {
-    entries: Vec<(Vec<u8>, Vec<u8>)>,
-}
-
-impl AuthFile {
-    /// Reads `path` with memcached's rules and error messages: one `user:password` per line
-    /// (the password ends at the line's end), at most 8 entries.
-    pub fn load(path: &Path) -> Result<AuthFile, String> {
-        let data = std::fs::read(path).map_err(|e| {
-            format!(
-                "Could not open authfile [{}] for reading, error {e}",
-                path.display()
-            )
-        })?;
-        let mut entries = Vec::new();
-        for line in data.split(|&b| b == b'\n') {
-            if entries.len() == MAX_ENTRIES {
-                break;
-            }
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            if line.is_empty() {
-                continue;
-            }
-            let Some(colon) = line.iter().position(|&b| b == b':') else {
-                return Err(format!(
-                    "Authfile [{}] has a malformed entry. Should be 'user:password'",
-                    path.display()
-                ));
-            };
-            entries.push((line[..colon].to_vec(), line[colon + 1..].to_vec()));
-        }
-        Ok(AuthFile { entries })
-    }
-
-    fn check(&self, user: &[u8], pass: &[u8]) -> bool {
-        // Every entry is compared whole, so the time taken does not tell which byte differs.
-        self.entries.iter().fold(false, |ok, (u, p)| {
-            ok | (constant_eq(u, user) & constant_eq(p, pass))
-        })
-    }
-}
-
-fn constant_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
-}
 
 /// What one step of the exchange did.
 #[derive(Debug, PartialEq, Eq)]
@@ -143,12 +92,10 @@ mod tests {
     use super::*;
 
     fn file() -> AuthFile {
-        AuthFile {
-            entries: vec![
-                (b"foo".to_vec(), b"bar".to_vec()),
-                (b"baaaz".to_vec(), b"quux".to_vec()),
-            ],
-        }
+        AuthFile::from_entries(vec![
+            (b"foo".to_vec(), b"bar".to_vec()),
+            (b"baaaz".to_vec(), b"quux".to_vec()),
+        ])
     }
 
     fn run(input: &[u8]) -> (Step, Vec<u8>) {

@@ -1,5 +1,6 @@
 //! Runs binary-protocol requests and writes their responses.
 
+use super::exec::{self, Exec, Via};
 use super::*;
 
 pub(super) fn put_bin_error(out: &mut Out, h: &binary::Header, st: u16) {
@@ -33,8 +34,13 @@ pub(super) fn run_binary(
     now: u32,
     out: &mut Out,
 ) -> bool {
-    let c = &*s.counters;
-    let cfd = s.cfd();
+    let x = Exec {
+        eng,
+        c: &s.counters,
+        now,
+        cfd: s.cfd(),
+        via: Via::Binary,
+    };
     let h = &req.header;
     let (el, kl, vl) = (req.extras.len(), req.key.len(), req.value.len());
     // memcached answers invalid arguments and then closes the connection.
@@ -54,36 +60,19 @@ pub(super) fn run_binary(
             }
             let quiet = matches!(h.opcode, op::GETQ | op::GETKQ | op::GATQ | op::GATKQ);
             let with_key = matches!(h.opcode, op::GETK | op::GETKQ | op::GATK | op::GATKQ);
-            let exptime = if touch {
-                be32(req.extras) as i32 as i64
-            } else {
-                0
-            };
+            let exptime = if touch { be32(req.extras) as i64 } else { 0 };
             let opts = ReadOpts {
                 touch: touch.then_some(exptime),
                 ..ReadOpts::default()
             };
-            let exp = if touch { eng.exptime(exptime, now) } else { 0 };
-            inc(&c.cmd_get);
-            if touch {
-                inc(&c.cmd_touch);
-            }
-            let found = eng.store.get(req.key, now, opts, exp, |it| {
+            let hit = x.get(req.key, opts, |it| {
                 let k: &[u8] = if with_key { it.key } else { &[] };
                 let flags = it.flags.to_be_bytes();
                 let (op, st) = (h.opcode, status::OK);
                 let v = it.value.len();
                 binary::put_response_head(out, op, st, h.opaque, it.cas, &flags, k, v);
                 out.value(it.value, it.shared, it.key.len());
-                v
             });
-            eng.logger.item_get(req.key, found, cfd);
-            let hit = found.is_some();
-            eng.prefixes.record(req.key, PrefixOp::Get(hit));
-            inc(if hit { &c.get_hits } else { &c.get_misses });
-            if touch {
-                inc(if hit { &c.touch_hits } else { &c.touch_misses });
-            }
             if !hit && !quiet {
                 if with_key {
                     resp(out, status::KEY_ENOENT, 0, &[], req.key, &[]);
@@ -96,63 +85,65 @@ pub(super) fn run_binary(
             if el != 8 || kl == 0 || kl > crate::protocol::KEY_MAX {
                 return inval(out);
             }
-            inc(&c.cmd_set);
-            eng.prefixes.record(req.key, PrefixOp::Set);
             let flags = be32(&req.extras[0..4]);
-            let exptime = be32(&req.extras[4..8]) as i32 as i64;
+            // Binary exptimes are unsigned (memcached reads them as a uint32_t): all ones is a
+            // time far ahead, not -1.
+            let exptime = be32(&req.extras[4..8]) as i64;
             let base = match h.opcode {
                 op::SET | op::SETQ => StoreMode::Set,
                 op::ADD | op::ADDQ => StoreMode::Add,
                 _ => StoreMode::Replace,
             };
-            let mode = if h.cas != 0 && base != StoreMode::Add {
+            // A CAS makes any of them a compare-and-swap, an add included (memcached).
+            let mode = if h.cas != 0 {
                 StoreMode::Cas(h.cas)
             } else {
                 base
             };
             let quiet = matches!(h.opcode, op::SETQ | op::ADDQ | op::REPLACEQ);
-            let exp = eng.exptime(exptime, now);
-            log_lookup(eng, req.key, now, cfd);
-            let r = eng.store.store(mode, req.key, flags, exp, req.value, now);
-            log_store(eng, req.key, &r, mode, exp, now, req.value.len(), cfd);
-            bin_store_reply(c, out, h, base, r, quiet);
+            let r = x.store(exec::Store {
+                mode,
+                key: req.key,
+                flags,
+                exptime,
+                data: req.value,
+            });
+            bin_store_reply(out, h, base, r, quiet);
         }
         op::APPEND | op::APPENDQ | op::PREPEND | op::PREPENDQ => {
             if el != 0 || kl == 0 || kl > crate::protocol::KEY_MAX {
                 return inval(out);
             }
-            inc(&c.cmd_set);
-            eng.prefixes.record(req.key, PrefixOp::Set);
+            // memcached checks a CAS given with an append or prepend.
+            let cas = (h.cas != 0).then_some(h.cas);
             let mode = if matches!(h.opcode, op::APPEND | op::APPENDQ) {
-                StoreMode::Append
+                StoreMode::Append(cas)
             } else {
-                StoreMode::Prepend
+                StoreMode::Prepend(cas)
             };
             let quiet = matches!(h.opcode, op::APPENDQ | op::PREPENDQ);
-            log_lookup(eng, req.key, now, cfd);
-            let r = eng.store.store(mode, req.key, 0, 0, req.value, now);
-            log_store(eng, req.key, &r, mode, 0, now, req.value.len(), cfd);
-            bin_store_reply(c, out, h, mode, r, quiet);
+            let r = x.store(exec::Store {
+                mode,
+                key: req.key,
+                flags: 0,
+                exptime: 0,
+                data: req.value,
+            });
+            bin_store_reply(out, h, mode, r, quiet);
         }
         op::DELETE | op::DELETEQ => {
             if el != 0 || kl == 0 || vl != 0 || kl > crate::protocol::KEY_MAX {
                 return inval(out);
             }
             let quiet = h.opcode == op::DELETEQ;
-            eng.prefixes.record(req.key, PrefixOp::Delete);
             let cas = (h.cas != 0).then_some(h.cas);
-            log_lookup(eng, req.key, now, cfd);
-            match eng.store.delete(req.key, now, cas) {
+            match x.delete(req.key, cas, None) {
                 DeleteOutcome::Deleted => {
-                    inc(&c.delete_hits);
                     if !quiet {
                         resp(out, status::OK, 0, &[], &[], &[]);
                     }
                 }
-                DeleteOutcome::NotFound => {
-                    inc(&c.delete_misses);
-                    put_bin_error(out, h, status::KEY_ENOENT);
-                }
+                DeleteOutcome::NotFound => put_bin_error(out, h, status::KEY_ENOENT),
                 DeleteOutcome::Exists => put_bin_error(out, h, status::KEY_EEXISTS),
             }
         }
@@ -166,33 +157,19 @@ pub(super) fn run_binary(
             let initial = be64(&req.extras[8..16]);
             let exptime = be32(&req.extras[16..20]);
             let cas = (h.cas != 0).then_some(h.cas);
-            log_lookup(eng, req.key, now, cfd);
-            let mut r = eng.store.arith(req.key, incr, delta, now, cas);
-            if r == ArithOutcome::NotFound {
-                inc(if incr { &c.incr_misses } else { &c.decr_misses });
-                if exptime != u32::MAX {
-                    let exp = eng.exptime(exptime as i32 as i64, now);
-                    let v = initial.to_string();
-                    r = match eng
-                        .store
-                        .store(StoreMode::Add, req.key, 0, exp, v.as_bytes(), now)
-                    {
-                        StoreOutcome::Stored(cas) => ArithOutcome::Value(initial, cas),
-                        _ => ArithOutcome::Exists,
-                    };
-                }
-            } else if matches!(r, ArithOutcome::Value(..)) {
-                inc(if incr { &c.incr_hits } else { &c.decr_hits });
-            }
-            match r {
-                ArithOutcome::Value(v, cas) => {
+            // An exptime of all ones: no counter is created on a miss.
+            let vivify = (exptime != u32::MAX).then_some((initial, exptime as i64));
+            match x.arith(req.key, incr, delta, cas, vivify) {
+                exec::Arith::Value { value, cas, .. } => {
                     if !quiet {
-                        resp(out, status::OK, cas, &[], &[], &v.to_be_bytes());
+                        resp(out, status::OK, cas, &[], &[], &value.to_be_bytes());
                     }
                 }
-                ArithOutcome::NotFound => put_bin_error(out, h, status::KEY_ENOENT),
-                ArithOutcome::Exists => put_bin_error(out, h, status::KEY_EEXISTS),
-                ArithOutcome::NonNumeric => put_bin_error(out, h, status::DELTA_BADVAL),
+                exec::Arith::NotFound => put_bin_error(out, h, status::KEY_ENOENT),
+                exec::Arith::Exists | exec::Arith::NotCreated => {
+                    put_bin_error(out, h, status::KEY_EEXISTS)
+                }
+                exec::Arith::NonNumeric => put_bin_error(out, h, status::DELTA_BADVAL),
             }
         }
         op::QUIT | op::QUITQ => {
@@ -205,17 +182,10 @@ pub(super) fn run_binary(
             if (el != 0 && el != 4) || kl != 0 || vl != 0 {
                 return inval(out);
             }
-            if !eng.settings.flush_enabled {
+            let delay = if el == 4 { be32(req.extras) as i64 } else { 0 };
+            if !x.flush(delay) {
                 put_bin_error(out, h, status::EINVAL);
                 return false;
-            }
-            inc(&c.cmd_flush);
-            let delay = if el == 4 { be32(req.extras) as i64 } else { 0 };
-            if delay > 0 {
-                eng.store
-                    .flush(Some(eng.exptime(delay, now).saturating_sub(1)));
-            } else {
-                eng.store.flush_now(now);
             }
             if h.opcode == op::FLUSH {
                 resp(out, status::OK, 0, &[], &[], &[]);
@@ -228,20 +198,10 @@ pub(super) fn run_binary(
             if el != 4 || kl == 0 || vl != 0 || kl > crate::protocol::KEY_MAX {
                 return inval(out);
             }
-            inc(&c.cmd_touch);
-            let exptime = be32(req.extras) as i32 as i64;
-            let opts = ReadOpts {
-                touch: Some(exptime),
-                ..ReadOpts::default()
-            };
-            let hit = eng
-                .store
-                .get(req.key, now, opts, eng.exptime(exptime, now), |it| {
-                    resp(out, status::OK, it.cas, &it.flags.to_be_bytes(), &[], &[]);
-                })
-                .is_some();
-            eng.prefixes.record(req.key, PrefixOp::Get(hit));
-            inc(if hit { &c.touch_hits } else { &c.touch_misses });
+            let exptime = be32(req.extras) as i64;
+            let hit = x.touch(req.key, exptime, |it| {
+                resp(out, status::OK, it.cas, &it.flags.to_be_bytes(), &[], &[]);
+            });
             if !hit {
                 put_bin_error(out, h, status::KEY_ENOENT);
             }
@@ -288,7 +248,6 @@ pub(super) fn run_binary(
 }
 
 fn bin_store_reply(
-    c: &Counters,
     out: &mut Out,
     h: &binary::Header,
     base: StoreMode,
@@ -297,9 +256,6 @@ fn bin_store_reply(
 ) {
     match r {
         StoreOutcome::Stored(cas) => {
-            if h.cas != 0 {
-                inc(&c.cas_hits);
-            }
             if !quiet {
                 binary::put_response(out, h.opcode, status::OK, h.opaque, cas, &[], &[], &[]);
             }
@@ -312,21 +268,9 @@ fn bin_store_reply(
             };
             put_bin_error(out, h, st);
         }
-        StoreOutcome::Exists => {
-            inc(&c.cas_badval);
-            put_bin_error(out, h, status::KEY_EEXISTS);
-        }
-        StoreOutcome::NotFound => {
-            inc(&c.cas_misses);
-            put_bin_error(out, h, status::KEY_ENOENT);
-        }
-        StoreOutcome::TooLarge => {
-            inc(&c.store_too_large);
-            put_bin_error(out, h, status::E2BIG);
-        }
-        StoreOutcome::NoMemory => {
-            inc(&c.store_no_memory);
-            put_bin_error(out, h, status::ENOMEM);
-        }
+        StoreOutcome::Exists => put_bin_error(out, h, status::KEY_EEXISTS),
+        StoreOutcome::NotFound => put_bin_error(out, h, status::KEY_ENOENT),
+        StoreOutcome::TooLarge => put_bin_error(out, h, status::E2BIG),
+        StoreOutcome::NoMemory => put_bin_error(out, h, status::ENOMEM),
     }
 }

@@ -1,5 +1,6 @@
 //! Runs meta commands (`mg`, `ms`, `md`, `ma`, `mn`, `me`) and writes their flags.
 
+use super::exec::{self, Exec, Via};
 use super::*;
 
 /// Appends the return flags the client asked for, in its order.
@@ -136,11 +137,18 @@ pub(super) fn run_meta(eng: &Cache, s: &mut Session, m: MetaCommand<'_>, now: u3
                 // memcached's mg, ms, md and ma all look the item up first (`watch fetchers`).
                 let cfd = s.cfd();
                 log_lookup(eng, key, now, cfd);
+                let x = Exec {
+                    eng,
+                    c: &c,
+                    now,
+                    cfd,
+                    via: Via::Meta,
+                };
                 match kind {
-                    MetaKind::Get => meta_get(eng, &c, key, key_sent, &f, now, out),
-                    MetaKind::Set => meta_set(eng, &c, key, key_sent, data, &f, now, out, cfd),
-                    MetaKind::Delete => meta_delete(eng, &c, key, key_sent, &f, now, out),
-                    MetaKind::Arith => meta_arith(eng, &c, key, key_sent, &f, now, out),
+                    MetaKind::Get => meta_get(&x, key, key_sent, &f, out),
+                    MetaKind::Set => meta_set(&x, key, key_sent, data, &f, out),
+                    MetaKind::Delete => meta_delete(&x, key, key_sent, &f, out),
+                    MetaKind::Arith => meta_arith(&x, key, key_sent, &f, out),
                 }
                 if f.opaque_too_long {
                     out.truncate(start);
@@ -152,15 +160,8 @@ pub(super) fn run_meta(eng: &Cache, s: &mut Session, m: MetaCommand<'_>, now: u3
     }
 }
 
-fn meta_get(
-    eng: &Cache,
-    c: &Counters,
-    key: &[u8],
-    key_sent: &[u8],
-    f: &MetaFlags<'_>,
-    now: u32,
-    out: &mut Out,
-) {
+fn meta_get(x: &Exec<'_>, key: &[u8], key_sent: &[u8], f: &MetaFlags<'_>, out: &mut Out) {
+    let now = x.now;
     let opts = ReadOpts {
         touch: f.ttl,
         no_bump: f.no_bump,
@@ -168,7 +169,6 @@ fn meta_get(
         recache: f.recache,
         claim: false,
     };
-    let exp = f.ttl.map_or(0, |t| eng.exptime(t, now));
     let emit = |out: &mut Out, it: crate::storage::ItemRef<'_>| {
         if f.value {
             out.extend_from_slice(b"VA ");
@@ -202,42 +202,12 @@ fn meta_get(
             out.extend_from_slice(b"\r\n");
         }
     };
-    inc(&c.cmd_get);
-    if f.ttl.is_some() {
-        inc(&c.cmd_touch);
-    }
-    let hit = eng
-        .store
-        .get(key, now, opts, exp, |it| emit(out, it))
-        .is_some();
-    if hit {
-        inc(&c.get_hits);
-        if f.ttl.is_some() {
-            inc(&c.touch_hits);
-        }
+    if x.get(key, opts, |it| emit(out, it)) {
         return;
     }
-    inc(&c.get_misses);
-    if f.ttl.is_some() {
-        inc(&c.touch_misses);
-    }
     if let Some(ttl) = f.vivify {
-        // Auto-vivify: create an empty placeholder and tell this client it won (W).
-        let e = eng.exptime(ttl, now);
-        if let StoreOutcome::Stored(_) = eng.store.store(StoreMode::Add, key, 0, e, b"", now) {
-            let opts = ReadOpts {
-                no_bump: true,
-                meta: true,
-                claim: true,
-                ..ReadOpts::default()
-            };
-            if eng
-                .store
-                .get(key, now, opts, 0, |it| emit(out, it))
-                .is_some()
-            {
-                return;
-            }
+        if x.vivify(key, ttl, |it| emit(out, it)) {
+            return;
         }
     }
     if !f.quiet {
@@ -249,21 +219,17 @@ fn meta_get(
 
 #[allow(clippy::too_many_arguments)]
 fn meta_set(
-    eng: &Cache,
-    c: &Counters,
+    x: &Exec<'_>,
     key: &[u8],
     key_sent: &[u8],
     data: &[u8],
     f: &MetaFlags<'_>,
-    now: u32,
     out: &mut Out,
-    cfd: i64,
 ) {
-    inc(&c.cmd_set);
     let mut mode = match f.mode.unwrap_or(b'S') {
         b'E' => StoreMode::Add,
-        b'A' => StoreMode::Append,
-        b'P' => StoreMode::Prepend,
+        b'A' => StoreMode::Append(f.compare_cas),
+        b'P' => StoreMode::Prepend(f.compare_cas),
         b'R' => StoreMode::Replace,
         _ => StoreMode::Set,
     };
@@ -276,28 +242,24 @@ fn meta_set(
             };
         }
     }
-    let exp = eng.exptime(f.ttl.unwrap_or(0), now);
     let flags = f.client_flags.unwrap_or(0);
-    let outcome = eng.store.store(mode, key, flags, exp, data, now);
-    log_store(eng, key, &outcome, mode, exp, now, data.len(), cfd);
+    let outcome = x.store(exec::Store {
+        mode,
+        key,
+        flags,
+        exptime: f.ttl.unwrap_or(0),
+        data,
+    });
     let (code, cas) = match outcome {
         StoreOutcome::Stored(cas) => (b"HD", cas),
         StoreOutcome::NotStored => (b"NS", 0),
-        StoreOutcome::Exists => {
-            inc(&c.cas_badval);
-            (b"EX", 0)
-        }
-        StoreOutcome::NotFound => {
-            inc(&c.cas_misses);
-            (b"NF", 0)
-        }
+        StoreOutcome::Exists => (b"EX", 0),
+        StoreOutcome::NotFound => (b"NF", 0),
         StoreOutcome::TooLarge => {
-            inc(&c.store_too_large);
             Reply::Fail(Fail::TooLarge).write(out);
             return;
         }
         StoreOutcome::NoMemory => {
-            inc(&c.store_no_memory);
             Reply::Fail(Fail::NoMemory).write(out);
             return;
         }
@@ -310,33 +272,12 @@ fn meta_set(
     out.extend_from_slice(b"\r\n");
 }
 
-fn meta_delete(
-    eng: &Cache,
-    c: &Counters,
-    key: &[u8],
-    key_sent: &[u8],
-    f: &MetaFlags<'_>,
-    now: u32,
-    out: &mut Out,
-) {
-    let r = if f.invalidate {
-        let exp = f.ttl.map(|t| eng.exptime(t, now));
-        eng.store.invalidate(key, now, f.compare_cas, exp)
-    } else {
-        eng.store.delete(key, now, f.compare_cas)
-    };
-    let code: &[u8] = match r {
-        DeleteOutcome::Deleted => {
-            inc(&c.delete_hits);
-            if f.quiet {
-                return;
-            }
-            b"HD"
-        }
-        DeleteOutcome::NotFound => {
-            inc(&c.delete_misses);
-            b"NF"
-        }
+fn meta_delete(x: &Exec<'_>, key: &[u8], key_sent: &[u8], f: &MetaFlags<'_>, out: &mut Out) {
+    let invalidate = f.invalidate.then_some(f.ttl);
+    let code: &[u8] = match x.delete(key, f.compare_cas, invalidate) {
+        DeleteOutcome::Deleted if f.quiet => return,
+        DeleteOutcome::Deleted => b"HD",
+        DeleteOutcome::NotFound => b"NF",
         DeleteOutcome::Exists => b"EX",
     };
     out.extend_from_slice(code);
@@ -344,44 +285,17 @@ fn meta_delete(
     out.extend_from_slice(b"\r\n");
 }
 
-fn meta_arith(
-    eng: &Cache,
-    c: &Counters,
-    key: &[u8],
-    key_sent: &[u8],
-    f: &MetaFlags<'_>,
-    now: u32,
-    out: &mut Out,
-) {
+fn meta_arith(x: &Exec<'_>, key: &[u8], key_sent: &[u8], f: &MetaFlags<'_>, out: &mut Out) {
+    let (eng, now) = (x.eng, x.now);
     let incr = !matches!(f.mode, Some(b'D') | Some(b'-'));
     let delta = f.delta.unwrap_or(1);
-    let mut r = eng.store.arith(key, incr, delta, now, f.compare_cas);
-    let mut created = false;
-    if r == ArithOutcome::NotFound {
-        inc(if incr { &c.incr_misses } else { &c.decr_misses });
-        if let Some(ttl) = f.vivify {
-            let init = f.initial.unwrap_or(0);
-            let e = eng.exptime(ttl, now);
-            let v = init.to_string();
-            r = match eng
-                .store
-                .store(StoreMode::Add, key, 0, e, v.as_bytes(), now)
-            {
-                StoreOutcome::Stored(cas) => {
-                    created = true;
-                    ArithOutcome::Value(init, cas)
-                }
-                _ => {
-                    out.extend_from_slice(b"NS\r\n");
-                    return;
-                }
-            };
-        }
-    } else if matches!(r, ArithOutcome::Value(..)) {
-        inc(if incr { &c.incr_hits } else { &c.decr_hits });
-    }
-    match r {
-        ArithOutcome::Value(v, cas) => {
+    let vivify = f.vivify.map(|ttl| (f.initial.unwrap_or(0), ttl));
+    match x.arith(key, incr, delta, f.compare_cas, vivify) {
+        exec::Arith::Value {
+            value: v,
+            cas,
+            created,
+        } => {
             if let Some(t) = f.ttl {
                 eng.store.touch(key, eng.exptime(t, now), now);
             }
@@ -417,16 +331,17 @@ fn meta_arith(
                 out.extend_from_slice(b"\r\n");
             }
         }
-        ArithOutcome::NotFound => {
+        exec::Arith::NotFound => {
             out.extend_from_slice(b"NF");
             meta_miss_flags(out, f, key_sent);
             out.extend_from_slice(b"\r\n");
         }
-        ArithOutcome::Exists => {
+        exec::Arith::NotCreated => out.extend_from_slice(b"NS\r\n"),
+        exec::Arith::Exists => {
             out.extend_from_slice(b"EX");
             meta_ret_flags(out, f, key_sent, 0, 0, -1, 0, 0, false);
             out.extend_from_slice(b"\r\n");
         }
-        ArithOutcome::NonNumeric => Reply::Fail(Fail::NonNumeric).write(out),
+        exec::Arith::NonNumeric => Reply::Fail(Fail::NonNumeric).write(out),
     }
 }

@@ -1,5 +1,6 @@
 //! Runs text-protocol commands (storage, retrieval, arithmetic, admin).
 
+use super::exec::{self, Exec, Via};
 use super::*;
 
 /// Runs one text command.
@@ -14,6 +15,13 @@ pub(super) fn run_text(
     let vv = (eng.settings.verbose >= 2).then_some(s.id);
     let cfd = s.cfd();
     let c = &*s.counters;
+    let x = Exec {
+        eng,
+        c,
+        now,
+        cfd,
+        via: Via::Text,
+    };
     match cmd {
         Command::Get {
             kind,
@@ -26,7 +34,6 @@ pub(super) fn run_text(
                 touch: touch.then_some(exptime),
                 ..ReadOpts::default()
             };
-            let exp = if touch { eng.exptime(exptime, now) } else { 0 };
             let skip = s.get_done;
             // A key too long drops what this line already queued and the unsent replies before
             // it (memcached releases the connection's pending responses) and sends the error.
@@ -54,7 +61,7 @@ pub(super) fn run_text(
                     Reply::Fail(Fail::BadFormat).write(out);
                     return Next::Go;
                 }
-                let found = eng.store.get(k, now, opts, exp, |it| {
+                let hit = x.get(k, opts, |it| {
                     put_value_header(
                         out,
                         it.key,
@@ -64,20 +71,10 @@ pub(super) fn run_text(
                     );
                     out.value(it.value, it.shared, it.key.len());
                     out.extend_from_slice(b"\r\n");
-                    it.value.len()
                 });
-                eng.logger.item_get(k, found, cfd);
-                let hit = found.is_some();
                 if let (true, Some(id)) = (hit, vv) {
                     eprintln!(">{id} sending key {}", String::from_utf8_lossy(k));
                 }
-                eng.prefixes.record(k, PrefixOp::Get(hit));
-                if touch {
-                    inc(&c.cmd_touch);
-                    inc(if hit { &c.touch_hits } else { &c.touch_misses });
-                }
-                inc(&c.cmd_get);
-                inc(if hit { &c.get_hits } else { &c.get_misses });
             }
             s.get_done = 0;
             if let Some(id) = vv {
@@ -94,44 +91,27 @@ pub(super) fn run_text(
             cas,
             noreply,
         } => {
-            inc(&c.cmd_set);
-            eng.prefixes.record(key, PrefixOp::Set);
             let mode = match cmd {
                 StoreCmd::Set => StoreMode::Set,
                 StoreCmd::Add => StoreMode::Add,
                 StoreCmd::Replace => StoreMode::Replace,
-                StoreCmd::Append => StoreMode::Append,
-                StoreCmd::Prepend => StoreMode::Prepend,
+                StoreCmd::Append => StoreMode::Append(None),
+                StoreCmd::Prepend => StoreMode::Prepend(None),
                 StoreCmd::Cas => StoreMode::Cas(cas),
             };
-            let exp = eng.exptime(exptime, now);
-            log_lookup(eng, key, now, cfd);
-            let outcome = eng.store.store(mode, key, flags, exp, data, now);
-            log_store(eng, key, &outcome, mode, exp, now, data.len(), cfd);
-            let r = match outcome {
-                StoreOutcome::Stored(_) => {
-                    if cmd == StoreCmd::Cas {
-                        inc(&c.cas_hits);
-                    }
-                    Reply::Stored
-                }
+            let r = match x.store(exec::Store {
+                mode,
+                key,
+                flags,
+                exptime,
+                data,
+            }) {
+                StoreOutcome::Stored(_) => Reply::Stored,
                 StoreOutcome::NotStored => Reply::NotStored,
-                StoreOutcome::Exists => {
-                    inc(&c.cas_badval);
-                    Reply::Exists
-                }
-                StoreOutcome::NotFound => {
-                    inc(&c.cas_misses);
-                    Reply::NotFound
-                }
-                StoreOutcome::TooLarge => {
-                    inc(&c.store_too_large);
-                    Reply::Fail(Fail::TooLarge)
-                }
-                StoreOutcome::NoMemory => {
-                    inc(&c.store_no_memory);
-                    Reply::Fail(Fail::NoMemory)
-                }
+                StoreOutcome::Exists => Reply::Exists,
+                StoreOutcome::NotFound => Reply::NotFound,
+                StoreOutcome::TooLarge => Reply::Fail(Fail::TooLarge),
+                StoreOutcome::NoMemory => Reply::Fail(Fail::NoMemory),
             };
             reply(vv, out, noreply, r);
         }
@@ -154,17 +134,9 @@ pub(super) fn run_text(
             s.swallow = swallow;
         }
         Command::Delete { key, noreply } => {
-            eng.prefixes.record(key, PrefixOp::Delete);
-            log_lookup(eng, key, now, cfd);
-            let r = match eng.store.delete(key, now, None) {
-                DeleteOutcome::Deleted => {
-                    inc(&c.delete_hits);
-                    Reply::Deleted
-                }
-                _ => {
-                    inc(&c.delete_misses);
-                    Reply::NotFound
-                }
+            let r = match x.delete(key, None, None) {
+                DeleteOutcome::Deleted => Reply::Deleted,
+                _ => Reply::NotFound,
             };
             reply(vv, out, noreply, r);
         }
@@ -173,55 +145,34 @@ pub(super) fn run_text(
             key,
             delta,
             noreply,
-        } => {
-            log_lookup(eng, key, now, cfd);
-            match eng.store.arith(key, incr, delta, now, None) {
-                ArithOutcome::Value(v, _) => {
-                    inc(if incr { &c.incr_hits } else { &c.decr_hits });
-                    if !noreply {
-                        put_u64(out, v);
-                        out.extend_from_slice(b"\r\n");
-                    } else if let Some(id) = vv {
-                        eprintln!(">{id} NOREPLY {v}");
-                    }
+        } => match x.arith(key, incr, delta, None, None) {
+            exec::Arith::Value { value, .. } => {
+                if !noreply {
+                    put_u64(out, value);
+                    out.extend_from_slice(b"\r\n");
+                } else if let Some(id) = vv {
+                    eprintln!(">{id} NOREPLY {value}");
                 }
-                ArithOutcome::NotFound | ArithOutcome::Exists => {
-                    inc(if incr { &c.incr_misses } else { &c.decr_misses });
-                    reply(vv, out, noreply, Reply::NotFound);
-                }
-                ArithOutcome::NonNumeric => reply(vv, out, noreply, Reply::Fail(Fail::NonNumeric)),
             }
-        }
+            exec::Arith::NonNumeric => reply(vv, out, noreply, Reply::Fail(Fail::NonNumeric)),
+            _ => reply(vv, out, noreply, Reply::NotFound),
+        },
         Command::Touch {
             key,
             exptime,
             noreply,
         } => {
-            inc(&c.cmd_touch);
-            log_lookup(eng, key, now, cfd);
-            let hit = eng.store.touch(key, eng.exptime(exptime, now), now);
-            inc(if hit { &c.touch_hits } else { &c.touch_misses });
-            reply(
-                vv,
-                out,
-                noreply,
-                if hit { Reply::Touched } else { Reply::NotFound },
-            );
+            let hit = x.touch(key, exptime, |_| {});
+            let r = if hit { Reply::Touched } else { Reply::NotFound };
+            reply(vv, out, noreply, r);
         }
         Command::FlushAll { delay, noreply } => {
-            // memcached counts the command before it checks `-F`.
-            inc(&c.cmd_flush);
-            if !eng.settings.flush_enabled {
-                reply(vv, out, noreply, Reply::Fail(Fail::FlushDisabled));
-                return Next::Go;
-            }
-            if delay > 0 {
-                eng.store
-                    .flush(Some(eng.exptime(delay, now).saturating_sub(1)));
+            let r = if x.flush(delay) {
+                Reply::Ok
             } else {
-                eng.store.flush_now(now);
-            }
-            reply(vv, out, noreply, Reply::Ok);
+                Reply::Fail(Fail::FlushDisabled)
+            };
+            reply(vv, out, noreply, r);
         }
         Command::Version => {
             out.extend_from_slice(b"VERSION ");

@@ -300,7 +300,7 @@ mod tests {
             if magic && !buf.is_empty() {
                 buf[0] = MAGIC_REQ;
             }
-            let lim = Limits { item_max: 100, max_line: 2048, max_get_line: 4096 };
+            let lim = Limits { item_max: 100, max_line: 2048, max_get_line: 4096, ..Limits::default() };
             if let Parse::Done(r, n) = parse(&buf, &lim) {
                 proptest::prop_assert!(n >= HEADER_LEN && n <= buf.len());
                 proptest::prop_assert_eq!(r.extras.len() + r.key.len() + r.value.len(), n - HEADER_LEN);

@@ -189,7 +189,7 @@ pub(super) fn parse<'a>(buf: &'a [u8], used: usize, tk: &Tokens<'a>, lim: &Limit
         }
     }
     if kind == MetaKind::Set {
-        if datalen + key.len() + crate::storage::ITEM_OVERHEAD > lim.item_max {
+        if datalen + key.len() + lim.item_overhead > lim.item_max {
             return done(Command::TooLarge {
                 key,
                 cmd: StoreCmd::Set,

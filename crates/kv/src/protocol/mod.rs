@@ -30,6 +30,10 @@ pub struct Limits {
     pub max_line: usize,
     /// Longest `get`/`gets` line (multigets may be long).
     pub max_get_line: usize,
+    /// Bytes the store adds to key and value per item (its header): a value fits when
+    /// key + value + this is at most `item_max`. The store's figure, handed in so that the
+    /// parsers need not know the store.
+    pub item_overhead: usize,
 }
 
 impl Default for Limits {
@@ -38,6 +42,9 @@ impl Default for Limits {
             item_max: 1024 * 1024,
             max_line: 2048,
             max_get_line: 1024 * 1024,
+            // The store's `ITEM_OVERHEAD` (a test keeps them equal); the server passes the
+            // store's own figure through `Cache::limits`.
+            item_overhead: 96,
         }
     }
 }
@@ -109,5 +116,13 @@ mod tests {
         assert!(!key_ok(&[b'a'; 251]));
         assert!(key_ok(&[b'a'; 250]));
         assert!(!key_ok(b"a\x01"));
+    }
+
+    #[test]
+    fn the_default_overhead_is_the_stores() {
+        assert_eq!(
+            Limits::default().item_overhead,
+            crate::storage::ITEM_OVERHEAD
+        );
     }
 }

@@ -164,7 +164,7 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
                 return done(fail(Fail::BadFormat, noreply_last));
             }
             let vlen = vlen as usize;
-            if vlen + key.len() + super::super::storage::ITEM_OVERHEAD > lim.item_max {
+            if vlen + key.len() + lim.item_overhead > lim.item_max {
                 return done(Command::TooLarge {
                     key,
                     cmd,

@@ -14,6 +14,7 @@ use crate::arena::{
 };
 use crate::out::SHARE_MIN;
 
+use super::decide::{decide, Decision, Found, Value};
 use super::shard::parse_counter;
 use super::*;
 
@@ -478,52 +479,48 @@ impl EntryStore for ArenaStore {
             return StoreOutcome::NoMemory;
         }
         let old = g.lookup(key, &ctx, cas_on).ok();
-        let mut stale_of = None;
+        let found = old.map(|off| {
+            let it = g.arena.item(off);
+            Found {
+                cas: it.cas,
+                flags: it.flags,
+                exptime: it.exptime,
+                win_sent: it.win_sent(),
+            }
+        });
+        let (flags, exptime, made, stale_of) = match decide(mode, found, flags, exptime_abs) {
+            Decision::Refuse { outcome, bump } => {
+                if let (true, Some(off)) = (bump, old) {
+                    g.arena.bump(off, now);
+                }
+                return outcome;
+            }
+            Decision::Write {
+                flags,
+                exptime,
+                value,
+                stale,
+            } => (flags, exptime, value, stale),
+        };
         // Append and prepend build the value from the old one: copied out first, as the new
         // chunk may be the old one's evicted neighbour.
         let mut joined = None;
-        let (flags, exptime) = match (mode, old) {
-            (StoreMode::Add, Some(off)) => {
-                // memcached refreshes the LRU position of the item an add collides with.
-                g.arena.bump(off, now);
-                return StoreOutcome::NotStored;
+        if let (Value::Append | Value::Prepend, Some(off)) = (made, old) {
+            let it = g.arena.item(off);
+            if !self.fits(key.len(), it.value_len + data.len()) {
+                return StoreOutcome::TooLarge;
             }
-            (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
-                return StoreOutcome::NotStored
+            let old_value = g.arena.value_bytes(off);
+            let mut v = Vec::with_capacity(old_value.len() + data.len());
+            if made == Value::Append {
+                v.extend_from_slice(&old_value);
+                v.extend_from_slice(data);
+            } else {
+                v.extend_from_slice(data);
+                v.extend_from_slice(&old_value);
             }
-            (StoreMode::Cas(_) | StoreMode::CasStale(_), None) => return StoreOutcome::NotFound,
-            (StoreMode::Cas(c), Some(off)) if g.arena.item(off).cas != c => {
-                return StoreOutcome::Exists
-            }
-            (StoreMode::CasStale(c), Some(off)) if g.arena.item(off).cas != c => {
-                let it = g.arena.item(off);
-                if c > it.cas {
-                    return StoreOutcome::Exists;
-                }
-                stale_of = Some(it.win_sent());
-                (flags, it.exptime)
-            }
-            (StoreMode::Append | StoreMode::Prepend, Some(off)) => {
-                let it = g.arena.item(off);
-                if !self.fits(key.len(), it.value_len + data.len()) {
-                    return StoreOutcome::TooLarge;
-                }
-                let old_value = g.arena.value_bytes(off);
-                let mut v = Vec::with_capacity(old_value.len() + data.len());
-                if mode == StoreMode::Append {
-                    v.extend_from_slice(&old_value);
-                    v.extend_from_slice(data);
-                } else {
-                    v.extend_from_slice(data);
-                    v.extend_from_slice(&old_value);
-                }
-                let it = g.arena.item(off);
-                let kept = (it.flags, it.exptime);
-                joined = Some(v);
-                kept
-            }
-            _ => (flags, exptime_abs),
-        };
+            joined = Some(v);
+        }
         let value = joined.as_deref().unwrap_or(data);
         if let Some(off) = old {
             if !g.arena.lru_config().segmented {

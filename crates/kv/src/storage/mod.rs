@@ -13,6 +13,7 @@
 mod arena_maint;
 mod arena_store;
 mod automove;
+mod decide;
 mod flush;
 mod heap;
 mod shard;
@@ -39,10 +40,11 @@ pub enum StoreMode {
     Add,
     /// Store only if present.
     Replace,
-    /// Append the data to an existing item.
-    Append,
-    /// Prepend the data to an existing item.
-    Prepend,
+    /// Append the data to an existing item; with a CAS, only if the item's equals it
+    /// (binary and meta requests may carry one).
+    Append(Option<u64>),
+    /// Prepend the data to an existing item; with a CAS, as for `Append`.
+    Prepend(Option<u64>),
     /// Store only if the item's CAS equals the given value.
     Cas(u64),
     /// Meta `ms … C<cas> I`: like `Cas`, but a CAS older than the item's still stores, keeping

@@ -7,6 +7,7 @@ use hashbrown::HashTable;
 
 use crate::out::SHARE_MIN;
 
+use super::decide::{decide, Decision, Found, Value};
 use super::{
     ArithOutcome, DeleteOutcome, ReadOpts, StoreCounters, StoreMode, StoreOutcome, ITEM_OVERHEAD,
 };
@@ -464,41 +465,42 @@ impl Shard {
         no_evict: bool,
     ) -> StoreOutcome {
         let old = self.lookup(hash, key, ctx);
-        // A stale CAS store keeps the old expiry and win marker and flags the value stale.
-        let mut stale_of = None;
-        let (value, flags, exptime) = match (mode, old) {
-            (StoreMode::Add, Some(i)) => {
-                // memcached refreshes the LRU position of the item an add collides with.
-                self.bump(i);
-                return StoreOutcome::NotStored;
+        let found = old.map(|i| {
+            let e = self.entry(i);
+            Found {
+                cas: e.cas,
+                flags: e.flags,
+                exptime: e.exptime,
+                win_sent: e.win_sent,
             }
-            (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
-                return StoreOutcome::NotStored
-            }
-            (StoreMode::Cas(_), None) => return StoreOutcome::NotFound,
-            (StoreMode::Cas(c), Some(i)) if self.entry(i).cas != c => return StoreOutcome::Exists,
-            (StoreMode::CasStale(_), None) => return StoreOutcome::NotFound,
-            (StoreMode::CasStale(c), Some(i)) if self.entry(i).cas != c => {
-                let e = self.entry(i);
-                if c > e.cas {
-                    return StoreOutcome::Exists;
+        });
+        let (flags, exptime, made, stale_of) = match decide(mode, found, flags, exptime_abs) {
+            Decision::Refuse { outcome, bump } => {
+                if let (true, Some(i)) = (bump, old) {
+                    self.bump(i);
                 }
-                stale_of = Some(e.win_sent);
-                (joined(&[key, data], 0), flags, e.exptime)
+                return outcome;
             }
-            (StoreMode::Append | StoreMode::Prepend, Some(i)) => {
+            Decision::Write {
+                flags,
+                exptime,
+                value,
+                stale,
+            } => (flags, exptime, value, stale),
+        };
+        let value = match (made, old) {
+            (Value::Append | Value::Prepend, Some(i)) => {
                 let e = self.entry(i);
                 if charge(key.len(), e.value().len() + data.len()) > item_max {
                     return StoreOutcome::TooLarge;
                 }
-                let v = if mode == StoreMode::Append {
+                if made == Value::Append {
                     joined(&[key, e.value(), data], 0)
                 } else {
                     joined(&[key, data, e.value()], 0)
-                };
-                (v, e.flags, e.exptime)
+                }
             }
-            _ => (joined(&[key, data], 0), flags, exptime_abs),
+            _ => joined(&[key, data], 0),
         };
         let need = charge(key.len(), value.bytes().len() - key.len());
         if let Some(i) = old {

@@ -434,7 +434,7 @@ proptest! {
                 }
                 Op::Append(k, ref v) | Op::Prepend(k, ref v) => {
                     let append = matches!(o, Op::Append(..));
-                    let mode = if append { StoreMode::Append } else { StoreMode::Prepend };
+                    let mode = if append { StoreMode::Append(None) } else { StoreMode::Prepend(None) };
                     let r = s.store(mode, &[k], 0, 0, v, 10);
                     if let Some(e) = m.get_mut(&k) {
                         prop_assert!(matches!(r, StoreOutcome::Stored(_)));
