@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub use crate::protocol::text::watch;
+pub use crate::protocol::watch;
 
 /// memcached's `WATCHER_LIMIT`.
 pub const WATCHER_LIMIT: usize = 20;

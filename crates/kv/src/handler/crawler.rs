@@ -175,8 +175,8 @@ impl Cache {
         }
         // A frozen or moved arena is not this server's to change.
         let _gate = match self.migration.enter() {
-            crate::migrate::Entry::Go(g) => g,
-            crate::migrate::Entry::Redirect(_) => return 0,
+            crate::migrate::gate::Entry::Go(g) => g,
+            crate::migrate::gate::Entry::Redirect(_) => return 0,
         };
         let now = self.now();
         let n = self.store.maintain(now);

@@ -71,7 +71,7 @@ pub struct Cache {
     /// The stop is graceful (SIGUSR1, `shutdown graceful`): a `-e` memory file is saved.
     pub graceful: std::sync::atomic::AtomicBool,
     /// Post-copy live migration: the gate every request passes, and where the cache went.
-    pub migration: crate::migrate::Migration,
+    pub migration: crate::migrate::gate::Migration,
 }
 
 /// The store's share of the settings.
@@ -179,7 +179,7 @@ impl Cache {
             crawler: crawler::CrawlerState::new(lru_crawler),
             shutdown: std::sync::atomic::AtomicBool::new(false),
             graceful: std::sync::atomic::AtomicBool::new(false),
-            migration: crate::migrate::Migration::default(),
+            migration: crate::migrate::gate::Migration::default(),
         }
     }
 
@@ -404,8 +404,8 @@ fn run(
 ) -> Outcome {
     // A migration's freeze waits for this call to end; a moved cache runs nothing.
     let _gate = match eng.migration.enter() {
-        crate::migrate::Entry::Go(g) => g,
-        crate::migrate::Entry::Redirect(line) => return redirect(eng, s, input, out, &line),
+        crate::migrate::gate::Entry::Go(g) => g,
+        crate::migrate::gate::Entry::Redirect(line) => return redirect(eng, s, input, out, &line),
     };
     let lim = eng.limits();
     let now = eng.now();

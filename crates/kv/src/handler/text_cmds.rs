@@ -206,9 +206,12 @@ pub(super) fn run_text(
             use crate::protocol::request::MigrateCmd;
             let m = &eng.migration;
             let r = match cmd {
-                MigrateCmd::Begin(secret) => match crate::migrate::source_begin(eng, s, secret) {
+                MigrateCmd::Begin(secret) => match m.begin(s.fd, secret) {
                     // The connection is the migration's control channel now.
-                    Ok(()) => return Next::Close,
+                    Ok(()) => {
+                        s.close_reason = None;
+                        return Next::Close;
+                    }
                     Err(why) => Err(why),
                 },
                 _ if !eng.settings.shutdown_enabled => {

@@ -11,9 +11,10 @@ use std::time::Instant;
 
 use remora_lazy::PageServer;
 
+use super::gate::lock;
 use super::page_source::ArenaSource;
-use super::{lock, Role, State, LIVENESS};
-use crate::handler::{restart, Cache, Session};
+use super::{Role, State, LIVENESS};
+use crate::handler::{restart, Cache};
 
 /// What `migrate begin` answers when it cannot start (the connection stays a client's).
 pub(crate) fn refusal(eng: &Cache) -> Option<&'static str> {
@@ -29,21 +30,23 @@ pub(crate) fn refusal(eng: &Cache) -> Option<&'static str> {
     if m.state() != State::Armed {
         return Some("SERVER_ERROR a migration is under way");
     }
-    if m.cache().is_none() {
-        return Some("SERVER_ERROR this cache cannot migrate (not run by a server)");
-    }
     None
 }
 
-/// `migrate begin SECRET`: takes the connection (a duplicate of its socket) for the
-/// controller if SECRET is the one armed. The caller lets the connection go without shutting
-/// the socket down.
-pub(crate) fn begin(eng: &Cache, s: &mut Session, secret: &[u8]) -> Result<(), &'static str> {
+/// `migrate begin SECRET` on the connection whose socket is `fd`: takes the connection (a
+/// duplicate of its socket) for the controller if SECRET is the one armed. The caller lets the
+/// connection go without shutting the socket down. The server installs this as the gate's
+/// [`Begin`](super::gate::Begin).
+pub(crate) fn begin(
+    cache: Arc<Cache>,
+    fd: Option<std::os::fd::RawFd>,
+    secret: &[u8],
+) -> Result<(), &'static str> {
+    let eng = &*cache;
     if let Some(why) = refusal(eng) {
         return Err(why);
     }
-    let fd =
-        s.fd.ok_or("SERVER_ERROR migration needs a TCP connection")?;
+    let fd = fd.ok_or("SERVER_ERROR migration needs a TCP connection")?;
     // SAFETY: duplicating the connection's open descriptor.
     let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
     if dup < 0 {
@@ -51,13 +54,11 @@ pub(crate) fn begin(eng: &Cache, s: &mut Session, secret: &[u8]) -> Result<(), &
     }
     // SAFETY: `dup` is a new descriptor nothing else owns.
     let sock = unsafe { TcpStream::from_raw_fd(dup) };
-    let cache = eng.migration.cache().ok_or("SERVER_ERROR no server")?;
     // Last: a secret taken is a source disarmed.
     let to = eng.migration.take_armed(secret).ok_or(
         "SERVER_ERROR migrate begin: missing or wrong secret (the target's --migrate-secret-file)",
     )?;
     eng.migration.set_state(State::Freezing);
-    s.close_reason = None;
     let spawned = std::thread::Builder::new()
         .name("kv-migrate".into())
         .spawn(move || control(cache, sock, to));

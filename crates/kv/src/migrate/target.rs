@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use remora_lazy::{LazyRegion, Mode, Options, TcpFetcher};
 
-use super::{lock, Role, State, EXIT_SOURCE_LOST, LIVENESS, REPORT_EVERY};
+use super::gate::lock;
+use super::{Role, State, EXIT_SOURCE_LOST, LIVENESS, REPORT_EVERY};
 use crate::arena::{Mapping, Opened};
 use crate::handler::restart::{self, Warm};
 use crate::handler::{store_config, tune_arena, Cache, Settings};

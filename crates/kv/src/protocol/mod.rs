@@ -16,6 +16,7 @@ pub mod reply;
 pub mod request;
 pub mod text;
 pub mod udp;
+pub mod watch;
 
 /// Longest key memcached accepts.
 pub const KEY_MAX: usize = 250;

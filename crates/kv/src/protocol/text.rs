@@ -10,6 +10,7 @@ pub use super::request::{
     Automove, Command, Crawler, GetKind, MigrateCmd, Parse, ShutdownMode, StoreCmd, Tokens,
     MAX_TOKENS,
 };
+pub use super::watch;
 use super::{key_ok, parse_i64, parse_u64, Limits};
 
 /// An error that `noreply` as the line's last token silences (see [`Command::FailQuiet`]).
@@ -370,28 +371,6 @@ fn unknown(cmd: &[u8], line: &[u8]) -> Command<'static> {
     } else {
         Command::Fail(Fail::Error)
     }
-}
-
-/// `LOG_*` stream bits of memcached's logger.h, in `watch`'s argument names.
-pub mod watch {
-    /// `rawcmds`
-    pub const RAWCMDS: u16 = 1 << 0;
-    /// `evictions`
-    pub const EVICTIONS: u16 = 1 << 1;
-    /// `fetchers`
-    pub const FETCHERS: u16 = 1 << 2;
-    /// `mutations`
-    pub const MUTATIONS: u16 = 1 << 3;
-    /// `sysevents`
-    pub const SYSEVENTS: u16 = 1 << 4;
-    /// `connevents`
-    pub const CONNEVENTS: u16 = 1 << 5;
-    /// `proxyreqs`
-    pub const PROXYREQS: u16 = 1 << 6;
-    /// `proxyevents`
-    pub const PROXYEVENTS: u16 = 1 << 7;
-    /// `proxyuser`
-    pub const PROXYUSER: u16 = 1 << 8;
 }
 
 /// The streams of `watch ARGS` (`fetchers` when none are named); `None` for an unknown name

@@ -26,8 +26,6 @@ use super::WAKER;
 pub(super) const OUT_LIMIT: usize = 1 << 20;
 /// Pieces handed to one `writev`.
 pub(super) const IOV_BATCH: usize = 64;
-/// Buffers above this are shrunk back when idle so idle connections stay small.
-pub(super) const KEEP: usize = 64 * 1024;
 
 /// An accepted stream.
 pub enum Stream {

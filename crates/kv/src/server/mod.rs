@@ -283,7 +283,12 @@ impl Server {
             }
         };
         let engine = Arc::new(cache);
-        engine.migration.attach(&engine);
+        // `migrate begin` reaches the cache through the server: the gate does not hold it.
+        let weak = Arc::downgrade(&engine);
+        engine.migration.on_begin(Box::new(move |fd, secret| {
+            let cache = weak.upgrade().ok_or("SERVER_ERROR no server")?;
+            crate::migrate::source_begin(cache, fd, secret)
+        }));
         let stop = Arc::new(AtomicBool::new(false));
         let s = &cfg.settings;
         let mut tcp = Vec::new();

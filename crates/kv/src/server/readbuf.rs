@@ -1,7 +1,8 @@
 //! A connection's read buffer, shared by the epoll and io_uring loops: bytes received but not
 //! yet parsed are `pending()`; new bytes land in `spare()`.
 
-use super::conn::KEEP;
+/// Buffers above this are shrunk back when idle so idle connections stay small.
+pub(super) const KEEP: usize = 64 * 1024;
 
 /// Read size per call.
 pub(super) const READ_CHUNK: usize = 16 * 1024;
