@@ -1,4 +1,5 @@
-//! From neighbours to accepted matches: ratio test, maximum distance, cross-check.
+//! From neighbours to accepted matches: ratio test, maximum distance, cross-check. Host work
+//! every engine shares (through `MatchEngine::match_u8`), so it names no engine.
 //!
 //! Order: the ratio test and the maximum distance look at each query's own neighbours; the
 //! cross-check then asks, for the train point of each surviving match, which query is nearest
@@ -7,8 +8,7 @@
 //! back, so the cross-check costs at most one more search of that size.
 
 use crate::ratio::{passes_ratio, within, Dist2};
-use crate::search::{count, knn2_f32_run, knn2_u8_run, with_threads};
-use crate::{knn2_f32, Error, Match, Neighbours, Options};
+use crate::{Error, Match, Neighbours, Options};
 
 /// Checks the ratio and the maximum distance.
 pub(crate) fn check(opts: &Options) -> Result<(), Error> {
@@ -99,61 +99,4 @@ pub(crate) fn cross_check<T: Copy, D: Copy>(
         keep_mutual(&mut out, &trains, &back);
     }
     Ok(out)
-}
-
-/// Matches u8 descriptors: each query's nearest train point, kept when it passes the tests of
-/// `opts` (see [`Options`]). Sorted by query index; at most one match per query. Every
-/// [`Kernel`](crate::Kernel), the GPU's included, gives the same matches.
-///
-/// ```
-/// use remora_match::{match_u8, Options};
-/// let train = [0u8, 0, 100, 100];
-/// let opts = Options { ratio: Some(0.5), ..Options::default() };
-/// // d1 = 1, d2 = √19601 ≈ 140: accepted.
-/// assert_eq!(match_u8(&[1, 0], &train, 2, &opts).unwrap().len(), 1);
-/// // Half-way between both: rejected.
-/// assert!(match_u8(&[50, 50], &train, 2, &opts).unwrap().is_empty());
-/// ```
-pub fn match_u8(
-    query: &[u8],
-    train: &[u8],
-    dim: usize,
-    opts: &Options,
-) -> Result<Vec<Match>, Error> {
-    check(opts)?;
-    let nq = count("query", query.len(), dim)?;
-    count("train", train.len(), dim)?;
-    match opts.kernel.resolve()? {
-        #[cfg(feature = "gpu")]
-        crate::Kernel::Gpu => crate::gpu::GpuMatcher::shared()?.match_u8(query, train, dim, opts),
-        kernel => {
-            let run = |q: &[u8], t: &[u8], n: usize| {
-                with_threads(opts.threads, || knn2_u8_run(kernel, q, t, dim, n))
-            };
-            let out = accept(&run(query, train, nq)?, None, opts, Dist2::Int);
-            cross_check(out, query, train, dim, opts, run)
-        }
-    }
-}
-
-/// [`match_u8`] for f32 descriptors (e.g. MicMac Digeo v1 files).
-///
-/// ```
-/// use remora_match::{match_f32, Options};
-/// let m = match_f32(&[0.1, 0.0], &[0.0, 0.0, 1.0, 1.0], 2, &Options::default()).unwrap();
-/// assert_eq!((m[0].query, m[0].train), (0, 0));
-/// ```
-pub fn match_f32(
-    query: &[f32],
-    train: &[f32],
-    dim: usize,
-    opts: &Options,
-) -> Result<Vec<Match>, Error> {
-    check(opts)?;
-    let nb = knn2_f32(query, train, dim, opts)?;
-    let out = accept(&nb, None, opts, Dist2::Float);
-    let kernel = opts.kernel.resolve_cpu()?;
-    cross_check(out, query, train, dim, opts, |q, t, n| {
-        with_threads(opts.threads, || knn2_f32_run(kernel, q, t, dim, n))
-    })
 }

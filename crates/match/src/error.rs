@@ -41,6 +41,14 @@ pub enum Error {
     /// The kernel asked for does not run on this CPU.
     #[error("kernel {0:?} is not available on this CPU")]
     KernelUnavailable(crate::Kernel),
+    /// No engine of that name (see [`Kernel`](crate::Kernel)'s `FromStr`).
+    #[error("unknown engine {name:?} (known: {known})")]
+    UnknownEngine {
+        /// The name asked for.
+        name: String,
+        /// The known names.
+        known: String,
+    },
     /// The GPU engine cannot run: no device under the `REMORA_GPU` policy (the text is the
     /// backend's reason), a failure on the device, the crate built without its `gpu` feature, or
     /// f32 descriptors (the GPU engine matches u8 ones only).

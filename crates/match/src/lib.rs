@@ -37,6 +37,7 @@
 #![warn(missing_docs)]
 
 mod accept;
+mod engine;
 mod error;
 mod filter;
 pub mod formats;
@@ -45,14 +46,14 @@ mod gpu;
 mod kernel;
 mod options;
 mod ratio;
+mod registry;
 mod search;
 mod top2;
 
-pub use accept::{match_f32, match_u8};
 pub use error::Error;
 pub use filter::{neighbour_filter, NeighbourFilter};
 #[cfg(feature = "gpu")]
 pub use gpu::GpuMatcher;
 pub use kernel::Kernel;
 pub use options::{Match, Neighbour, Neighbours, Options, MAX_DIM};
-pub use search::{knn2_f32, knn2_u8};
+pub use search::{knn2_f32, knn2_u8, match_f32, match_u8};

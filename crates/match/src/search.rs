@@ -1,4 +1,5 @@
-//! The exact two-nearest-neighbour search: argument checks, cache tiling and threads.
+//! The entry points and the CPU engine: argument checks, the engine lookup (`registry.rs`),
+//! and the CPU kernels' exact two-nearest-neighbour search with its cache tiling and threads.
 //!
 //! Queries are cut into chunks of a few dozen (one rayon task each, so all cores work and the
 //! chunk's queries stay in L1/L2); within a chunk the train set is walked in blocks of about
@@ -9,27 +10,15 @@
 
 use rayon::prelude::*;
 
+use crate::accept::{accept, check, cross_check};
+use crate::engine::{count, MatchEngine, Searched};
 use crate::kernel::{dist_f32, PreparedU8, KEY_MAX};
+use crate::ratio::Dist2;
 use crate::top2::{Top2, NONE};
-use crate::{Error, Kernel, Neighbour, Neighbours, Options, MAX_DIM};
+use crate::{Error, Kernel, Match, Neighbour, Neighbours, Options};
 
 /// Queries per rayon task (rounded to whole micro-rows).
 const CHUNK: usize = 48;
-
-/// Checks a descriptor slice against `dim`; returns the number of points.
-pub(crate) fn count(which: &'static str, v: usize, dim: usize) -> Result<usize, Error> {
-    if dim == 0 || dim > MAX_DIM {
-        return Err(Error::Dimension(dim));
-    }
-    if !v.is_multiple_of(dim) {
-        return Err(Error::Length { which, len: v, dim });
-    }
-    let n = v / dim;
-    if n >= u32::MAX as usize {
-        return Err(Error::TooMany { which, n });
-    }
-    Ok(n)
-}
 
 fn check_finite(which: &'static str, v: &[f32], dim: usize) -> Result<(), Error> {
     match v
@@ -91,12 +80,38 @@ pub fn knn2_u8(
     dim: usize,
     opts: &Options,
 ) -> Result<Vec<Neighbours<u32>>, Error> {
-    let nq = count("query", query.len(), dim)?;
+    count("query", query.len(), dim)?;
     count("train", train.len(), dim)?;
-    match opts.kernel.resolve()? {
-        #[cfg(feature = "gpu")]
-        Kernel::Gpu => crate::gpu::GpuMatcher::shared()?.knn2_u8(query, train, dim),
-        kernel => with_threads(opts.threads, || knn2_u8_run(kernel, query, train, dim, nq)),
+    opts.kernel
+        .engine()?
+        .knn2_u8(query, train, dim, opts.threads)
+}
+
+/// A CPU kernel as an engine: the tiled search on rayon's pool, or on a pool of `threads`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CpuEngine(pub Kernel);
+
+impl MatchEngine for CpuEngine {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    fn device(&self) -> String {
+        "cpu".into()
+    }
+
+    fn search_u8(
+        &self,
+        query: &[u8],
+        train: &[u8],
+        dim: usize,
+        _ratio: Option<f32>,
+        threads: Option<usize>,
+    ) -> Result<Searched, Error> {
+        let nq = count("query", query.len(), dim)?;
+        count("train", train.len(), dim)?;
+        let nb = with_threads(threads, || knn2_u8_run(self.0, query, train, dim, nq))?;
+        Ok((nb, None))
     }
 }
 
@@ -218,4 +233,51 @@ fn scan_f32_body(qs: &[f32], tb: &[f32], dim: usize, j0: usize, tops: &mut [Top2
             top.push(dist_f32(q, t), (j0 + j) as u32);
         }
     }
+}
+
+/// Matches u8 descriptors: each query's nearest train point, kept when it passes the tests of
+/// `opts` (see [`Options`]). Sorted by query index; at most one match per query. Every
+/// [`Kernel`](crate::Kernel), the GPU's included, gives the same matches.
+///
+/// ```
+/// use remora_match::{match_u8, Options};
+/// let train = [0u8, 0, 100, 100];
+/// let opts = Options { ratio: Some(0.5), ..Options::default() };
+/// // d1 = 1, d2 = √19601 ≈ 140: accepted.
+/// assert_eq!(match_u8(&[1, 0], &train, 2, &opts).unwrap().len(), 1);
+/// // Half-way between both: rejected.
+/// assert!(match_u8(&[50, 50], &train, 2, &opts).unwrap().is_empty());
+/// ```
+pub fn match_u8(
+    query: &[u8],
+    train: &[u8],
+    dim: usize,
+    opts: &Options,
+) -> Result<Vec<Match>, Error> {
+    check(opts)?;
+    count("query", query.len(), dim)?;
+    count("train", train.len(), dim)?;
+    opts.kernel.engine()?.match_u8(query, train, dim, opts)
+}
+
+/// [`match_u8`] for f32 descriptors (e.g. MicMac Digeo v1 files).
+///
+/// ```
+/// use remora_match::{match_f32, Options};
+/// let m = match_f32(&[0.1, 0.0], &[0.0, 0.0, 1.0, 1.0], 2, &Options::default()).unwrap();
+/// assert_eq!((m[0].query, m[0].train), (0, 0));
+/// ```
+pub fn match_f32(
+    query: &[f32],
+    train: &[f32],
+    dim: usize,
+    opts: &Options,
+) -> Result<Vec<Match>, Error> {
+    check(opts)?;
+    let nb = knn2_f32(query, train, dim, opts)?;
+    let out = accept(&nb, None, opts, Dist2::Float);
+    let kernel = opts.kernel.resolve_cpu()?;
+    cross_check(out, query, train, dim, opts, |q, t, n| {
+        with_threads(opts.threads, || knn2_f32_run(kernel, q, t, dim, n))
+    })
 }

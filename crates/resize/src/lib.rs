@@ -69,7 +69,9 @@ mod orient;
 pub mod pixels;
 mod png_io;
 mod quality;
+mod registry;
 pub mod resample;
+mod resampler;
 #[cfg(feature = "http")]
 pub mod service;
 #[doc(hidden)]

@@ -28,7 +28,8 @@
 use crate::budget::Stop;
 use crate::error::{Error, Result};
 use crate::options::Filter;
-use crate::resample::{algorithm, LANCZOS_SHARP_BLUR};
+use crate::resample::algorithm;
+use crate::resampler::LANCZOS_SHARP_BLUR;
 use fast_image_resize as fir;
 
 /// Most bytes of tables and intermediate image one tile may hold.

@@ -1,6 +1,7 @@
 //! The GPU engine (`gpu-wgpu`): the exact two-nearest-neighbour search of u8 descriptors in
 //! WGSL compute shaders (`top2.wgsl`, expanded by `shader.rs`) on `remora-accel`'s wgpu
-//! backend, with Lowe's ratio test fused into the same submission.
+//! backend, with Lowe's ratio test fused into the same submission. A leaf: it implements the
+//! crate's engine trait (`engine.rs`) and `registry.rs` lists it, so no CPU module names it.
 //!
 //! Arithmetic: descriptors are packed 4 u8 per u32 (each row padded with zeros to a whole
 //! stage of [`KC`](shader::KC) words) and multiplied with WGSL's `dot4U8Packed`, which naga
@@ -47,9 +48,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 pub use remora_accel::gpu::GpuCounters;
 use remora_accel::gpu::{groups, Gpu, GpuError, GpuInfo, Readback};
 
-use crate::accept::{accept, check, cross_check};
-use crate::ratio::{ratio_squared, Dist2};
-use crate::search::count;
+use crate::engine::{count, Engine, MatchEngine, Purpose, Searched};
+use crate::ratio::ratio_squared;
 use crate::top2::NONE;
 use crate::{Error, Match, Neighbour, Neighbours, Options};
 use shader::{BLOCK, KC, MERGE_GROUP};
@@ -84,9 +84,6 @@ pub struct GpuMatcher {
     max_chunk: Option<u64>,
     work: Arc<Mutex<Option<Workspace>>>,
 }
-
-/// The ratio test's verdict per query, when it was asked for.
-type Verdicts = Option<Vec<bool>>;
 
 /// Bookkeeping of one query chunk whose results are being read back.
 struct InFlight {
@@ -214,12 +211,7 @@ impl GpuMatcher {
         dim: usize,
         opts: &Options,
     ) -> Result<Vec<Match>, Error> {
-        check(opts)?;
-        let (nb, passed) = self.search(query, train, dim, opts.ratio)?;
-        let out = accept(&nb, passed.as_deref(), opts, Dist2::Int);
-        cross_check(out, query, train, dim, opts, |q, t, _| {
-            self.knn2_u8(q, t, dim)
-        })
+        MatchEngine::match_u8(self, query, train, dim, opts)
     }
 
     /// Largest bytes per binding.
@@ -236,7 +228,7 @@ impl GpuMatcher {
         train: &[u8],
         dim: usize,
         ratio: Option<f32>,
-    ) -> Result<(Vec<Neighbours<u32>>, Verdicts), Error> {
+    ) -> Result<Searched, Error> {
         let nq = count("query", query.len(), dim)?;
         let nt = count("train", train.len(), dim)?;
         if nq == 0 || nt == 0 {
@@ -363,6 +355,40 @@ impl GpuMatcher {
         }
         debug_assert_eq!(nb.len(), f.rows.end);
         Ok(())
+    }
+}
+
+/// The registry's constructor: the engine on the shared device, or why there is none; `auto`
+/// passes over a CPU-type device (lavapipe), slower than the CPU kernels.
+pub(crate) fn open(purpose: Purpose) -> Result<Engine, Error> {
+    let g = GpuMatcher::shared()?;
+    if purpose == Purpose::Auto && g.info().kind == "cpu" {
+        return Err(Error::Gpu(format!(
+            "{} is a CPU-type device, slower than the CPU kernels; ask for gpu-wgpu to use it",
+            g.info().name
+        )));
+    }
+    Ok(Arc::new(g))
+}
+
+impl MatchEngine for GpuMatcher {
+    fn name(&self) -> &'static str {
+        "gpu-wgpu"
+    }
+
+    fn device(&self) -> String {
+        self.info().to_string()
+    }
+
+    fn search_u8(
+        &self,
+        query: &[u8],
+        train: &[u8],
+        dim: usize,
+        ratio: Option<f32>,
+        _threads: Option<usize>,
+    ) -> Result<Searched, Error> {
+        self.search(query, train, dim, ratio)
     }
 }
 

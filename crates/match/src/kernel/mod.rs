@@ -12,11 +12,9 @@
 //!   instruction): queries stay u8, train values are stored as `t − 128` and the constant
 //!   `128 · Σq` goes into the per-query constant; 8 queries × 32 train points per block.
 //!
-//! The selection and its fallback: [`Kernel::Auto`] takes the GPU engine (`crate::gpu`, not
-//! here) when a real GPU opens, else the first of AVX-512, AVX2, portable that
-//! [`Kernel::is_available`]; a forced kernel that the machine lacks is an error, never a crash.
-//! `unsafe` stays in `avx2.rs` and `avx512.rs`; the wrappers here only call them after the
-//! feature check.
+//! Which engine a [`Kernel`] stands for, and `auto`'s fallback, are the registry's
+//! (`registry.rs`): this module is the CPU kernels only. `unsafe` stays in `avx2.rs` and
+//! `avx512.rs`; the wrappers here only call them after the feature check.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -25,7 +23,6 @@ mod avx512;
 mod portable;
 
 use crate::top2::Top2;
-use crate::Error;
 
 pub(crate) use portable::dist_f32;
 
@@ -44,7 +41,8 @@ pub enum Kernel {
     /// x86-64 AVX-512 F + BW + VNNI.
     Avx512,
     /// The GPU engine (`gpu-wgpu`, u8 descriptors only) on the device `REMORA_GPU` allows
-    /// (`any` admits lavapipe); see `GpuMatcher`. No device is an [`Error::Gpu`].
+    /// (`any` admits lavapipe); see `GpuMatcher`. No device is an
+    /// [`Error::Gpu`](crate::Error::Gpu).
     Gpu,
 }
 
@@ -61,11 +59,11 @@ impl Kernel {
         }
     }
 
-    /// Whether this kernel runs here (`Auto` and `Portable` always do; `Gpu` when a device
-    /// opens under `REMORA_GPU`'s policy).
-    pub fn is_available(self) -> bool {
+    /// Whether this CPU has what the kernel needs: `Portable` always, `Avx2` and `Avx512`
+    /// their instruction sets; `Auto` and `Gpu` are not CPU kernels.
+    pub(crate) fn cpu_supports(self) -> bool {
         match self {
-            Kernel::Auto | Kernel::Portable => true,
+            Kernel::Portable => true,
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
             #[cfg(target_arch = "x86_64")]
@@ -76,80 +74,9 @@ impl Kernel {
             }
             #[cfg(not(target_arch = "x86_64"))]
             Kernel::Avx2 | Kernel::Avx512 => false,
-            Kernel::Gpu => gpu_device().is_ok(),
+            Kernel::Auto | Kernel::Gpu => false,
         }
     }
-
-    /// The CPU kernels this machine runs, fastest first (never `Auto` or `Gpu`).
-    pub fn available() -> Vec<Kernel> {
-        [Kernel::Avx512, Kernel::Avx2, Kernel::Portable]
-            .into_iter()
-            .filter(|k| k.is_available())
-            .collect()
-    }
-
-    /// Every engine this machine runs: [`available`](Self::available), then `Gpu` when a
-    /// device opens under `REMORA_GPU`'s policy (a CPU-type one included when it allows it).
-    pub fn engines() -> Vec<Kernel> {
-        let mut v = Kernel::available();
-        if Kernel::Gpu.is_available() {
-            v.push(Kernel::Gpu);
-        }
-        v
-    }
-
-    /// The concrete kernel `self` stands for, or an error when this machine lacks it.
-    pub fn resolve(self) -> Result<Kernel, Error> {
-        match self {
-            Kernel::Auto if gpu_device().is_ok_and(|kind| kind != "cpu") => Ok(Kernel::Gpu),
-            Kernel::Auto => Ok(Kernel::available()[0]),
-            Kernel::Gpu => gpu_device().map(|_| Kernel::Gpu),
-            k if k.is_available() => Ok(k),
-            k => Err(Error::KernelUnavailable(k)),
-        }
-    }
-
-    /// The concrete CPU kernel for f32 descriptors: `Auto` is the fastest CPU kernel, and `Gpu`
-    /// an [`Error::Gpu`] (the GPU engine matches u8 descriptors only).
-    pub fn resolve_cpu(self) -> Result<Kernel, Error> {
-        match self {
-            Kernel::Auto => Ok(Kernel::available()[0]),
-            Kernel::Gpu => Err(Error::Gpu(
-                "the GPU engine matches u8 descriptors only; f32 descriptors need a CPU kernel \
-                 (auto, portable, avx2, avx512)"
-                    .into(),
-            )),
-            k => k.resolve(),
-        }
-    }
-
-    /// Where the kernel `self` resolves to runs, for reports: `cpu`, or the GPU as
-    /// `GpuInfo` prints it (name, kind, API, driver).
-    pub fn device(self) -> Result<String, Error> {
-        match self.resolve()? {
-            #[cfg(feature = "gpu")]
-            Kernel::Gpu => Ok(crate::gpu::GpuMatcher::shared()?.info().to_string()),
-            #[cfg(not(feature = "gpu"))]
-            Kernel::Gpu => Err(no_gpu_feature()),
-            _ => Ok("cpu".into()),
-        }
-    }
-}
-
-/// The kind (`discrete`, `cpu`, ...) of the device `REMORA_GPU`'s policy opens, or why none.
-#[cfg(feature = "gpu")]
-fn gpu_device() -> Result<&'static str, Error> {
-    crate::gpu::GpuMatcher::shared().map(|g| g.info().kind)
-}
-
-#[cfg(not(feature = "gpu"))]
-fn gpu_device() -> Result<&'static str, Error> {
-    Err(no_gpu_feature())
-}
-
-#[cfg(not(feature = "gpu"))]
-fn no_gpu_feature() -> Error {
-    Error::Gpu("remora-match was built without its `gpu` feature".into())
 }
 
 /// Queries and train points laid out for one kernel.
@@ -167,11 +94,11 @@ impl<'a> PreparedU8<'a> {
     pub fn new(kernel: Kernel, query: &'a [u8], train: &'a [u8], dim: usize) -> Self {
         match kernel {
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 if kernel.is_available() => {
+            Kernel::Avx2 if kernel.cpu_supports() => {
                 PreparedU8::Avx2(avx2::Prepared::new(query, train, dim))
             }
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 if kernel.is_available() => {
+            Kernel::Avx512 if kernel.cpu_supports() => {
                 PreparedU8::Avx512(avx512::Prepared::new(query, train, dim))
             }
             _ => PreparedU8::Portable(portable::Prepared::new(query, train, dim)),
@@ -216,7 +143,7 @@ impl<'a> PreparedU8<'a> {
     pub fn scan(&self, row0: usize, tiles: std::ops::Range<usize>, tops: &mut [Top2<i32>]) {
         match self {
             PreparedU8::Portable(p) => p.scan(row0, tiles, tops),
-            // SAFETY: `new` built these variants only after `is_available` confirmed the CPU
+            // SAFETY: `new` built these variants only after `cpu_supports` confirmed the CPU
             // features the kernels are compiled for; `scan` checks its own bounds.
             #[cfg(target_arch = "x86_64")]
             PreparedU8::Avx2(p) => unsafe { p.scan(row0, tiles, tops) },

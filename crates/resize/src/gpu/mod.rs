@@ -1,5 +1,6 @@
 //! The GPU engine for the separable resample (`gpu-wgpu`): WGSL compute shaders through
-//! `remora-accel`'s wgpu backend, on any Vulkan device.
+//! `remora-accel`'s wgpu backend, on any Vulkan device. A leaf: it implements the crate's
+//! [`Resampler`] trait (`resampler.rs`) and `registry.rs` lists it, so no CPU module names it.
 //!
 //! What it does: the weights of each axis are computed on the host exactly as fast_image_resize
 //! computes them for the CPU engine (`weights.rs`), uploaded with the pixels, and both passes run
@@ -36,16 +37,14 @@ pub use remora_accel::gpu::{Gpu, GpuError, GpuPolicy};
 
 use crate::error::{Error, Result};
 use crate::options::Filter;
-use crate::resample::Resampler;
+pub use crate::resampler::GPU_ENGINE;
+use crate::resampler::{Purpose, Resampler};
 
 mod plan;
 mod weights;
 
 use plan::Tile;
 use weights::{Axis, Dir};
-
-/// The engine's name in results.
-pub const GPU_ENGINE: &str = "gpu-wgpu";
 
 const WGSL: &str = include_str!("resample.wgsl");
 const PIPELINES: &str = "remora-resize";
@@ -71,6 +70,12 @@ pub fn device() -> std::result::Result<Arc<Gpu>, GpuError> {
         Some(g) => Ok(g.clone()),
         None => Gpu::shared(),
     }
+}
+
+/// The registry's constructor: the engine on [`device`], or why there is none; `auto` passes
+/// over a CPU-type device (lavapipe), slower than the CPU engine.
+pub(crate) fn open(purpose: Purpose) -> Result<Arc<dyn Resampler>> {
+    resampler(device(), purpose == Purpose::Auto)
 }
 
 /// The GPU engine on `device`, or [`Error::Gpu`] saying why not; with `hardware_only`, a

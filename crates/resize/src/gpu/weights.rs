@@ -6,7 +6,7 @@
 //! fixed-point weights with one precision per axis.
 
 use crate::options::Filter;
-use crate::resample::{lanczos_sharp, LANCZOS_SHARP_BLUR};
+use crate::resampler::{lanczos_sharp, LANCZOS_SHARP_BLUR};
 use std::f64::consts::PI;
 
 /// One axis of the resample: for output index `i`, `bounds[i] = [first source index, taps]` and
