@@ -8,6 +8,7 @@ mod kv;
 mod lazy;
 mod logging;
 mod matching;
+mod plot;
 mod resize;
 
 /// remora: one-sided RDMA-style transfers, remote page faults and detector data processing.

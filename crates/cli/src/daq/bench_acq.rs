@@ -75,6 +75,10 @@ pub struct AcqBenchArgs {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Also draw the search as an SVG chart: frames kept per second against the offered rate,
+    /// with the pipeline alone and the flow-controlled rate as reference lines.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
 }
 
 fn settings(a: &AcqBenchArgs, rate: f64, policy: &str) -> anyhow::Result<Config> {
@@ -279,6 +283,9 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
             "page": page_counts,
         });
     }
+    if let Some(path) = &a.plot {
+        plot_search(path, &a, &out)?;
+    }
     if a.json {
         println!("{out}");
         return Ok(());
@@ -343,6 +350,69 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
         println!("  (native: the detector's UDP packets, reassembled by the receiver)");
     }
     Ok(())
+}
+
+/// `--plot`: each runner's tries (offered rate, frames kept per second), the offered rate
+/// itself, and the pipeline alone and the flow-controlled run as reference lines.
+fn plot_search(
+    path: &std::path::Path,
+    a: &AcqBenchArgs,
+    out: &serde_json::Value,
+) -> anyhow::Result<()> {
+    use crate::plot::{lines, Chart, Series};
+    let tries = out["tries"].as_array().cloned().unwrap_or_default();
+    let mut names: Vec<&str> = tries.iter().filter_map(|t| t["runner"].as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let point = |t: &serde_json::Value| Some((t["rate_hz"].as_f64()?, t["e2e_fps"].as_f64()?));
+    let mut series: Vec<Series> = names
+        .iter()
+        .map(|&n| {
+            let mut pts: Vec<(f64, f64)> = tries
+                .iter()
+                .filter(|t| t["runner"] == n)
+                .filter_map(point)
+                .collect();
+            pts.sort_by(|x, y| x.0.total_cmp(&y.0));
+            Series::new(format!("kept ({n})"), pts)
+        })
+        .collect();
+    let mut rates: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    rates.dedup();
+    let offered = rates.into_iter().map(|r| (r, r)).collect();
+    series.push(Series::new("offered", offered));
+    let mut marks = Vec::new();
+    if let Some(f) = out["pipeline_fps"].as_f64() {
+        marks.push((format!("pipeline alone {f:.0}/s"), f));
+    }
+    if let Some(f) = out["sustained_fps"].as_f64() {
+        marks.push((format!("flow-controlled {f:.0}/s"), f));
+    }
+    let chart = Chart {
+        title: format!(
+            "{} module{} over {}: frames kept per second against the offered rate",
+            a.modules,
+            if a.modules == 1 { "" } else { "s" },
+            a.transport
+        ),
+        x_label: "offered rate (frames/s)".into(),
+        y_label: "kept (frames/s)".into(),
+        log: false,
+        x_bytes: false,
+        marks,
+        caption: format!(
+            "remora bench acquisition --transport {} --modules {} --frames {}; loss-free at {:.1} frames/s",
+            a.transport,
+            a.modules,
+            a.frames,
+            out["e2e_fps"].as_f64().unwrap_or(0.0)
+        ),
+    };
+    lines(path, &chart, &series)
 }
 
 type Found = (Config, Summary, f64);

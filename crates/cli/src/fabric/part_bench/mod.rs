@@ -64,6 +64,10 @@ pub struct PartBenchArgs {
     /// Seconds of the head-of-line test per fault mode (0 skips it).
     #[arg(long, default_value_t = 3.0)]
     pub hol_seconds: f64,
+    /// Also draw the latency table as an SVG chart: median time of each variant against the
+    /// transfer size, both axes logarithmic (the paper's figure).
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<std::path::PathBuf>,
 }
 
 /// `4K`, `1M`: sizes as the tables name them.
@@ -137,6 +141,9 @@ pub fn part_bench(a: PartBenchArgs) -> Result<()> {
         min_iters: b.min_iters,
         cell_seconds: a.cell_seconds,
     };
+    if let Some(path) = &a.plot {
+        r.plot(path)?;
+    }
     if a.json {
         println!("{}", r.json());
     } else {
@@ -231,6 +238,46 @@ impl Report {
             "pia_nto_over_to100": ratio(nto, to100),
             "pia_nto_over_to100_by_size": by_size,
         })
+    }
+
+    /// `--plot`: the paper's comparison from the latency table, median µs against bytes: the
+    /// three page-in policies against the transfer alone and touching or pinning first.
+    fn plot(&self, path: &std::path::Path) -> Result<()> {
+        use crate::plot::{lines, Chart, Series};
+        const SHOWN: [&str; 6] = [
+            "transfer_only",
+            "touch_not_present",
+            "pin_not_present",
+            "pia",
+            "pi4",
+            "pio",
+        ];
+        let series: Vec<Series> = SHOWN
+            .iter()
+            .filter_map(|v| self.table.iter().find(|(n, _)| n == v))
+            .map(|(name, cells)| {
+                let pts = self.sizes.iter().zip(cells);
+                Series::new(
+                    name.clone(),
+                    pts.map(|(&s, c)| (s as f64, c.median)).collect(),
+                )
+            })
+            .collect();
+        let sizes: Vec<String> = self.sizes.iter().map(|&s| human(s)).collect();
+        let chart = Chart {
+            title: "PART: a one-sided WRITE into memory that is not resident".into(),
+            x_label: "transfer (bytes)".into(),
+            y_label: "median time (µs)".into(),
+            log: true,
+            x_bytes: true,
+            marks: Vec::new(),
+            caption: format!(
+                "remora bench part --sizes {} --iters {} (udp rc, 127.0.0.1, MTU 4096)",
+                sizes.join(","),
+                self.iters
+            ),
+        };
+        lines(path, &chart, &series)
     }
 
     fn json(&self) -> Value {
