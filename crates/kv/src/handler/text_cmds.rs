@@ -2,6 +2,7 @@
 
 use super::exec::{self, Exec, Via};
 use super::*;
+use crate::protocol::request::MigrateCmd;
 
 /// Runs one text command.
 pub(super) fn run_text(
@@ -27,61 +28,7 @@ pub(super) fn run_text(
             kind,
             exptime,
             keys,
-        } => {
-            let with_cas = matches!(kind, GetKind::Gets | GetKind::Gats);
-            let touch = matches!(kind, GetKind::Gat | GetKind::Gats);
-            let opts = ReadOpts {
-                touch: touch.then_some(exptime),
-                ..ReadOpts::default()
-            };
-            let skip = s.get_done;
-            // A key too long drops what this line already queued and the unsent replies before
-            // it (memcached releases the connection's pending responses) and sends the error.
-            let start = out.mark();
-            for (i, k) in text::keys(keys).enumerate().skip(skip) {
-                if i > skip && out.len() >= out_limit {
-                    // Output full: the rest is answered once it drained (the line stays
-                    // unconsumed), so a client that does not read holds at most the limit.
-                    s.get_done = i;
-                    return Next::Later;
-                }
-                // One response object per key after the first (the command took one).
-                if i > 0 && !s.take_resp() {
-                    s.get_done = 0;
-                    s.drop_batch(out);
-                    s.resps.set(1);
-                    Reply::Fail(Fail::GetOutOfMemory).write(out);
-                    return Next::Go;
-                }
-                if !text::get_key_ok(k) {
-                    s.get_done = 0;
-                    out.truncate(start);
-                    s.drop_batch(out);
-                    s.resps.set(1);
-                    Reply::Fail(Fail::BadFormat).write(out);
-                    return Next::Go;
-                }
-                let hit = x.get(k, opts, |it| {
-                    put_value_header(
-                        out,
-                        it.key,
-                        it.flags,
-                        it.value.len(),
-                        with_cas.then_some(it.cas),
-                    );
-                    out.value(it.value, it.shared, it.key.len());
-                    out.extend_from_slice(b"\r\n");
-                });
-                if let (true, Some(id)) = (hit, vv) {
-                    eprintln!(">{id} sending key {}", String::from_utf8_lossy(k));
-                }
-            }
-            s.get_done = 0;
-            if let Some(id) = vv {
-                eprintln!(">{id} END");
-            }
-            Reply::End.write(out);
-        }
+        } => return get(eng, s, now, kind, exptime, keys, out, out_limit),
         Command::Store {
             cmd,
             key,
@@ -202,48 +149,7 @@ pub(super) fn run_text(
                 return Next::Close;
             }
         }
-        Command::Migrate(cmd) => {
-            use crate::protocol::request::MigrateCmd;
-            let m = &eng.migration;
-            let r = match cmd {
-                MigrateCmd::Begin(secret) => match m.begin(s.fd, secret) {
-                    // The connection is the migration's control channel now.
-                    Ok(()) => {
-                        s.close_reason = None;
-                        return Next::Close;
-                    }
-                    Err(why) => Err(why),
-                },
-                _ if !eng.settings.shutdown_enabled => {
-                    Err("ERROR: migrate not enabled (start with -A)")
-                }
-                MigrateCmd::To { to, secret } => {
-                    let secret = secret.map(std::str::from_utf8);
-                    match (std::str::from_utf8(to), secret) {
-                        (_, Some(Err(_))) => Err("CLIENT_ERROR bad command line format"),
-                        (Ok(t), secret) if t.contains(':') && t.len() <= 255 => {
-                            m.arm(t, secret.and_then(Result::ok)).map(Some)
-                        }
-                        _ => Err("CLIENT_ERROR bad command line format"),
-                    }
-                }
-                MigrateCmd::Cancel => m.cancel().map(|()| None),
-                MigrateCmd::Invalid => Err("CLIENT_ERROR bad command line format"),
-            };
-            match r {
-                Ok(None) => Reply::Ok.write(out),
-                // Armed: the secret the target must show.
-                Ok(Some(secret)) => {
-                    out.extend_from_slice(b"SECRET ");
-                    out.extend_from_slice(secret.as_bytes());
-                    out.extend_from_slice(b"\r\n");
-                }
-                Err(line) => {
-                    out.extend_from_slice(line.as_bytes());
-                    out.extend_from_slice(b"\r\n");
-                }
-            }
-        }
+        Command::Migrate(cmd) => return migrate(eng, s, cmd, out),
         Command::SlabsAutomove { set, noreply } => {
             match set {
                 Automove::Mode(m) => eng.slab_automove.store(m as u64, Relaxed),
@@ -265,34 +171,7 @@ pub(super) fn run_text(
                 _ => reply(vv, out, noreply, Reply::Fail(Fail::BadFormat)),
             }
         }
-        Command::Stats { arg, arg2, arg3 } => match arg {
-            Some(b"cachedump") => eng.cachedump(arg2, arg3, now, out),
-            Some(b"reset") => {
-                eng.reset_stats();
-                Reply::Reset.write(out);
-            }
-            Some(b"detail") => match arg2 {
-                Some(b"on") | Some(b"off") => {
-                    eng.prefixes.set_enabled(arg2 == Some(b"on"));
-                    Reply::Ok.write(out)
-                }
-                Some(b"dump") => eng.prefixes.dump(out),
-                _ => Reply::Fail(Fail::StatsDetailUsage).write(out),
-            },
-            _ => match eng.stats(arg) {
-                Some(lines) => {
-                    for (k, v) in lines {
-                        out.extend_from_slice(b"STAT ");
-                        out.extend_from_slice(k.as_bytes());
-                        out.push(b' ');
-                        out.extend_from_slice(v.as_bytes());
-                        out.extend_from_slice(b"\r\n");
-                    }
-                    Reply::End.write(out);
-                }
-                None => Reply::Fail(Fail::Error).write(out),
-            },
-        },
+        Command::Stats { arg, arg2, arg3 } => stats(eng, [arg, arg2, arg3], now, out),
         Command::Meta(m) => {
             inc(&c.cmd_meta);
             run_meta(eng, s, m, now, out);
@@ -322,6 +201,160 @@ pub(super) fn run_text(
         }
     }
     Next::Go
+}
+
+/// get, gets, gat, gats: each key in turn, stopping at the output limit (the line is run again
+/// from the next key once the output drained).
+#[allow(clippy::too_many_arguments)]
+fn get(
+    eng: &Cache,
+    s: &mut Session,
+    now: u32,
+    kind: GetKind,
+    exptime: i64,
+    keys: &[u8],
+    out: &mut Out,
+    out_limit: usize,
+) -> Next {
+    let vv = (eng.settings.verbose >= 2).then_some(s.id);
+    // The session's own handle on its counters: `s` is changed below as keys are answered.
+    let counters = s.counters.clone();
+    let x = Exec {
+        eng,
+        c: &counters,
+        now,
+        cfd: s.cfd(),
+        via: Via::Text,
+    };
+    let with_cas = matches!(kind, GetKind::Gets | GetKind::Gats);
+    let touch = matches!(kind, GetKind::Gat | GetKind::Gats);
+    let opts = ReadOpts {
+        touch: touch.then_some(exptime),
+        ..ReadOpts::default()
+    };
+    let skip = s.get_done;
+    // A key too long drops what this line already queued and the unsent replies before
+    // it (memcached releases the connection's pending responses) and sends the error.
+    let start = out.mark();
+    for (i, k) in text::keys(keys).enumerate().skip(skip) {
+        if i > skip && out.len() >= out_limit {
+            // Output full: the rest is answered once it drained (the line stays
+            // unconsumed), so a client that does not read holds at most the limit.
+            s.get_done = i;
+            return Next::Later;
+        }
+        // One response object per key after the first (the command took one).
+        if i > 0 && !s.take_resp() {
+            s.get_done = 0;
+            s.drop_batch(out);
+            s.resps.set(1);
+            Reply::Fail(Fail::GetOutOfMemory).write(out);
+            return Next::Go;
+        }
+        if !text::get_key_ok(k) {
+            s.get_done = 0;
+            out.truncate(start);
+            s.drop_batch(out);
+            s.resps.set(1);
+            Reply::Fail(Fail::BadFormat).write(out);
+            return Next::Go;
+        }
+        let hit = x.get(k, opts, |it| {
+            put_value_header(
+                out,
+                it.key,
+                it.flags,
+                it.value.len(),
+                with_cas.then_some(it.cas),
+            );
+            out.value(it.value, it.shared, it.key.len());
+            out.extend_from_slice(b"\r\n");
+        });
+        if let (true, Some(id)) = (hit, vv) {
+            eprintln!(">{id} sending key {}", String::from_utf8_lossy(k));
+        }
+    }
+    s.get_done = 0;
+    if let Some(id) = vv {
+        eprintln!(">{id} END");
+    }
+    Reply::End.write(out);
+    Next::Go
+}
+
+/// remora's `migrate to|cancel|begin` (post-copy live migration, `crate::migrate`).
+fn migrate(eng: &Cache, s: &mut Session, cmd: MigrateCmd<'_>, out: &mut Out) -> Next {
+    use crate::protocol::request::MigrateCmd;
+    let m = &eng.migration;
+    let r = match cmd {
+        MigrateCmd::Begin(secret) => match m.begin(s.fd, secret) {
+            // The connection is the migration's control channel now.
+            Ok(()) => {
+                s.close_reason = None;
+                return Next::Close;
+            }
+            Err(why) => Err(why),
+        },
+        _ if !eng.settings.shutdown_enabled => Err("ERROR: migrate not enabled (start with -A)"),
+        MigrateCmd::To { to, secret } => {
+            let secret = secret.map(std::str::from_utf8);
+            match (std::str::from_utf8(to), secret) {
+                (_, Some(Err(_))) => Err("CLIENT_ERROR bad command line format"),
+                (Ok(t), secret) if t.contains(':') && t.len() <= 255 => {
+                    m.arm(t, secret.and_then(Result::ok)).map(Some)
+                }
+                _ => Err("CLIENT_ERROR bad command line format"),
+            }
+        }
+        MigrateCmd::Cancel => m.cancel().map(|()| None),
+        MigrateCmd::Invalid => Err("CLIENT_ERROR bad command line format"),
+    };
+    match r {
+        Ok(None) => Reply::Ok.write(out),
+        // Armed: the secret the target must show.
+        Ok(Some(secret)) => {
+            out.extend_from_slice(b"SECRET ");
+            out.extend_from_slice(secret.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Err(line) => {
+            out.extend_from_slice(line.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    Next::Go
+}
+
+/// `stats [group]`, `stats reset`, `stats detail on|off|dump`, `stats cachedump CLASS LIMIT`.
+fn stats(eng: &Cache, [arg, arg2, arg3]: [Option<&[u8]>; 3], now: u32, out: &mut Out) {
+    match arg {
+        Some(b"cachedump") => eng.cachedump(arg2, arg3, now, out),
+        Some(b"reset") => {
+            eng.reset_stats();
+            Reply::Reset.write(out);
+        }
+        Some(b"detail") => match arg2 {
+            Some(b"on") | Some(b"off") => {
+                eng.prefixes.set_enabled(arg2 == Some(b"on"));
+                Reply::Ok.write(out)
+            }
+            Some(b"dump") => eng.prefixes.dump(out),
+            _ => Reply::Fail(Fail::StatsDetailUsage).write(out),
+        },
+        _ => match eng.stats(arg) {
+            Some(lines) => {
+                for (k, v) in lines {
+                    out.extend_from_slice(b"STAT ");
+                    out.extend_from_slice(k.as_bytes());
+                    out.push(b' ');
+                    out.extend_from_slice(v.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
+                Reply::End.write(out);
+            }
+            None => Reply::Fail(Fail::Error).write(out),
+        },
+    }
 }
 
 /// Hands a duplicate of the connection's socket to the log streams; the caller then lets the
