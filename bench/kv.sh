@@ -9,6 +9,9 @@
 #                               # "epoll uring", alternating with memcached in one run)
 #   STORAGE=arena bash bench/kv.sh  # only one of remora's item stores (default: "arena heap",
 #                               # the slab arena and the heap store it replaced, same run)
+#   BEFORE=/tmp/before/target/release/remora bash bench/kv.sh
+#                               # also another remora build ("before-IO-STORAGE" columns): the
+#                               # same-run A/B a change to the request path needs
 #
 # Load generators: memcaslap (libmemcached-tools) and kvload (crates/kv/examples/kvload.rs,
 # one request in flight per connection, latency percentiles). Runs alternate between the two
@@ -66,9 +69,10 @@ run() {
   if [ "$server" = memcached ]; then
     memcached -p "$port" -U 0 -l 127.0.0.1 -t "$THREADS" -m "$MEM" "${USER_FLAG[@]}" & pid=$!
   else
-    # remora-IO-STORAGE
-    local io=${server#remora-}; local st=${io#*-}; io=${io%%-*}
-    "$REMORA" kv serve -p "$port" -U 0 -l 127.0.0.1 -t "$THREADS" -m "$MEM" -o io="$io",storage="$st" "${USER_FLAG[@]}" & pid=$!
+    # remora-IO-STORAGE, or before-IO-STORAGE with the $BEFORE build
+    local bin=$REMORA; [ "${server%%-*}" = before ] && bin=$BEFORE
+    local io=${server#*-}; local st=${io#*-}; io=${io%%-*}
+    "$bin" kv serve -p "$port" -U 0 -l 127.0.0.1 -t "$THREADS" -m "$MEM" -o io="$io",storage="$st" "${USER_FLAG[@]}" & pid=$!
   fi
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.05; done
   local c0 c1 line
@@ -99,6 +103,10 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 workloads=(slap-get slap-multiget48 slap-mix load-get load-multiget48 load-mix load-latency)
 servers=(memcached)
 for io in $IO; do for st in $STORAGE; do servers+=("remora-$io-$st"); done; done
+if [ -n "${BEFORE:-}" ]; then
+  [ -x "$BEFORE" ] || { echo "bench/kv.sh: BEFORE=$BEFORE is not an executable" >&2; exit 1; }
+  for io in $IO; do for st in $STORAGE; do servers+=("before-$io-$st"); done; done
+fi
 for wl in "${workloads[@]}"; do
   for r in $(seq "$ROUNDS"); do
     for server in "${servers[@]}"; do
