@@ -27,13 +27,14 @@ use remora_wire::ctrl::{region, setup, RegionPacket, RegionRepr, SetupPacket, Se
 use remora_wire::{Psn, Service};
 
 use crate::cq::Cq;
+use crate::driver::Driver;
 use crate::engine::{EngineConfig, QpProtocol};
 use crate::error::{io_err, Error, Result};
 use crate::options::{QpOptions, QpType, Transport};
-use crate::qp::{Inner, Qp};
+use crate::qp::Qp;
 use crate::shm::TOKEN_LEN;
-use crate::stream::{DataPath, Sock, StreamQp};
-use crate::udp::{Device, DeviceHandle, Role, UdpQp};
+use crate::stream::{DataPath, Sock, StreamDriver, StreamQp};
+use crate::udp::{Device, DeviceHandle, Role, UdpDriver, UdpQp};
 
 /// The byte a connecting udp side sends once its queue pair is attached (setup version 3).
 const READY: u8 = 0x52;
@@ -482,7 +483,7 @@ fn establish(
     }
     s.set_read_timeout(None).ok();
     let cq = Arc::new(Cq::new());
-    let inner = match opts.transport {
+    let driver: Box<dyn Driver> = match opts.transport {
         Transport::Udp => {
             let dev = dev.expect("udp has a device");
             let peer_ip = s.peer_addr().map_err(io_err("peer address"))?.ip();
@@ -519,13 +520,9 @@ fn establish(
                 return Err(e);
             }
             s.set_read_timeout(None).ok();
-            Inner::Udp {
-                qp,
-                dev,
-                control: s,
-            }
+            Box::new(UdpDriver::new(qp, dev, s, qpn))
         }
-        Transport::Tcp => Inner::Stream(StreamQp::start(
+        Transport::Tcp => Box::new(StreamDriver(StreamQp::start(
             Sock::Tcp(s),
             pd,
             DataPath::Inline,
@@ -535,7 +532,7 @@ fn establish(
             cq.clone(),
             None,
             Vec::new(),
-        )?),
+        )?)),
         Transport::Shm => {
             // The TCP exchange ends here; the data stream is the unix socket.
             let (unix, cred, received) = match offer {
@@ -546,7 +543,7 @@ fn establish(
                 None => crate::shm::join(&peer.rendezvous, SETUP_TIMEOUT)?,
             };
             tracing::debug!(pid = cred.pid, uid = cred.uid, "shm peer");
-            Inner::Stream(StreamQp::start(
+            Box::new(StreamDriver(StreamQp::start(
                 Sock::unix(unix),
                 pd,
                 DataPath::Shm,
@@ -556,10 +553,10 @@ fn establish(
                 cq.clone(),
                 Some(cred),
                 received,
-            )?)
+            )?))
         }
     };
-    let qp = Qp::new(inner, cq, opts.transport, opts.qp_type, mtu, qpn, peer.qpn);
+    let qp = Qp::new(driver, cq, opts.transport, opts.qp_type, mtu, qpn, peer.qpn);
     Ok((qp, peer.private))
 }
 

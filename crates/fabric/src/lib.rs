@@ -38,12 +38,14 @@
 
 mod conn;
 mod cq;
+mod driver;
 pub mod engine;
 mod error;
 mod fault;
 mod options;
 mod poll;
 mod qp;
+mod qp_stats;
 mod shm;
 mod stream;
 mod udp;
@@ -55,6 +57,7 @@ pub use engine::{FaultMode, PageInPolicy, PageInRequest, PartConfig, Stats};
 pub use error::{Error, Result};
 pub use fault::Faults;
 pub use options::{Progress, QpOptions, QpType, Transport};
-pub use qp::{Qp, QpStats};
+pub use qp::Qp;
+pub use qp_stats::QpStats;
 pub use shm::{Credentials, MAX_HANDOVER};
 pub use wr::{Completion, RecvWr, SendWr, Status, WcOpcode, WrOp};

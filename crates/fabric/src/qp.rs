@@ -1,50 +1,16 @@
-//! The queue pair handle applications use, the same for every transport.
-use std::io::Read;
-use std::net::TcpStream;
-use std::sync::atomic::Ordering;
+//! The queue pair handle applications use, the same for every transport: what differs is
+//! behind its [`Driver`].
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use remora_mem::Region;
 
 use crate::cq::Cq;
+use crate::driver::Driver;
 use crate::error::{Error, Result};
 use crate::options::{QpType, Transport};
-use crate::stream::StreamQp;
-use crate::udp::{DeviceHandle, UdpQp};
+use crate::qp_stats::QpStats;
 use crate::wr::{Completion, RecvWr, SendWr, WrOp};
-
-pub(crate) enum Inner {
-    Udp {
-        qp: Arc<UdpQp>,
-        dev: Arc<DeviceHandle>,
-        /// The setup connection, kept open so either side notices the other leaving.
-        control: TcpStream,
-    },
-    Stream(Arc<StreamQp>),
-}
-
-/// Counters of a queue pair (those that apply to its transport; others stay 0).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QpStats {
-    /// Protocol counters (udp: the RC/UC engine; tcp/shm: requests and refusals).
-    pub engine: crate::engine::Stats,
-    /// Datagrams dropped by the receive device for a bad ICRC (udp; shared by the device's
-    /// queue pairs).
-    pub icrc_errors: u64,
-    /// Datagrams for unknown queue pairs at the receive device (udp).
-    pub unknown_qp: u64,
-}
-
-impl QpStats {
-    /// Adds another queue pair's counters: protocol counters add up; the device counters are
-    /// shared by a device's queue pairs, so the largest reading is kept.
-    pub fn merge(&mut self, o: &QpStats) {
-        self.engine += o.engine;
-        self.icrc_errors = self.icrc_errors.max(o.icrc_errors);
-        self.unknown_qp = self.unknown_qp.max(o.unknown_qp);
-    }
-}
 
 /// A connected queue pair. `Send + Sync`: post from any thread.
 ///
@@ -52,7 +18,7 @@ impl QpStats {
 /// [`Completion`] on this queue pair's completion queue, as do SENDs into posted receive
 /// buffers and arriving WRITE-with-immediate messages.
 pub struct Qp {
-    inner: Inner,
+    driver: Box<dyn Driver>,
     cq: Arc<Cq>,
     transport: Transport,
     qp_type: QpType,
@@ -63,7 +29,7 @@ pub struct Qp {
 
 impl Qp {
     pub(crate) fn new(
-        inner: Inner,
+        driver: Box<dyn Driver>,
         cq: Arc<Cq>,
         transport: Transport,
         qp_type: QpType,
@@ -72,7 +38,7 @@ impl Qp {
         remote_qpn: u32,
     ) -> Qp {
         Qp {
-            inner,
+            driver,
             cq,
             transport,
             qp_type,
@@ -83,10 +49,7 @@ impl Qp {
     }
 
     fn post(&self, wr: SendWr) -> Result<()> {
-        match &self.inner {
-            Inner::Udp { qp, .. } => qp.post_send(wr),
-            Inner::Stream(s) => s.post_send(wr),
-        }
+        self.driver.post_send(wr)
     }
 
     /// One-sided WRITE of `len` bytes at `offset` in `local` to `remote_va` in the peer's
@@ -169,41 +132,14 @@ impl Qp {
             offset,
             len,
         };
-        match &self.inner {
-            Inner::Udp { qp, .. } => qp.post_recv(wr),
-            Inner::Stream(s) => s.post_recv(wr),
-        }
-    }
-
-    /// The udp device this queue pair must drive itself ([`crate::Progress::Poll`]), if any.
-    fn polled_device(&self) -> Option<&crate::udp::Device> {
-        match &self.inner {
-            Inner::Udp { dev, .. } if dev.dev.polled() => Some(&dev.dev),
-            _ => None,
-        }
-    }
-
-    /// One round of progress without waiting: the device or stream when the caller drives it,
-    /// the shm completion ring always (one atomic load when it is empty).
-    fn progress_now(&self) -> Result<()> {
-        match &self.inner {
-            Inner::Stream(s) => {
-                s.spin_once()?;
-            }
-            _ => {
-                if let Some(dev) = self.polled_device() {
-                    dev.progress(Duration::ZERO, None)?;
-                }
-            }
-        }
-        Ok(())
+        self.driver.post_recv(wr)
     }
 
     /// Moves up to `max` completions into `out` without blocking; returns how many. With
     /// [`crate::Progress::Poll`] it first receives and answers what has arrived and runs due
     /// timers (an error there is logged; [`Qp::wait`] returns it).
     pub fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
-        match self.progress_now() {
+        match self.driver.progress_now() {
             // A peer that left is reported by the flushed completions and `is_closed`.
             Ok(()) | Err(Error::Disconnected) => {}
             Err(e) => tracing::warn!(error = %e, "queue pair progress failed"),
@@ -215,74 +151,7 @@ impl Qp {
     /// [`crate::Progress::Poll`] the waiting thread sleeps on the receive socket (and on the
     /// completion queue's eventfd) and does the receive work itself when something arrives.
     pub fn wait(&self, timeout: Duration) -> Result<Option<Completion>> {
-        if let Inner::Stream(s) = &self.inner {
-            if s.polled() {
-                return self.wait_stream(s, timeout);
-            }
-            // shm: what the peer published in our ring, else sleep with the doorbell up (the
-            // progress thread drains the ring when the peer rings it).
-            if let Some(c) = self.cq.pop() {
-                return Ok(Some(c));
-            }
-            s.want_doorbell(true);
-            let c = self.cq.wait(timeout);
-            s.want_doorbell(false);
-            return Ok(c);
-        }
-        let Some(dev) = self.polled_device() else {
-            return Ok(self.cq.wait(timeout));
-        };
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(c) = self.cq.pop() {
-                return Ok(Some(c));
-            }
-            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                return Ok(None);
-            };
-            let sleeping = self.cq.sleep_fd();
-            if let Some(c) = self.cq.pop() {
-                return Ok(Some(c));
-            }
-            if !dev.progress(left, sleeping.fd())? {
-                // Another thread is driving the device; its work reaches our queue.
-                drop(sleeping);
-                if let Some(c) = self.cq.wait(left.min(Duration::from_millis(1))) {
-                    return Ok(Some(c));
-                }
-            }
-        }
-    }
-
-    /// [`Qp::wait`] on a polled stream: sleeps on its socket and the completion queue's eventfd
-    /// and runs the round itself. A closed stream leaves its flushed completions to take.
-    fn wait_stream(&self, s: &StreamQp, timeout: Duration) -> Result<Option<Completion>> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            s.drain_ring();
-            if let Some(c) = self.cq.pop() {
-                return Ok(Some(c));
-            }
-            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                return Ok(None);
-            };
-            let sleeping = self.cq.sleep_fd();
-            if let Some(c) = self.cq.pop() {
-                return Ok(Some(c));
-            }
-            match s.progress(left, sleeping.fd()) {
-                Ok(true) => {}
-                // Another thread is driving the stream, or it is closed: its completions
-                // reach our queue.
-                Ok(false) | Err(Error::Disconnected) => {
-                    drop(sleeping);
-                    if let Some(c) = self.cq.wait(left.min(Duration::from_millis(1))) {
-                        return Ok(Some(c));
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        self.driver.wait(&self.cq, timeout)
     }
 
     /// Busy-polls for the next completion up to `timeout` (lowest latency, burns a core);
@@ -290,7 +159,7 @@ impl Qp {
     pub fn spin(&self, timeout: Duration) -> Option<Completion> {
         let end = Instant::now() + timeout;
         loop {
-            let gone = match self.progress_now() {
+            let gone = match self.driver.progress_now() {
                 Ok(()) => false,
                 // The peer left: what it completes is flushed into the queue; nothing more
                 // can come, so do not spin out the timeout (or log once per turn).
@@ -319,42 +188,13 @@ impl Qp {
     /// without consuming completions, and for applications that watch memory rather than the
     /// completion queue (a plain WRITE makes no completion at its target).
     pub fn progress(&self, wait: Duration) -> Result<()> {
-        if let Inner::Stream(s) = &self.inner {
-            if s.polled() {
-                return match s.progress(wait, None) {
-                    Ok(true) => Ok(()),
-                    // Another thread drives it, or it is closed: do not spin against it.
-                    Ok(false) | Err(Error::Disconnected) => {
-                        if !wait.is_zero() {
-                            std::thread::sleep(wait.min(Duration::from_micros(200)));
-                        }
-                        Ok(())
-                    }
-                    Err(e) => Err(e),
-                };
-            }
-            // A thread drives the stream; what the caller can drive is the shm ring.
-            if !s.drain_ring() && !wait.is_zero() {
-                std::thread::sleep(wait.min(Duration::from_millis(1)));
-            }
-            return Ok(());
-        }
-        if let Some(dev) = self.polled_device() {
-            if !dev.progress(wait, None)? && !wait.is_zero() {
-                // Another thread drives the device: do not spin against it.
-                std::thread::sleep(wait.min(Duration::from_micros(200)));
-            }
-        }
-        Ok(())
+        self.driver.progress(wait)
     }
 
     /// Where this queue pair sends its datagrams (udp): the peer device's address, UDP 4791
     /// unless the peer found it taken.
     pub fn udp_peer(&self) -> Option<std::net::SocketAddr> {
-        match &self.inner {
-            Inner::Udp { qp, .. } => Some(qp.peer_addr()),
-            Inner::Stream(_) => None,
-        }
+        self.driver.udp_peer()
     }
 
     /// The completion queue.
@@ -389,138 +229,47 @@ impl Qp {
 
     /// The udp source address this queue pair sends from (udp only).
     pub fn udp_source(&self) -> Option<std::net::SocketAddr> {
-        match &self.inner {
-            Inner::Udp { qp, .. } => Some(qp.local_addr()),
-            Inner::Stream(_) => None,
-        }
+        self.driver.udp_source()
     }
 
     /// The udp receive address of this side (udp only).
     pub fn udp_device(&self) -> Option<std::net::SocketAddr> {
-        match &self.inner {
-            Inner::Udp { dev, .. } => Some(dev.dev.local_addr()),
-            Inner::Stream(_) => None,
-        }
+        self.driver.udp_device()
     }
 
     /// The kernel-checked identity (`SO_PEERCRED`) of the process at the other end of an `shm`
     /// queue pair, taken when it connected; `None` on other transports, where the peer is only
     /// a network address. It names the peer; it grants nothing.
     pub fn peer_credentials(&self) -> Option<crate::Credentials> {
-        match &self.inner {
-            Inner::Stream(s) => s.peer_credentials(),
-            Inner::Udp { .. } => None,
-        }
+        self.driver.peer_credentials()
     }
 
     /// The descriptors the listener handed over at setup ([`crate::Listener::hand_over`]);
     /// `shm` only, empty afterwards and elsewhere.
     pub fn take_handover(&self) -> Vec<std::os::fd::OwnedFd> {
-        match &self.inner {
-            Inner::Stream(s) => s.take_handover(),
-            Inner::Udp { .. } => Vec::new(),
-        }
+        self.driver.take_handover()
     }
 
     /// Counters.
     pub fn stats(&self) -> QpStats {
-        match &self.inner {
-            Inner::Udp { qp, dev, .. } => QpStats {
-                engine: qp.stats(),
-                icrc_errors: dev.dev.stats.icrc_errors.load(Ordering::Relaxed),
-                unknown_qp: dev.dev.stats.unknown_qp.load(Ordering::Relaxed),
-            },
-            Inner::Stream(s) => QpStats {
-                engine: s.stats(),
-                ..QpStats::default()
-            },
-        }
+        self.driver.stats()
     }
 
     /// True once the peer has closed the connection (does not block): servers use it to drop
     /// the queue pairs of clients that left.
     pub fn is_closed(&self) -> bool {
-        match &self.inner {
-            Inner::Udp { control, .. } => {
-                use std::os::fd::AsRawFd;
-                let mut b = [0u8; 1];
-                // SAFETY: recv into a 1-byte local buffer on a socket we own; MSG_PEEK leaves
-                // the byte for readers and MSG_DONTWAIT never blocks.
-                let r = unsafe {
-                    libc::recv(
-                        control.as_raw_fd(),
-                        b.as_mut_ptr().cast(),
-                        1,
-                        libc::MSG_PEEK | libc::MSG_DONTWAIT,
-                    )
-                };
-                r == 0
-                    || (r < 0
-                        && std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock)
-            }
-            Inner::Stream(s) => s.is_closed(),
-        }
+        self.driver.is_closed()
     }
 
     /// Blocks until the peer closes the connection (or `timeout` passes: `Err(Timeout)`).
     /// Servers use it to know when to drop a queue pair.
     pub fn wait_disconnect(&self, timeout: Option<Duration>) -> Result<()> {
-        match &self.inner {
-            Inner::Udp { control, .. } => {
-                let mut c = control.try_clone().map_err(|_| Error::Disconnected)?;
-                c.set_read_timeout(timeout).ok();
-                let mut b = [0u8; 64];
-                loop {
-                    match c.read(&mut b) {
-                        Ok(0) => return Ok(()),
-                        Ok(_) => continue,
-                        Err(e)
-                            if matches!(
-                                e.kind(),
-                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                            ) =>
-                        {
-                            return Err(Error::Timeout)
-                        }
-                        Err(_) => return Ok(()),
-                    }
-                }
-            }
-            Inner::Stream(s) => s.wait_closed(timeout),
-        }
+        self.driver.wait_disconnect(timeout)
     }
 }
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        match &self.inner {
-            Inner::Udp { dev, control, .. } => {
-                dev.dev.detach(self.local_qpn);
-                let _ = control.shutdown(std::net::Shutdown::Both);
-            }
-            Inner::Stream(s) => s.stop(),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::QpStats;
-
-    #[test]
-    fn merged_stats_add_protocol_counters_and_keep_the_largest_device_reading() {
-        let mut a = QpStats::default();
-        a.engine.rx_packets = 3;
-        a.engine.bad_pkey = 1;
-        a.icrc_errors = 5;
-        let mut b = QpStats::default();
-        b.engine.rx_packets = 4;
-        b.icrc_errors = 7;
-        a.merge(&b);
-        assert_eq!((a.engine.rx_packets, a.engine.bad_pkey), (7, 1));
-        assert_eq!(
-            a.icrc_errors, 7,
-            "one device's counter, read twice, is not summed"
-        );
+        self.driver.stop();
     }
 }

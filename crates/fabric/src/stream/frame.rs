@@ -20,7 +20,7 @@ pub(super) const DATA: u8 = 1;
 /// of it with plain memcpy.
 pub(super) const MAP: u8 = 9;
 /// shm, one-sided: grants the peer, at its request, a registered memfd region (va = base, aux = length, rkey,
-/// `code` = [`super::direct::GRANT_READ`] | [`super::direct::GRANT_WRITE`]); the memfd travels
+/// `code` = [`super::grant::GRANT_READ`] | [`super::grant::GRANT_WRITE`]); the memfd travels
 /// as `SCM_RIGHTS`, read-only without write rights.
 pub(super) const GRANT: u8 = 10;
 /// shm, one-sided: asks the peer to grant its region `rkey` (answered by a GRANT, or by

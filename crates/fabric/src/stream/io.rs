@@ -548,7 +548,7 @@ impl Shared {
             return Ok(byref);
         }
         let handed = done.values().filter(|&&b| b).count();
-        let ro = (super::direct::sealed(fd) && handed < MAX_PEER_MAPS)
+        let ro = (super::grant::sealed(fd) && handed < MAX_PEER_MAPS)
             .then(|| remora_mem::grant::read_only(fd, remora_mem::grant::Writes::Continue).ok())
             .flatten();
         let Some(ro) = ro else {

@@ -32,11 +32,14 @@ use crate::options::Progress;
 use crate::wr::{Completion, RecvWr, SendWr, WrOp};
 
 mod direct;
+mod driver;
 mod frame;
+mod grant;
 mod io;
 mod ring;
 pub(crate) mod sock;
 
+pub(crate) use driver::StreamDriver;
 use io::Conn;
 pub(crate) use sock::Sock;
 
@@ -85,7 +88,7 @@ struct Shared {
     /// shm: descriptors the listener handed to us at setup, until the application takes them.
     handover: Mutex<Vec<OwnedFd>>,
     /// shm, one-sided: the peer's regions it granted us, mapped here.
-    grants: RwLock<Vec<direct::Grant>>,
+    grants: RwLock<Vec<grant::Grant>>,
     /// shm, one-sided: the peer's completion ring, which our WRITE-with-immediate and small
     /// SENDs fill. Lock order: conn, then producer or consumer (never both).
     producer: Mutex<Option<ring::Producer>>,

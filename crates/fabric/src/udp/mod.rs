@@ -33,7 +33,10 @@ use crate::error::{io_err, Error, Result};
 use crate::options::Progress;
 use crate::wr::{RecvWr, SendWr};
 
+mod driver;
 pub(crate) mod sys;
+
+pub(crate) use driver::UdpDriver;
 
 /// Packets gathered per transmit batch.
 const BATCH: usize = 64;
