@@ -23,23 +23,9 @@ use crate::ring::{descriptors, Marker, RingLayout, MODULE_BYTES};
 use crate::tap::StopGate;
 use crate::{DaqError, Result};
 
-/// What an emulator run did.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct EmulatorReport {
-    /// Detector frames sent (every module's part of them, to every receiver concerned).
-    pub frames_sent: u64,
-    /// Payload bytes posted.
-    pub bytes: u64,
-    /// WRITEs posted (markers included).
-    pub writes: u64,
-    /// Seconds from the start signal to the last post.
-    pub seconds: f64,
-    /// Packets the transmitters' queue pairs sent (before any injected loss).
-    pub packets: u64,
-    /// Seconds the transmitters waited for ring credits (`pause` and `backpressure`), the
-    /// longest-waiting transmitter's.
-    pub credit_wait_seconds: f64,
-}
+pub(crate) mod report;
+
+pub use report::EmulatorReport;
 
 fn fab(what: &str) -> impl Fn(FabricError) -> DaqError + '_ {
     move |e| DaqError::Acquisition(format!("{what}: {e}"))

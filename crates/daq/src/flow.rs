@@ -27,7 +27,7 @@ use remora_fabric::{Qp, RegionInfo};
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::access::budget::Bytes;
+use crate::access::bytes::Bytes;
 use crate::config::Config;
 use crate::ring::RingLayout;
 use crate::{DaqError, Result};
@@ -68,7 +68,7 @@ pub struct BufferSize(pub u64);
 impl BufferSize {
     /// Parses `N`, `N[KMGT]`, `N[KMGT]i?B` (powers of 1024; fractions allowed with a suffix).
     pub fn parse(s: &str) -> std::result::Result<BufferSize, String> {
-        crate::access::budget::parse_bytes(s).map(BufferSize)
+        crate::access::bytes::parse_bytes(s).map(BufferSize)
     }
 }
 

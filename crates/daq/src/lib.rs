@@ -53,6 +53,7 @@ pub mod setup;
 pub mod sparse;
 pub mod synth;
 pub mod tap;
+mod timestamp;
 pub mod writer;
 
 pub use error::{DaqError, Result};

@@ -199,25 +199,6 @@ pub(crate) fn png_encode(w: u32, h: u32, c: u8) -> u64 {
     px + 3 * (u64::from(w) * u64::from(c) + 1) + px / 4 * 3 + (1 << 16)
 }
 
-/// Human-readable bytes: `512 MiB`, `3.1 GiB`, `900 KiB`.
-pub(crate) fn show_bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut v = n as f64 / 1024.0;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if v.fract() == 0.0 || v >= 100.0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,13 +249,5 @@ mod tests {
                 ..
             })
         ));
-    }
-
-    #[test]
-    fn bytes_read_as_people_write_them() {
-        assert_eq!(show_bytes(512 << 20), "512 MiB");
-        assert_eq!(show_bytes(3 << 30), "3 GiB");
-        assert_eq!(show_bytes(1536), "1.5 KiB");
-        assert_eq!(show_bytes(12), "12 B");
     }
 }

@@ -33,8 +33,8 @@ pub enum Error {
     #[error(
         "the job would need about {} of memory at its {stage} stage, over the job memory \
          limit of {}",
-        crate::budget::show_bytes(*need),
-        crate::budget::show_bytes(*limit)
+        show_bytes(*need),
+        show_bytes(*limit)
     )]
     OverBudget {
         /// The most expensive stage: `decode`, `resample`, `orient`, `crop` or `encode`.
@@ -79,3 +79,35 @@ pub enum Error {
 
 /// Shorthand for results of this crate.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// Human-readable bytes: `512 MiB`, `3.1 GiB`, `900 KiB`.
+fn show_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v.fract() == 0.0 || v >= 100.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_read_as_people_write_them() {
+        assert_eq!(show_bytes(512 << 20), "512 MiB");
+        assert_eq!(show_bytes(3 << 30), "3 GiB");
+        assert_eq!(show_bytes(1536), "1.5 KiB");
+        assert_eq!(show_bytes(12), "12 B");
+    }
+}

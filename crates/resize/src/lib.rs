@@ -56,6 +56,7 @@
 mod budget;
 #[cfg(feature = "http")]
 pub mod client;
+mod cpu;
 mod engine;
 mod error;
 mod exif;

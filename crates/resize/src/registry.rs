@@ -10,9 +10,9 @@
 
 use std::sync::Arc;
 
+use crate::cpu::{CpuResampler, CPU_ENGINE};
 use crate::error::{Error, Result};
 use crate::options::ResampleEngine;
-use crate::resample::{CpuResampler, CPU_ENGINE};
 use crate::resampler::{Open, Purpose, Resampler, GPU_ENGINE};
 
 /// One engine the registry knows.

@@ -18,57 +18,13 @@
 use std::sync::Arc;
 
 use crate::budget::Stop;
+pub use crate::cpu::{CpuResampler, CPU_ENGINE};
 use crate::error::{Error, Result};
 use crate::options::{Filter, ResampleEngine};
 use crate::orient::Pixels;
 use crate::registry::ENGINES;
+use crate::resampler::check;
 pub use crate::resampler::Resampler;
-use crate::resampler::{check, lanczos_sharp, LANCZOS_SHARP_BLUR};
-use fast_image_resize as fir;
-
-/// The CPU engine's name in results.
-pub const CPU_ENGINE: &str = "cpu-fir";
-
-/// fast_image_resize's algorithm for one of ImageMagick's filters.
-pub(crate) fn algorithm(filter: Filter) -> Result<fir::ResizeAlg> {
-    use fir::{FilterType as F, ResizeAlg as A};
-    Ok(match filter {
-        Filter::Point => A::Nearest,
-        Filter::Box => A::Convolution(F::Box),
-        Filter::Triangle => A::Convolution(F::Bilinear),
-        Filter::CatmullRom => A::Convolution(F::CatmullRom),
-        Filter::Mitchell => A::Convolution(F::Mitchell),
-        Filter::Gaussian => A::Convolution(F::Gaussian),
-        Filter::Lanczos3 => A::Convolution(F::Lanczos3),
-        Filter::LanczosSharp => {
-            let f = fir::Filter::new("lanczossharp", lanczos_sharp, 3.0 * LANCZOS_SHARP_BLUR)
-                .map_err(|e| Error::Resample(e.to_string()))?;
-            A::Convolution(F::Custom(f))
-        }
-    })
-}
-
-/// The CPU engine: fast_image_resize (AVX2/SSE4.1/NEON chosen at run time), single-threaded.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CpuResampler;
-
-impl Resampler for CpuResampler {
-    fn name(&self) -> &'static str {
-        CPU_ENGINE
-    }
-
-    fn resize_checked(
-        &self,
-        src: &[u8],
-        size: (u32, u32),
-        channels: u8,
-        to: (u32, u32),
-        filter: Filter,
-    ) -> Result<Vec<u8>> {
-        // In tiles when one call's tables would be large (a long, thin output).
-        crate::tiling::resize(src, size, channels, to, filter, &Stop::never())
-    }
-}
 
 /// Every engine this machine has, the CPU's first, and for each one missing why (a GPU engine
 /// on any device `gpu::device()` opens, a CPU-type one included).

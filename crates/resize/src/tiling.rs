@@ -28,8 +28,7 @@
 use crate::budget::Stop;
 use crate::error::{Error, Result};
 use crate::options::Filter;
-use crate::resample::algorithm;
-use crate::resampler::LANCZOS_SHARP_BLUR;
+use crate::resampler::{lanczos_sharp, LANCZOS_SHARP_BLUR};
 use fast_image_resize as fir;
 
 /// Most bytes of tables and intermediate image one tile may hold.
@@ -302,6 +301,25 @@ pub(crate) fn untiled_bytes(size: (u32, u32), to: (u32, u32), channels: u8, filt
         Axis::new(size.1, to.1, filter),
     );
     cost(&x, &y, to, channels, filter)
+}
+
+/// fast_image_resize's algorithm for one of ImageMagick's filters.
+fn algorithm(filter: Filter) -> Result<fir::ResizeAlg> {
+    use fir::{FilterType as F, ResizeAlg as A};
+    Ok(match filter {
+        Filter::Point => A::Nearest,
+        Filter::Box => A::Convolution(F::Box),
+        Filter::Triangle => A::Convolution(F::Bilinear),
+        Filter::CatmullRom => A::Convolution(F::CatmullRom),
+        Filter::Mitchell => A::Convolution(F::Mitchell),
+        Filter::Gaussian => A::Convolution(F::Gaussian),
+        Filter::Lanczos3 => A::Convolution(F::Lanczos3),
+        Filter::LanczosSharp => {
+            let f = fir::Filter::new("lanczossharp", lanczos_sharp, 3.0 * LANCZOS_SHARP_BLUR)
+                .map_err(|e| Error::Resample(e.to_string()))?;
+            A::Convolution(F::Custom(f))
+        }
+    })
 }
 
 fn pixel_type(channels: u8) -> fir::PixelType {

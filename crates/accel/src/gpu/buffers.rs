@@ -5,10 +5,14 @@
 //! pool, so the set of them in use at once (one per submission in flight) forms the ring.
 use std::collections::HashMap;
 use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
 
 use super::counters::Counters;
-use super::device::WAIT;
 use super::{Gpu, GpuError};
+
+/// How long a wait for device work may take before it is reported as a failure (a software
+/// device on a loaded CI machine is slow; a hung one must still end in an error).
+pub(super) const WAIT: Duration = Duration::from_secs(120);
 
 /// Free buffers by (usage bits, size).
 type FreeLists = Arc<Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>>;

@@ -1,9 +1,8 @@
 //! Device selection and the pipeline cache.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 
-use super::buffers::BufferPool;
+use super::buffers::{BufferPool, WAIT};
 use super::counters::{Counters, GpuCounters};
 
 /// Which adapters may be used.
@@ -161,10 +160,6 @@ impl std::fmt::Debug for Gpu {
         f.debug_struct("Gpu").field("info", &self.info).finish()
     }
 }
-
-/// How long a wait for device work may take before it is reported as a failure (a software
-/// device on a loaded CI machine is slow; a hung one must still end in an error).
-pub(super) const WAIT: Duration = Duration::from_secs(120);
 
 impl Gpu {
     /// The process' device under the policy in `REMORA_GPU`, opened once and shared; the same

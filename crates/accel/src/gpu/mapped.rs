@@ -9,9 +9,8 @@
 use std::sync::{mpsc, Mutex};
 use std::time::Instant;
 
-use super::buffers::ReadBytes;
+use super::buffers::{ReadBytes, WAIT};
 use super::counters::Counters;
-use super::device::WAIT;
 use super::{Gpu, GpuError, Pooled};
 
 /// Where a mapping's outcome arrives (in a mutex so that a frame in flight stays `Sync`).

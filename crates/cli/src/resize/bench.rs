@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use super::batch::{resize_all, Item};
 use super::ssim::{self, Rgb};
 
-use super::peers::{jpeg_size, on_path, run_convert, run_vips, CONVERT};
+use super::peers::{fresh_dir, jpeg_size, on_path, run_convert, run_vips, CONVERT};
 
 /// Arguments of `remora bench resize`.
 #[derive(Args)]
@@ -170,11 +170,6 @@ fn load_average() -> Option<f64> {
         .next()?
         .parse()
         .ok()
-}
-
-pub(super) fn fresh_dir(p: &Path) -> anyhow::Result<()> {
-    let _ = std::fs::remove_dir_all(p);
-    std::fs::create_dir_all(p).with_context(|| format!("creating {}", p.display()))
 }
 
 /// The set's JPEGs, sorted, that remora can read.
@@ -338,7 +333,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let vips = on_path("vipsthumbnail");
     let vips_s = match &vips {
         Some(v) => peer("vipsthumbnail", &mut || {
-            run_vips(v, &files, &dir("vips"), &a, threads)
+            run_vips(v, &files, &dir("vips"), &a.geometry, a.quality, threads)
         }),
         None => peer("vipsthumbnail", &mut || {
             bail!("not found on PATH (Debian libvips-tools)")
@@ -349,12 +344,19 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         if !has_convert {
             bail!("{CONVERT} missing (Debian imagemagick)");
         }
-        run_convert(&files, &dir("im"), &a, threads, None)
+        run_convert(&files, &dir("im"), &a.geometry, a.quality, threads, None)
     });
     let size = jpeg_size(&a.geometry);
     let im_size_s = peer("imagemagick jpeg:size", &mut || match &size {
         _ if !has_convert => bail!("{CONVERT} missing (Debian imagemagick)"),
-        Some(sz) => run_convert(&files, &dir("im-size"), &a, threads, Some(sz)),
+        Some(sz) => run_convert(
+            &files,
+            &dir("im-size"),
+            &a.geometry,
+            a.quality,
+            threads,
+            Some(sz),
+        ),
         None => bail!("no jpeg:size for geometry {}", a.geometry),
     });
 

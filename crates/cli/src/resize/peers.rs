@@ -8,9 +8,13 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
-use super::bench::{fresh_dir, BenchArgs};
-
 pub(super) const CONVERT: &str = "/usr/bin/convert";
+
+/// Empties `p` (made anew): where each tool writes its outputs, before each run.
+pub(super) fn fresh_dir(p: &Path) -> anyhow::Result<()> {
+    let _ = std::fs::remove_dir_all(p);
+    std::fs::create_dir_all(p).with_context(|| format!("creating {}", p.display()))
+}
 
 /// A program on PATH.
 pub(super) fn on_path(name: &str) -> Option<PathBuf> {
@@ -27,15 +31,16 @@ pub(super) fn run_vips(
     vips: &Path,
     files: &[PathBuf],
     out: &Path,
-    a: &BenchArgs,
+    geometry: &str,
+    quality: u8,
     threads: usize,
 ) -> anyhow::Result<f64> {
     fresh_dir(out)?;
     let t0 = Instant::now();
     let status = Command::new(vips)
         .env("VIPS_CONCURRENCY", threads.to_string())
-        .args(["-s", &a.geometry, "-o"])
-        .arg(format!("{}/%s.jpg[Q={}]", out.display(), a.quality))
+        .args(["-s", geometry, "-o"])
+        .arg(format!("{}/%s.jpg[Q={quality}]", out.display()))
         .args(files)
         .stdin(Stdio::null())
         .status()
@@ -51,7 +56,8 @@ pub(super) fn run_vips(
 pub(super) fn run_convert(
     files: &[PathBuf],
     out: &Path,
-    a: &BenchArgs,
+    geometry: &str,
+    quality: u8,
     threads: usize,
     size: Option<&str>,
 ) -> anyhow::Result<f64> {
@@ -71,7 +77,7 @@ pub(super) fn run_convert(
                 }
                 let ok = c
                     .arg(f)
-                    .args(["-resize", &a.geometry, "-quality", &a.quality.to_string()])
+                    .args(["-resize", geometry, "-quality", &quality.to_string()])
                     .arg(out.join(f.file_name().unwrap_or_default()))
                     .stdin(Stdio::null())
                     .status()

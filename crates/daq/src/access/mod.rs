@@ -15,6 +15,7 @@
 //! `fs.protected_hardlinks = 1`, the default of most distributions; outputs refuse files with
 //! more than one link).
 pub mod budget;
+pub(crate) mod bytes;
 mod files;
 
 pub use budget::{Estimate, MemoryBudget};

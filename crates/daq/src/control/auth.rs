@@ -10,7 +10,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use super::http::ApiError;
+use super::api_error::ApiError;
 
 /// Paths anyone may fetch: the page shell and the API's description.
 fn is_open(path: &str) -> bool {

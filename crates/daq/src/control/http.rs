@@ -30,6 +30,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
+pub use super::api_error::ApiError;
 pub use super::auth::new_token;
 use super::auth::require_token;
 use super::image::{render_png, Contrast};
@@ -40,9 +41,11 @@ use super::status::{
 };
 use crate::engine::calibrate::{EngineChoice, EngineFigure, How, Source};
 
-pub use super::server::{Server, ServerOptions};
 use remora_http::metrics::Registry;
 pub use remora_http::{Limits, Stats};
+pub use server::{Server, ServerOptions};
+
+mod server;
 
 /// Largest request body accepted (a configuration is a few kilobytes).
 pub const BODY_LIMIT: usize = 1 << 20;
@@ -63,13 +66,6 @@ struct App {
     changes: tokio::sync::watch::Receiver<u64>,
     /// What `/metrics` reports ([`super::metrics`]).
     metrics: Arc<Registry>,
-}
-
-/// An error answer: `{"error": "..."}`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ApiError {
-    /// What went wrong, for people.
-    pub error: String,
 }
 
 type Failure = (StatusCode, Json<ApiError>);

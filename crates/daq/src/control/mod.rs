@@ -9,9 +9,9 @@
 //!   (stop gate, preview slot, pedestal); it lives below the receiver, which uses it.
 //! - [`live`] and [`status`]: counters and rates while a run goes on, and the reported types.
 //! - [`image`]: preview frames as PNG.
-//! - `http` (feature `http`): the axum router, its OpenAPI document and the embedded page;
-//!   `auth`: the token check in front of it; `metrics`: what `/metrics` reports; `server`:
-//!   the router on threads of its own.
+//! - `http` (feature `http`): the axum router, its OpenAPI document and the embedded page,
+//!   and (`http::server`) the router on threads of its own; `auth`: the token check in front
+//!   of it; `api_error`: the error answer both send; `metrics`: what `/metrics` reports.
 pub mod image;
 pub mod live;
 pub mod service;
@@ -19,13 +19,13 @@ pub mod state;
 pub mod status;
 
 #[cfg(feature = "http")]
+mod api_error;
+#[cfg(feature = "http")]
 mod auth;
 #[cfg(feature = "http")]
 pub mod http;
 #[cfg(feature = "http")]
 pub mod metrics;
-#[cfg(feature = "http")]
-mod server;
 
 pub use crate::tap::{Preview, StopGate, Tap};
 pub use service::{ConfigFormat, ControlError, Service, ServiceOptions};

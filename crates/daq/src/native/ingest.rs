@@ -23,7 +23,7 @@ use crate::model::MODULE_PIXELS;
 use crate::pipeline::Pipeline;
 use crate::receiver::ingest::{Ingest, Msg};
 use crate::receiver::processing::{leave_pedestal, Ctx, InFlight, Waiting};
-use crate::receiver::ReceiverReport;
+use crate::receiver::report::ReceiverReport;
 use crate::tap::Tap;
 use crate::{DaqError, Result};
 

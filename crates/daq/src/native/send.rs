@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use super::packet::{words_of_packet, Packet, Repr, PACKETS_PER_FRAME, PACKET_LEN};
 use crate::config::Config;
 use crate::dataset::Dataset;
-use crate::emulator::EmulatorReport;
+use crate::emulator::report::EmulatorReport;
 use crate::model::MODULE_PIXELS;
 use crate::ring::MODULE_BYTES;
 use crate::tap::StopGate;

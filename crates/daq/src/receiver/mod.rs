@@ -41,7 +41,7 @@ use crate::{DaqError, Result};
 mod fabric;
 pub(crate) mod ingest;
 pub(crate) mod processing;
-mod report;
+pub(crate) mod report;
 
 pub use report::{FrameResult, Progress, ReceiverReport};
 

@@ -25,7 +25,7 @@ use super::h5::{attr, group, string, text};
 use crate::access::Input;
 use crate::config::{Config, Fanout};
 use crate::geometry::{AssemblyMap, Layout};
-use crate::manager::Summary;
+use crate::manager::summary::Summary;
 use crate::model::{MODULE_COLS, MODULE_PIXELS};
 use crate::{DaqError, Result};
 

@@ -464,7 +464,7 @@ impl Writer {
             d.flush()?;
             n.flush()?;
         }
-        let end = crate::output::now_iso8601();
+        let end = crate::timestamp::now_iso8601();
         string(&self.entry, "end_time", &end)?;
         if self.estimate_at_end {
             string(&self.entry, "end_time_estimated", &end)?;

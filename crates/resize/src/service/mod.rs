@@ -57,6 +57,8 @@ mod source;
 pub use openapi::ApiDoc;
 
 use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::Router;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -201,6 +203,21 @@ impl Failure {
     }
 }
 
+/// The API router; `/metrics` on it unless served apart. Every route is in the OpenAPI
+/// document ([`ApiDoc`]); the router is here, above `routes` and `openapi`, because it serves
+/// the document that describes the handlers.
+fn router(app: routes::App, with_metrics: bool) -> Router {
+    let mut r = Router::new()
+        .route("/health", get(routes::health))
+        .route("/openapi.json", get(openapi::openapi_json))
+        .route("/resize", post(routes::post_resize))
+        .route("/{*path}", get(routes::get_imgproxy));
+    if with_metrics {
+        r = r.route("/metrics", get(routes::metrics));
+    }
+    r.with_state(app)
+}
+
 /// A resize server running on threads of its own (an HTTP runtime of two threads and the
 /// resize workers). Dropping it shuts it down.
 pub struct Server {
@@ -275,7 +292,7 @@ impl Server {
             Some(l) => Some(l.local_addr()?),
             None => None,
         };
-        let main_router = routes::router(app.clone(), metrics_listener.is_none());
+        let main_router = router(app.clone(), metrics_listener.is_none());
         let metrics_router = routes::metrics_router(app);
         let limits = remora_http::Limits {
             max_connections: opts.max_connections,

@@ -8,42 +8,11 @@
 //! parameter cannot express: the parameter's description says so.
 
 use axum::Json;
-use utoipa::{IntoParams, OpenApi, ToSchema};
+use utoipa::OpenApi;
 
-use super::routes::{__path_get_imgproxy, __path_health, __path_metrics, __path_post_resize};
-
-/// An encoded image: JPEG or PNG bytes.
-#[derive(ToSchema)]
-#[schema(value_type = String, format = Binary)]
-#[allow(dead_code)]
-pub(crate) struct Image(Vec<u8>);
-
-/// The query of `POST /resize` (documentation only: the handler reads the query as a map, to
-/// name an unknown parameter in its refusal).
-#[derive(IntoParams)]
-#[into_params(parameter_in = Query)]
-#[allow(dead_code)]
-pub(crate) struct ResizeQuery {
-    /// ImageMagick geometry: `W`, `xH`, `WxH`, `WxH^`, `WxH!`, `WxH>`, `WxH<`, `S%`, `A@`.
-    geometry: String,
-    /// JPEG quality, 1 to 100 (default: the input's estimated quality, else 92).
-    quality: Option<u8>,
-    /// Output format: `jpeg` or `png` (default: the input's).
-    format: Option<String>,
-    /// Resampling filter (`lanczos`, `mitchell`, `triangle`, `box`, …; default: Lanczos when
-    /// shrinking, Mitchell when enlarging).
-    filter: Option<String>,
-    /// JPEG chroma sampling: `4:4:4`, `4:2:2` or `4:2:0`.
-    sampling: Option<String>,
-    /// Drop metadata (1 or 0; default 0).
-    strip: Option<bool>,
-    /// Apply the EXIF orientation (1 or 0; default 1).
-    auto_orient: Option<bool>,
-    /// ImageMagick's `-thumbnail` (1 or 0; default 0).
-    thumbnail: Option<bool>,
-    /// Progressive JPEG (1 or 0; default 0).
-    progressive: Option<bool>,
-}
+use super::routes::{
+    __path_get_imgproxy, __path_health, __path_metrics, __path_post_resize, Image,
+};
 
 /// imgproxy's `plain` URL form; served by the same handler as the base64 form.
 #[utoipa::path(get, path = "/{signature}/{processing_options}/plain/{source_url}", tag = "imgproxy",

@@ -18,7 +18,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::Router;
 use std::collections::HashMap;
 use std::future::Future;
@@ -26,6 +26,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use utoipa::{IntoParams, ToSchema};
 
 #[derive(Clone)]
 pub(crate) struct App {
@@ -62,20 +63,6 @@ impl IntoResponse for Failure {
         r.extensions_mut().insert(ErrorKind(self.kind));
         r
     }
-}
-
-/// The API router; `/metrics` on it unless served apart. Every route is in the OpenAPI
-/// document ([`super::openapi::ApiDoc`]).
-pub(crate) fn router(app: App, with_metrics: bool) -> Router {
-    let mut r = Router::new()
-        .route("/health", get(health))
-        .route("/openapi.json", get(super::openapi::openapi_json))
-        .route("/resize", post(post_resize))
-        .route("/{*path}", get(get_imgproxy));
-    if with_metrics {
-        r = r.route("/metrics", get(metrics));
-    }
-    r.with_state(app)
 }
 
 /// The router of the separate metrics bind.
@@ -287,10 +274,43 @@ fn post_job(
     Ok(job)
 }
 
-#[utoipa::path(post, path = "/resize", tag = "image", params(super::openapi::ResizeQuery),
-    request_body(description = "The image", content((super::openapi::Image = "image/jpeg"), (super::openapi::Image = "image/png"))),
+/// An encoded image: JPEG or PNG bytes.
+#[derive(ToSchema)]
+#[schema(value_type = String, format = Binary)]
+#[allow(dead_code)]
+pub(crate) struct Image(Vec<u8>);
+
+/// The query of `POST /resize` (documentation only: the handler reads the query as a map, to
+/// name an unknown parameter in its refusal).
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub(crate) struct ResizeQuery {
+    /// ImageMagick geometry: `W`, `xH`, `WxH`, `WxH^`, `WxH!`, `WxH>`, `WxH<`, `S%`, `A@`.
+    geometry: String,
+    /// JPEG quality, 1 to 100 (default: the input's estimated quality, else 92).
+    quality: Option<u8>,
+    /// Output format: `jpeg` or `png` (default: the input's).
+    format: Option<String>,
+    /// Resampling filter (`lanczos`, `mitchell`, `triangle`, `box`, …; default: Lanczos when
+    /// shrinking, Mitchell when enlarging).
+    filter: Option<String>,
+    /// JPEG chroma sampling: `4:4:4`, `4:2:2` or `4:2:0`.
+    sampling: Option<String>,
+    /// Drop metadata (1 or 0; default 0).
+    strip: Option<bool>,
+    /// Apply the EXIF orientation (1 or 0; default 1).
+    auto_orient: Option<bool>,
+    /// ImageMagick's `-thumbnail` (1 or 0; default 0).
+    thumbnail: Option<bool>,
+    /// Progressive JPEG (1 or 0; default 0).
+    progressive: Option<bool>,
+}
+
+#[utoipa::path(post, path = "/resize", tag = "image", params(ResizeQuery),
+    request_body(description = "The image", content((Image = "image/jpeg"), (Image = "image/png"))),
     responses(
-        (status = 200, description = "The resized image", content((super::openapi::Image = "image/jpeg"), (super::openapi::Image = "image/png")),
+        (status = 200, description = "The resized image", content((Image = "image/jpeg"), (Image = "image/png")),
             headers(("X-Remora-Width" = u32, description = "Output width"), ("X-Remora-Height" = u32, description = "Output height"))),
         (status = 400, description = "A bad parameter, an empty body or a bad geometry", body = String, content_type = "text/plain"),
         (status = 408, description = "The body did not arrive within --body-timeout", body = String, content_type = "text/plain"),
@@ -397,7 +417,7 @@ fn drain(mut body: Body, limit: u64, within: Duration) {
         ("processing_options" = String, Path, description = "One or more `/`-separated options `name:arg:arg` (`rs:fill:300:200`, `q:85`, `g:ce`, …); an unknown option is refused"),
         ("encoded_source_url" = String, Path, description = "The source URL in URL-safe base64 (split by `/` if long), optionally `.` and the output extension (`.jpg`, `.png`)")),
     responses(
-        (status = 200, description = "The processed image", content((super::openapi::Image = "image/jpeg"), (super::openapi::Image = "image/png"))),
+        (status = 200, description = "The processed image", content((Image = "image/jpeg"), (Image = "image/png"))),
         (status = 400, description = "A malformed URL or option", body = String, content_type = "text/plain"),
         (status = 403, description = "A bad signature, or a source outside --root or the --allow prefixes", body = String, content_type = "text/plain"),
         (status = 404, description = "No such source", body = String, content_type = "text/plain"),

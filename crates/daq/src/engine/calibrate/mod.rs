@@ -395,7 +395,7 @@ pub fn decide(
                 .map(|(k, ms)| (k.name().to_string(), *ms))
                 .collect::<BTreeMap<_, _>>(),
             reason: reason.clone(),
-            measured_at: crate::output::now_iso8601(),
+            measured_at: crate::timestamp::now_iso8601(),
         });
         if let Err(e) = file.store(path) {
             tracing::warn!(cache = %path.display(), error = %e, "engine cache not written");

@@ -80,7 +80,13 @@ pub(super) fn begin(
     let key = SlotKey::new(st.generation(), plan, e.timestamps);
     let mut slot = match st.take_slot(&key) {
         Some(s) => s,
-        None => FrameSlot::build(e, &mut st, tables, plan, key)?,
+        None => {
+            let (map, matrix) = match plan.integrate {
+                Some((map, m)) => (Some(st.map(e, map)?), Some(st.matrix(e, m)?)),
+                None => (None, None),
+            };
+            FrameSlot::build(e, st.tables(e, tables)?, map, matrix, tables, plan, key)?
+        }
     };
     drop(st);
     slot.upload

@@ -32,6 +32,7 @@ use crate::sparse::SparseFrame;
 use crate::{DaqError, Result};
 
 mod chain;
+mod copies;
 mod dark;
 mod resident;
 mod slot;
@@ -39,7 +40,8 @@ mod steps;
 
 pub use chain::InFlight;
 
-use resident::{Bands, Resident};
+use copies::Bands;
+use resident::Resident;
 use slot::FrameSlot;
 use steps::{Csr, Steps};
 
@@ -480,7 +482,7 @@ impl GpuEngine {
     fn finish_profile(
         &self,
         m: &AzMatrix,
-        dm: &resident::DeviceMatrix,
+        dm: &copies::DeviceMatrix,
         back: &[ReadBytes],
     ) -> Profile {
         let mut sums = vec![(0.0, 0.0, 0.0); m.bins];

@@ -1,10 +1,7 @@
-//! What the engine keeps on the device between calls: the conversion tables, the assembly map
-//! and the integration matrix, each cut into bands that fit one binding, and the keys that say
-//! when a copy is stale.
-use std::ops::Range;
-
-use remora_accel::gpu::Pooled;
-
+//! What the engine keeps between calls: the device copies of the conversion tables, the
+//! assembly map and the integration matrix ([`super::copies`]), made anew when their keys say
+//! a copy is stale, and the frame and dark-frame slots not in flight.
+use super::copies::{DeviceMap, DeviceMatrix, DeviceTables, MatrixChunk};
 use super::dark::DarkSlot;
 use super::slot::{FrameSlot, SlotKey};
 use super::{gpu_err, GpuEngine};
@@ -12,61 +9,6 @@ use crate::azint::AzMatrix;
 use crate::calib::ConvTables;
 use crate::geometry::AssemblyMap;
 use crate::{DaqError, Result};
-
-/// `total` items cut into consecutive ranges of at most `per`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Bands {
-    total: usize,
-    per: usize,
-}
-
-impl Bands {
-    pub(crate) fn new(total: usize, per: usize) -> Self {
-        Self {
-            total,
-            per: per.max(1),
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.total.div_ceil(self.per)
-    }
-
-    pub(crate) fn iter(&self) -> impl Iterator<Item = Range<usize>> + '_ {
-        (0..self.len()).map(|k| k * self.per..((k + 1) * self.per).min(self.total))
-    }
-}
-
-/// Pedestals and gains per band: three planes of the band's pixels in each buffer.
-pub(crate) struct DeviceTables {
-    key: (usize, usize),
-    pub(crate) revision: u64,
-    pub(crate) bands: Bands,
-    pub(crate) ped: Vec<Pooled>,
-    pub(crate) gain: Vec<Pooled>,
-}
-
-/// The assembly map's per-pixel entries, in image bands.
-pub(crate) struct DeviceMap {
-    key: (usize, usize, u64),
-    pub(crate) bands: Bands,
-    pub(crate) src: Vec<Pooled>,
-}
-
-/// A run of whole bins of the matrix with its entries (row pointers rebased to the chunk).
-pub(crate) struct MatrixChunk {
-    pub(crate) bins: Range<usize>,
-    pub(crate) indptr: Pooled,
-    pub(crate) indices: Pooled,
-    pub(crate) coef: Pooled,
-    pub(crate) ncoef: Pooled,
-}
-
-/// The integration matrix in chunks of whole bins.
-pub(crate) struct DeviceMatrix {
-    key: (usize, usize, u64),
-    pub(crate) chunks: Vec<MatrixChunk>,
-}
 
 #[derive(Default)]
 pub(crate) struct Resident {

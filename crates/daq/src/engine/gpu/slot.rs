@@ -7,10 +7,9 @@ use std::sync::Arc;
 
 use remora_accel::gpu::{groups, wgpu, Pooled, Upload};
 
-use super::resident::{Bands, DeviceMatrix, Resident};
+use super::copies::{Bands, DeviceMap, DeviceMatrix, DeviceTables};
 use super::steps::{PackedCsr, Steps};
 use super::{f32_bits, gpu_err, GpuEngine, DECIDE};
-use crate::azint::AzMatrix;
 use crate::calib::ConvTables;
 use crate::engine::FramePlan;
 use crate::Result;
@@ -80,10 +79,13 @@ pub(crate) struct FrameSlot {
 }
 
 impl FrameSlot {
-    /// Builds a slot for `plan` on the resident copies (already made fresh by the caller).
+    /// Builds a slot for `plan` on the resident copies (already made fresh by the caller):
+    /// `dev` of `tables`, and with integration `map` and `matrix` of `plan.integrate`.
     pub(crate) fn build(
         e: &GpuEngine,
-        st: &mut Resident,
+        dev: &DeviceTables,
+        map: Option<Arc<DeviceMap>>,
+        matrix: Option<Arc<DeviceMatrix>>,
         tables: &ConvTables,
         plan: &FramePlan<'_>,
         key: SlotKey,
@@ -91,11 +93,6 @@ impl FrameSlot {
         use wgpu::BufferUsages as U;
         let gpu = &e.gpu;
         let (_, cols) = plan.shape;
-        let (map, matrix): (_, Option<(Arc<DeviceMatrix>, &AzMatrix)>) = match plan.integrate {
-            Some((map, m)) => (Some(st.map(e, map)?), Some((st.matrix(e, m)?, m))),
-            None => (None, None),
-        };
-        let dev = st.tables(e, tables)?;
         let n = tables.pixels();
         let upload = gpu
             .upload_buffer("raw upload", n as u64 * 2)
@@ -128,7 +125,7 @@ impl FrameSlot {
         let img_bands = map.as_ref().map(|d| d.bands.clone());
         let mut images = Vec::new();
         let mut accs = Vec::new();
-        if let (Some(dm), Some((dmat, _)), Some(ib)) = (&map, &matrix, &img_bands) {
+        if let (Some(dm), Some(dmat), Some(ib)) = (&map, &matrix, &img_bands) {
             images = e.image_buffers(ib)?;
             e.record_assemble(&mut tail, dm, &dev.bands, &conv, &images, n)?;
             tail.mark("assemble");
@@ -206,7 +203,7 @@ impl FrameSlot {
             packed,
             img_bands,
             images,
-            matrix: matrix.map(|(d, _)| d),
+            matrix,
             accs,
             stamps,
             _keep: vec![sizes]

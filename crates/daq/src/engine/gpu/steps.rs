@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use remora_accel::gpu::{groups, wgpu, Gpu, Pooled};
 
-use super::resident::{Bands, DeviceMap, DeviceMatrix, DeviceTables};
+use super::copies::{Bands, DeviceMap, DeviceMatrix, DeviceTables};
 use super::{f32_bits, gpu_err, GpuEngine, ASSEMBLE, COMPRESS, CONVERT, INTEGRATE, WG};
 use crate::Result;
 

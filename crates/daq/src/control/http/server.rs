@@ -1,11 +1,11 @@
-//! The control service's HTTP server: [`super::http::router`] on a runtime of its own, its
+//! The control service's HTTP server: [`super::router`] on a runtime of its own, its
 //! threads in the idle scheduling class so that the acquisition keeps the cores.
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::http::router;
-use super::service::Service;
+use super::router;
+use crate::control::service::Service;
 use remora_http::{Limits, Stats};
 
 /// Puts the calling thread in the idle scheduling class (SCHED_IDLE): it runs only on cycles the
