@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 
 use rustix::process::{Pid, WaitOptions};
 
+use crate::sys;
+
 /// How the daemon leaves its caller's environment once it serves (memcached's
 /// `daemonize(nochdir, noclose)`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -57,7 +59,7 @@ pub fn daemonize(detach: Detach) -> io::Result<Ready> {
         None => {
             drop(read);
             rustix::process::setsid()?;
-            sys::ignore_sighup();
+            sys::ignore_sighup()?;
             Ok(Ready {
                 pipe: write,
                 detach,
@@ -101,7 +103,9 @@ impl Ready {
                 .read(true)
                 .write(true)
                 .open("/dev/null")?;
-            sys::stdio_to(&null)?;
+            rustix::stdio::dup2_stdin(&null)?;
+            rustix::stdio::dup2_stdout(&null)?;
+            rustix::stdio::dup2_stderr(&null)?;
         }
         let mut pipe = std::fs::File::from(self.pipe);
         pipe.write_all(b"1")
@@ -148,43 +152,4 @@ pub fn write_pid_file(path: &Path) -> io::Result<Option<u32>> {
     std::fs::write(&tmp, format!("{}\n", std::process::id()))?;
     std::fs::rename(&tmp, path)?;
     Ok(running)
-}
-
-/// The calls rustix does not make: `fork` (it offers none outside its runtime feature), the
-/// SIGHUP disposition and `dup2` over stdio (rustix's needs its `stdio` feature, which would
-/// rebuild every crate that uses rustix for three calls).
-mod sys {
-    use std::io;
-    use std::os::fd::AsRawFd;
-
-    use rustix::process::Pid;
-
-    /// `fork`: the child's pid in the parent, `None` in the child.
-    pub fn fork() -> io::Result<Option<Pid>> {
-        // SAFETY: fork takes no arguments; the caller checked that this is the only thread, so
-        // the child's copy holds no lock another thread held.
-        match unsafe { libc::fork() } {
-            -1 => Err(io::Error::last_os_error()),
-            0 => Ok(None),
-            pid => Ok(Pid::from_raw(pid)),
-        }
-    }
-
-    /// Ignores SIGHUP (the session's end), as memcached's daemon does.
-    pub fn ignore_sighup() {
-        // SAFETY: SIG_IGN is a valid disposition for SIGHUP; no handler code runs.
-        unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
-    }
-
-    /// Points stdin, stdout and stderr at `file`.
-    pub fn stdio_to(file: &std::fs::File) -> io::Result<()> {
-        for fd in 0..3 {
-            // SAFETY: both descriptors are open (`file` is borrowed); dup2 replaces `fd`
-            // atomically and the standard streams stay valid descriptors throughout.
-            if unsafe { libc::dup2(file.as_raw_fd(), fd) } == -1 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        Ok(())
-    }
 }

@@ -37,6 +37,7 @@ pub mod protocol;
 pub mod server;
 pub mod stats;
 pub mod storage;
+mod sys;
 
 pub use config::{Config, ConfigError, IoDriver};
 pub use server::{Server, ServerError};

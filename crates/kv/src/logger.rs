@@ -14,10 +14,14 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::io::Errno;
+use rustix::net::{recv, send, RecvFlags, SendFlags};
 
 pub use crate::protocol::watch;
 
@@ -121,25 +125,15 @@ impl Watcher {
     fn flush(&mut self) {
         while !self.buf.is_empty() && !self.dead {
             let (a, _) = self.buf.as_slices();
-            // SAFETY: sending from a live slice on a descriptor we own.
-            let n = unsafe {
-                libc::send(
-                    self.fd.as_raw_fd(),
-                    a.as_ptr().cast(),
-                    a.len(),
-                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-                )
-            };
-            if n > 0 {
-                self.buf.drain(..n as usize);
-                continue;
-            }
-            let e = std::io::Error::last_os_error().kind();
-            if n < 0 && e == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            if n == 0 || e != std::io::ErrorKind::WouldBlock {
-                self.dead = true;
+            match send(&self.fd, a, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+                Ok(n) if n > 0 => {
+                    self.buf.drain(..n);
+                    continue;
+                }
+                Err(Errno::INTR) => continue,
+                Err(Errno::AGAIN) => {}
+                // Sent nothing (the peer is gone) or failed otherwise.
+                _ => self.dead = true,
             }
             return;
         }
@@ -408,43 +402,45 @@ fn writer(me: Weak<Logger>) {
             return;
         };
         let mut st = l.lock();
-        let mut fds: Vec<libc::pollfd> = st
-            .watchers
-            .iter()
-            .map(|w| libc::pollfd {
-                fd: w.fd.as_raw_fd(),
-                events: libc::POLLIN | if w.buf.is_empty() { 0 } else { libc::POLLOUT },
-                revents: 0,
-            })
-            .collect();
-        // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
-        if n > 0 {
-            for (w, p) in st.watchers.iter_mut().zip(&fds) {
-                if p.revents & libc::POLLIN != 0 {
-                    // Early detection of a hang-up; input on a watcher is read and dropped.
-                    let mut b = [0u8; 1];
-                    // SAFETY: reading into a live one-byte buffer.
-                    let r = unsafe {
-                        libc::recv(
-                            w.fd.as_raw_fd(),
-                            b.as_mut_ptr().cast(),
-                            1,
-                            libc::MSG_DONTWAIT,
-                        )
+        // Each watcher's returned events (none when poll failed), taken before the loop below
+        // borrows the watchers mutably.
+        let revents: Vec<PollFlags> = {
+            let mut fds: Vec<PollFd<'_>> = st
+                .watchers
+                .iter()
+                .map(|w| {
+                    let out = if w.buf.is_empty() {
+                        PollFlags::empty()
+                    } else {
+                        PollFlags::OUT
                     };
-                    let again =
-                        std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock;
-                    if r == 0 || (r < 0 && !again) {
-                        w.dead = true;
-                    }
+                    PollFd::new(&w.fd, PollFlags::IN | out)
+                })
+                .collect();
+            let none = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            match poll(&mut fds, Some(&none)) {
+                Ok(n) if n > 0 => fds.iter().map(PollFd::revents).collect(),
+                _ => Vec::new(),
+            }
+        };
+        for (w, &p) in st.watchers.iter_mut().zip(&revents) {
+            if p.contains(PollFlags::IN) {
+                // Early detection of a hang-up; input on a watcher is read and dropped.
+                let mut b = [0u8; 1];
+                match recv(&w.fd, &mut b, RecvFlags::DONTWAIT) {
+                    Ok((n, _)) if n > 0 => {}
+                    Err(Errno::AGAIN) => {}
+                    _ => w.dead = true,
                 }
-                if p.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
-                    w.dead = true;
-                }
-                if p.revents & libc::POLLOUT != 0 {
-                    w.flush();
-                }
+            }
+            if p.intersects(PollFlags::HUP | PollFlags::ERR) {
+                w.dead = true;
+            }
+            if p.contains(PollFlags::OUT) {
+                w.flush();
             }
         }
         let before = st.watchers.len();

@@ -117,10 +117,12 @@ impl Mapping {
         if offset + len > self.len || offset % 4096 != 0 {
             return;
         }
+        use rustix::mm::{madvise, Advice};
         let advice = match self.backing {
-            Backing::Anonymous => libc::MADV_DONTNEED,
+            // MADV_DONTNEED: rustix's `Advice::DontNeed` is POSIX_MADV_DONTNEED, a no-op on Linux.
+            Backing::Anonymous => Advice::LinuxDontNeed,
             // Shared memory: DONTNEED would keep the file's pages; REMOVE frees them.
-            Backing::Memfd | Backing::File(_) => libc::MADV_REMOVE,
+            Backing::Memfd | Backing::File(_) => Advice::LinuxRemove,
             // A dropped page of a lazy region faults in from the source again (stale bytes,
             // or none once the source is gone): zero it in place instead.
             Backing::Lazy => {
@@ -131,9 +133,7 @@ impl Mapping {
         };
         // SAFETY: the range lies inside the mapping; the arena calls this only for a page no
         // class owns and no pin reads, and rereads it as zeroes.
-        unsafe {
-            libc::madvise(self.as_ptr().add(offset).cast(), len, advice);
-        }
+        let _ = unsafe { madvise(self.as_ptr().add(offset).cast(), len, advice) };
     }
 
     /// Bytes mapped.

@@ -565,14 +565,8 @@ impl Cache {
 }
 
 fn rusage() -> (String, String) {
-    // SAFETY: getrusage writes into the zeroed struct we own; RUSAGE_SELF is always valid.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
-        ru
-    };
-    (
-        format!("{}.{:06}", ru.ru_utime.tv_sec, ru.ru_utime.tv_usec),
-        format!("{}.{:06}", ru.ru_stime.tv_sec, ru.ru_stime.tv_usec),
-    )
+    // Zeroes if it failed (it does not for this process), as memcached's zeroed struct.
+    let (user, system) = crate::sys::cpu_times().unwrap_or_default();
+    let text = |t: std::time::Duration| format!("{}.{:06}", t.as_secs(), t.subsec_micros());
+    (text(user), text(system))
 }

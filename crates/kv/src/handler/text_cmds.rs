@@ -361,15 +361,11 @@ fn stats(eng: &Cache, [arg, arg2, arg3]: [Option<&[u8]>; 3], now: u32, out: &mut
 /// connection go without shutting the socket down (the duplicate keeps it open), so only the
 /// log stream writes to it from here on, as memcached's logger thread does.
 fn watch(eng: &Cache, s: &mut Session, streams: u16) -> Result<(), Fail> {
-    use std::os::fd::FromRawFd;
     let fd = s.fd.ok_or(Fail::WatcherFailed)?;
-    // SAFETY: duplicating the connection's open descriptor.
-    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    if dup < 0 {
-        return Err(Fail::WatcherFailed);
-    }
-    // SAFETY: `dup` is a new descriptor nothing else owns.
-    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(dup) };
+    // SAFETY: `fd` is the socket of the connection whose session runs this command; the worker
+    // closes it only when the connection ends, after this command has returned.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let owned = rustix::io::fcntl_dupfd_cloexec(fd, 0).map_err(|_| Fail::WatcherFailed)?;
     eng.logger
         .add_watcher(owned, streams)
         .map_err(|_| Fail::WatcherTooMany)?;

@@ -4,7 +4,6 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::FromRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -47,13 +46,13 @@ pub(crate) fn begin(
         return Err(why);
     }
     let fd = fd.ok_or("SERVER_ERROR migration needs a TCP connection")?;
-    // SAFETY: duplicating the connection's open descriptor.
-    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    if dup < 0 {
-        return Err("SERVER_ERROR cannot take the connection");
-    }
-    // SAFETY: `dup` is a new descriptor nothing else owns.
-    let sock = unsafe { TcpStream::from_raw_fd(dup) };
+    // SAFETY: `fd` is the socket of the connection whose session runs this command; the worker
+    // closes it only when the connection ends, after this command has returned.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let sock = TcpStream::from(
+        rustix::io::fcntl_dupfd_cloexec(fd, 0)
+            .map_err(|_| "SERVER_ERROR cannot take the connection")?,
+    );
     // Last: a secret taken is a source disarmed.
     let to = eng.migration.take_armed(secret).ok_or(
         "SERVER_ERROR migrate begin: missing or wrong secret (the target's --migrate-secret-file)",

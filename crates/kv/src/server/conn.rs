@@ -11,7 +11,7 @@ use std::time::Duration;
 use mio::net::{TcpStream, UnixStream};
 use mio::{event::Source, Events, Interest, Poll, Registry, Token};
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use crate::conns::{addr_text, ConnEntry, ConnKind, STATE_NREAD, STATE_SWALLOW};
 use crate::handler::{process, Cache, Proto, Session};
@@ -54,21 +54,22 @@ impl Write for Stream {
     /// One `sendmsg`, not std's `writev`: a socket send skips the VFS write path (permission
     /// and fsnotify hooks), which cost measurably per reply (`write` is a `send` too).
     fn write_vectored(&mut self, b: &[IoSlice<'_>]) -> io::Result<usize> {
-        // SAFETY: all-zero is a valid msghdr (no name, no control data).
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        // IoSlice is ABI-compatible with iovec on Unix; sendmsg only reads the slices, which
-        // outlive the call.
-        msg.msg_iov = b.as_ptr() as *mut libc::iovec;
-        msg.msg_iovlen = b.len() as _;
-        // SAFETY: sendmsg on a socket we own, with a msghdr valid for the call (above).
-        let n = unsafe { libc::sendmsg(self.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(n as usize)
+        use rustix::net::{sendmsg, SendAncillaryBuffer, SendFlags};
+        // No control data: the empty buffer makes a msghdr with no name and no control.
+        let mut control = SendAncillaryBuffer::default();
+        Ok(sendmsg(&*self, b, &mut control, SendFlags::NOSIGNAL)?)
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+impl AsFd for Stream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Stream::Tcp(s) => s.as_fd(),
+            Stream::Unix(s) => s.as_fd(),
+        }
     }
 }
 

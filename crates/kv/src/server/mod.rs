@@ -15,7 +15,7 @@ mod uring;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Once};
@@ -218,55 +218,33 @@ fn write_port_file(
 }
 
 /// `-b`: listen() again with the asked backlog (Linux updates a listening socket's backlog).
-fn set_backlog(fd: i32, backlog: i32) -> io::Result<()> {
-    // SAFETY: listen on a socket descriptor we own.
-    if unsafe { libc::listen(fd, backlog) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+fn set_backlog(fd: impl AsFd, backlog: i32) -> io::Result<()> {
+    Ok(rustix::net::listen(fd, backlog)?)
 }
 
 /// `-k`: locks every current and future page in memory (`mlockall(MCL_CURRENT | MCL_FUTURE)`).
 pub fn lock_memory() -> io::Result<()> {
-    // SAFETY: mlockall takes flags only.
-    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    use rustix::mm::{mlockall, MlockAllFlags};
+    Ok(mlockall(MlockAllFlags::CURRENT | MlockAllFlags::FUTURE)?)
 }
 
 fn drop_privileges(cfg: &Config) -> Result<(), ServerError> {
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
+    let root = rustix::process::getuid().is_root();
     let Some(user) = &cfg.user else {
-        if uid == 0 {
+        if root {
             return Err(ServerError::RootWithoutUser);
         }
         return Ok(());
     };
-    if uid != 0 {
+    if !root {
         return Ok(());
     }
-    let name =
-        std::ffi::CString::new(user.as_str()).map_err(|_| ServerError::User(user.clone()))?;
-    // SAFETY: getpwnam reads a NUL-terminated name and returns a pointer into static storage
-    // (or null), which we read immediately on this thread before any other getpw* call.
-    let (pw_uid, pw_gid) = unsafe {
-        let pw = libc::getpwnam(name.as_ptr());
-        if pw.is_null() {
-            return Err(ServerError::User(user.clone()));
-        }
-        ((*pw).pw_uid, (*pw).pw_gid)
-    };
-    if pw_uid == 0 {
+    let (uid, gid) = crate::sys::user_ids(user).map_err(|_| ServerError::User(user.clone()))?;
+    if uid.is_root() {
         return Ok(());
     }
-    // SAFETY: plain syscalls on integer ids; failures are checked.
-    let ok = unsafe { libc::setgid(pw_gid) == 0 && libc::setuid(pw_uid) == 0 };
-    if !ok {
-        return Err(ServerError::User(user.clone()));
-    }
-    Ok(())
+    // glibc's setgid/setuid, for every thread of the process (see `sys`).
+    crate::sys::set_ids(uid, gid).map_err(|_| ServerError::User(user.clone()))
 }
 
 impl Server {
@@ -303,7 +281,7 @@ impl Server {
             use std::os::unix::fs::PermissionsExt;
             // -a is the socket's access mode (memcached calls it a mask; default 0700).
             let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(s.umask));
-            set_backlog(l.as_raw_fd(), s.backlog).map_err(|e| ServerError::Bind {
+            set_backlog(&l, s.backlog).map_err(|e| ServerError::Bind {
                 addr: path.clone(),
                 source: e,
             })?;
@@ -325,7 +303,7 @@ impl Server {
                     addr: a.to_string(),
                     source: e,
                 })?;
-                set_backlog(l.as_raw_fd(), s.backlog).map_err(|e| ServerError::Bind {
+                set_backlog(&l, s.backlog).map_err(|e| ServerError::Bind {
                     addr: a.to_string(),
                     source: e,
                 })?;
