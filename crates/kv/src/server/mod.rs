@@ -247,6 +247,15 @@ fn drop_privileges(cfg: &Config) -> Result<(), ServerError> {
     crate::sys::set_ids(uid, gid).map_err(|_| ServerError::User(user.clone()))
 }
 
+/// `migrate begin` reaches the cache through the server: the gate does not hold it.
+fn let_migrate_begin(engine: &Arc<Cache>) {
+    let weak = Arc::downgrade(engine);
+    engine.migration.on_begin(Box::new(move |fd, secret| {
+        let cache = weak.upgrade().ok_or("SERVER_ERROR no server")?;
+        crate::migrate::source_begin(cache, fd, secret)
+    }));
+}
+
 impl Server {
     /// Binds every listener, drops privileges, and starts the threads.
     pub fn start(cfg: &Config) -> Result<Server, ServerError> {
@@ -261,12 +270,7 @@ impl Server {
             }
         };
         let engine = Arc::new(cache);
-        // `migrate begin` reaches the cache through the server: the gate does not hold it.
-        let weak = Arc::downgrade(&engine);
-        engine.migration.on_begin(Box::new(move |fd, secret| {
-            let cache = weak.upgrade().ok_or("SERVER_ERROR no server")?;
-            crate::migrate::source_begin(cache, fd, secret)
-        }));
+        let_migrate_begin(&engine);
         let stop = Arc::new(AtomicBool::new(false));
         let s = &cfg.settings;
         let mut tcp = Vec::new();
