@@ -21,22 +21,24 @@ use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use remora_wire::{bth, icrc, Endpoints, ROCE_PORT};
 
 use crate::cq::Cq;
-use crate::engine::{PageInRequest, QpProtocol, Stats};
+use crate::engine::{QpProtocol, Stats};
 use crate::error::{io_err, Error, Result};
 use crate::options::Progress;
 use crate::wr::{RecvWr, SendWr};
 
 mod driver;
+mod page_in;
 pub(crate) mod sys;
 
 pub(crate) use driver::UdpDriver;
+use page_in::{page_in_worker, PageInJob, PAGE_IN_CHUNK};
 
 /// Packets gathered per transmit batch.
 const BATCH: usize = 64;
@@ -49,12 +51,6 @@ const RX_BUFFERS: usize = 32;
 const RX_BUFFER_LEN: usize = 65_536;
 /// Longest sleep of the receive thread, so it notices shutdown.
 const IDLE_WAIT: Duration = Duration::from_millis(50);
-/// The page-in worker populates in pieces of this size, so that a resend racing it (PIA with a
-/// short fault timeout) finds the first pages in while later ones are still coming.
-const PAGE_IN_CHUNK: usize = 256 << 10;
-
-/// A page-in for the worker: the queue pair that asked and what it needs.
-type PageInJob = (u32, PageInRequest);
 
 /// Device-level counters (per receive socket).
 #[derive(Debug, Default)]
@@ -339,40 +335,6 @@ impl Device {
         qp.lock().engine.handle(now, dgram);
         if !touched.iter().any(|t| Arc::ptr_eq(t, &qp)) {
             touched.push(qp);
-        }
-    }
-}
-
-/// The device's page-in worker: takes every job queued, makes the pages resident off the
-/// receive path, then reports to each queue pair, which sends its ERR. Ends with the device.
-fn page_in_worker(dev: Weak<Device>, jobs: mpsc::Receiver<PageInJob>) {
-    let mut batch = Vec::new();
-    loop {
-        match jobs.recv_timeout(IDLE_WAIT) {
-            Ok(j) => batch.push(j),
-            Err(mpsc::RecvTimeoutError::Timeout) => match dev.upgrade() {
-                Some(d) if !d.stop.load(Ordering::Acquire) => continue,
-                _ => return,
-            },
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
-        }
-        batch.extend(jobs.try_iter());
-        let done: Vec<_> = batch
-            .drain(..)
-            .map(|(qpn, req)| {
-                let result = req.run(PAGE_IN_CHUNK).map_err(|e| e.to_string());
-                (qpn, req.id, result)
-            })
-            .collect();
-        let Some(d) = dev.upgrade() else { return };
-        let now = Instant::now();
-        for (qpn, id, result) in done {
-            let Some(qp) = d.qp(qpn) else { continue };
-            let mut st = qp.lock();
-            st.engine.page_in_done(now, id, result);
-            if let Err(e) = qp.flush(&mut st, now) {
-                tracing::warn!(error = %e, "udp transmit failed");
-            }
         }
     }
 }
