@@ -1,4 +1,4 @@
-"""Stubs for ``remora._native.daq`` (``crates/py/src/daq.rs`` and ``acq.rs``)."""
+"""Stubs for ``remora._native.daq`` (``crates/py/src/daq/`` and ``acq.rs``)."""
 import os
 from typing import Any, Callable, Optional, Tuple, Union, final
 

@@ -1,4 +1,4 @@
-"""Stubs for ``remora._native.fabric`` (``crates/py/src/fabric.rs``)."""
+"""Stubs for ``remora._native.fabric`` (``crates/py/src/fabric/``)."""
 from types import TracebackType
 from typing import Any, Optional, Tuple, final
 
