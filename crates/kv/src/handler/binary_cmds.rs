@@ -101,7 +101,7 @@ pub(super) fn run_binary(
                 base
             };
             let quiet = matches!(h.opcode, op::SETQ | op::ADDQ | op::REPLACEQ);
-            let r = x.store(exec::Store {
+            let r = x.store(exec::StoreReq {
                 mode,
                 key: req.key,
                 flags,
@@ -122,7 +122,7 @@ pub(super) fn run_binary(
                 StoreMode::Prepend(cas)
             };
             let quiet = matches!(h.opcode, op::APPENDQ | op::PREPENDQ);
-            let r = x.store(exec::Store {
+            let r = x.store(exec::StoreReq {
                 mode,
                 key: req.key,
                 flags: 0,

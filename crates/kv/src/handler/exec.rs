@@ -35,7 +35,7 @@ pub(super) struct Exec<'a> {
 }
 
 /// A storage request (set, add, replace, append, prepend, cas; meta `ms` with its mode).
-pub(super) struct Store<'k> {
+pub(super) struct StoreReq<'k> {
     pub mode: StoreMode,
     pub key: &'k [u8],
     pub flags: u32,
@@ -145,7 +145,7 @@ impl Exec<'_> {
     }
 
     /// A store, with its counters and the `watch mutations` line.
-    pub fn store(&self, r: Store<'_>) -> StoreOutcome {
+    pub fn store(&self, r: StoreReq<'_>) -> StoreOutcome {
         let (eng, c) = (self.eng, self.c);
         inc(&c.cmd_set);
         if self.traced() {

@@ -243,7 +243,7 @@ fn meta_set(
         }
     }
     let flags = f.client_flags.unwrap_or(0);
-    let outcome = x.store(exec::Store {
+    let outcome = x.store(exec::StoreReq {
         mode,
         key,
         flags,

@@ -46,7 +46,7 @@ pub(super) fn run_text(
                 StoreCmd::Prepend => StoreMode::Prepend(None),
                 StoreCmd::Cas => StoreMode::Cas(cas),
             };
-            let r = match x.store(exec::Store {
+            let r = match x.store(exec::StoreReq {
                 mode,
                 key,
                 flags,
