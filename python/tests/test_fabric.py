@@ -132,8 +132,10 @@ def test_writes_into_memory_never_touched_fault_and_arrive_whole(page_in):
         assert not smr.is_resident(0, 4096)
         cbuf[:] = np.random.default_rng(3 + round_).integers(0, 255, n, dtype=np.uint8)
     s = out["qp"].stats()
-    assert s["faults"] >= 2 and s["errs_sent"] >= 2 and s["pages_in"] >= n // 4096
-    assert qp.stats()["errs_received"] >= 2
+    assert s["faults"] >= 2 and s["pages_in"] >= n // 4096
+    # Each fault's packets waited behind the page-in wave, or the sender resent after the ERR.
+    assert s["errs_sent"] + s["wave_holds"] >= 2
+    assert qp.stats()["errs_received"] >= 2 or s["wave_holds"] > 0
 
 
 def test_fault_settings_are_checked():

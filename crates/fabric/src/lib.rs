@@ -53,7 +53,7 @@ mod wr;
 
 pub use conn::{connect, Incoming, Listener, RegionInfo};
 pub use cq::Cq;
-pub use engine::{FaultMode, PageInPolicy, PageInRequest, PartConfig, Stats};
+pub use engine::{FaultMode, PageInPolicy, PageInRequest, PartConfig, Stats, DEFAULT_REORDER};
 pub use error::{Error, Result};
 pub use fault::Faults;
 pub use options::{Progress, QpOptions, QpType, Transport};

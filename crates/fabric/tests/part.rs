@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use remora_fabric::{
     connect, Completion, FaultMode, Listener, PageInPolicy, PartConfig, Progress, Qp, QpOptions,
-    RegionInfo, Stats, Status, Transport, WcOpcode,
+    RegionInfo, Stats, Status, Transport, WcOpcode, DEFAULT_REORDER,
 };
 use remora_mem::{Access, Buffer, Mode, Pd, Region};
 
@@ -135,7 +135,7 @@ fn check_eq(what: &str, want: &[u8], got: &[u8]) {
 }
 
 /// The child's counters as it sends them back: every field, in declaration order.
-fn stats_fields(s: &Stats) -> [u64; 25] {
+fn stats_fields(s: &Stats) -> [u64; 27] {
     [
         s.tx_packets,
         s.rx_packets,
@@ -162,6 +162,8 @@ fn stats_fields(s: &Stats) -> [u64; 25] {
         s.fault_timeouts,
         s.held_drops,
         s.source_faults,
+        s.wave_holds,
+        s.paced_resumes,
     ]
 }
 
@@ -193,6 +195,8 @@ fn stats_decode(b: &[u8]) -> Stats {
         fault_timeouts: f(22),
         held_drops: f(23),
         source_faults: f(24),
+        wave_holds: f(25),
+        paced_resumes: f(26),
         ..Stats::default()
     }
 }
@@ -211,6 +215,7 @@ fn part_child_serves() {
     let policy: PageInPolicy = words.next().unwrap().parse().unwrap();
     let conns: usize = words.next().unwrap().parse().unwrap();
     let progress: Progress = words.next().unwrap().parse().unwrap();
+    let reorder: u32 = words.next().unwrap().parse().unwrap();
     // Never outlive a parent that died.
     std::thread::spawn(|| {
         std::thread::sleep(Duration::from_secs(240));
@@ -224,6 +229,7 @@ fn part_child_serves() {
         part: PartConfig {
             mode: FaultMode::Part,
             policy,
+            reorder,
             ..PartConfig::default()
         },
         progress,
@@ -307,11 +313,11 @@ struct ChildProc {
 }
 
 impl ChildProc {
-    fn spawn(policy: PageInPolicy, conns: usize, progress: Progress) -> ChildProc {
+    fn spawn(policy: PageInPolicy, conns: usize, progress: Progress, reorder: u32) -> ChildProc {
         let exe = std::env::current_exe().unwrap();
         let mut child = Command::new(exe)
             .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
-            .env(ENV, format!("{policy} {conns} {progress}"))
+            .env(ENV, format!("{policy} {conns} {progress} {reorder}"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -579,7 +585,7 @@ impl Session {
 /// pages dropped, a round with other bytes (READ destinations dropped too), and a round from a
 /// never-touched source (zeros over what the child held).
 fn all_sizes(transport: Transport, progress: Progress) {
-    let child = ChildProc::spawn(PageInPolicy::Pia, 1, progress);
+    let child = ChildProc::spawn(PageInPolicy::Pia, 1, progress, DEFAULT_REORDER);
     let mut s = Session::open(transport, child.addr, None, progress);
     let udp = transport == Transport::Udp;
 
@@ -618,12 +624,15 @@ fn all_sizes(transport: Transport, progress: Progress) {
             r1.faults > e1.faults,
             "udp: no fault after the pages were dropped: {e1:?} -> {r1:?}"
         );
-        assert!(r1.errs_sent > e1.errs_sent, "udp: {e1:?} -> {r1:?}");
+        // Each fault either waited behind its wave or stopped the sender until the ERR.
+        assert!(
+            r1.errs_sent + r1.wave_holds > e1.errs_sent + e1.wave_holds,
+            "udp: {e1:?} -> {r1:?}"
+        );
         assert!(
             r1.source_faults > e1.source_faults,
             "udp: the READ of dropped pages populates them at the responder: {r1:?}"
         );
-        assert!(p1.errs_received > p0.errs_received, "udp: {p0:?} -> {p1:?}");
     }
 
     // A never-touched source arrives as zeros over what the child holds now.
@@ -667,11 +676,12 @@ fn tcp_all_sizes_with_pages_dropped_mid_run() {
     all_sizes(Transport::Tcp, Progress::Thread);
 }
 
-/// One responder policy, with and without a requester fault timeout: 4 KiB, 64 KiB and 1 MiB
-/// into never-touched pages, then again after the child dropped them.
+/// One responder policy of the paper's protocol (no reorder window: every fault stops the
+/// sender), with and without a requester fault timeout: 4 KiB, 64 KiB and 1 MiB into
+/// never-touched pages, then again after the child dropped them.
 fn policy(policy: PageInPolicy) {
     let timeouts = [None, Some(Duration::from_micros(100))];
-    let child = ChildProc::spawn(policy, timeouts.len(), Progress::Thread);
+    let child = ChildProc::spawn(policy, timeouts.len(), Progress::Thread, 0);
     let cases = &CASES[..3];
     let packets_1m = (MIB / 4096) as u64;
     for (k, to) in timeouts.into_iter().enumerate() {
@@ -735,4 +745,38 @@ fn udp_part_pi4_with_and_without_fault_timeout() {
 #[test]
 fn udp_part_pia_with_and_without_fault_timeout() {
     policy(PageInPolicy::Pia);
+}
+
+/// The wave (the default reorder window), with and without a fault timeout: every message's
+/// first fault starts one page-in, and the packets behind it wait for its front instead of
+/// being sent again.
+#[test]
+fn udp_part_pia_wave_with_and_without_fault_timeout() {
+    let timeouts = [None, Some(Duration::from_micros(100))];
+    let child = ChildProc::spawn(
+        PageInPolicy::Pia,
+        timeouts.len(),
+        Progress::Thread,
+        DEFAULT_REORDER,
+    );
+    let cases = &CASES[..3];
+    let packets_1m = (MIB / 4096) as u64;
+    for (k, to) in timeouts.into_iter().enumerate() {
+        let mut s = Session::open(Transport::Udp, child.addr, to, Progress::Thread);
+        let what = format!("udp pia wave timeout {to:?}");
+        let r0 = s.command(STATS);
+        for round in 0..2u64 {
+            s.command(EVICT);
+            s.evict_destinations();
+            s.round(Source::Pattern(10 * k as u64 + round + 5), cases);
+        }
+        let r = s.command(STATS);
+        eprintln!("{what}: child {r0:?}\n -> {r:?}");
+        assert!(r.faults > r0.faults, "{what}: {r:?}");
+        assert!(r.wave_holds > r0.wave_holds, "{what}: {r:?}");
+        assert!(r.page_ins - r0.page_ins <= 2 * 3 + 1, "{what}: {r:?}");
+        assert!(r.pages_in - r0.pages_in >= 2 * packets_1m, "{what}: {r:?}");
+        s.bye();
+    }
+    child.finish();
 }

@@ -322,16 +322,18 @@ fn write_and_read_lazy(mode: Mode, name: &str) {
     let ls = region.stats();
     eprintln!("{name}: responder {st:?}\nlazy {ls:?}");
     assert!(st.faults > 0, "{name}: the WRITE faulted: {st:?}");
-    assert!(st.errs_sent > 0, "{name}: {st:?}");
+    // The WRITE's packets waited behind the page-in wave, or the sender resent them after the ERR.
+    assert!(st.errs_sent + st.wave_holds > 0, "{name}: {st:?}");
     assert!(st.pages_in > 0, "{name}: {st:?}");
     assert!(
         fetcher.fetches.load(Ordering::SeqCst) > 0 && ls.faults > 0,
         "{name}: pages came from the source: {ls:?}"
     );
+    // No packet was sent again: the whole WRITE waited behind the wave (every packet once).
+    let cs = c.stats().engine;
     assert!(
-        c.stats().engine.errs_received > 0,
-        "{name}: {:?}",
-        c.stats()
+        cs.errs_received > 0 || (st.wave_holds > 0 && cs.retransmits == 0),
+        "{name}: {cs:?}"
     );
     drop(rig);
     drop(region);
@@ -414,18 +416,16 @@ fn head_of_line(fault: FaultMode, mode: Mode, name: &str) {
         FaultMode::Part => {
             // A is blocked for as long as the gate stays closed; B is not.
             b_done(20);
-            // Hold the gate past A's hold limit (200 ms without a fault timeout): A resends,
-            // is told to hold again, asks for nothing new and does not fail.
+            // Hold the gate past A's retransmission timeout and hold limit: A's packets wait
+            // behind the wave; A resends, is told to hold, asks for nothing new and does not
+            // fail.
             std::thread::sleep(Duration::from_millis(500));
             assert!(
                 ca.cq().is_empty(),
                 "{name}: A completed with its pages held at the gate"
             );
             let st = sa.stats().engine;
-            assert!(
-                st.faults > 0 && st.fault_naks >= st.faults,
-                "{name}: A: {st:?}"
-            );
+            assert!(st.faults > 0 && st.fault_naks > 0, "{name}: A: {st:?}");
             assert_eq!(st.page_ins, 1, "{name}: one page-in covers A: {st:?}");
             assert_eq!(st.errs_sent, 0, "{name}: A's pages are not in yet: {st:?}");
         }
@@ -479,7 +479,8 @@ fn head_of_line(fault: FaultMode, mode: Mode, name: &str) {
     eprintln!("{name}: A responder {st:?}\nlazy {:?}", region.stats());
     match fault {
         FaultMode::Part => {
-            assert!(st.errs_sent > 0, "{name}: {st:?}");
+            // The WRITE's packets waited behind the page-in wave, or the sender resent them after the ERR.
+            assert!(st.errs_sent + st.wave_holds > 0, "{name}: {st:?}");
             assert_eq!(st.page_ins, 1, "{name}: {st:?}");
         }
         // Inline faults are taken in the copy: PART never sees them.

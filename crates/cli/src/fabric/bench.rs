@@ -386,7 +386,7 @@ fn report(
         "tx_packets": e.tx_packets, "rx_packets": e.rx_packets, "retransmits": e.retransmits,
         "timeouts": e.timeouts, "naks_received": e.naks_received, "icrc_errors": s.icrc_errors,
         "errs_received": e.errs_received, "fault_timeouts": e.fault_timeouts,
-        "source_faults": e.source_faults, "one_sided": e.one_sided,
+        "paced_resumes": e.paced_resumes, "source_faults": e.source_faults, "one_sided": e.one_sided,
     });
     if a.json {
         let mut o = json!({
@@ -463,10 +463,11 @@ fn report(
             e.one_sided
         );
     }
-    if e.errs_received + e.fault_timeouts + e.source_faults > 0 {
+    if e.errs_received + e.fault_timeouts + e.paced_resumes + e.source_faults > 0 {
         println!(
-            " page faults (PART): ERRs received {}, fault timeouts {}, sources populated {}",
-            e.errs_received, e.fault_timeouts, e.source_faults
+            " page faults (PART): ERRs received {}, fault timeouts {}, resumes at the \
+             responder's pace {}, sources populated {}",
+            e.errs_received, e.fault_timeouts, e.paced_resumes, e.source_faults
         );
     }
 }

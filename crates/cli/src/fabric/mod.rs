@@ -117,6 +117,11 @@ pub struct PartArgs {
     /// `500us`, `1ms`, ...), or `off` to wait for the ERR.
     #[arg(long, default_value = "off", value_parser = parse_timeout)]
     pub fault_timeout: FaultTimeout,
+    /// Responder: packets that may wait behind a page-in wave (PIA, PI4) instead of being sent
+    /// again (their payloads are copied out: at most this many MTUs per queue pair while a wave
+    /// runs); 0 stops the sender at every fault, as in the paper.
+    #[arg(long, default_value_t = remora_fabric::DEFAULT_REORDER)]
+    pub reorder: u32,
 }
 
 /// `--fault-timeout`'s value: `None` is `off`. An alias, because clap would take a field
@@ -132,6 +137,7 @@ impl Default for PartArgs {
             page_in: d.policy,
             page_in_block: d.block,
             fault_timeout: d.fault_timeout,
+            reorder: d.reorder,
         }
     }
 }
@@ -144,6 +150,7 @@ impl PartArgs {
             policy: self.page_in,
             block: self.page_in_block.max(1),
             fault_timeout: self.fault_timeout,
+            reorder: self.reorder,
         }
     }
 
@@ -164,6 +171,8 @@ impl PartArgs {
                 None => "off".into(),
                 Some(d) => format!("{}ns", d.as_nanos()),
             },
+            "--reorder".into(),
+            self.reorder.to_string(),
         ]
     }
 }

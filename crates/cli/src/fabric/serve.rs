@@ -63,7 +63,8 @@ impl Counters {
              (over limits) {}, live {}; packets rx {} tx {}, ACKs sent {}, NAKs sent {}, access \
              errors {}, invalid requests {}, malformed {}, bad P_Key {}, ICRC errors {}, \
              unknown QP {}; page faults {}, page-ins {} ({} pages), fault NAKs {}, ERRs sent {}, \
-             dropped behind a fault {}; immediates from the shm ring {}",
+             dropped behind a fault {}, waited behind a page-in wave {}; immediates from the shm \
+             ring {}",
             n(&self.accepted),
             n(&self.established),
             n(&self.setup_failed),
@@ -85,6 +86,7 @@ impl Counters {
             e.fault_naks,
             e.errs_sent,
             e.held_drops,
+            e.wave_holds,
             e.ring_completions
         )
     }
@@ -210,6 +212,11 @@ fn metrics(c: Arc<Counters>) -> remora_http::metrics::Registry {
                 "held_drops",
                 "Packets dropped behind a pending fault (PART).",
                 e.held_drops,
+            ),
+            (
+                "wave_holds",
+                "Packets that waited in the reorder window behind a page-in wave (PART).",
+                e.wave_holds,
             ),
             (
                 "ring_completions",

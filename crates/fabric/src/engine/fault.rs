@@ -2,14 +2,30 @@
 //! to its driver, and the byte ranges each page-in policy covers.
 //!
 //! The engine never touches a page that is not resident in an `on-demand` region from the
-//! receive path: the packet is not placed, the sender is told to hold (an RNR NAK with timer
-//! code [`FAULT_RNR_TIMER`]), and a [`PageInRequest`] goes to the driver, whose page-in worker
-//! makes the pages resident off the receive path and reports back with
-//! [`super::QpProtocol::page_in_done`]. The responder then sends an explicit retransmission request
-//! (ERR): a PSN sequence error NAK naming the PSN to resume from, which any RC requester
-//! already treats as "resend from here".
+//! receive path. A packet that faults asks for a [`PageInRequest`], which the driver's page-in
+//! worker runs off the receive path, in pieces, reporting each with
+//! [`super::QpProtocol::page_in_progress`] and the end with [`super::QpProtocol::page_in_done`].
+//!
+//! **The wave.** When the policy's range reaches past the faulting packet (PIA: the rest of the
+//! message; PI4: the block), the page-in is a wave the transfer rides behind: the faulting packet
+//! and those after it wait in a bounded reorder window ([`PartConfig::reorder`] packets, their
+//! payloads copied out) and are placed in order as the wave's front passes them. Only when the
+//! window is full, or the policy brings in the faulting packet's pages alone (PIO), does the
+//! responder stop the sender: the packet is dropped and a fault NAK (an RNR NAK with timer code
+//! [`FAULT_RNR_TIMER`]) names its PSN, so the sender resends exactly from there.
+//!
+//! **The pace.** A fault NAK's AETH MSN field carries the responder's estimate, in microseconds,
+//! of when that packet's pages will be resident (what the waves still have to bring in before it,
+//! at the page-in rate measured from their progress reports); 0 means no estimate. A requester
+//! with a fault timeout (TO) resumes then, rather than probing; one without (NTO) waits for the
+//! explicit retransmission request (ERR): a PSN sequence error NAK naming the PSN to resume
+//! from, which any RC requester already treats as "resend from here", sent once the page-in that
+//! holds the packet is complete, as in the paper.
+//!
+//! A fault NAK does not acknowledge what precedes its PSN (packets there may still wait in the
+//! window, and their page-in may yet fail); the ERR, ACKs and every other NAK do.
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use remora_mem::{Mode, Region};
 use remora_wire::Psn;
@@ -78,7 +94,7 @@ impl std::str::FromStr for FaultMode {
 /// Fault handling of one queue pair: the responder's policy and the requester's timeout.
 ///
 /// ```
-/// use std::time::Duration;
+/// use std::time::{Duration, Instant};
 /// use remora_fabric::{PageInPolicy, PartConfig};
 /// let part = PartConfig {
 ///     policy: PageInPolicy::Pia,
@@ -97,9 +113,19 @@ pub struct PartConfig {
     pub block: usize,
     /// Requester side: after a fault NAK, resend on our own after this long even if no ERR came
     /// (the paper's TO: 100 µs, 500 µs, 1 ms); `None` waits for the ERR (NTO), with a long
-    /// safety limit in case the ERR is lost.
+    /// safety limit in case the ERR is lost. A fault NAK that carries the responder's estimate
+    /// of when the pages will be in (the wave's pace) sets the resume time instead.
     pub fault_timeout: Option<Duration>,
+    /// Responder side: packets that may wait in the reorder window behind a page-in wave
+    /// (their payloads are copied out, so at most `reorder` × MTU bytes per queue pair while a
+    /// wave runs). 0 turns the window off: every fault stops the sender, as in the paper.
+    pub reorder: u32,
 }
+
+/// Default [`PartConfig::reorder`]: the default requester window (1024 packets), so that a
+/// whole window sent into a wave waits and none of it is sent again; 4 MiB of copies at MTU
+/// 4096 while a wave runs.
+pub const DEFAULT_REORDER: u32 = 1024;
 
 impl Default for PartConfig {
     fn default() -> PartConfig {
@@ -108,6 +134,7 @@ impl Default for PartConfig {
             policy: PageInPolicy::Pia,
             block: 16 << 10,
             fault_timeout: None,
+            reorder: DEFAULT_REORDER,
         }
     }
 }
@@ -129,38 +156,78 @@ pub struct PageInRequest {
 }
 
 impl PageInRequest {
-    /// Makes the range resident in pieces of `chunk` bytes, so that a resend racing the worker
-    /// (PIA with a short timeout) finds the first pages in while later ones are still coming.
-    /// Returns the pages newly made resident.
+    /// Makes the range resident in pieces of `chunk` bytes, in the order the packets will
+    /// arrive. Returns the pages newly made resident.
     pub fn run(&self, chunk: usize) -> remora_mem::Result<usize> {
+        self.run_reporting(chunk, |_| {})
+    }
+
+    /// [`PageInRequest::run`], calling `piece(done)` after each piece but the last with the
+    /// bytes from [`PageInRequest::offset`] resident so far: hand that to
+    /// [`super::QpProtocol::page_in_progress`], so that packets behind the wave's front are
+    /// placed while the rest comes in.
+    pub fn run_reporting(
+        &self,
+        chunk: usize,
+        mut piece: impl FnMut(usize),
+    ) -> remora_mem::Result<usize> {
         let chunk = chunk.max(1);
         let mut pages = 0;
-        let mut off = self.offset;
-        let end = self.offset + self.len;
-        while off < end {
-            let n = chunk.min(end - off);
-            pages += self.region.page_in_range(off, n)?;
-            off += n;
+        let mut done = 0;
+        while done < self.len {
+            let n = chunk.min(self.len - done);
+            pages += self.region.page_in_range(self.offset + done, n)?;
+            done += n;
+            if done < self.len {
+                piece(done);
+            }
         }
         Ok(pages)
     }
 }
 
-/// The fault the responder is waiting on: the packet at `psn` needs `[offset, offset+len)`.
-pub(super) struct Pending {
+/// Where the responder stopped taking packets: the packet at `psn` was neither placed nor held,
+/// a fault NAK told the sender to hold there, and what follows is dropped until it comes again.
+pub(super) struct Stall {
     pub(super) psn: Psn,
+    /// The pages that packet needs, when it was looked at (a fault); `None` when it was dropped
+    /// unopened because the reorder window was full.
+    pub(super) target: Option<(Arc<Region>, usize, usize)>,
+}
+
+/// A page-in handed to the driver and not yet reported done: the wave, when it covers more
+/// than the packet that asked for it.
+pub(super) struct InFlight {
+    pub(super) id: u64,
     pub(super) region: Arc<Region>,
     pub(super) offset: usize,
     pub(super) len: usize,
+    /// Bytes from `offset` the driver reported resident so far (the wave's front).
+    pub(super) front: usize,
+    /// When it was asked for, then when the front last moved (for the page-in rate).
+    pub(super) at: Instant,
+}
+
+impl InFlight {
+    /// Whether the range holds page `page` of `region`.
+    fn holds(&self, region: &Arc<Region>, page: usize) -> bool {
+        Arc::ptr_eq(&self.region, region)
+            && self.len > 0
+            && self.region.page_of(self.offset).is_some_and(|a| a <= page)
+            && self
+                .region
+                .page_of(self.offset + self.len - 1)
+                .is_some_and(|b| page <= b)
+    }
 }
 
 /// The responder's fault bookkeeping.
 #[derive(Default)]
 pub(super) struct FaultBook {
     /// At most one per queue pair: RC places in PSN order, so nothing after it can go in.
-    pub(super) pending: Option<Pending>,
-    /// Requests handed out and not reported done: (id, region, offset, len).
-    pub(super) inflight: Vec<(u64, Arc<Region>, usize, usize)>,
+    pub(super) stall: Option<Stall>,
+    /// Requests handed out and not reported done, oldest first (the order the worker runs them).
+    pub(super) inflight: Vec<InFlight>,
     /// Requests not yet taken by the driver.
     pub(super) requests: std::collections::VecDeque<PageInRequest>,
     next_id: u64,
@@ -177,14 +244,26 @@ impl FaultBook {
         ) else {
             return false;
         };
-        region.residency().missing(lo..hi + 1).all(|page| {
-            self.inflight.iter().any(|(_, r, o, n)| {
-                Arc::ptr_eq(r, region)
-                    && *n > 0
-                    && region.page_of(*o).is_some_and(|a| a <= page)
-                    && region.page_of(o + n - 1).is_some_and(|b| page <= b)
-            })
-        })
+        region
+            .residency()
+            .missing(lo..hi + 1)
+            .all(|page| self.inflight.iter().any(|w| w.holds(region, page)))
+    }
+
+    /// Bytes still to come in before byte `end` of `region` is resident: the rest of the
+    /// page-in that holds it and of every one asked for before it (the worker runs them in
+    /// order). `None` when no page-in in flight holds it.
+    pub(super) fn bytes_before(&self, region: &Arc<Region>, end: usize) -> Option<usize> {
+        let page = region.page_of(end.max(1) - 1)?;
+        let mut ahead = 0;
+        for w in &self.inflight {
+            if w.holds(region, page) {
+                let upto = (end.max(w.offset) - w.offset).min(w.len);
+                return Some(ahead + upto.saturating_sub(w.front));
+            }
+            ahead += w.len - w.front.min(w.len);
+        }
+        None
     }
 
     /// A book whose request ids carry `tag` (the requester's have the top bit set, so one
@@ -199,6 +278,7 @@ impl FaultBook {
     /// Queues a page-in of `[offset, offset+len)` for the driver; returns its id.
     pub(super) fn request(
         &mut self,
+        now: Instant,
         psn: Psn,
         region: &Arc<Region>,
         offset: usize,
@@ -206,7 +286,14 @@ impl FaultBook {
     ) -> u64 {
         self.next_id += 1;
         let id = self.tag | self.next_id;
-        self.inflight.push((id, region.clone(), offset, len));
+        self.inflight.push(InFlight {
+            id,
+            region: region.clone(),
+            offset,
+            len,
+            front: 0,
+            at: now,
+        });
         self.requests.push_back(PageInRequest {
             id,
             psn,
@@ -217,10 +304,30 @@ impl FaultBook {
         id
     }
 
+    /// The driver reports the first `done` bytes of request `id` resident. Returns the bytes
+    /// the front moved and the time since it last moved (or since the request), for the rate.
+    pub(super) fn advance(
+        &mut self,
+        now: Instant,
+        id: u64,
+        done: usize,
+    ) -> Option<(usize, Duration)> {
+        let w = self.inflight.iter_mut().find(|w| w.id == id)?;
+        let done = done.min(w.len);
+        if done <= w.front {
+            return None;
+        }
+        let moved = done - w.front;
+        let took = now.saturating_duration_since(w.at);
+        w.front = done;
+        w.at = now;
+        Some((moved, took))
+    }
+
     /// Forgets request `id`; false if it was not in flight (a stale or foreign report).
     pub(super) fn finish(&mut self, id: u64) -> bool {
         let before = self.inflight.len();
-        self.inflight.retain(|(i, ..)| *i != id);
+        self.inflight.retain(|w| w.id != id);
         self.requests.retain(|r| r.id != id);
         self.inflight.len() != before
     }

@@ -9,8 +9,10 @@
 //!
 //! Pages that are not resident in `on-demand` regions are handled without blocking the receive
 //! path (PART, [`fault`]): the engine asks its driver for page-ins through
-//! [`QpProtocol::poll_page_in`] and resumes the sender with an explicit retransmission request when
-//! the driver reports them done ([`QpProtocol::page_in_done`]).
+//! [`QpProtocol::poll_page_in`]; packets behind the fault wait for the page-in wave's front
+//! ([`QpProtocol::page_in_progress`]), and a sender stopped at a fault resumes at the pace the
+//! responder advertises or at its explicit retransmission request once the driver reports the
+//! page-in done ([`QpProtocol::page_in_done`]).
 //!
 //! Packets are RoCEv2 UDP payloads (BTH .. ICRC). The engine leaves the 4 ICRC bytes zero; the
 //! transport seals them because the ICRC covers the IP and UDP headers the engine never sees.
@@ -35,7 +37,9 @@ mod responder;
 #[cfg(test)]
 mod tests;
 
-pub use fault::{FaultMode, PageInPolicy, PageInRequest, PartConfig, FAULT_RNR_TIMER};
+pub use fault::{
+    FaultMode, PageInPolicy, PageInRequest, PartConfig, DEFAULT_REORDER, FAULT_RNR_TIMER,
+};
 use requester::Requester;
 use responder::Responder;
 
@@ -214,9 +218,14 @@ pub struct Stats {
     pub errs_received: u64,
     /// PART, requester: holds ended by the fault timeout (TO) rather than by an ERR.
     pub fault_timeouts: u64,
-    /// PART: packets dropped behind a pending fault (later PSNs of the same queue pair, resent
-    /// after the ERR; READ responses, asked again after our page-in).
+    /// PART: packets dropped behind a stall (later PSNs of the same queue pair, resent after
+    /// the ERR or the fault timeout; READ responses, asked again after our page-in).
     pub held_drops: u64,
+    /// PART, responder: packets that waited in the reorder window for a page-in wave and were
+    /// not sent again.
+    pub wave_holds: u64,
+    /// PART, requester: holds ended at the pace the responder advertised in its fault NAK.
+    pub paced_resumes: u64,
     /// PART, both sides: sources (a WRITE's or SEND's local buffer, a READ response's region)
     /// populated before reading.
     pub source_faults: u64,
@@ -256,6 +265,8 @@ impl std::ops::AddAssign for Stats {
         self.errs_received += o.errs_received;
         self.fault_timeouts += o.fault_timeouts;
         self.held_drops += o.held_drops;
+        self.wave_holds += o.wave_holds;
+        self.paced_resumes += o.paced_resumes;
         self.source_faults += o.source_faults;
         self.one_sided += o.one_sided;
         self.ring_completions += o.ring_completions;
@@ -386,6 +397,7 @@ impl QpProtocol {
             );
         } else {
             self.resp.handle(
+                now,
                 &self.cfg,
                 &self.pd,
                 &repr,
@@ -406,9 +418,27 @@ impl QpProtocol {
             .or_else(|| self.req.faults.requests.pop_front())
     }
 
-    /// The page-in `id` finished: `Ok(pages)` made resident, or `Err(reason)`. When the
-    /// packet that faulted can now be placed, the responder queues the explicit retransmission
-    /// request; a failed page-in fails the sender's request (remote operational error).
+    /// The page-in `id` has its first `done` bytes (from [`PageInRequest::offset`]) resident
+    /// and goes on: packets waiting behind the wave's front are placed now
+    /// ([`PageInRequest::run_reporting`] gives these reports).
+    pub fn page_in_progress(&mut self, now: Instant, id: u64, done: usize) {
+        if id & requester::REQUESTER_IDS == 0 {
+            self.resp.page_in_progress(
+                now,
+                &self.cfg,
+                &self.pd,
+                id,
+                done,
+                &mut self.completions,
+                &mut self.stats,
+            );
+        }
+    }
+
+    /// The page-in `id` finished: `Ok(pages)` made resident, or `Err(reason)`. Packets waiting
+    /// for it are placed, and when the packet the sender was stopped at can now be placed, the
+    /// responder queues the explicit retransmission request; a failed page-in fails the
+    /// sender's request (remote operational error).
     pub fn page_in_done(
         &mut self,
         now: Instant,
@@ -419,8 +449,15 @@ impl QpProtocol {
             self.req
                 .page_in_done(now, id, result, &mut self.completions, &mut self.stats);
         } else {
-            self.resp
-                .page_in_done(&self.cfg, id, result, &mut self.stats);
+            self.resp.page_in_done(
+                now,
+                &self.cfg,
+                &self.pd,
+                id,
+                result,
+                &mut self.completions,
+                &mut self.stats,
+            );
         }
     }
 
@@ -507,6 +544,12 @@ pub trait Payload {
     /// Copies the whole payload into `region` at `offset` (already checked against the
     /// region); on failure, the NAK the request deserves.
     fn place(&mut self, region: &Region, offset: usize) -> std::result::Result<(), NakCode>;
+    /// Appends the payload to `dst`, so that the packet can wait for a page-in (PART's reorder
+    /// window); false when it cannot be copied out (it is still in a stream).
+    fn copy_out(&self, dst: &mut Vec<u8>) -> bool {
+        let _ = dst;
+        false
+    }
 }
 
 impl Payload for &[u8] {
@@ -517,6 +560,10 @@ impl Payload for &[u8] {
         region
             .write_at(offset, self)
             .map_err(|_| NakCode::RemoteOperationalError)
+    }
+    fn copy_out(&self, dst: &mut Vec<u8>) -> bool {
+        dst.extend_from_slice(self);
+        true
     }
 }
 

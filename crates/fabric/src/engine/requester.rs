@@ -2,7 +2,8 @@
 //! acknowledgement processing, READ responses, go-back-N retransmission and the retry limits.
 //!
 //! PART: a fault NAK (RNR NAK with [`FAULT_RNR_TIMER`]) makes the requester hold at the faulting
-//! PSN until the responder's ERR, or until its own fault timeout (TO) when one is set; local
+//! PSN until the responder's ERR, or, when it has a fault timeout (TO), until the pace the NAK
+//! advertises (the responder's page-in wave reaching that packet) or the timeout itself; local
 //! sources that are not resident are populated with the page-in policy before they are read. A
 //! READ response for a local destination that is not resident is dropped like a responder's
 //! faulting WRITE: a page-in request goes to the driver, and when it is done the READ is asked
@@ -89,6 +90,8 @@ pub(super) struct Requester {
     hold_until: Option<Instant>,
     /// PART: the window while probing after a fault timeout; `None`: the configured window.
     probe_window: Option<u32>,
+    /// PART: the hold ends at the pace the responder advertised, not at a guess.
+    paced: bool,
     /// PART: where the last ERR had us resume, and the window an ERR gives when the responder
     /// brings in only a few pages per fault (PIO, PI4): twice what went in between that resume
     /// and the next fault. Without it each ERR would resend the whole window, to be dropped
@@ -129,6 +132,7 @@ impl Requester {
             rto: cfg.retry_timeout,
             hold_until: None,
             probe_window: None,
+            paced: false,
             resumed_at: None,
             err_window: None,
             read_fault: None,
@@ -376,6 +380,7 @@ impl Requester {
                     NakCode::PsnSequenceError => {
                         if self.hold_until.take().is_some() {
                             // The ERR: the responder has the pages now.
+                            self.paced = false;
                             stats.errs_received += 1;
                             self.probe_window = self.err_window;
                             self.resumed_at = Some(psn);
@@ -398,15 +403,24 @@ impl Requester {
                 timer: FAULT_RNR_TIMER,
             } => {
                 // A page fault at the responder: hold at `psn` until the ERR or our timeout.
-                // Not an RNR retry: faults are expected and never fail the request.
+                // Not an RNR retry: faults are expected and never fail the request. Nor an
+                // acknowledgement: packets before `psn` may still wait for the page-in.
                 stats.naks_received += 1;
                 if let Some(r) = self.resumed_at {
                     let placed = psn.diff(r).max(0) as u32;
                     self.err_window = Some(placed.saturating_mul(2).max(PROBE_WINDOW));
                 }
-                self.ack_through(now, cfg, psn.add(Psn::MASK));
                 self.go_back(psn);
-                self.hold_until = Some(now + cfg.part.fault_timeout.unwrap_or(NTO_HOLD_LIMIT));
+                // The MSN field carries the responder's pace: microseconds until the pages of
+                // `psn` are in (0: no estimate).
+                let pace = Duration::from_micros(u64::from(aeth.msn));
+                let wait = match cfg.part.fault_timeout {
+                    Some(_) if !pace.is_zero() => pace.min(NTO_HOLD_LIMIT),
+                    Some(to) => to,
+                    None => NTO_HOLD_LIMIT,
+                };
+                self.paced = cfg.part.fault_timeout.is_some() && !pace.is_zero();
+                self.hold_until = Some(now + wait);
                 self.deadline = None;
                 self.rtt_probe = None;
             }
@@ -482,7 +496,7 @@ impl Requester {
                 p.wr.len - off,
             );
             let region = p.wr.local.clone();
-            self.read_fault = Some(self.faults.request(psn, &region, o, n));
+            self.read_fault = Some(self.faults.request(now, psn, &region, o, n));
             stats.faults += 1;
             stats.page_ins += 1;
             return;
@@ -611,7 +625,13 @@ impl Requester {
             // The fault timeout (or the NTO safety limit): resend from the faulting PSN now;
             // if the pages are not in yet the responder holds us again.
             self.hold_until = None;
-            if cfg.part.fault_timeout.is_some() {
+            if std::mem::take(&mut self.paced) {
+                // The responder said when the pages would be in, and holds what overtakes
+                // them in its reorder window (both ends of a queue pair take the same PART
+                // settings): send that much, doubling as it is acknowledged.
+                stats.paced_resumes += 1;
+                self.probe_window = Some(cfg.part.reorder.max(PROBE_WINDOW));
+            } else if cfg.part.fault_timeout.is_some() {
                 stats.fault_timeouts += 1;
                 self.probe_window = Some(PROBE_WINDOW);
             }
@@ -705,6 +725,7 @@ impl Requester {
         self.deadline = None;
         self.rnr_until = None;
         self.hold_until = None;
+        self.paced = false;
         self.read_fault = None;
         self.tx_idx = 0;
     }

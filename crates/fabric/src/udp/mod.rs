@@ -399,6 +399,15 @@ impl UdpQp {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The state, unless another thread holds it now.
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, TxState>> {
+        match self.st.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     pub(crate) fn local_addr(&self) -> SocketAddr {
         self.tx_ep.src
     }

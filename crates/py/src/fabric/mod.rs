@@ -281,6 +281,8 @@ impl PyQp {
             ("errs_received", e.errs_received),
             ("fault_timeouts", e.fault_timeouts),
             ("held_drops", e.held_drops),
+            ("wave_holds", e.wave_holds),
+            ("paced_resumes", e.paced_resumes),
             ("source_faults", e.source_faults),
             ("one_sided", e.one_sided),
             ("ring_completions", e.ring_completions),
@@ -349,6 +351,7 @@ impl PartArgs<'_> {
             policy: self.page_in.parse().map_err(PyValueError::new_err)?,
             block: self.page_in_block,
             fault_timeout,
+            ..fab::PartConfig::default()
         })
     }
 }

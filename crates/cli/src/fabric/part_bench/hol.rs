@@ -11,7 +11,7 @@ use remora_mem::{Access, Buffer, Mode, Pd, Region, PAGE_SIZE};
 use serde_json::{json, Value};
 
 use super::measure::{Bench, Cell, Job};
-use super::setup::{join, listen, part, resident_region};
+use super::setup::{join, listen, resident_region};
 use super::sweeps::Rng;
 
 /// Size of the head-of-line test's streaming WRITEs (into remote-backed memory).
@@ -85,7 +85,7 @@ pub(super) fn hol(b: &Bench, mode: FaultMode, secs: f64) -> Result<Value> {
     let pd = Arc::new(Pd::new());
     let (stream_dst, backing) = stream_region(&pd, &lazy);
     let probe_dst = resident_region(&pd, HOL_PROBE)?;
-    let l = listen(pd.clone(), part(mode, PageInPolicy::Pia, None))?;
+    let l = listen(pd.clone(), b.part(mode, PageInPolicy::Pia, None))?;
     let a = join(&l, b.requester(PartConfig::default()), HOL_STREAM)?;
     let p = join(&l, b.requester(PartConfig::default()), HOL_PROBE)?;
     let mut what = format!("hol {mode:?}: probe alone");

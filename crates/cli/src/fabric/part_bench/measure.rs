@@ -9,14 +9,35 @@ use serde_json::{json, Value};
 
 use super::setup::Setup;
 
-/// Median, min and p99 of one cell, in microseconds, and what the engines counted.
+/// Median, min and p99 of one cell, in microseconds, the median CPU time the process used
+/// meanwhile (every thread: both ends, the page-in worker), and what the engines counted.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Cell {
     pub(super) n: usize,
     pub(super) median: f64,
     pub(super) min: f64,
     pub(super) p99: f64,
+    pub(super) cpu: f64,
     pub(super) per: Option<PerTransfer>,
+}
+
+/// CPU time of the whole process so far (every thread, user and system).
+fn process_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 impl Cell {
@@ -24,24 +45,21 @@ impl Cell {
         if us.is_empty() {
             return Cell::default();
         }
-        us.sort_by(f64::total_cmp);
         let n = us.len();
+        let median = median(&mut us);
         Cell {
             n,
-            median: if n % 2 == 1 {
-                us[n / 2]
-            } else {
-                (us[n / 2 - 1] + us[n / 2]) / 2.0
-            },
+            median,
             min: us[0],
             p99: us[((0.99 * n as f64).ceil() as usize).clamp(1, n) - 1],
+            cpu: f64::NAN,
             per: None,
         }
     }
 
     pub(super) fn json(&self) -> Value {
-        let mut v =
-            json!({"n": self.n, "median_us": self.median, "min_us": self.min, "p99_us": self.p99});
+        let mut v = json!({"n": self.n, "median_us": self.median, "min_us": self.min,
+            "p99_us": self.p99, "cpu_us": (!self.cpu.is_nan()).then_some(self.cpu)});
         if let Some(p) = &self.per {
             v["per_transfer"] = p.json();
         }
@@ -59,6 +77,8 @@ pub(super) struct PerTransfer {
     fault_naks: f64,
     errs_sent: f64,
     held_drops: f64,
+    wave_holds: f64,
+    paced_resumes: f64,
     errs_received: f64,
     fault_timeouts: f64,
     timeouts: f64,
@@ -80,6 +100,8 @@ impl PerTransfer {
             fault_naks: d(r1.fault_naks, r0.fault_naks),
             errs_sent: d(r1.errs_sent, r0.errs_sent),
             held_drops: d(r1.held_drops, r0.held_drops),
+            wave_holds: d(r1.wave_holds, r0.wave_holds),
+            paced_resumes: d(q1.paced_resumes, q0.paced_resumes),
             errs_received: d(q1.errs_received, q0.errs_received),
             fault_timeouts: d(q1.fault_timeouts, q0.fault_timeouts),
             timeouts: d(q1.timeouts, q0.timeouts),
@@ -89,8 +111,10 @@ impl PerTransfer {
         }
     }
 
-    fn fields(&mut self) -> [&mut f64; 12] {
+    fn fields(&mut self) -> [&mut f64; 14] {
         [
+            &mut self.wave_holds,
+            &mut self.paced_resumes,
             &mut self.faults,
             &mut self.page_ins,
             &mut self.pages_in,
@@ -123,7 +147,8 @@ impl PerTransfer {
     fn json(&self) -> Value {
         json!({"faults": self.faults, "page_ins": self.page_ins, "pages_in": self.pages_in,
             "fault_naks": self.fault_naks, "errs_sent": self.errs_sent,
-            "held_drops": self.held_drops, "errs_received": self.errs_received,
+            "held_drops": self.held_drops, "wave_holds": self.wave_holds,
+            "paced_resumes": self.paced_resumes, "errs_received": self.errs_received,
             "fault_timeouts": self.fault_timeouts, "timeouts": self.timeouts,
             "retransmits": self.retransmits, "requester_tx_packets": self.tx_packets,
             "responder_rx_packets": self.rx_packets})
@@ -138,6 +163,8 @@ pub(super) struct Bench {
     pub(super) min_iters: usize,
     pub(super) cell: Duration,
     pub(super) bar: Option<indicatif::ProgressBar>,
+    /// The responder's reorder window (packets) on PART queue pairs.
+    pub(super) reorder: u32,
 }
 
 /// One series of a round-robin measurement: what to set up (untimed) and what to time.
@@ -164,22 +191,38 @@ impl<'a> Job<'a> {
         }
     }
 
-    /// Runs it once; returns the timed part and the engine counters it caused.
-    fn run(&mut self) -> Result<(Duration, PerTransfer)> {
+    /// Runs it once; returns the timed part, the process's CPU time during it and the engine
+    /// counters it caused.
+    fn run(&mut self) -> Result<(Duration, Duration, PerTransfer)> {
         let before = self.setup.map(Setup::stats);
         (self.prep)().with_context(|| format!("{}: setting up", self.what))?;
+        let cpu = process_cpu();
         let t = Instant::now();
         (self.timed)().with_context(|| self.what.clone())?;
         let took = t.elapsed();
+        let cpu = process_cpu().saturating_sub(cpu);
         let per = match (before, self.setup.map(Setup::stats)) {
             (Some(b), Some(a)) => PerTransfer::between(b, a, 1),
             _ => PerTransfer::default(),
         };
-        Ok((took, per))
+        Ok((took, cpu, per))
     }
 }
 
 impl Bench {
+    /// A queue pair's PART settings with the benchmark's reorder window.
+    pub(super) fn part(
+        &self,
+        mode: remora_fabric::FaultMode,
+        policy: remora_fabric::PageInPolicy,
+        timeout: Option<Duration>,
+    ) -> PartConfig {
+        PartConfig {
+            reorder: self.reorder,
+            ..super::setup::part(mode, policy, timeout)
+        }
+    }
+
     /// A requester's options: `part` (its fault timeout) and the benchmark's window.
     pub(super) fn requester(&self, part: PartConfig) -> QpOptions {
         QpOptions {
@@ -195,12 +238,13 @@ impl Bench {
     pub(super) fn round_robin(&self, mut jobs: Vec<Job<'_>>) -> Result<Vec<Cell>> {
         let n = jobs.len();
         let mut us: Vec<Vec<f64>> = vec![Vec::with_capacity(self.iters); n];
+        let mut cpu: Vec<Vec<f64>> = vec![Vec::with_capacity(self.iters); n];
         let mut spent = vec![Duration::ZERO; n];
         let mut per = vec![PerTransfer::default(); n];
         let mut done = vec![false; n];
         for (i, j) in jobs.iter_mut().enumerate() {
             let t = Instant::now();
-            per[i].add(&j.run()?.1);
+            per[i].add(&j.run()?.2);
             spent[i] += t.elapsed();
         }
         while done.iter().any(|d| !d) {
@@ -212,9 +256,10 @@ impl Bench {
                     b.set_message(j.what.clone());
                 }
                 let t = Instant::now();
-                let (took, p) = j.run()?;
+                let (took, c, p) = j.run()?;
                 spent[i] += t.elapsed();
                 us[i].push(took.as_secs_f64() * 1e6);
+                cpu[i].push(c.as_secs_f64() * 1e6);
                 per[i].add(&p);
                 let k = us[i].len();
                 if k >= self.iters || (k >= self.min_iters && spent[i] >= self.cell) {
@@ -229,8 +274,10 @@ impl Bench {
             .into_iter()
             .zip(per)
             .zip(&jobs)
-            .map(|((us, p), j)| {
+            .zip(cpu)
+            .map(|(((us, p), j), mut cpu)| {
                 let mut c = Cell::of(us);
+                c.cpu = median(&mut cpu);
                 if j.setup.is_some() {
                     c.per = Some(p.scaled(1.0 / (c.n + 1) as f64));
                 }

@@ -68,6 +68,10 @@ pub struct PartBenchArgs {
     /// transfer size, both axes logarithmic (the paper's figure).
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<std::path::PathBuf>,
+    /// Responder's reorder window in packets for the PART rows (0: the paper's protocol, every
+    /// fault stops the sender).
+    #[arg(long, default_value_t = remora_fabric::DEFAULT_REORDER)]
+    pub reorder: u32,
 }
 
 /// `4K`, `1M`: sizes as the tables name them.
@@ -111,6 +115,7 @@ pub fn part_bench(a: PartBenchArgs) -> Result<()> {
         min_iters: a.min_iters.clamp(1, a.iters),
         cell: Duration::from_secs_f64(a.cell_seconds.max(0.0)),
         bar: progress(cells + hol_cells),
+        reorder: a.reorder,
     };
     if let Err(why) = &pin {
         b.say(&format!("bench part: skipping the pin rows: {why}"));
@@ -235,8 +240,52 @@ impl Report {
             "pia_over_touch_not_present": ratio(pia, m(self.at_max("touch_not_present"))),
             "pia_over_pin_not_present": ratio(pia, m(self.at_max("pin_not_present"))),
             "pia_to100_over_touch_not_present": ratio(to100, m(self.at_max("touch_not_present"))),
+            "pia_to100_over_transfer_only": ratio(to100, m(self.at_max("transfer_only"))),
             "pia_nto_over_to100": ratio(nto, to100),
             "pia_nto_over_to100_by_size": by_size,
+            "model": self.model(),
+        })
+    }
+
+    /// What each policy should take at the largest size, from this run's own rows: the
+    /// transfer alone (T, and the CPU time it used), the page-in alone (P, and its CPU time),
+    /// one 4 KiB WRITE (r, a round trip and a packet) and the cores the process may use.
+    /// - the wave: max(T, r + P, (CPU of T + CPU of P) / cores): the transfer rides behind the
+    ///   page-in, unless the page-in is slower, or both together need more CPU than there is;
+    /// - the paper's NTO (no window): r + P + T: the page-in, the ERR, then the whole transfer;
+    /// - touching first: touch alone + the transfer into present pages.
+    fn model(&self) -> Value {
+        let (Some(t), Some(p)) = (self.at_max("transfer_only"), self.at_max("page_in_alone"))
+        else {
+            return Value::Null;
+        };
+        let r = self.fault["transfer_only"]["median_us"]
+            .as_f64()
+            .unwrap_or(f64::NAN);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let cpu = (t.cpu + p.cpu) / cores;
+        let (wave, bound) = [
+            (t.median, "transfer"),
+            (r + p.median, "page-in"),
+            (cpu, "cpu"),
+        ]
+        .into_iter()
+        .fold((f64::MIN, ""), |a, b| if b.0 > a.0 { b } else { a });
+        let touch = self
+            .at_max("touch_alone")
+            .zip(self.at_max("touch_present"))
+            .map(|(a, b)| a.median + b.median);
+        json!({
+            "cores": cores,
+            "round_trip_us": r,
+            "transfer_us": t.median,
+            "transfer_cpu_us": t.cpu,
+            "page_in_us": p.median,
+            "page_in_cpu_us": p.cpu,
+            "wave_us": wave,
+            "wave_bound": bound,
+            "paper_nto_us": r + p.median + t.median,
+            "touch_not_present_us": touch,
         })
     }
 
@@ -419,6 +468,25 @@ impl Report {
                 .as_f64()
                 .unwrap_or(f64::NAN),
             hl["pia_nto_over_to100"].as_f64().unwrap_or(f64::NAN),
+        );
+        let md = &hl["model"];
+        let f = |k: &str| md[k].as_f64().unwrap_or(f64::NAN);
+        println!(
+            " model at {} ({} cores): wave max(transfer {:.0}, round trip {:.0} + page-in {:.0}, cpu ({:.0} + {:.0}) / cores) = {:.0} µs, {}-bound (measured PIA TO 100 µs {:.0}, NTO {:.0}); paper's NTO {:.0} µs; touch first {:.0} µs (measured {:.0})",
+            human(self.sizes.last().copied().unwrap_or(0)),
+            f("cores"),
+            f("transfer_us"),
+            f("round_trip_us"),
+            f("page_in_us"),
+            f("transfer_cpu_us"),
+            f("page_in_cpu_us"),
+            f("wave_us"),
+            md["wave_bound"].as_str().unwrap_or("?"),
+            hl["pia_to100_us"].as_f64().unwrap_or(f64::NAN),
+            hl["pia_nto_us"].as_f64().unwrap_or(f64::NAN),
+            f("paper_nto_us"),
+            f("touch_not_present_us"),
+            hl["touch_not_present_us"].as_f64().unwrap_or(f64::NAN),
         );
     }
 }

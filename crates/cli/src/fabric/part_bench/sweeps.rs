@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::human;
 use super::measure::{Bench, Cell, Job};
-use super::setup::{part, pinned, touch, Setup};
+use super::setup::{pinned, touch, Setup};
 
 /// Fault timeouts of the sweep (the paper's), besides none (NTO).
 pub(super) const TIMEOUTS_US: [u64; 3] = [100, 500, 1000];
@@ -102,7 +102,7 @@ pub(super) fn latency_table(
 ) -> Result<Vec<(String, Vec<Cell>)>> {
     let max = *sizes.iter().max().expect("sizes");
     let none = PartConfig::default();
-    let open = |mode, policy| Setup::open(part(mode, policy, None), b.requester(none), max);
+    let open = |mode, policy| Setup::open(b.part(mode, policy, None), b.requester(none), max);
     let e = Engines {
         inline: open(FaultMode::Inline, PageInPolicy::Pia)?,
         pia: open(FaultMode::Part, PageInPolicy::Pia)?,
@@ -138,8 +138,8 @@ pub(super) fn timeout_sweep(b: &Bench, sizes: &[usize]) -> Result<Vec<TimeoutRow
             .iter()
             .map(|to| {
                 let t = to.map(Duration::from_micros);
-                let resp = part(FaultMode::Part, policy, None);
-                Setup::open(resp, b.requester(part(FaultMode::Part, policy, t)), max)
+                let resp = b.part(FaultMode::Part, policy, None);
+                Setup::open(resp, b.requester(b.part(FaultMode::Part, policy, t)), max)
             })
             .collect::<Result<Vec<_>>>()?;
         let mut rows: Vec<TimeoutRow> = tos.iter().map(|to| (policy, *to, Vec::new())).collect();
@@ -209,7 +209,7 @@ pub(super) fn frequency_sweep(b: &Bench, sizes: &[usize]) -> Result<Vec<FreqRow>
         .iter()
         .map(|&p| {
             let req = b.requester(PartConfig::default());
-            Setup::open(part(FaultMode::Part, p, None), req, max)
+            Setup::open(b.part(FaultMode::Part, p, None), req, max)
         })
         .collect::<Result<Vec<_>>>()?;
     let mut rows: Vec<FreqRow> = policies
@@ -244,7 +244,7 @@ pub(super) fn frequency_sweep(b: &Bench, sizes: &[usize]) -> Result<Vec<FreqRow>
 pub(super) fn one_fault(b: &Bench) -> Result<Value> {
     let none = PartConfig::default();
     let st = Setup::open(
-        part(FaultMode::Part, PageInPolicy::Pia, None),
+        b.part(FaultMode::Part, PageInPolicy::Pia, None),
         b.requester(none),
         PAGE_SIZE,
     )?;

@@ -52,8 +52,11 @@ struct Pair {
     /// Drop everything going from a to b.
     cut_a_to_b: bool,
     rng: Rng,
-    /// The page-in worker: requests done at an instant, for b (true) or a.
-    pager: Vec<(Instant, bool, PageInRequest)>,
+    /// The page-in worker: the next piece of a request done at an instant, for b (true) or a,
+    /// with the bytes already in and the pages they made resident.
+    pager: Vec<(Instant, bool, PageInRequest, usize, usize)>,
+    /// Bytes per piece the worker reports (the udp driver's [`crate::udp`] piece).
+    page_in_piece: usize,
     /// Virtual time a page-in takes: fixed cost and cost per 4 KiB page (the paper's ~6 + 3 µs).
     page_in_fixed: Duration,
     page_in_per_page: Duration,
@@ -104,6 +107,7 @@ impl Pair {
             pager: Vec::new(),
             page_in_fixed: Duration::from_micros(6),
             page_in_per_page: Duration::from_micros(3),
+            page_in_piece: 64 << 10,
             trace: Vec::new(),
         }
     }
@@ -192,9 +196,9 @@ impl Pair {
                     s.completions.push(c);
                 }
                 while let Some(r) = s.engine.poll_page_in() {
-                    let pages = r.len.div_ceil(4096) as u32;
+                    let pages = r.len.min(self.page_in_piece).div_ceil(4096) as u32;
                     let at = self.now + self.page_in_fixed + self.page_in_per_page * pages;
-                    self.pager.push((at, is_b, r));
+                    self.pager.push((at, is_b, r, 0, 0));
                 }
             }
             let next_packet = self.flight.iter().map(|f| f.0).min();
@@ -223,13 +227,22 @@ impl Pair {
                 let s = if to_b { &mut self.b } else { &mut self.a };
                 s.engine.handle(self.now, &pkt);
             }
-            let (done, rest): (Vec<_>, Vec<_>) =
-                self.pager.drain(..).partition(|f| f.0 <= self.now);
+            let (due, rest): (Vec<_>, Vec<_>) = self.pager.drain(..).partition(|f| f.0 <= self.now);
             self.pager = rest;
-            for (_, is_b, r) in done {
+            for (_, is_b, r, done, pages) in due {
+                // One worker piece: populate it, then report the front or the end.
                 let s = if is_b { &mut self.b } else { &mut self.a };
-                let result = r.run(64 << 10).map_err(|e| e.to_string());
-                s.engine.page_in_done(self.now, r.id, result);
+                let n = self.page_in_piece.min(r.len - done);
+                match r.region.page_in_range(r.offset + done, n) {
+                    Ok(got) if done + n < r.len => {
+                        s.engine.page_in_progress(self.now, r.id, done + n);
+                        let next = self.page_in_piece.min(r.len - done - n);
+                        let at = self.now + self.page_in_per_page * next.div_ceil(4096) as u32;
+                        self.pager.push((at, is_b, r, done + n, pages + got));
+                    }
+                    Ok(got) => s.engine.page_in_done(self.now, r.id, Ok(pages + got)),
+                    Err(e) => s.engine.page_in_done(self.now, r.id, Err(e.to_string())),
+                }
             }
             for s in [&mut self.a, &mut self.b] {
                 if s.engine.poll_timeout().is_some_and(|t| t <= self.now) {

@@ -2,20 +2,20 @@
 //! through, placing WRITE and SEND payloads, READ responses, coalesced ACKs and NAKs (RC), and
 //! the drop-until-next-first rule after a gap (UC).
 //!
-//! PART (RC): a packet whose target pages are not resident is not placed; the responder records
-//! the fault, asks for a page-in, NAKs the sender to hold and drops what follows on this queue
-//! pair until the page-in is done, then sends the ERR ([`super::fault`]).
+//! PART (RC): a packet whose target pages are not resident is not placed; it waits behind the
+//! page-in wave it starts, or the sender is stopped at it ([`wave`], [`super::fault`]).
 //!
 //! WRITE-with-immediate does not consume a posted receive buffer here (unlike verbs, where it
 //! does): its completion carries `wr_id` 0, so a receiver needs no receive ring for events.
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Instant;
 
 use remora_mem::{Access, Pd, Region};
 use remora_wire::{AethRepr, NakCode, Op, Psn, Repr, Service, Syndrome};
 
 use super::access;
-use super::fault::{self, FaultBook, Pending, FAULT_RNR_TIMER};
+use super::fault::{self, FaultBook, FAULT_RNR_TIMER};
 use super::{packets_for, EngineConfig, Payload, Source, Stats, Tx};
 use crate::wr::{Completion, RecvWr, Status, WcOpcode};
 
@@ -23,6 +23,8 @@ use crate::wr::{Completion, RecvWr, Status, WcOpcode};
 const NO_CREDITS: u8 = 0x1F;
 /// RNR NAK timer code sent when no receive buffer is posted (0.01 ms in the IBA table).
 const RNR_TIMER: u8 = 1;
+
+mod wave;
 
 enum MsgKind {
     Write,
@@ -42,8 +44,19 @@ struct InMsg {
 }
 
 enum Out {
-    Nak { psn: Psn, code: NakCode },
-    Rnr { psn: Psn, timer: u8 },
+    Nak {
+        psn: Psn,
+        code: NakCode,
+    },
+    Rnr {
+        psn: Psn,
+        timer: u8,
+    },
+    /// PART's hold: resend from `psn`, about `pace_us` from now (0: when the ERR comes).
+    Fault {
+        psn: Psn,
+        pace_us: u32,
+    },
     Read(ReadResponse),
 }
 
@@ -83,6 +96,8 @@ pub(super) struct Responder {
     /// stream: nothing can be missing).
     run: u32,
     pub(super) faults: FaultBook,
+    /// PART: packets waiting for a page-in wave.
+    window: wave::Window,
 }
 
 impl Responder {
@@ -102,11 +117,14 @@ impl Responder {
                 Service::Uc => 0,
             },
             faults: FaultBook::default(),
+            window: wave::Window::new(),
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn handle(
         &mut self,
+        now: Instant,
         cfg: &EngineConfig,
         pd: &Pd,
         repr: &Repr,
@@ -115,13 +133,15 @@ impl Responder {
         stats: &mut Stats,
     ) {
         match cfg.service {
-            Service::Rc => self.handle_rc(cfg, pd, repr, payload, completions, stats),
+            Service::Rc => self.handle_rc(now, cfg, pd, repr, payload, completions, stats),
             Service::Uc => self.handle_uc(cfg, pd, repr, payload, completions, stats),
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn handle_rc(
         &mut self,
+        now: Instant,
         cfg: &EngineConfig,
         pd: &Pd,
         repr: &Repr,
@@ -143,9 +163,23 @@ impl Responder {
             }
             return;
         }
-        if d > 0 {
-            if self.faults.pending.is_some() {
-                // Behind a fault: the sender resends from it after the ERR.
+        let held = self.window.len() as i32;
+        if d < held {
+            // A resend of a packet already waiting in the window: the sender's retransmission
+            // timer ran out while the page-in goes on (a slow page server).
+            stats.duplicates += 1;
+            if d == 0 {
+                self.hold_sender(cfg, stats);
+            }
+            return;
+        }
+        if d > held {
+            if held > 0 {
+                self.gap_behind_window(cfg, stats);
+                return;
+            }
+            if self.faults.stall.is_some() {
+                // Behind a stall: the sender resends from it.
                 stats.held_drops += 1;
                 return;
             }
@@ -159,13 +193,20 @@ impl Responder {
             }
             return;
         }
+        if held > 0 {
+            if self.behind_window(cfg, repr, payload, stats) {
+                // Its pages may be in already, and the front's too by now.
+                self.drain(now, cfg, pd, completions, stats);
+            }
+            return;
+        }
         match self.execute(cfg, pd, repr, payload, completions, stats) {
             Ok(advance) => {
                 self.epsn = psn.add(advance);
                 self.nak_sent = false;
                 // A resend (the sender's fault timeout) got in before our ERR: nothing to wait
                 // for any more.
-                self.faults.pending = None;
+                self.faults.stall = None;
                 if repr.bth.ack_req && repr.bth.opcode.op != Op::ReadRequest {
                     self.ack_pending = true;
                 }
@@ -183,97 +224,7 @@ impl Responder {
                 offset,
                 len,
                 rest,
-            }) => self.fault(cfg, psn, region, offset, len, rest, stats),
-        }
-    }
-
-    /// PART: the packet at `psn` was not placed. Ask for the pages unless a page-in on its way
-    /// covers them, and tell the sender to hold.
-    #[allow(clippy::too_many_arguments)]
-    fn fault(
-        &mut self,
-        cfg: &EngineConfig,
-        psn: Psn,
-        region: Arc<Region>,
-        offset: usize,
-        len: usize,
-        rest: usize,
-        stats: &mut Stats,
-    ) {
-        let again =
-            self.faults.pending.as_ref().is_some_and(|p| {
-                p.psn == psn && Arc::ptr_eq(&p.region, &region) && p.offset == offset
-            });
-        if !again {
-            stats.faults += 1;
-        }
-        if !self.faults.covered(&region, offset, len) {
-            let (o, n) = fault::policy_range(&cfg.part, &region, offset, len, rest);
-            self.faults.request(psn, &region, o, n);
-            stats.page_ins += 1;
-        }
-        self.faults.pending = Some(Pending {
-            psn,
-            region,
-            offset,
-            len,
-        });
-        stats.fault_naks += 1;
-        self.out.push_back(Out::Rnr {
-            psn,
-            timer: FAULT_RNR_TIMER,
-        });
-    }
-
-    /// A page-in finished: send the ERR if the pending fault's pages are all in now, or fail
-    /// the request if the pages could not be brought in.
-    pub(super) fn page_in_done(
-        &mut self,
-        cfg: &EngineConfig,
-        id: u64,
-        result: std::result::Result<usize, String>,
-        stats: &mut Stats,
-    ) {
-        if !self.faults.finish(id) {
-            return;
-        }
-        let Some(p) = &self.faults.pending else {
-            if let Ok(n) = result {
-                stats.pages_in += n as u64;
-            }
-            return;
-        };
-        match result {
-            Ok(n) => {
-                stats.pages_in += n as u64;
-                if p.psn == self.epsn && p.region.is_resident(p.offset, p.len) {
-                    stats.errs_sent += 1;
-                    // The ERR is a PSN sequence error NAK at the PSN to resume from; a later
-                    // out-of-sequence packet must not send a second one.
-                    self.nak_sent = true;
-                    self.out.push_back(Out::Nak {
-                        psn: self.epsn,
-                        code: NakCode::PsnSequenceError,
-                    });
-                    self.faults.pending = None;
-                } else if p.psn == self.epsn && !self.faults.covered(&p.region, p.offset, p.len) {
-                    // Another request covered part of the packet; ask for what is still out.
-                    let (o, n) = fault::policy_range(&cfg.part, &p.region, p.offset, p.len, p.len);
-                    let (psn, region) = (p.psn, p.region.clone());
-                    self.faults.request(psn, &region, o, n);
-                    stats.page_ins += 1;
-                }
-            }
-            Err(why) => {
-                tracing::warn!(psn = p.psn.value(), reason = %why, "page-in failed; the request fails");
-                let psn = p.psn;
-                self.faults.pending = None;
-                self.cur = None;
-                self.out.push_back(Out::Nak {
-                    psn,
-                    code: NakCode::RemoteOperationalError,
-                });
-            }
+            }) => self.on_fault(now, cfg, repr, payload, (region, offset, len, rest), stats),
         }
     }
 
@@ -660,6 +611,14 @@ impl Responder {
             Out::Rnr { psn, timer } => {
                 stats.naks_sent += 1;
                 let r = ack(*psn, Syndrome::RnrNak { timer: *timer }, self.msn);
+                Tx::headers(r.emit(buf, &[]), r.header_len())
+            }
+            Out::Fault { psn, pace_us } => {
+                stats.naks_sent += 1;
+                let syndrome = Syndrome::RnrNak {
+                    timer: FAULT_RNR_TIMER,
+                };
+                let r = ack(*psn, syndrome, *pace_us);
                 Tx::headers(r.emit(buf, &[]), r.header_len())
             }
             Out::Read(r) => {
