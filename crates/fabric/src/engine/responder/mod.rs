@@ -89,6 +89,9 @@ pub(super) struct Responder {
     cur: Option<InMsg>,
     nak_sent: bool,
     ack_pending: bool,
+    /// Everything before this PSN is acknowledged to the sender (an ACK, or a NAK, which
+    /// acknowledges what precedes it; a fault NAK does not).
+    acked_to: Psn,
     out: VecDeque<Out>,
     pub(super) recv_queue: VecDeque<RecvWr>,
     uc_wait_first: bool,
@@ -108,6 +111,7 @@ impl Responder {
             cur: None,
             nak_sent: false,
             ack_pending: false,
+            acked_to: cfg.recv_psn,
             out: VecDeque::new(),
             recv_queue: VecDeque::new(),
             uc_wait_first: false,
@@ -592,6 +596,7 @@ impl Responder {
                 return None;
             }
             self.ack_pending = false;
+            self.acked_to = self.epsn;
             stats.acks_sent += 1;
             let repr = ack(
                 self.epsn.add(Psn::MASK),
@@ -605,11 +610,13 @@ impl Responder {
         let tx = match front {
             Out::Nak { psn, code } => {
                 stats.naks_sent += 1;
+                self.acked_to = *psn;
                 let r = ack(*psn, Syndrome::Nak(*code), self.msn);
                 Tx::headers(r.emit(buf, &[]), r.header_len())
             }
             Out::Rnr { psn, timer } => {
                 stats.naks_sent += 1;
+                self.acked_to = *psn;
                 let r = ack(*psn, Syndrome::RnrNak { timer: *timer }, self.msn);
                 Tx::headers(r.emit(buf, &[]), r.header_len())
             }

@@ -224,9 +224,11 @@ impl Responder {
         self.faults.stall = Some(Stall { psn, target });
         stats.fault_naks += 1;
         self.out.push_back(Out::Fault { psn, pace_us });
-        // The NAK acknowledges nothing, so say what is placed: the sender's window moves on
-        // (and a probe after its timeout doubles).
-        self.ack_pending = true;
+        // The NAK acknowledges nothing, so say what is placed if the sender has not heard it:
+        // its window moves on (and a probe after its timeout doubles).
+        if self.acked_to != self.epsn {
+            self.ack_pending = true;
+        }
     }
 
     /// The pace a stall advertises: 0 (no estimate) when no page-in holds its pages, or when
