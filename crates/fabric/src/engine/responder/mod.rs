@@ -1,6 +1,6 @@
-//! The responder half of a queue pair: expected PSN, the access check every remote request goes
-//! through, placing WRITE and SEND payloads, READ responses, coalesced ACKs and NAKs (RC), and
-//! the drop-until-next-first rule after a gap (UC).
+//! The responder half of a queue pair: expected PSN, READ responses, coalesced ACKs and NAKs
+//! (RC), and the drop-until-next-first rule after a gap (UC). Carrying out a request packet (the
+//! access check, placing WRITE and SEND payloads) is in [`place`].
 //!
 //! PART (RC): a packet whose target pages are not resident is not placed; it waits behind the
 //! page-in wave it starts, or the sender is stopped at it ([`wave`], [`super::fault`]).
@@ -17,13 +17,14 @@ use remora_wire::{AethRepr, NakCode, Op, Psn, Repr, Service, Syndrome};
 use super::access;
 use super::fault::{self, FaultBook, FAULT_RNR_TIMER};
 use super::{packets_for, EngineConfig, Payload, Source, Stats, Tx};
-use crate::wr::{Completion, RecvWr, Status, WcOpcode};
+use crate::wr::{Completion, RecvWr};
 
 /// Credits field meaning "no end-to-end flow control" (invalid credit count).
 const NO_CREDITS: u8 = 0x1F;
 /// RNR NAK timer code sent when no receive buffer is posted (0.01 ms in the IBA table).
 const RNR_TIMER: u8 = 1;
 
+mod place;
 mod wave;
 
 enum MsgKind {
@@ -275,223 +276,6 @@ impl Responder {
         }
     }
 
-    /// Carries out one in-sequence request packet; returns how many PSNs it used.
-    fn execute(
-        &mut self,
-        cfg: &EngineConfig,
-        pd: &Pd,
-        repr: &Repr,
-        payload: &mut dyn Payload,
-        completions: &mut VecDeque<Completion>,
-        stats: &mut Stats,
-    ) -> Result<u32, Refuse> {
-        let op = repr.bth.opcode.op;
-        let mtu = cfg.mtu;
-        let invalid = |stats: &mut Stats| {
-            stats.invalid_requests += 1;
-            Refuse::Nak(NakCode::InvalidRequest)
-        };
-        match op {
-            Op::WriteFirst | Op::WriteOnly | Op::WriteOnlyImm => {
-                let Some(reth) = repr.reth else {
-                    return Err(invalid(stats));
-                };
-                if self.cur.is_some() {
-                    return Err(invalid(stats));
-                }
-                let total = reth.len as usize;
-                let only = op != Op::WriteFirst;
-                let len_ok = if only {
-                    payload.len() == total && total <= mtu
-                } else {
-                    payload.len() == mtu && total > mtu
-                };
-                if !len_ok {
-                    return Err(invalid(stats));
-                }
-                let (region, offset) = access::check_remote(
-                    pd,
-                    reth.rkey,
-                    reth.va,
-                    total as u64,
-                    Access::REMOTE_WRITE,
-                )
-                .map_err(|e| {
-                    stats.access_errors += 1;
-                    tracing::debug!(error = %e, "remote WRITE refused");
-                    Refuse::Nak(NakCode::RemoteAccessError)
-                })?;
-                check_place(cfg, &region, offset, payload.len(), total)?;
-                place(&region, offset, payload, stats)?;
-                if only {
-                    self.finish_write(total, repr.immdt, completions);
-                } else {
-                    self.cur = Some(InMsg {
-                        kind: MsgKind::Write,
-                        region,
-                        offset: offset + payload.len(),
-                        remaining: total - payload.len(),
-                        received: payload.len(),
-                    });
-                }
-                Ok(1)
-            }
-            Op::WriteMiddle | Op::WriteLast | Op::WriteLastImm => {
-                let last = op != Op::WriteMiddle;
-                let ok = match &self.cur {
-                    Some(
-                        m @ InMsg {
-                            kind: MsgKind::Write,
-                            ..
-                        },
-                    ) => {
-                        if last {
-                            payload.len() == m.remaining
-                        } else {
-                            payload.len() == mtu && m.remaining > mtu
-                        }
-                    }
-                    _ => false,
-                };
-                if !ok {
-                    return Err(invalid(stats));
-                }
-                let m = self.cur.as_mut().expect("checked above");
-                check_place(cfg, &m.region, m.offset, payload.len(), m.remaining)?;
-                place(&m.region, m.offset, payload, stats)?;
-                m.offset += payload.len();
-                m.remaining -= payload.len();
-                m.received += payload.len();
-                if last {
-                    let total = m.received;
-                    self.cur = None;
-                    self.finish_write(total, repr.immdt, completions);
-                }
-                Ok(1)
-            }
-            Op::SendFirst | Op::SendOnly | Op::SendOnlyImm => {
-                if self.cur.is_some() {
-                    return Err(invalid(stats));
-                }
-                let only = op != Op::SendFirst;
-                if (only && payload.len() > mtu) || (!only && payload.len() != mtu) {
-                    return Err(invalid(stats));
-                }
-                let recv = self.take_recv(cfg, payload, completions, stats)?;
-                if only {
-                    self.finish_send(recv, payload.len(), repr.immdt, completions);
-                } else {
-                    self.cur = Some(InMsg {
-                        region: recv.local.clone(),
-                        offset: recv.offset + payload.len(),
-                        remaining: recv.len - payload.len(),
-                        received: payload.len(),
-                        kind: MsgKind::Send(recv),
-                    });
-                }
-                Ok(1)
-            }
-            Op::SendMiddle | Op::SendLast | Op::SendLastImm => {
-                let last = op != Op::SendMiddle;
-                let Some(m) = self.cur.as_mut() else {
-                    return Err(invalid(stats));
-                };
-                if !matches!(m.kind, MsgKind::Send(_)) || (!last && payload.len() != mtu) {
-                    return Err(invalid(stats));
-                }
-                if payload.len() > m.remaining {
-                    let Some(InMsg {
-                        kind: MsgKind::Send(recv),
-                        received,
-                        ..
-                    }) = self.cur.take()
-                    else {
-                        unreachable!("checked above");
-                    };
-                    completions.push_back(Completion {
-                        wr_id: recv.wr_id,
-                        status: Status::LocalLengthError,
-                        opcode: WcOpcode::Recv,
-                        byte_len: received as u32,
-                        imm: None,
-                        in_sequence: self.run,
-                    });
-                    stats.invalid_requests += 1;
-                    return Err(Refuse::Nak(NakCode::InvalidRequest));
-                }
-                check_place(cfg, &m.region, m.offset, payload.len(), m.remaining)?;
-                place(&m.region, m.offset, payload, stats)?;
-                m.offset += payload.len();
-                m.remaining -= payload.len();
-                m.received += payload.len();
-                if last {
-                    let Some(InMsg {
-                        kind: MsgKind::Send(recv),
-                        received,
-                        ..
-                    }) = self.cur.take()
-                    else {
-                        unreachable!("checked above");
-                    };
-                    self.finish_send(recv, received, repr.immdt, completions);
-                }
-                Ok(1)
-            }
-            Op::ReadRequest => {
-                if self.cur.is_some() {
-                    return Err(invalid(stats));
-                }
-                let r = self.read_request(cfg, pd, repr, stats)?;
-                let n = r.npkts;
-                self.out.push_back(Out::Read(r));
-                self.msn = (self.msn + 1) & 0xFF_FFFF;
-                Ok(n)
-            }
-            _ => Err(invalid(stats)),
-        }
-    }
-
-    /// Places a SEND's (first) payload in the next posted receive, which it returns: RNR
-    /// without one, a length error (the receive completes with it) when it does not fit.
-    fn take_recv(
-        &mut self,
-        cfg: &EngineConfig,
-        payload: &mut dyn Payload,
-        completions: &mut VecDeque<Completion>,
-        stats: &mut Stats,
-    ) -> Result<RecvWr, Refuse> {
-        let Some(recv) = self.recv_queue.front() else {
-            return Err(Refuse::Rnr);
-        };
-        if payload.len() > recv.len {
-            return Err(self.length_error(completions, stats));
-        }
-        check_place(cfg, &recv.local, recv.offset, payload.len(), recv.len)?;
-        let recv = self.recv_queue.pop_front().expect("checked above");
-        place(&recv.local, recv.offset, payload, stats)?;
-        Ok(recv)
-    }
-
-    /// A whole SEND that arrived outside the packet path (the shm ring): matched, placed and
-    /// completed exactly as a SEND Only packet, without a PSN or an ACK.
-    pub(super) fn accept_send(
-        &mut self,
-        cfg: &EngineConfig,
-        payload: &mut dyn Payload,
-        imm: Option<u32>,
-        completions: &mut VecDeque<Completion>,
-        stats: &mut Stats,
-    ) -> Result<(), Refuse> {
-        if self.cur.is_some() || payload.len() > cfg.mtu {
-            stats.invalid_requests += 1;
-            return Err(Refuse::Nak(NakCode::InvalidRequest));
-        }
-        let recv = self.take_recv(cfg, payload, completions, stats)?;
-        let n = payload.len();
-        self.finish_send(recv, n, imm, completions);
-        Ok(())
-    }
-
     fn read_request(
         &self,
         cfg: &EngineConfig,
@@ -520,62 +304,6 @@ impl Responder {
             psn: repr.bth.psn,
             next: 0,
         })
-    }
-
-    fn length_error(
-        &mut self,
-        completions: &mut VecDeque<Completion>,
-        stats: &mut Stats,
-    ) -> Refuse {
-        if let Some(recv) = self.recv_queue.pop_front() {
-            completions.push_back(Completion {
-                wr_id: recv.wr_id,
-                status: Status::LocalLengthError,
-                opcode: WcOpcode::Recv,
-                byte_len: 0,
-                imm: None,
-                in_sequence: self.run,
-            });
-        }
-        stats.invalid_requests += 1;
-        Refuse::Nak(NakCode::InvalidRequest)
-    }
-
-    fn finish_write(
-        &mut self,
-        total: usize,
-        imm: Option<u32>,
-        completions: &mut VecDeque<Completion>,
-    ) {
-        self.msn = (self.msn + 1) & 0xFF_FFFF;
-        if imm.is_some() {
-            completions.push_back(Completion {
-                wr_id: 0,
-                status: Status::Success,
-                opcode: WcOpcode::RecvRdmaWithImm,
-                byte_len: total as u32,
-                imm,
-                in_sequence: self.run,
-            });
-        }
-    }
-
-    fn finish_send(
-        &mut self,
-        recv: RecvWr,
-        total: usize,
-        imm: Option<u32>,
-        completions: &mut VecDeque<Completion>,
-    ) {
-        self.msn = (self.msn + 1) & 0xFF_FFFF;
-        completions.push_back(Completion {
-            wr_id: recv.wr_id,
-            status: Status::Success,
-            opcode: WcOpcode::Recv,
-            byte_len: total as u32,
-            imm,
-            in_sequence: self.run,
-        });
     }
 
     pub(super) fn poll_transmit(
@@ -683,39 +411,4 @@ impl Responder {
         self.out.pop_front();
         Some(tx)
     }
-}
-
-/// PART (RC only; UC cannot ask for a resend and places inline): refuses to place into pages
-/// that are not resident.
-fn check_place(
-    cfg: &EngineConfig,
-    region: &Arc<Region>,
-    offset: usize,
-    len: usize,
-    rest: usize,
-) -> Result<(), Refuse> {
-    if cfg.service == Service::Rc && fault::must_fault(&cfg.part, region, offset, len) {
-        return Err(Refuse::Fault {
-            region: region.clone(),
-            offset,
-            len,
-            rest,
-        });
-    }
-    Ok(())
-}
-
-/// Moves a payload into a region at an offset the access check already approved.
-fn place(
-    region: &Region,
-    offset: usize,
-    payload: &mut dyn Payload,
-    stats: &mut Stats,
-) -> Result<(), Refuse> {
-    payload.place(region, offset).map_err(|code| {
-        if code == NakCode::InvalidRequest {
-            stats.invalid_requests += 1;
-        }
-        Refuse::Nak(code)
-    })
 }

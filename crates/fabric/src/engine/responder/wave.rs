@@ -23,7 +23,7 @@ const PAGE: usize = 4096;
 /// Largest pace a fault NAK can carry (the AETH MSN field is 24 bits of microseconds).
 const MAX_PACE_US: u64 = 0xFF_FFFF;
 /// Payload buffers kept for the next wave; the rest are freed when the window empties.
-const SPARE: usize = 64;
+const SPARE: usize = 16;
 
 /// A packet waiting behind the wave: its headers and a copy of its payload.
 struct Held {
