@@ -118,6 +118,26 @@ impl Window {
 }
 
 impl Responder {
+    /// Whether `[offset, offset+len)` of `region` is (now) on a wave: a page-in in flight
+    /// covers it, or the one the policy asks for here reaches past the packet (PIA, PI4; not
+    /// PIO, whose page-in is the packet's own pages).
+    fn wave_for(
+        &mut self,
+        now: Instant,
+        cfg: &EngineConfig,
+        psn: Psn,
+        (region, offset, len, rest): (&Arc<Region>, usize, usize, usize),
+        stats: &mut Stats,
+    ) -> bool {
+        if self.faults.covered(region, offset, len) {
+            return true;
+        }
+        let (o, n) = fault::policy_range(&cfg.part, region, offset, len, rest);
+        self.faults.request(now, psn, region, o, n);
+        stats.page_ins += 1;
+        o + n > offset + len
+    }
+
     /// PART: the packet at `psn`, the next expected with nothing held, was not placed because
     /// `[offset, offset+len)` of `region` is not resident. Start (or join) the wave and hold
     /// the packet, or stop the sender at it.
@@ -143,13 +163,7 @@ impl Responder {
         }
         // A wave: a page-in that reaches past this packet (PIA, PI4), so the packets behind it
         // can wait for their pages instead of being sent again.
-        let mut wave = self.faults.covered(&region, offset, len);
-        if !wave {
-            let (o, n) = fault::policy_range(&cfg.part, &region, offset, len, rest);
-            self.faults.request(now, psn, &region, o, n);
-            stats.page_ins += 1;
-            wave = o + n > offset + len;
-        }
+        let wave = self.wave_for(now, cfg, psn, (&region, offset, len, rest), stats);
         if wave && self.window.push(cfg.part.reorder, repr, payload) {
             stats.wave_holds += 1;
             self.window.anchor = Some((region, offset));
@@ -284,21 +298,16 @@ impl Responder {
                     len,
                     rest,
                 }) => {
-                    let mut wave = self.faults.covered(&region, offset, len);
-                    if !wave {
+                    if !self.faults.covered(&region, offset, len) {
                         stats.faults += 1;
-                        let (o, n) = fault::policy_range(&cfg.part, &region, offset, len, rest);
-                        self.faults.request(now, h.repr.bth.psn, &region, o, n);
-                        stats.page_ins += 1;
-                        wave = o + n > offset + len;
                     }
-                    if wave {
+                    let psn = h.repr.bth.psn;
+                    if self.wave_for(now, cfg, psn, (&region, offset, len, rest), stats) {
                         self.window.anchor = Some((region, offset));
                         self.window.held.push_front(h);
                         break;
                     }
                     // PIO: this packet's pages alone are coming; the rest is sent again.
-                    let psn = h.repr.bth.psn;
                     self.window.recycle(h.data);
                     stats.held_drops += self.window.clear() as u64;
                     self.stall_at(cfg, psn, Some((region, offset, len)), stats);

@@ -272,3 +272,4 @@ fn bytes(region: &Region, off: usize, len: usize) -> Vec<u8> {
 
 mod part;
 mod protocol;
+mod wave;
