@@ -26,7 +26,6 @@
 
 pub mod arena;
 pub mod config;
-pub mod conns;
 pub mod daemon;
 pub mod handler;
 pub mod logger;

@@ -9,7 +9,8 @@
 //! privileges before it starts threads, but the process-wide call keeps every thread
 //! unprivileged whatever started first. `getrusage`: rustix 1 has none. Everything else (socket
 //! calls, poll, madvise, mlockall, dup2 over stdio, ...) goes through rustix at its call site.
-//! `server/uring.rs` keeps its own io_uring structures and syscalls: it is the io_uring driver.
+//! The io_uring driver (`server/uring.rs`) gets its ring from the `io-uring` crate, whose
+//! `SendMsg` takes a libc `msghdr`: [`MsgHdr`] builds that header here.
 
 use std::ffi::CString;
 use std::io;
@@ -102,4 +103,41 @@ pub(crate) fn cpu_times() -> io::Result<(Duration, Duration)> {
     };
     let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     Ok((time(ru.ru_utime), time(ru.ru_stime)))
+}
+
+/// The iovec array and `msghdr` of an io_uring `SendMsg` (the `io-uring` crate takes a libc
+/// `msghdr`; rustix's `sendmsg` builds its own and makes the call at once). Both live on the
+/// heap, so the header's address and its iovec pointer stay put when the owner moves.
+pub(crate) struct MsgHdr {
+    iov: Vec<libc::iovec>,
+    msg: Box<libc::msghdr>,
+}
+
+impl MsgHdr {
+    /// A header with room for `n` pieces and nothing to send yet.
+    pub(crate) fn with_capacity(n: usize) -> MsgHdr {
+        MsgHdr {
+            iov: Vec::with_capacity(n),
+            // SAFETY: msghdr is a plain C struct for which all-zero is valid (no name, no
+            // control data, no pieces); `point_at` sets its iovec pointer before each use.
+            msg: Box::new(unsafe { std::mem::zeroed() }),
+        }
+    }
+
+    /// Points the header at `pieces` and returns it for the submission. The kernel reads the
+    /// pieces through it when the operation runs: the caller keeps them (and `self`)
+    /// unchanged until it completes.
+    pub(crate) fn point_at<'a>(
+        &mut self,
+        pieces: impl Iterator<Item = &'a [u8]>,
+    ) -> *const libc::msghdr {
+        self.iov.clear();
+        self.iov.extend(pieces.map(|p| libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        }));
+        self.msg.msg_iov = self.iov.as_mut_ptr();
+        self.msg.msg_iovlen = self.iov.len() as _;
+        &*self.msg
+    }
 }

@@ -22,7 +22,7 @@
 //! Concurrency: the arena is single-writer; its owner holds one lock around every call. Pins
 //! read their bytes without the lock, which is sound because nothing writes a pinned chunk.
 //!
-//! An item larger than `slab_chunk_max` is chunked as memcached's are (`items.rs`): a header
+//! An item larger than `slab_chunk_max` is chunked as memcached's are (`alloc.rs`): a header
 //! item linked in the largest class' LRU, its value in a chain of chunks of the largest class
 //! (the last from the class that fits it), allocated, evicted, moved and freed as one item.
 //! Such a value is copied out under the lock for a reply (a [`Pin`] that owns its bytes).
@@ -36,6 +36,7 @@
 //! let it = a.get(b"k", 1000).unwrap();
 //! assert_eq!((it.value, it.flags), (&b"value"[..], 7));
 //! ```
+mod alloc;
 mod check;
 mod handover;
 mod hash;
@@ -45,6 +46,7 @@ mod lru;
 #[cfg(test)]
 mod lru_tests;
 mod memory;
+mod pins;
 mod slabs;
 #[cfg(test)]
 mod tests;

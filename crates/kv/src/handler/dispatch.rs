@@ -37,26 +37,30 @@ fn run(
         crate::migrate::gate::Entry::Go(g) => g,
         crate::migrate::gate::Entry::Redirect(line) => return redirect(eng, s, input, out, &line),
     };
-    let lim = eng.limits();
-    let now = eng.now();
-    let mut pos = 0;
+    let mut w = Walk {
+        eng,
+        lim: eng.limits(),
+        now: eng.now(),
+        vv: eng.settings.verbose >= 2,
+        out_limit,
+        pos: 0,
+        reqs: 0,
+    };
     let mut close = false;
     let mut yielded = false;
-    let mut reqs = 0usize;
     if let Some(e) = &s.conn {
-        e.busy(now);
+        e.busy(w.now);
     }
     // Response objects are freed once their replies were sent.
     if out.is_empty() {
         s.resps.set(0);
     }
     s.batch = Some(out.mark());
-    let vv = eng.settings.verbose >= 2;
-    while pos < input.len() && out.len() < out_limit {
-        if one && reqs > 0 {
+    while w.pos < input.len() && out.len() < out_limit {
+        if one && w.reqs > 0 {
             break;
         }
-        if reqs >= s.max_reqs {
+        if w.reqs >= s.max_reqs {
             // memcached's -R: yield with input left so one pipelining client cannot hog the
             // worker thread.
             yielded = true;
@@ -64,144 +68,202 @@ fn run(
             break;
         }
         if s.swallow > 0 {
-            let n = s.swallow.min(input.len() - pos);
+            let n = s.swallow.min(input.len() - w.pos);
             s.swallow -= n;
-            pos += n;
+            w.pos += n;
             continue;
         }
-        if let Some((_, file)) = eng.settings.auth.as_ref().filter(|_| !s.authenticated) {
-            match auth::step(file, &input[pos..], out) {
-                auth::Step::Incomplete => break,
-                auth::Step::Answered {
-                    consumed,
-                    verdict,
-                    swallow,
-                } => {
-                    pos += consumed;
-                    reqs += 1;
-                    s.swallow = swallow;
-                    if let Some(ok) = verdict {
-                        inc(&s.counters.auth_cmds);
-                        if !ok {
-                            inc(&s.counters.auth_errors);
-                        }
-                        s.authenticated = ok;
-                    }
-                    continue;
-                }
-            }
-        }
-        if s.proto == Proto::Unknown {
-            s.proto = if input[pos] == binary::MAGIC_REQ {
-                Proto::Binary
-            } else {
-                Proto::Text
-            };
-            if vv {
-                let name = if s.proto == Proto::Binary {
-                    "binary"
-                } else {
-                    "ascii"
-                };
-                eprintln!("{}: Client using the {name} protocol", s.id);
-            }
-            // -B ascii / -B binary: a client speaking the other protocol is dropped.
-            let bound = eng.settings.binding_protocol.as_str();
-            if (bound == "ascii" && s.proto == Proto::Binary)
-                || (bound == "binary" && s.proto == Proto::Text)
-            {
+        let flow = match eng.settings.auth.as_ref().filter(|_| !s.authenticated) {
+            Some((_, file)) => w.authenticate(file, s, &input[w.pos..], out),
+            None => match w.choose_proto(s, input[w.pos]) {
+                Flow::Go if s.proto == Proto::Binary => w.binary(s, &input[w.pos..], out),
+                Flow::Go => w.text(s, &input[w.pos..], out),
+                stop => stop,
+            },
+        };
+        match flow {
+            Flow::Go => {}
+            Flow::Stop => break,
+            Flow::Close => {
                 close = true;
                 break;
             }
         }
-        let buf = &input[pos..];
-        if s.proto == Proto::Binary {
-            match binary::parse(buf, &lim) {
-                binary::Parse::Incomplete => break,
-                binary::Parse::Close => {
-                    s.close_reason = Some(CloseReason::Error);
-                    close = true;
-                    break;
-                }
-                binary::Parse::TooLarge(h, body) => {
-                    inc(&s.counters.store_too_large);
-                    put_bin_error(out, &h, status::E2BIG);
-                    reqs += 1;
-                    pos += binary::HEADER_LEN;
-                    s.swallow = body;
-                }
-                binary::Parse::Done(req, n) => {
-                    if !s.take_resp() {
-                        // memcached closes a connection it cannot give a response object,
-                        // unsent replies and all.
-                        s.drop_batch(out);
-                        close = true;
-                        break;
-                    }
-                    pos += n;
-                    reqs += 1;
-                    if run_binary(eng, s, &req, now, out) {
-                        close = true;
-                        break;
-                    }
-                }
-            }
-        } else {
-            match text::parse(buf, &lim) {
-                text::Parse::Incomplete => break,
-                text::Parse::Close => {
-                    // memcached closes without a reply.
-                    s.close_reason = Some(CloseReason::Error);
-                    close = true;
-                    break;
-                }
-                text::Parse::Done(cmd, n) => {
-                    // A resumed multiget holds its response objects already.
-                    if s.get_done == 0 && !s.take_resp() {
-                        s.drop_batch(out);
-                        close = true;
-                        break;
-                    }
-                    // A resumed multiget was echoed when it started.
-                    if vv && s.get_done == 0 {
-                        let l = text::line(buf).map_or(&buf[..0], |(l, _)| l);
-                        eprintln!("<{} {}", s.id, String::from_utf8_lossy(l));
-                    }
-                    let echo = vv && echoes_reply(&cmd);
-                    // memcached sends what is queued at an `mn`, which frees its responses.
-                    let flushes = matches!(cmd, Command::Meta(MetaCommand::Noop));
-                    let mark = out.mark();
-                    match run_text(eng, s, cmd, now, out, out_limit) {
-                        Next::Later => break,
-                        Next::Close => {
-                            pos += n;
-                            close = true;
-                            break;
-                        }
-                        Next::Go => {
-                            pos += n;
-                            reqs += 1;
-                            if flushes {
-                                s.resps.set(0);
-                                s.batch = Some(out.mark());
-                            }
-                        }
-                    }
-                    if echo {
-                        echo_reply(s.id, out, mark);
-                    }
-                }
-            }
-        }
     }
-    crate::stats::add(&s.counters.bytes_read, pos as u64);
+    crate::stats::add(&s.counters.bytes_read, w.pos as u64);
     if let Some(e) = &s.conn {
         e.idle();
     }
     Outcome {
-        consumed: pos,
+        consumed: w.pos,
         close,
         yielded,
+    }
+}
+
+/// One call of [`run`]: what every request reads, and how far the input was taken.
+struct Walk<'e> {
+    eng: &'e Cache,
+    lim: Limits,
+    now: u32,
+    /// `-vv`: requests and one-line replies are echoed to stderr.
+    vv: bool,
+    out_limit: usize,
+    /// Input bytes consumed.
+    pos: usize,
+    /// Requests run.
+    reqs: usize,
+}
+
+/// What the request loop does after a step.
+enum Flow {
+    /// Goes on with the next request.
+    Go,
+    /// Stops: the input holds no whole request, or the output is full.
+    Stop,
+    /// Stops and closes the connection.
+    Close,
+}
+
+impl Walk<'_> {
+    /// `-Y`: the ASCII authentication step a session takes before anything else runs.
+    fn authenticate(
+        &mut self,
+        file: &auth::AuthFile,
+        s: &mut Session,
+        buf: &[u8],
+        out: &mut Out,
+    ) -> Flow {
+        match auth::step(file, buf, out) {
+            auth::Step::Incomplete => Flow::Stop,
+            auth::Step::Answered {
+                consumed,
+                verdict,
+                swallow,
+            } => {
+                self.pos += consumed;
+                self.reqs += 1;
+                s.swallow = swallow;
+                if let Some(ok) = verdict {
+                    inc(&s.counters.auth_cmds);
+                    if !ok {
+                        inc(&s.counters.auth_errors);
+                    }
+                    s.authenticated = ok;
+                }
+                Flow::Go
+            }
+        }
+    }
+
+    /// The protocol, chosen by the connection's first byte; a client speaking the other
+    /// protocol than `-B` binds is closed.
+    fn choose_proto(&self, s: &mut Session, first: u8) -> Flow {
+        if s.proto != Proto::Unknown {
+            return Flow::Go;
+        }
+        s.proto = if first == binary::MAGIC_REQ {
+            Proto::Binary
+        } else {
+            Proto::Text
+        };
+        if self.vv {
+            let name = if s.proto == Proto::Binary {
+                "binary"
+            } else {
+                "ascii"
+            };
+            eprintln!("{}: Client using the {name} protocol", s.id);
+        }
+        // -B ascii / -B binary: a client speaking the other protocol is dropped.
+        let bound = self.eng.settings.binding_protocol.as_str();
+        if (bound == "ascii" && s.proto == Proto::Binary)
+            || (bound == "binary" && s.proto == Proto::Text)
+        {
+            return Flow::Close;
+        }
+        Flow::Go
+    }
+
+    /// Parses and runs the binary request at the front of `buf`.
+    fn binary(&mut self, s: &mut Session, buf: &[u8], out: &mut Out) -> Flow {
+        match binary::parse(buf, &self.lim) {
+            binary::Parse::Incomplete => Flow::Stop,
+            binary::Parse::Close => {
+                s.close_reason = Some(CloseReason::Error);
+                Flow::Close
+            }
+            binary::Parse::TooLarge(h, body) => {
+                inc(&s.counters.store_too_large);
+                put_bin_error(out, &h, status::E2BIG);
+                self.reqs += 1;
+                self.pos += binary::HEADER_LEN;
+                s.swallow = body;
+                Flow::Go
+            }
+            binary::Parse::Done(req, n) => {
+                if !s.take_resp() {
+                    // memcached closes a connection it cannot give a response object,
+                    // unsent replies and all.
+                    s.drop_batch(out);
+                    return Flow::Close;
+                }
+                self.pos += n;
+                self.reqs += 1;
+                if run_binary(self.eng, s, &req, self.now, out) {
+                    return Flow::Close;
+                }
+                Flow::Go
+            }
+        }
+    }
+
+    /// Parses and runs the text request at the front of `buf`, with `-vv`'s echo.
+    fn text(&mut self, s: &mut Session, buf: &[u8], out: &mut Out) -> Flow {
+        let vv = self.vv;
+        match text::parse(buf, &self.lim) {
+            text::Parse::Incomplete => Flow::Stop,
+            text::Parse::Close => {
+                // memcached closes without a reply.
+                s.close_reason = Some(CloseReason::Error);
+                Flow::Close
+            }
+            text::Parse::Done(cmd, n) => {
+                // A resumed multiget holds its response objects already.
+                if s.get_done == 0 && !s.take_resp() {
+                    s.drop_batch(out);
+                    return Flow::Close;
+                }
+                // A resumed multiget was echoed when it started.
+                if vv && s.get_done == 0 {
+                    let l = text::line(buf).map_or(&buf[..0], |(l, _)| l);
+                    eprintln!("<{} {}", s.id, String::from_utf8_lossy(l));
+                }
+                let echo = vv && echoes_reply(&cmd);
+                // memcached sends what is queued at an `mn`, which frees its responses.
+                let flushes = matches!(cmd, Command::Meta(MetaCommand::Noop));
+                let mark = out.mark();
+                match run_text(self.eng, s, cmd, self.now, out, self.out_limit) {
+                    Next::Later => return Flow::Stop,
+                    Next::Close => {
+                        self.pos += n;
+                        return Flow::Close;
+                    }
+                    Next::Go => {
+                        self.pos += n;
+                        self.reqs += 1;
+                        if flushes {
+                            s.resps.set(0);
+                            s.batch = Some(out.mark());
+                        }
+                    }
+                }
+                if echo {
+                    echo_reply(s.id, out, mark);
+                }
+                Flow::Go
+            }
+        }
     }
 }
 

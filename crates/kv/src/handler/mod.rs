@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::conns::{ConnEntry, ConnTable};
 use crate::logger::{CloseReason, Logger, StoreStatus};
 use crate::out::Out;
 use crate::prefix::{PrefixOp, PrefixStats};
@@ -19,6 +18,7 @@ use crate::protocol::meta::{self, MetaCommand, MetaFlags, MetaKind};
 use crate::protocol::reply::{put_i64, put_u64, put_value_header, Fail, Reply};
 use crate::protocol::text::{self, Automove, Command, GetKind, ShutdownMode, StoreCmd};
 use crate::protocol::Limits;
+use crate::server::conn_table::{ConnEntry, ConnTable};
 use crate::stats::{inc, ConnCounters, Counters};
 use crate::storage::{
     DeleteOutcome, HeapStore, ReadOpts, Store, StoreConfig, StoreMode, StoreOutcome,

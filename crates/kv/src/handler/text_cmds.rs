@@ -2,9 +2,11 @@
 
 use super::exec::{self, Exec, Via};
 use super::*;
-use crate::protocol::request::MigrateCmd;
 
-/// Runs one text command.
+mod admin;
+
+/// Runs one text command: retrieval, then the commands that change one key (through the
+/// executors), then protocol errors, then the admin commands (most in [`admin`]).
 pub(super) fn run_text(
     eng: &Cache,
     s: &mut Session,
@@ -38,29 +40,15 @@ pub(super) fn run_text(
             cas,
             noreply,
         } => {
-            let mode = match cmd {
-                StoreCmd::Set => StoreMode::Set,
-                StoreCmd::Add => StoreMode::Add,
-                StoreCmd::Replace => StoreMode::Replace,
-                StoreCmd::Append => StoreMode::Append(None),
-                StoreCmd::Prepend => StoreMode::Prepend(None),
-                StoreCmd::Cas => StoreMode::Cas(cas),
-            };
-            let r = match x.store(exec::StoreReq {
+            let mode = store_mode(cmd, cas);
+            let r = x.store(exec::StoreReq {
                 mode,
                 key,
                 flags,
                 exptime,
                 data,
-            }) {
-                StoreOutcome::Stored(_) => Reply::Stored,
-                StoreOutcome::NotStored => Reply::NotStored,
-                StoreOutcome::Exists => Reply::Exists,
-                StoreOutcome::NotFound => Reply::NotFound,
-                StoreOutcome::TooLarge => Reply::Fail(Fail::TooLarge),
-                StoreOutcome::NoMemory => Reply::Fail(Fail::NoMemory),
-            };
-            reply(vv, out, noreply, r);
+            });
+            reply(vv, out, noreply, store_reply(r));
         }
         Command::TooLarge {
             key,
@@ -69,14 +57,7 @@ pub(super) fn run_text(
             noreply,
             meta,
         } => {
-            inc(&c.store_too_large);
-            if !meta {
-                // memcached counts a text store before it finds the value too large.
-                eng.prefixes.record(key, PrefixOp::Set);
-            }
-            if matches!(cmd, StoreCmd::Set | StoreCmd::Cas) {
-                eng.store.delete(key, now, None);
-            }
+            too_large(&x, key, cmd, meta);
             reply(vv, out, noreply, Reply::Fail(Fail::TooLarge));
             s.swallow = swallow;
         }
@@ -92,18 +73,7 @@ pub(super) fn run_text(
             key,
             delta,
             noreply,
-        } => match x.arith(key, incr, delta, None, None) {
-            exec::Arith::Value { value, .. } => {
-                if !noreply {
-                    put_u64(out, value);
-                    out.extend_from_slice(b"\r\n");
-                } else if let Some(id) = vv {
-                    eprintln!(">{id} NOREPLY {value}");
-                }
-            }
-            exec::Arith::NonNumeric => reply(vv, out, noreply, Reply::Fail(Fail::NonNumeric)),
-            _ => reply(vv, out, noreply, Reply::NotFound),
-        },
+        } => arith_reply(vv, out, noreply, x.arith(key, incr, delta, None, None)),
         Command::Touch {
             key,
             exptime,
@@ -113,65 +83,6 @@ pub(super) fn run_text(
             let r = if hit { Reply::Touched } else { Reply::NotFound };
             reply(vv, out, noreply, r);
         }
-        Command::FlushAll { delay, noreply } => {
-            let r = if x.flush(delay) {
-                Reply::Ok
-            } else {
-                Reply::Fail(Fail::FlushDisabled)
-            };
-            reply(vv, out, noreply, r);
-        }
-        Command::Version => {
-            out.extend_from_slice(b"VERSION ");
-            out.extend_from_slice(VERSION.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-        Command::Verbosity { level, noreply } => {
-            if let Some(l) = level {
-                // memcached caps the level at MAX_VERBOSITY_LEVEL (2).
-                eng.verbosity.store(l.min(2), Relaxed);
-            }
-            reply(vv, out, noreply, Reply::Ok)
-        }
-        Command::Quit => return Next::Close,
-        Command::Shutdown(mode) => {
-            if !eng.settings.shutdown_enabled {
-                Reply::Fail(Fail::ShutdownDisabled).write(out);
-            } else if mode == ShutdownMode::Invalid {
-                Reply::Fail(Fail::InvalidShutdownMode).write(out);
-            } else {
-                // Both modes stop the server; `graceful` also saves a `-e` memory file.
-                if mode == ShutdownMode::Graceful {
-                    eng.graceful.store(true, Relaxed);
-                }
-                s.close_reason = Some(CloseReason::Shutdown);
-                eng.shutdown.store(true, Relaxed);
-                return Next::Close;
-            }
-        }
-        Command::Migrate(cmd) => return migrate(eng, s, cmd, out),
-        Command::SlabsAutomove { set, noreply } => {
-            match set {
-                Automove::Mode(m) => eng.slab_automove.store(m as u64, Relaxed),
-                Automove::Ratio(r) => eng.slab_automove_ratio.store(r.to_bits(), Relaxed),
-            }
-            reply(vv, out, noreply, Reply::Ok);
-        }
-        Command::SlabsReassign(args) => eng.slabs_reassign(args, out),
-        Command::LruCrawler(c) => eng.lru_crawler(c, now, out),
-        Command::CacheMemlimit { mb, noreply } => {
-            match usize::try_from(mb)
-                .ok()
-                .and_then(|m| m.checked_mul(1 << 20))
-            {
-                Some(bytes) if bytes > 0 => {
-                    eng.store.set_mem_limit(bytes, now);
-                    reply(vv, out, noreply, Reply::Ok);
-                }
-                _ => reply(vv, out, noreply, Reply::Fail(Fail::BadFormat)),
-            }
-        }
-        Command::Stats { arg, arg2, arg3 } => stats(eng, [arg, arg2, arg3], now, out),
         Command::Meta(m) => {
             inc(&c.cmd_meta);
             run_meta(eng, s, m, now, out);
@@ -184,23 +95,91 @@ pub(super) fn run_text(
             s.drop_batch(out);
             return Next::Close;
         }
-        Command::Watch { streams, noreply } => {
-            let r = if !eng.settings.watch_enabled {
-                Fail::WatchDisabled
-            } else if !out.is_empty() {
-                Fail::WatchPipelined
-            } else if let Some(streams) = streams {
-                match watch(eng, s, streams) {
-                    Ok(()) => return Next::Close,
-                    Err(f) => f,
-                }
+        Command::FlushAll { delay, noreply } => {
+            let r = if x.flush(delay) {
+                Reply::Ok
             } else {
-                Fail::Error
+                Reply::Fail(Fail::FlushDisabled)
             };
-            reply(vv, out, noreply, Reply::Fail(r));
+            reply(vv, out, noreply, r);
         }
+        Command::Version => admin::version(out),
+        Command::Verbosity { level, noreply } => {
+            admin::verbosity(eng, level);
+            reply(vv, out, noreply, Reply::Ok)
+        }
+        Command::Quit => return Next::Close,
+        Command::Shutdown(mode) => return admin::shutdown(eng, s, mode, out),
+        Command::Migrate(cmd) => return admin::migrate(eng, s, cmd, out),
+        Command::SlabsAutomove { set, noreply } => {
+            admin::slabs_automove(eng, set);
+            reply(vv, out, noreply, Reply::Ok);
+        }
+        Command::SlabsReassign(args) => eng.slabs_reassign(args, out),
+        Command::LruCrawler(c) => eng.lru_crawler(c, now, out),
+        Command::CacheMemlimit { mb, noreply } => {
+            reply(vv, out, noreply, admin::cache_memlimit(eng, mb, now))
+        }
+        Command::Stats { arg, arg2, arg3 } => admin::stats(eng, [arg, arg2, arg3], now, out),
+        Command::Watch { streams, noreply } => match admin::watch(eng, s, streams, out) {
+            Ok(()) => return Next::Close,
+            Err(f) => reply(vv, out, noreply, Reply::Fail(f)),
+        },
     }
     Next::Go
+}
+
+/// The store mode of a text storage verb (`cas` carries the CAS it compares).
+fn store_mode(cmd: StoreCmd, cas: u64) -> StoreMode {
+    match cmd {
+        StoreCmd::Set => StoreMode::Set,
+        StoreCmd::Add => StoreMode::Add,
+        StoreCmd::Replace => StoreMode::Replace,
+        StoreCmd::Append => StoreMode::Append(None),
+        StoreCmd::Prepend => StoreMode::Prepend(None),
+        StoreCmd::Cas => StoreMode::Cas(cas),
+    }
+}
+
+/// The text reply to a store's outcome.
+fn store_reply(r: StoreOutcome) -> Reply {
+    match r {
+        StoreOutcome::Stored(_) => Reply::Stored,
+        StoreOutcome::NotStored => Reply::NotStored,
+        StoreOutcome::Exists => Reply::Exists,
+        StoreOutcome::NotFound => Reply::NotFound,
+        StoreOutcome::TooLarge => Reply::Fail(Fail::TooLarge),
+        StoreOutcome::NoMemory => Reply::Fail(Fail::NoMemory),
+    }
+}
+
+/// A store whose value is over the item size (its data is swallowed): counted, and a set or
+/// cas drops the key's old value, as memcached does.
+fn too_large(x: &Exec<'_>, key: &[u8], cmd: StoreCmd, meta: bool) {
+    inc(&x.c.store_too_large);
+    if !meta {
+        // memcached counts a text store before it finds the value too large.
+        x.eng.prefixes.record(key, PrefixOp::Set);
+    }
+    if matches!(cmd, StoreCmd::Set | StoreCmd::Cas) {
+        x.eng.store.delete(key, x.now, None);
+    }
+}
+
+/// Writes incr/decr's reply: the new value, or an error line.
+fn arith_reply(vv: Option<u64>, out: &mut Out, noreply: bool, r: exec::Arith) {
+    match r {
+        exec::Arith::Value { value, .. } => {
+            if !noreply {
+                put_u64(out, value);
+                out.extend_from_slice(b"\r\n");
+            } else if let Some(id) = vv {
+                eprintln!(">{id} NOREPLY {value}");
+            }
+        }
+        exec::Arith::NonNumeric => reply(vv, out, noreply, Reply::Fail(Fail::NonNumeric)),
+        _ => reply(vv, out, noreply, Reply::NotFound),
+    }
 }
 
 /// get, gets, gat, gats: each key in turn, stopping at the output limit (the line is run again
@@ -280,96 +259,4 @@ fn get(
     }
     Reply::End.write(out);
     Next::Go
-}
-
-/// remora's `migrate to|cancel|begin` (post-copy live migration, `crate::migrate`).
-fn migrate(eng: &Cache, s: &mut Session, cmd: MigrateCmd<'_>, out: &mut Out) -> Next {
-    use crate::protocol::request::MigrateCmd;
-    let m = &eng.migration;
-    let r = match cmd {
-        MigrateCmd::Begin(secret) => match m.begin(s.fd, secret) {
-            // The connection is the migration's control channel now.
-            Ok(()) => {
-                s.close_reason = None;
-                return Next::Close;
-            }
-            Err(why) => Err(why),
-        },
-        _ if !eng.settings.shutdown_enabled => Err("ERROR: migrate not enabled (start with -A)"),
-        MigrateCmd::To { to, secret } => {
-            let secret = secret.map(std::str::from_utf8);
-            match (std::str::from_utf8(to), secret) {
-                (_, Some(Err(_))) => Err("CLIENT_ERROR bad command line format"),
-                (Ok(t), secret) if t.contains(':') && t.len() <= 255 => {
-                    m.arm(t, secret.and_then(Result::ok)).map(Some)
-                }
-                _ => Err("CLIENT_ERROR bad command line format"),
-            }
-        }
-        MigrateCmd::Cancel => m.cancel().map(|()| None),
-        MigrateCmd::Invalid => Err("CLIENT_ERROR bad command line format"),
-    };
-    match r {
-        Ok(None) => Reply::Ok.write(out),
-        // Armed: the secret the target must show.
-        Ok(Some(secret)) => {
-            out.extend_from_slice(b"SECRET ");
-            out.extend_from_slice(secret.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-        Err(line) => {
-            out.extend_from_slice(line.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-    Next::Go
-}
-
-/// `stats [group]`, `stats reset`, `stats detail on|off|dump`, `stats cachedump CLASS LIMIT`.
-fn stats(eng: &Cache, [arg, arg2, arg3]: [Option<&[u8]>; 3], now: u32, out: &mut Out) {
-    match arg {
-        Some(b"cachedump") => eng.cachedump(arg2, arg3, now, out),
-        Some(b"reset") => {
-            eng.reset_stats();
-            Reply::Reset.write(out);
-        }
-        Some(b"detail") => match arg2 {
-            Some(b"on") | Some(b"off") => {
-                eng.prefixes.set_enabled(arg2 == Some(b"on"));
-                Reply::Ok.write(out)
-            }
-            Some(b"dump") => eng.prefixes.dump(out),
-            _ => Reply::Fail(Fail::StatsDetailUsage).write(out),
-        },
-        _ => match eng.stats(arg) {
-            Some(lines) => {
-                for (k, v) in lines {
-                    out.extend_from_slice(b"STAT ");
-                    out.extend_from_slice(k.as_bytes());
-                    out.push(b' ');
-                    out.extend_from_slice(v.as_bytes());
-                    out.extend_from_slice(b"\r\n");
-                }
-                Reply::End.write(out);
-            }
-            None => Reply::Fail(Fail::Error).write(out),
-        },
-    }
-}
-
-/// Hands a duplicate of the connection's socket to the log streams; the caller then lets the
-/// connection go without shutting the socket down (the duplicate keeps it open), so only the
-/// log stream writes to it from here on, as memcached's logger thread does.
-fn watch(eng: &Cache, s: &mut Session, streams: u16) -> Result<(), Fail> {
-    let fd = s.fd.ok_or(Fail::WatcherFailed)?;
-    // SAFETY: `fd` is the socket of the connection whose session runs this command; the worker
-    // closes it only when the connection ends, after this command has returned.
-    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    let owned = rustix::io::fcntl_dupfd_cloexec(fd, 0).map_err(|_| Fail::WatcherFailed)?;
-    eng.logger
-        .add_watcher(owned, streams)
-        .map_err(|_| Fail::WatcherTooMany)?;
-    // Handed over, not closed: memcached logs no conn_close for it.
-    s.close_reason = None;
-    Ok(())
 }

@@ -62,7 +62,27 @@ pub(super) fn parse<'a>(buf: &'a [u8], used: usize, tk: &Tokens<'a>, lim: &Limit
         datalen = dl as usize;
         first_flag = 3;
     }
-    let mut f = MetaFlags {
+    let tokens = &t[first_flag..n];
+    let mut bad = preparse(kind, key, tokens);
+    let mut f = no_flags();
+    if bad.is_none() {
+        bad = take_flags(kind, tokens, &mut f);
+    }
+    let line = Parsed {
+        kind,
+        key,
+        flags: f,
+        bad,
+    };
+    if kind == MetaKind::Set {
+        return line.with_data(buf, used, datalen, lim);
+    }
+    done(line.command(&[]))
+}
+
+/// A meta command's flags before any is read.
+fn no_flags<'a>() -> MetaFlags<'a> {
+    MetaFlags {
         raw: [&[]; MAX_TOKENS],
         n: 0,
         quiet: false,
@@ -79,16 +99,18 @@ pub(super) fn parse<'a>(buf: &'a [u8], used: usize, tk: &Tokens<'a>, lim: &Limit
         delta: None,
         initial: None,
         opaque_too_long: false,
-    };
-    let acts = allowed(kind);
+    }
+}
+
+/// memcached 1.6.18's "pre-parse" of the flag `tokens`, the same for all four commands: an
+/// unknown or repeated letter stops the check at once; a bad number is remembered (the last
+/// message wins) and the check goes on. The failure to answer, if any.
+fn preparse(kind: MetaKind, key: &[u8], tokens: &[&[u8]]) -> Option<Fail> {
     let mut seen = [false; 128];
-    // memcached 1.6.18 first checks every flag the same way for all four commands (its
-    // "pre-parse"): an unknown or repeated letter stops the check at once; a bad number is
-    // remembered (the last message wins) and the check goes on.
     let mut stop = None;
     let mut last_err = None;
     let mut has_error = false;
-    for &tok in &t[first_flag..n] {
+    for &tok in tokens {
         let c = tok[0];
         if c >= 127 || seen[c as usize] {
             stop = Some(Fail::DuplicateFlag);
@@ -137,66 +159,89 @@ pub(super) fn parse<'a>(buf: &'a [u8], used: usize, tk: &Tokens<'a>, lim: &Limit
         // md and ma answer every pre-parse failure with one message.
         bad = Some(Fail::InvalidOrDuplicateFlag);
     }
-    if bad.is_none() {
-        for &tok in &t[first_flag..n] {
-            let c = tok[0];
-            // Flags the pre-parse accepts but this command does not use are ignored.
-            if !acts.contains(&c) {
-                continue;
-            }
-            f.raw[f.n] = tok;
-            f.n += 1;
-            let arg = &tok[1..];
-            match c {
-                b'q' => f.quiet = true,
-                b'b' => f.base64 = true,
-                b'v' => f.value = true,
-                b'u' => f.no_bump = true,
-                b'I' => f.invalidate = true,
-                b'T' => f.ttl = parse_i64(arg),
-                b'N' => f.vivify = parse_i64(arg),
-                b'R' => f.recache = parse_i64(arg),
-                b'C' => f.compare_cas = parse_u64(arg),
-                b'F' => f.client_flags = parse_u32(arg),
-                b'D' => f.delta = parse_u64(arg),
-                b'J' => f.initial = parse_u64(arg),
-                b'M' => {
-                    let m = arg[0];
-                    let valid: &[u8] = if kind == MetaKind::Set {
-                        b"EeAaPpRrSs"
+    bad
+}
+
+/// Reads the flag `tokens` (already through [`preparse`]) that `kind` acts on or echoes into
+/// `f`; the first failure found (a bad mode, an `O` too long for ms and md), if any.
+fn take_flags<'a>(kind: MetaKind, tokens: &[&'a [u8]], f: &mut MetaFlags<'a>) -> Option<Fail> {
+    let acts = allowed(kind);
+    let mut bad = None;
+    for &tok in tokens {
+        let c = tok[0];
+        // Flags the pre-parse accepts but this command does not use are ignored.
+        if !acts.contains(&c) {
+            continue;
+        }
+        f.raw[f.n] = tok;
+        f.n += 1;
+        let arg = &tok[1..];
+        match c {
+            b'q' => f.quiet = true,
+            b'b' => f.base64 = true,
+            b'v' => f.value = true,
+            b'u' => f.no_bump = true,
+            b'I' => f.invalidate = true,
+            b'T' => f.ttl = parse_i64(arg),
+            b'N' => f.vivify = parse_i64(arg),
+            b'R' => f.recache = parse_i64(arg),
+            b'C' => f.compare_cas = parse_u64(arg),
+            b'F' => f.client_flags = parse_u32(arg),
+            b'D' => f.delta = parse_u64(arg),
+            b'J' => f.initial = parse_u64(arg),
+            b'M' => {
+                let m = arg[0];
+                let valid: &[u8] = if kind == MetaKind::Set {
+                    b"EeAaPpRrSs"
+                } else {
+                    b"IiDd+-"
+                };
+                if !valid.contains(&m) {
+                    bad.get_or_insert(if kind == MetaKind::Set {
+                        Fail::InvalidMsMode
                     } else {
-                        b"IiDd+-"
-                    };
-                    if !valid.contains(&m) {
-                        bad.get_or_insert(if kind == MetaKind::Set {
-                            Fail::InvalidMsMode
-                        } else {
-                            Fail::InvalidMaMode
-                        });
-                    }
-                    f.mode = Some(m.to_ascii_uppercase());
+                        Fail::InvalidMaMode
+                    });
                 }
-                // memcached counts the `O` itself in its 32-byte limit.
-                b'O' if tok.len() > 32 => {
-                    if matches!(kind, MetaKind::Get | MetaKind::Arith) {
-                        f.opaque_too_long = true;
-                    } else {
-                        bad.get_or_insert(Fail::OpaqueTooLong);
-                    }
-                }
-                _ => {}
+                f.mode = Some(m.to_ascii_uppercase());
             }
+            // memcached counts the `O` itself in its 32-byte limit.
+            b'O' if tok.len() > 32 => {
+                if matches!(kind, MetaKind::Get | MetaKind::Arith) {
+                    f.opaque_too_long = true;
+                } else {
+                    bad.get_or_insert(Fail::OpaqueTooLong);
+                }
+            }
+            _ => {}
         }
     }
-    if kind == MetaKind::Set {
-        if datalen + key.len() + lim.item_overhead > lim.item_max {
-            return done(Command::TooLarge {
-                key,
-                cmd: StoreCmd::Set,
-                swallow: datalen + 2,
-                noreply: false,
-                meta: true,
-            });
+    bad
+}
+
+/// A parsed meta command line: its key, its flags and the failure to answer, if any.
+struct Parsed<'a> {
+    kind: MetaKind,
+    key: &'a [u8],
+    flags: MetaFlags<'a>,
+    bad: Option<Fail>,
+}
+
+impl<'a> Parsed<'a> {
+    /// `ms`: the line (`used` bytes of `buf`) and its data block of `datalen` bytes, which
+    /// must be buffered whole; a value too large is refused and its data swallowed.
+    fn with_data(self, buf: &'a [u8], used: usize, datalen: usize, lim: &Limits) -> Parse<'a> {
+        if datalen + self.key.len() + lim.item_overhead > lim.item_max {
+            return Parse::Done(
+                Command::TooLarge {
+                    key: self.key,
+                    cmd: StoreCmd::Set,
+                    swallow: datalen + 2,
+                    noreply: false,
+                    meta: true,
+                },
+                used,
+            );
         }
         let total = used + datalen + 2;
         if buf.len() < total {
@@ -205,28 +250,21 @@ pub(super) fn parse<'a>(buf: &'a [u8], used: usize, tk: &Tokens<'a>, lim: &Limit
         if &buf[used + datalen..total] != b"\r\n" {
             return Parse::Done(Command::Fail(Fail::BadDataChunk), total);
         }
-        if let Some(e) = bad {
-            return Parse::Done(Command::Fail(e), total);
+        Parse::Done(self.command(&buf[used..used + datalen]), total)
+    }
+
+    /// The request, or its failure.
+    fn command(self, data: &'a [u8]) -> Command<'a> {
+        if let Some(e) = self.bad {
+            return Command::Fail(e);
         }
-        return Parse::Done(
-            Command::Meta(MetaCommand::Op {
-                kind,
-                key,
-                data: &buf[used..used + datalen],
-                flags: Box::new(f),
-            }),
-            total,
-        );
+        Command::Meta(MetaCommand::Op {
+            kind: self.kind,
+            key: self.key,
+            data,
+            flags: Box::new(self.flags),
+        })
     }
-    if let Some(e) = bad {
-        return done(Command::Fail(e));
-    }
-    done(Command::Meta(MetaCommand::Op {
-        kind,
-        key,
-        data: &[],
-        flags: Box::new(f),
-    }))
 }
 
 /// Decodes a base64 key (standard alphabet, padding optional) into `out`.

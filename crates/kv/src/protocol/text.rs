@@ -13,6 +13,8 @@ pub use super::request::{
 pub use super::watch;
 use super::{key_ok, parse_i64, parse_u64, Limits};
 
+mod admin;
+
 /// An error that `noreply` as the line's last token silences (see [`Command::FailQuiet`]).
 fn fail(f: Fail, noreply: bool) -> Command<'static> {
     if noreply {
@@ -91,13 +93,31 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
     if tk.n == 0 {
         return done(Command::Fail(Fail::Error));
     }
-    let t = &tk.t;
-    let n = tk.n;
-    let noreply_last = t[n - 1] == b"noreply";
+    match tk.t[0] {
+        b"get" | b"gets" | b"gat" | b"gats" => done(retrieval(&tk, l)),
+        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
+            storage(buf, used, &tk, lim)
+        }
+        b"delete" => done(delete(&tk)),
+        b"incr" | b"decr" => done(arith(&tk)),
+        b"touch" => done(touch(&tk)),
+        b"mg" | b"ms" | b"md" | b"ma" | b"mn" | b"me" => meta::parse(buf, used, &tk, lim),
+        other => done(admin::parse(&tk).unwrap_or_else(|| unknown(other, l))),
+    }
+}
+
+/// Whether the line's last token is `noreply`.
+fn noreply_last(tk: &Tokens<'_>) -> bool {
+    tk.t[tk.n - 1] == b"noreply"
+}
+
+/// get, gets, gat, gats (`l` is the whole line: the keys are its rest, kept whole).
+fn retrieval<'a>(tk: &Tokens<'a>, l: &'a [u8]) -> Command<'a> {
+    let (t, n) = (&tk.t, tk.n);
     match t[0] {
         b"get" | b"gets" => {
             if n < 2 {
-                return done(Command::Fail(Fail::Error));
+                return Command::Fail(Fail::Error);
             }
             let kind = if t[0] == b"get" {
                 GetKind::Get
@@ -105,15 +125,15 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
                 GetKind::Gets
             };
             let keys = &l[(t[1].as_ptr() as usize - l.as_ptr() as usize)..];
-            done(Command::Get {
+            Command::Get {
                 kind,
                 exptime: 0,
                 keys,
-            })
+            }
         }
-        b"gat" | b"gats" => {
+        _ => {
             if n < 3 {
-                return done(Command::Fail(Fail::Error));
+                return Command::Fail(Fail::Error);
             }
             let kind = if t[0] == b"gat" {
                 GetKind::Gat
@@ -121,234 +141,150 @@ pub fn parse<'a>(buf: &'a [u8], lim: &Limits) -> Parse<'a> {
                 GetKind::Gats
             };
             let Some(exptime) = parse_i64(t[1]) else {
-                return done(Command::Fail(Fail::InvalidExptime));
+                return Command::Fail(Fail::InvalidExptime);
             };
             let keys = &l[(t[2].as_ptr() as usize - l.as_ptr() as usize)..];
-            done(Command::Get {
+            Command::Get {
                 kind,
                 exptime,
                 keys,
-            })
-        }
-        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
-            let cmd = match t[0] {
-                b"set" => StoreCmd::Set,
-                b"add" => StoreCmd::Add,
-                b"replace" => StoreCmd::Replace,
-                b"append" => StoreCmd::Append,
-                b"prepend" => StoreCmd::Prepend,
-                _ => StoreCmd::Cas,
-            };
-            let base = if cmd == StoreCmd::Cas { 6 } else { 5 };
-            if n != base && n != base + 1 {
-                return done(Command::Fail(Fail::Error));
-            }
-            let noreply = n == base + 1 && noreply_last;
-            let key = t[1];
-            if key.len() > super::KEY_MAX {
-                return done(fail(Fail::BadFormat, noreply_last));
-            }
-            let (Some(flags), Some(exptime), Some(vlen)) =
-                (parse_u64(t[2]), parse_i64(t[3]), parse_i64(t[4]))
-            else {
-                return done(fail(Fail::BadFormat, noreply_last));
-            };
-            let cas = if cmd == StoreCmd::Cas {
-                match parse_u64(t[5]) {
-                    Some(c) => c,
-                    None => return done(fail(Fail::BadFormat, noreply_last)),
-                }
-            } else {
-                0
-            };
-            if vlen < 0 || vlen > (i32::MAX as i64 - 2) {
-                return done(fail(Fail::BadFormat, noreply_last));
-            }
-            let vlen = vlen as usize;
-            if vlen + key.len() + lim.item_overhead > lim.item_max {
-                return done(Command::TooLarge {
-                    key,
-                    cmd,
-                    swallow: vlen + 2,
-                    noreply,
-                    meta: false,
-                });
-            }
-            let total = used + vlen + 2;
-            if buf.len() < total {
-                return Parse::Incomplete;
-            }
-            if &buf[used + vlen..total] != b"\r\n" {
-                return Parse::Done(Command::Fail(Fail::BadDataChunk), total);
-            }
-            Parse::Done(
-                Command::Store {
-                    cmd,
-                    key,
-                    // memcached parses flags as a long and keeps the low 32 bits.
-                    flags: flags as u32,
-                    exptime,
-                    data: &buf[used..used + vlen],
-                    cas,
-                    noreply,
-                },
-                total,
-            )
-        }
-        b"delete" => {
-            if !(2..=4).contains(&n) {
-                return done(Command::Fail(Fail::Error));
-            }
-            // memcached checks the arguments before the key's length, and only looks for
-            // `noreply` when there are any.
-            let mut noreply = false;
-            if n > 2 {
-                let hold_zero = t[2] == b"0";
-                noreply = noreply_last;
-                let valid = (n == 3 && (hold_zero || noreply)) || (n == 4 && hold_zero && noreply);
-                if !valid {
-                    return done(fail(Fail::DeleteUsage, noreply));
-                }
-            }
-            if t[1].len() > super::KEY_MAX {
-                return done(fail(Fail::BadFormat, noreply));
-            }
-            done(Command::Delete { key: t[1], noreply })
-        }
-        b"incr" | b"decr" => {
-            if n != 3 && n != 4 {
-                return done(Command::Fail(Fail::Error));
-            }
-            if t[1].len() > super::KEY_MAX {
-                return done(fail(Fail::BadFormat, noreply_last));
-            }
-            let Some(delta) = parse_u64(t[2]) else {
-                return done(fail(Fail::InvalidDelta, noreply_last));
-            };
-            done(Command::Arith {
-                incr: t[0] == b"incr",
-                key: t[1],
-                delta,
-                noreply: n == 4 && noreply_last,
-            })
-        }
-        b"touch" => {
-            if n != 3 && n != 4 {
-                return done(Command::Fail(Fail::Error));
-            }
-            if t[1].len() > super::KEY_MAX {
-                return done(fail(Fail::BadFormat, noreply_last));
-            }
-            let Some(exptime) = parse_i64(t[2]) else {
-                return done(fail(Fail::InvalidExptime, noreply_last));
-            };
-            done(Command::Touch {
-                key: t[1],
-                exptime,
-                noreply: n == 4 && noreply_last,
-            })
-        }
-        b"flush_all" => {
-            if n > 3 {
-                return done(Command::Fail(Fail::Error));
-            }
-            let noreply = noreply_last;
-            let args = n - 1 - noreply as usize;
-            let delay = if args == 0 {
-                0
-            } else {
-                match parse_i64(t[1]) {
-                    Some(d) => d,
-                    None => return done(fail(Fail::InvalidExptime, noreply)),
-                }
-            };
-            done(Command::FlushAll { delay, noreply })
-        }
-        // memcached ignores extra tokens after these two.
-        b"version" => done(Command::Version),
-        b"quit" => done(Command::Quit),
-        b"shutdown" => done(Command::Shutdown(match &t[1..n] {
-            [] => ShutdownMode::Now,
-            [m] if *m == b"graceful" => ShutdownMode::Graceful,
-            _ => ShutdownMode::Invalid,
-        })),
-        b"migrate" => done(Command::Migrate(match &t[1..n] {
-            [b"to", to] => MigrateCmd::To { to, secret: None },
-            [b"to", to, secret] => MigrateCmd::To {
-                to,
-                secret: Some(secret),
-            },
-            [b"cancel"] => MigrateCmd::Cancel,
-            [b"begin"] => MigrateCmd::Begin(b""),
-            [b"begin", secret] => MigrateCmd::Begin(secret),
-            _ => MigrateCmd::Invalid,
-        })),
-        b"verbosity" if (2..=3).contains(&n) => {
-            let noreply = noreply_last;
-            // memcached parses a 32-bit level; `verbosity noreply` is a silent parse error.
-            let level = parse_u64(t[1]).filter(|&l| l <= u32::MAX as u64);
-            if level.is_none() && !(noreply && n == 2) {
-                return done(fail(Fail::BadFormat, noreply));
-            }
-            done(Command::Verbosity { level, noreply })
-        }
-        b"slabs" if n == 4 && t[1] == b"reassign" => {
-            let num = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<i32>().ok();
-            done(Command::SlabsReassign(num(t[2]).zip(num(t[3]))))
-        }
-        // memcached: `slabs automove` needs at least one more token; anything else under
-        // `slabs` but `reassign` is an unknown command.
-        b"slabs" if n >= 3 && t[1] == b"automove" => {
-            let noreply = noreply_last;
-            if t[2] == b"ratio" {
-                match (n >= 4).then(|| parse_f64(t[3])).flatten() {
-                    Some(r) => done(Command::SlabsAutomove {
-                        set: Automove::Ratio(r),
-                        noreply,
-                    }),
-                    None => done(fail(Fail::Error, noreply)),
-                }
-            } else {
-                match parse_u64(t[2]).filter(|&l| l <= u32::MAX as u64) {
-                    None => done(fail(Fail::BadFormat, noreply)),
-                    Some(m @ 0..=2) => done(Command::SlabsAutomove {
-                        set: Automove::Mode(m as u8),
-                        noreply,
-                    }),
-                    Some(_) => done(fail(Fail::Error, noreply)),
-                }
             }
         }
-        b"watch" => done(Command::Watch {
-            streams: watch_streams(&t[1..n]),
-            noreply: noreply_last,
-        }),
-        b"lru_crawler" => {
-            let num = || std::str::from_utf8(t[2]).ok()?.parse::<u32>().ok();
-            done(Command::LruCrawler(match (n, t.get(1).copied()) {
-                (3, Some(b"crawl")) => Crawler::Crawl(t[2]),
-                (3, Some(b"metadump")) => Crawler::Metadump(t[2]),
-                (3, Some(b"tocrawl")) => Crawler::Tocrawl(num()),
-                (3, Some(b"sleep")) => Crawler::Sleep(num()),
-                (2, Some(b"enable")) => Crawler::Enable,
-                (2, Some(b"disable")) => Crawler::Disable,
-                _ => Crawler::Unknown,
-            }))
+    }
+}
+
+/// set, add, replace, append, prepend, cas: the line (`used` bytes of `buf`, tokenized in
+/// `tk`) and its data block, which must be buffered whole.
+fn storage<'a>(buf: &'a [u8], used: usize, tk: &Tokens<'a>, lim: &Limits) -> Parse<'a> {
+    let done = |c| Parse::Done(c, used);
+    let (t, n) = (&tk.t, tk.n);
+    let noreply_last = noreply_last(tk);
+    let cmd = match t[0] {
+        b"set" => StoreCmd::Set,
+        b"add" => StoreCmd::Add,
+        b"replace" => StoreCmd::Replace,
+        b"append" => StoreCmd::Append,
+        b"prepend" => StoreCmd::Prepend,
+        _ => StoreCmd::Cas,
+    };
+    let base = if cmd == StoreCmd::Cas { 6 } else { 5 };
+    if n != base && n != base + 1 {
+        return done(Command::Fail(Fail::Error));
+    }
+    let noreply = n == base + 1 && noreply_last;
+    let key = t[1];
+    if key.len() > super::KEY_MAX {
+        return done(fail(Fail::BadFormat, noreply_last));
+    }
+    let (Some(flags), Some(exptime), Some(vlen)) =
+        (parse_u64(t[2]), parse_i64(t[3]), parse_i64(t[4]))
+    else {
+        return done(fail(Fail::BadFormat, noreply_last));
+    };
+    let cas = if cmd == StoreCmd::Cas {
+        match parse_u64(t[5]) {
+            Some(c) => c,
+            None => return done(fail(Fail::BadFormat, noreply_last)),
         }
-        b"cache_memlimit" if n == 2 || n == 3 => match parse_u64(t[1]) {
-            Some(mb) => done(Command::CacheMemlimit {
-                mb,
-                noreply: n == 3 && noreply_last,
-            }),
-            None => done(Command::Fail(Fail::BadFormat)),
+    } else {
+        0
+    };
+    if vlen < 0 || vlen > (i32::MAX as i64 - 2) {
+        return done(fail(Fail::BadFormat, noreply_last));
+    }
+    let vlen = vlen as usize;
+    if vlen + key.len() + lim.item_overhead > lim.item_max {
+        return done(Command::TooLarge {
+            key,
+            cmd,
+            swallow: vlen + 2,
+            noreply,
+            meta: false,
+        });
+    }
+    let total = used + vlen + 2;
+    if buf.len() < total {
+        return Parse::Incomplete;
+    }
+    if &buf[used + vlen..total] != b"\r\n" {
+        return Parse::Done(Command::Fail(Fail::BadDataChunk), total);
+    }
+    Parse::Done(
+        Command::Store {
+            cmd,
+            key,
+            // memcached parses flags as a long and keeps the low 32 bits.
+            flags: flags as u32,
+            exptime,
+            data: &buf[used..used + vlen],
+            cas,
+            noreply,
         },
-        b"stats" => done(Command::Stats {
-            arg: (n > 1).then(|| t[1]),
-            arg2: (n > 2).then(|| t[2]),
-            arg3: (n > 3).then(|| t[3]),
-        }),
-        b"mg" | b"ms" | b"md" | b"ma" | b"mn" | b"me" => meta::parse(buf, used, &tk, lim),
-        other => done(unknown(other, l)),
+        total,
+    )
+}
+
+/// `delete KEY [0] [noreply]`.
+fn delete<'a>(tk: &Tokens<'a>) -> Command<'a> {
+    let (t, n) = (&tk.t, tk.n);
+    if !(2..=4).contains(&n) {
+        return Command::Fail(Fail::Error);
+    }
+    // memcached checks the arguments before the key's length, and only looks for
+    // `noreply` when there are any.
+    let mut noreply = false;
+    if n > 2 {
+        let hold_zero = t[2] == b"0";
+        noreply = noreply_last(tk);
+        let valid = (n == 3 && (hold_zero || noreply)) || (n == 4 && hold_zero && noreply);
+        if !valid {
+            return fail(Fail::DeleteUsage, noreply);
+        }
+    }
+    if t[1].len() > super::KEY_MAX {
+        return fail(Fail::BadFormat, noreply);
+    }
+    Command::Delete { key: t[1], noreply }
+}
+
+/// `incr|decr KEY DELTA [noreply]`.
+fn arith<'a>(tk: &Tokens<'a>) -> Command<'a> {
+    let (t, n) = (&tk.t, tk.n);
+    let noreply_last = noreply_last(tk);
+    if n != 3 && n != 4 {
+        return Command::Fail(Fail::Error);
+    }
+    if t[1].len() > super::KEY_MAX {
+        return fail(Fail::BadFormat, noreply_last);
+    }
+    let Some(delta) = parse_u64(t[2]) else {
+        return fail(Fail::InvalidDelta, noreply_last);
+    };
+    Command::Arith {
+        incr: t[0] == b"incr",
+        key: t[1],
+        delta,
+        noreply: n == 4 && noreply_last,
+    }
+}
+
+/// `touch KEY EXPTIME [noreply]`.
+fn touch<'a>(tk: &Tokens<'a>) -> Command<'a> {
+    let (t, n) = (&tk.t, tk.n);
+    let noreply_last = noreply_last(tk);
+    if n != 3 && n != 4 {
+        return Command::Fail(Fail::Error);
+    }
+    if t[1].len() > super::KEY_MAX {
+        return fail(Fail::BadFormat, noreply_last);
+    }
+    let Some(exptime) = parse_i64(t[2]) else {
+        return fail(Fail::InvalidExptime, noreply_last);
+    };
+    Command::Touch {
+        key: t[1],
+        exptime,
+        noreply: n == 4 && noreply_last,
     }
 }
 
@@ -371,36 +307,6 @@ fn unknown(cmd: &[u8], line: &[u8]) -> Command<'static> {
     } else {
         Command::Fail(Fail::Error)
     }
-}
-
-/// The streams of `watch ARGS` (`fetchers` when none are named); `None` for an unknown name
-/// (`noreply` included: memcached answers it `ERROR`, which the noreply flag then silences).
-fn watch_streams(args: &[&[u8]]) -> Option<u16> {
-    if args.is_empty() {
-        return Some(watch::FETCHERS);
-    }
-    let mut f = 0;
-    for a in args {
-        f |= match *a {
-            b"rawcmds" => watch::RAWCMDS,
-            b"evictions" => watch::EVICTIONS,
-            b"fetchers" => watch::FETCHERS,
-            b"mutations" => watch::MUTATIONS,
-            b"sysevents" => watch::SYSEVENTS,
-            b"connevents" => watch::CONNEVENTS,
-            b"proxyreqs" => watch::PROXYREQS,
-            b"proxyevents" => watch::PROXYEVENTS,
-            b"proxyuser" => watch::PROXYUSER,
-            _ => return None,
-        };
-    }
-    Some(f)
-}
-
-/// memcached's `safe_strtod`: a finite decimal number taking the whole token.
-fn parse_f64(t: &[u8]) -> Option<f64> {
-    let s = std::str::from_utf8(t).ok()?;
-    s.parse::<f64>().ok().filter(|v| v.is_finite())
 }
 
 /// Iterates the keys of a get line.

@@ -13,7 +13,7 @@ use mio::{event::Source, Events, Interest, Poll, Registry, Token};
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
-use crate::conns::{addr_text, ConnEntry, ConnKind, STATE_NREAD, STATE_SWALLOW};
+use super::conn_table::{addr_text, ConnEntry, ConnKind, STATE_NREAD, STATE_SWALLOW};
 use crate::handler::{process, Cache, Proto, Session};
 use crate::out::Out;
 use crate::stats;

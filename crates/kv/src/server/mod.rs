@@ -9,6 +9,7 @@
 //! memory stays bounded and other connections are not affected.
 
 mod conn;
+pub mod conn_table;
 mod readbuf;
 mod udp;
 mod uring;
@@ -26,9 +27,9 @@ use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::config::{Config, IoDriver};
-use crate::conns::ConnKind;
 use crate::handler::Cache;
 use conn::Stream;
+use conn_table::ConnKind;
 
 /// Start-up failures.
 #[derive(Debug, thiserror::Error)]
@@ -337,14 +338,14 @@ impl Server {
         for l in &tcp {
             if let Ok(a) = l.local_addr() {
                 let (fd, now) = (l.as_raw_fd(), engine.now());
-                let addr = crate::conns::addr_text("tcp", &a);
+                let addr = conn_table::addr_text("tcp", &a);
                 engine.conn_table.add(fd, ConnKind::Listen, addr, None, now);
             }
         }
         for u in &udp_socks {
             if let Ok(a) = u.local_addr() {
                 let (fd, now) = (u.as_raw_fd(), engine.now());
-                let addr = crate::conns::addr_text("udp", &a);
+                let addr = conn_table::addr_text("udp", &a);
                 engine.conn_table.add(fd, ConnKind::Udp, addr, None, now);
             }
         }

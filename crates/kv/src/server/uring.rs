@@ -18,6 +18,10 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 
 use io_uring::{opcode, squeue, types, IoUring};
+use rustix::event::EventfdFlags;
+use rustix::fs::OFlags;
+use rustix::io::Errno;
+use rustix::net::{SendFlags, Shutdown};
 
 use super::conn::{
     echo_closed, idle_expired, list_conn, new_session, note_wait, Stream, IOV_BATCH, OUT_LIMIT,
@@ -26,6 +30,7 @@ use super::readbuf::ReadBuf;
 use crate::handler::{process, Cache, Session};
 use crate::out::Out;
 use crate::stats;
+use crate::sys::MsgHdr;
 
 /// Submission queue size; each connection has at most two operations in flight.
 const ENTRIES: u32 = 1024;
@@ -33,6 +38,13 @@ const ENTRIES: u32 = 1024;
 const WAKE: u64 = u64::MAX;
 const OP_RECV: u64 = 0;
 const OP_SEND: u64 = 1;
+
+// The errors met here (a completion's `res` carries one negated).
+const EINTR: i32 = Errno::INTR.raw_os_error();
+const EAGAIN: i32 = Errno::AGAIN.raw_os_error();
+const ENOBUFS: i32 = Errno::NOBUFS.raw_os_error();
+const EBUSY: i32 = Errno::BUSY.raw_os_error();
+const ETIME: i32 = Errno::TIME.raw_os_error();
 
 /// Builds a ring for one worker thread: single-issuer with deferred task work where the kernel
 /// has it (6.1+), a plain ring otherwise.
@@ -47,20 +59,13 @@ pub fn build_ring() -> io::Result<IoUring> {
 
 /// A blocking eventfd the acceptor writes to after handing over a connection.
 pub fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: eventfd takes plain integers; the result is checked before use.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(rustix::event::eventfd(0, EventfdFlags::CLOEXEC)?)
 }
 
 /// Wakes a worker blocked in `submit_and_wait` by completing its eventfd read.
 pub fn wake(fd: &OwnedFd) {
     let one = 1u64.to_ne_bytes();
-    // SAFETY: writes 8 bytes from a live buffer to an eventfd we own.
-    unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), 8) };
+    let _ = rustix::io::write(fd, &one);
 }
 
 struct Conn {
@@ -70,9 +75,8 @@ struct Conn {
     wbuf: Out,
     /// Replies handed to the kernel; untouched while a send is armed.
     sending: Out,
-    /// The armed send's pieces and message header (boxed: `conns` may move the `Conn`).
-    iov: Vec<libc::iovec>,
-    msg: Box<libc::msghdr>,
+    /// The armed send's pieces and message header (on the heap: `conns` may move the `Conn`).
+    msg: MsgHdr,
     recv_armed: bool,
     send_armed: bool,
     session: Session,
@@ -162,18 +166,11 @@ impl Worker {
         let Some(c) = self.conns[slot].as_mut() else {
             return;
         };
-        c.iov.clear();
-        c.iov
-            .extend(c.sending.pieces().take(IOV_BATCH).map(|p| libc::iovec {
-                iov_base: p.as_ptr() as *mut libc::c_void,
-                iov_len: p.len(),
-            }));
-        c.msg.msg_iov = c.iov.as_mut_ptr();
-        c.msg.msg_iovlen = c.iov.len() as _;
-        // The pieces, `iov` and `msg` stay unmoved and unchanged until the send completes:
-        // `sending` is only advanced, and `iov` only rebuilt, after that.
-        let e = opcode::SendMsg::new(types::Fd(c.fd.as_raw_fd()), &*c.msg)
-            .flags(libc::MSG_NOSIGNAL as u32)
+        let msg = c.msg.point_at(c.sending.pieces().take(IOV_BATCH));
+        // The pieces and `msg` stay unmoved and unchanged until the send completes:
+        // `sending` is only advanced, and `msg` only pointed elsewhere, after that.
+        let e = opcode::SendMsg::new(types::Fd(c.fd.as_raw_fd()), msg)
+            .flags(SendFlags::NOSIGNAL.bits())
             .build()
             .user_data(user_data(slot, OP_SEND));
         c.send_armed = true;
@@ -237,8 +234,7 @@ impl Worker {
         c.dead = true;
         if c.inflight() {
             // Completes the armed receive (and fails a stuck send) so the slot can go.
-            // SAFETY: shutdown on a socket we own.
-            unsafe { libc::shutdown(c.fd.as_raw_fd(), libc::SHUT_RDWR) };
+            let _ = rustix::net::shutdown(&c.fd, Shutdown::Both);
         }
     }
 
@@ -268,7 +264,7 @@ impl Worker {
             } else if res > 0 {
                 c.rbuf.filled(res as usize);
                 self.run(eng, slot);
-            } else if res == -libc::EINTR || res == -libc::EAGAIN || res == -libc::ENOBUFS {
+            } else if res == -EINTR || res == -EAGAIN || res == -ENOBUFS {
                 self.arm_recv(slot);
             } else {
                 // 0: the peer closed; negative: a socket error.
@@ -281,7 +277,7 @@ impl Worker {
                 stats::add(&c.session.counters.bytes_written, res as u64);
             }
             if c.dead {
-            } else if res < 0 && res != -libc::EINTR && res != -libc::EAGAIN {
+            } else if res < 0 && res != -EINTR && res != -EAGAIN {
                 self.kill(slot);
             } else if !c.sending.is_empty() {
                 self.send_rest(slot);
@@ -305,12 +301,8 @@ impl Worker {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         // io_uring completes operations on a non-blocking socket with EAGAIN instead of
         // waiting for it: make the socket blocking (only the ring ever waits on it).
-        // SAFETY: fcntl on a descriptor we own.
-        unsafe {
-            let fl = libc::fcntl(raw, libc::F_GETFL);
-            if fl >= 0 {
-                libc::fcntl(raw, libc::F_SETFL, fl & !libc::O_NONBLOCK);
-            }
+        if let Ok(fl) = rustix::fs::fcntl_getfl(&fd) {
+            let _ = rustix::fs::fcntl_setfl(&fd, fl - OFlags::NONBLOCK);
         }
         let slot = self.free.pop().unwrap_or_else(|| {
             self.conns.push(None);
@@ -323,10 +315,7 @@ impl Worker {
             rbuf: ReadBuf::default(),
             wbuf: Out::new(),
             sending: Out::new(),
-            iov: Vec::with_capacity(IOV_BATCH),
-            // SAFETY: msghdr is a plain C struct for which all-zero is valid (no name, no
-            // control data); `send_rest` sets its iovec pointer before each use.
-            msg: Box::new(unsafe { std::mem::zeroed() }),
+            msg: MsgHdr::with_capacity(IOV_BATCH),
             recv_armed: false,
             send_armed: false,
             session,
@@ -400,7 +389,7 @@ pub fn worker(
         let waited = if timed_wait && want == 1 {
             let args = types::SubmitArgs::new().timespec(&tick);
             match w.ring.submitter().submit_with_args(1, &args) {
-                Err(e) if e.raw_os_error() == Some(libc::ETIME) => Ok(0),
+                Err(e) if e.raw_os_error() == Some(ETIME) => Ok(0),
                 r => r,
             }
         } else {
@@ -408,8 +397,8 @@ pub fn worker(
         };
         match waited {
             Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            Err(e) if e.raw_os_error() == Some(EINTR) => {}
+            Err(e) if e.raw_os_error() == Some(EBUSY) => {}
             Err(e) => {
                 tracing::error!("io_uring submit: {e}");
                 break;

@@ -10,6 +10,7 @@
 //! Time is passed in (`now`, seconds on the server's relative clock) so the storage is
 //! deterministic and testable without sleeping. The tests in `tests.rs` run against both.
 
+mod arena_commands;
 mod arena_maint;
 mod arena_store;
 mod automove;
