@@ -10,11 +10,9 @@
 //! and the secret that admits the peer there ([`crate::shm`]). Nothing in a hello enables access
 //! to memory: the TCP exchange only agrees on parameters.
 //!
-//! On udp the accepting side reads the peer's hello, attaches its queue pair to its device, and
-//! only then answers with its own; the connecting side attaches its queue pair and then sends
-//! one READY byte (0x52), which the accepting side waits for before returning. Either side's
-//! first datagram therefore finds the other's queue pair in place.
-use std::collections::HashMap;
+//! The udp transport's part (its receive devices, the port the hello advertises, and the order
+//! of the exchange: the accepting side's hello waits for its queue pair, the connecting side
+//! sends a READY byte) is the udp driver's, [`crate::udp::UdpSetup`].
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
@@ -28,16 +26,14 @@ use remora_wire::{Psn, Service};
 
 use crate::cq::Cq;
 use crate::driver::Driver;
-use crate::engine::{EngineConfig, QpProtocol};
+use crate::engine::EngineConfig;
 use crate::error::{io_err, Error, Result};
 use crate::options::{QpOptions, QpType, Transport};
 use crate::qp::Qp;
 use crate::shm::TOKEN_LEN;
 use crate::stream::{DataPath, Sock, StreamDriver, StreamQp};
-use crate::udp::{Device, DeviceHandle, Role, UdpDriver, UdpQp};
+use crate::udp::{Agreed, Devices, UdpSetup};
 
-/// The byte a connecting udp side sends once its queue pair is attached (setup version 3).
-const READY: u8 = 0x52;
 /// Largest private data either side may send.
 pub const MAX_PRIVATE: usize = setup::MAX_PRIVATE;
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -205,7 +201,8 @@ pub struct Listener {
 struct ListenerShared {
     pd: Arc<Pd>,
     opts: QpOptions,
-    devices: Mutex<HashMap<IpAddr, Arc<DeviceHandle>>>,
+    /// The udp receive devices, one per local address.
+    udp: Devices,
     /// Descriptors every `shm` peer receives at setup ([`Listener::hand_over`]).
     handover: Mutex<Vec<OwnedFd>>,
 }
@@ -226,33 +223,22 @@ impl Listener {
     pub fn bind(control: SocketAddr, pd: Arc<Pd>, opts: QpOptions) -> Result<Listener> {
         let tcp = TcpListener::bind(control)
             .map_err(io_err(format!("listening for connections on {control}")))?;
-        let l = Listener {
+        let udp = Devices::start(&opts, control.ip())?;
+        Ok(Listener {
             tcp,
             shared: Arc::new(ListenerShared {
                 pd,
                 opts,
-                devices: Mutex::new(HashMap::new()),
+                udp,
                 handover: Mutex::new(Vec::new()),
             }),
-        };
-        // The RoCEv2 receive socket exists from the start, as on a NIC, so that 4791 is ours
-        // before any requester on this host could take it. A wildcard control address learns
-        // its local address only per connection, so its devices are bound then.
-        if !control.ip().is_unspecified() {
-            l.shared.device(control.ip())?;
-        }
-        Ok(l)
+        })
     }
 
     /// The udp receive address (RoCEv2 destination) of the device on `ip`, once bound: UDP 4791
     /// unless another process held it when the listener started.
     pub fn udp_device(&self, ip: IpAddr) -> Option<SocketAddr> {
-        self.shared
-            .devices
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&ip)
-            .map(|d| d.dev.local_addr())
+        self.shared.udp.addr(ip)
     }
 
     /// Descriptors (at most [`crate::MAX_HANDOVER`]) that every `shm` peer receives with
@@ -328,11 +314,7 @@ impl Incoming {
             ..sh.opts.clone()
         };
         let local_ip = s.local_addr().map_err(io_err("local address"))?.ip();
-        let dev = if opts.transport == Transport::Udp {
-            Some(sh.device(local_ip)?)
-        } else {
-            None
-        };
+        let udp = UdpSetup::accepting(&opts, &sh.udp, local_ip)?;
         // Duplicates, so that a slow setup does not hold the lock for the others.
         let handover = if opts.transport == Transport::Shm {
             sh.handover
@@ -345,24 +327,7 @@ impl Incoming {
         } else {
             Vec::new()
         };
-        establish(s, sh.pd.clone(), &opts, dev, private, Some(peer), &handover)
-    }
-}
-
-impl ListenerShared {
-    fn device(&self, ip: IpAddr) -> Result<Arc<DeviceHandle>> {
-        let mut devs = self.devices.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(d) = devs.get(&ip) {
-            return Ok(d.clone());
-        }
-        let d = Arc::new(Device::bind(
-            ip,
-            self.opts.udp_port,
-            Role::Responder,
-            self.opts.progress,
-        )?);
-        devs.insert(ip, d.clone());
-        Ok(d)
+        establish(s, sh.pd.clone(), &opts, udp, private, Some(peer), &handover)
     }
 }
 
@@ -384,18 +349,8 @@ pub fn connect(
         .map_err(io_err(format!("connecting to {control}")))?;
     s.set_read_timeout(Some(SETUP_TIMEOUT)).ok();
     s.set_nodelay(true).ok();
-    let dev = if opts.transport == Transport::Udp {
-        let ip = s.local_addr().map_err(io_err("local address"))?.ip();
-        Some(Arc::new(Device::bind(
-            ip,
-            opts.udp_port,
-            Role::Requester,
-            opts.progress,
-        )?))
-    } else {
-        None
-    };
-    establish(s, pd, &opts, dev, private, None, &[])
+    let udp = UdpSetup::connecting(&opts, &s)?;
+    establish(s, pd, &opts, udp, private, None, &[])
 }
 
 /// The engine of a stream queue pair: the agreed QPNs and first PSNs (so its packets are
@@ -410,32 +365,14 @@ fn stream_config(opts: &QpOptions, qpn: u32, psn: u32, peer: &Hello) -> EngineCo
     cfg
 }
 
-/// Waits (until `deadline`) for the connecting side's READY byte.
-fn read_ready(s: &mut TcpStream, deadline: Instant) -> Result<()> {
-    let left = deadline
-        .checked_duration_since(Instant::now())
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| Error::Setup("setup timed out before the peer was ready".into()))?;
-    s.set_read_timeout(Some(left)).ok();
-    let mut b = [0u8; 1];
-    s.read_exact(&mut b)
-        .map_err(io_err("waiting for the peer's ready byte"))?;
-    if b[0] != READY {
-        return Err(Error::Setup(format!(
-            "peer sent {:#04x} where the ready byte belongs",
-            b[0]
-        )));
-    }
-    Ok(())
-}
-
 /// Both sides: send our hello (after reading the peer's on the accepting side), read theirs,
-/// build the queue pair. `handover` goes to an `shm` peer (accepting side only).
+/// build the queue pair. `udp` is the udp transport's setup (udp only), `handover` goes to an
+/// `shm` peer (accepting side only).
 fn establish(
     mut s: TcpStream,
     pd: Arc<Pd>,
     opts: &QpOptions,
-    dev: Option<Arc<DeviceHandle>>,
+    udp: Option<UdpSetup>,
     private: &[u8],
     peer_first: Option<Hello>,
     handover: &[OwnedFd],
@@ -455,14 +392,13 @@ fn establish(
         mtu: opts.mtu as u32,
         qpn,
         psn: Psn::new(psn),
-        udp_port: dev.as_ref().map_or(0, |d| d.dev.local_addr().port()),
+        udp_port: udp.as_ref().map_or(0, UdpSetup::port),
         rendezvous: offer.as_ref().map_or([0; TOKEN_LEN], |o| o.token()),
         private: private.to_vec(),
     };
     // udp, accepting side: our hello goes out only once our queue pair is attached to the
     // device (below), so no datagram of the peer can arrive for a QPN not yet known there.
-    let udp_accepting = accepting && opts.transport == Transport::Udp;
-    if !udp_accepting {
+    if !udp.as_ref().is_some_and(UdpSetup::hello_waits) {
         me.write(&mut s)?;
     }
     let peer = match peer_first {
@@ -485,42 +421,18 @@ fn establish(
     let cq = Arc::new(Cq::new());
     let driver: Box<dyn Driver> = match opts.transport {
         Transport::Udp => {
-            let dev = dev.expect("udp has a device");
-            let peer_ip = s.peer_addr().map_err(io_err("peer address"))?.ip();
-            let mut cfg = EngineConfig::new(opts.qp_type.service(), qpn, peer.qpn, mtu);
-            cfg.send_psn = Psn::new(psn);
-            cfg.recv_psn = peer.psn;
-            cfg.retry_timeout = opts.retry_timeout;
-            cfg.retry_count = opts.retry_count;
-            cfg.window = opts.window.max(1);
-            cfg.part = opts.part;
-            cfg.pkey = opts.pkey;
-            let engine = QpProtocol::new(cfg, pd);
-            let local_ip = dev.dev.local_addr().ip();
-            let qp = UdpQp::new(
-                engine,
-                local_ip,
-                SocketAddr::new(peer_ip, peer.udp_port),
-                opts.icrc_check,
-                opts.faults,
-                cq.clone(),
-            )?;
-            dev.dev.attach(qp.clone());
-            // Then the READY byte: the connecting side attaches before sending it, and the
-            // accepting side returns only after it, so the first message of either side's
-            // application finds the other's queue pair in place (UC does not retransmit).
-            let ready = if udp_accepting {
-                me.write(&mut s).and_then(|()| read_ready(&mut s, deadline))
-            } else {
-                s.write_all(&[READY])
-                    .map_err(io_err("sending the setup's ready byte"))
+            let agreed = Agreed {
+                opts,
+                mtu,
+                qpn,
+                psn,
+                peer_qpn: peer.qpn,
+                peer_psn: peer.psn,
+                peer_udp_port: peer.udp_port,
+                deadline,
             };
-            if let Err(e) = ready {
-                dev.dev.detach(qpn);
-                return Err(e);
-            }
-            s.set_read_timeout(None).ok();
-            Box::new(UdpDriver::new(qp, dev, s, qpn))
+            let udp = udp.expect("udp has its setup");
+            udp.start(s, pd, cq.clone(), &agreed, |s| me.write(s))?
         }
         Transport::Tcp => Box::new(StreamDriver(StreamQp::start(
             Sock::Tcp(s),

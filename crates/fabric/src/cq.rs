@@ -1,6 +1,6 @@
 //! Completion queues: a FIFO of work completions with busy-poll and blocking waits.
 use std::collections::VecDeque;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -117,8 +117,8 @@ pub(crate) struct SleepGuard<'a> {
 
 impl SleepGuard<'_> {
     /// The eventfd to wait on, if the queue has one.
-    pub(crate) fn fd(&self) -> Option<RawFd> {
-        self.cq.efd.as_ref().map(|f| f.as_fd().as_raw_fd())
+    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.cq.efd.as_ref().map(|f| f.as_fd())
     }
 }
 

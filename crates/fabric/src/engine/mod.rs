@@ -290,16 +290,27 @@ impl QpProtocol {
                 &mut self.stats,
             );
         } else {
-            self.resp.handle(
-                now,
-                &self.cfg,
-                &self.pd,
-                &repr,
-                payload,
-                &mut self.completions,
-                &mut self.stats,
+            let (resp, mut rx) = self.responder(now);
+            resp.handle(
+                &mut rx,
+                responder::Packet {
+                    repr: &repr,
+                    payload,
+                },
             );
         }
+    }
+
+    /// The responder, and what it works with for one call.
+    fn responder(&mut self, now: Instant) -> (&mut Responder, responder::Rx<'_>) {
+        let rx = responder::Rx {
+            now,
+            cfg: &self.cfg,
+            pd: &self.pd,
+            completions: &mut self.completions,
+            stats: &mut self.stats,
+        };
+        (&mut self.resp, rx)
     }
 
     /// The next page-in the responder needs, for the driver's page-in worker (PART). Run it
@@ -317,15 +328,8 @@ impl QpProtocol {
     /// ([`PageInRequest::run_reporting`] gives these reports).
     pub fn page_in_progress(&mut self, now: Instant, id: u64, done: usize) {
         if id & requester::REQUESTER_IDS == 0 {
-            self.resp.page_in_progress(
-                now,
-                &self.cfg,
-                &self.pd,
-                id,
-                done,
-                &mut self.completions,
-                &mut self.stats,
-            );
+            let (resp, mut rx) = self.responder(now);
+            resp.page_in_progress(&mut rx, id, done);
         }
     }
 
@@ -343,15 +347,8 @@ impl QpProtocol {
             self.req
                 .page_in_done(now, id, result, &mut self.completions, &mut self.stats);
         } else {
-            self.resp.page_in_done(
-                now,
-                &self.cfg,
-                &self.pd,
-                id,
-                result,
-                &mut self.completions,
-                &mut self.stats,
-            );
+            let (resp, mut rx) = self.responder(now);
+            resp.page_in_done(&mut rx, id, result);
         }
     }
 

@@ -510,7 +510,7 @@ impl Shared {
                     if self.stop.load(Ordering::Acquire) {
                         return Err("stopping".into());
                     }
-                    let (readable, _) = wait_io(self.sock.raw_fd(), true, None, Some(WRITE_WAIT))
+                    let (readable, _) = wait_io(self.sock.fd(), true, None, Some(WRITE_WAIT))
                         .map_err(|e| e.to_string())?;
                     if readable {
                         self.read_frames(c)?;

@@ -17,7 +17,7 @@
 //! themselves.
 use std::collections::{HashMap, HashSet};
 use std::net::Shutdown;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
@@ -174,7 +174,7 @@ impl Shared {
     /// Sleeps up to `wait` (shortened to the engine's next timer) on the socket and `also`
     /// (a completion queue's eventfd), then runs a round if anything may be due. `Ok(false)`
     /// when another thread is driving the queue pair.
-    fn progress(&self, wait: Duration, also: Option<RawFd>) -> Result<bool> {
+    fn progress(&self, wait: Duration, also: Option<BorrowedFd<'_>>) -> Result<bool> {
         let Ok(_driver) = self.driver.try_lock() else {
             return Ok(false);
         };
@@ -194,7 +194,7 @@ impl Shared {
                 return Err(Error::Disconnected);
             }
             drop(c);
-            let (readable, _) = crate::poll::wait_io(self.sock.raw_fd(), false, also, Some(wait))
+            let (readable, _) = crate::poll::wait_io(self.sock.fd(), false, also, Some(wait))
                 .map_err(io_err("poll on the stream"))?;
             readable || timer.is_some_and(|t| t <= Instant::now())
         };
@@ -333,7 +333,7 @@ impl StreamQp {
 
     /// One round of progress when polled ([`Progress::Poll`]), sleeping up to `wait` on the
     /// socket and `also`; `Ok(false)` when another thread is driving it.
-    pub(crate) fn progress(&self, wait: Duration, also: Option<RawFd>) -> Result<bool> {
+    pub(crate) fn progress(&self, wait: Duration, also: Option<BorrowedFd<'_>>) -> Result<bool> {
         self.drain_ring();
         if !self.polled() {
             return Ok(false);

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 
@@ -58,10 +58,10 @@ impl Sock {
     }
 
     /// The descriptor to wait on.
-    pub(crate) fn raw_fd(&self) -> RawFd {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         match self {
-            Sock::Tcp(s) => s.as_raw_fd(),
-            Sock::Unix { s, .. } => s.as_raw_fd(),
+            Sock::Tcp(s) => s.as_fd(),
+            Sock::Unix { s, .. } => s.as_fd(),
         }
     }
 

@@ -6,6 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustix::net::RecvFlags;
+
 use super::{DeviceHandle, UdpQp};
 use crate::cq::Cq;
 use crate::driver::Driver;
@@ -103,20 +105,12 @@ impl Driver for UdpDriver {
     }
 
     fn is_closed(&self) -> bool {
-        use std::os::fd::AsRawFd;
         let mut b = [0u8; 1];
-        // SAFETY: recv into a 1-byte local buffer on a socket we own; MSG_PEEK leaves the
-        // byte for readers and MSG_DONTWAIT never blocks.
-        let r = unsafe {
-            libc::recv(
-                self.control.as_raw_fd(),
-                b.as_mut_ptr().cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        r == 0
-            || (r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock)
+        // MSG_PEEK leaves the byte for readers and MSG_DONTWAIT never blocks.
+        match rustix::net::recv(&self.control, &mut b, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+            Ok((_, n)) => n == 0,
+            Err(e) => e != rustix::io::Errno::WOULDBLOCK,
+        }
     }
 
     fn wait_disconnect(&self, timeout: Option<Duration>) -> Result<()> {

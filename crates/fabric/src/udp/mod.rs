@@ -17,9 +17,12 @@
 //! message costs no wake-up of a second thread. The device's page-in worker makes the pages
 //! PART asks for resident (batching what is queued per wake-up) and sends the ERR, so that a
 //! page fault on one queue pair never stalls the receive path the others share.
+//!
+//! Connection setup's udp part (the listener's devices, the port a hello advertises, the order
+//! of the exchange) is in [`setup`], so that `conn.rs` asks this transport rather than knows it.
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::thread::JoinHandle;
@@ -35,10 +38,11 @@ use crate::wr::{RecvWr, SendWr};
 
 mod driver;
 mod page_in;
+mod setup;
 pub(crate) mod sys;
 
-pub(crate) use driver::UdpDriver;
 use page_in::{page_in_worker, PageInJob, PAGE_IN_CHUNK};
+pub(crate) use setup::{Agreed, Devices, UdpSetup};
 
 /// Packets gathered per transmit batch.
 const BATCH: usize = 64;
@@ -231,11 +235,7 @@ impl Device {
     /// and runs due timers. The wait also ends when `also` (a completion queue's eventfd)
     /// becomes readable. Returns `Ok(false)` without doing anything when another thread is
     /// already driving the device (its work lands in the same completion queues).
-    pub(crate) fn progress(
-        &self,
-        wait: Duration,
-        also: Option<std::os::fd::RawFd>,
-    ) -> Result<bool> {
+    pub(crate) fn progress(&self, wait: Duration, also: Option<BorrowedFd<'_>>) -> Result<bool> {
         let Ok(mut rx) = self.rx.try_lock() else {
             return Ok(false);
         };
@@ -252,7 +252,7 @@ impl Device {
         let readable = if wait.is_zero() {
             true
         } else {
-            crate::poll::wait_io(fd, false, also, Some(wait))
+            crate::poll::wait_io(self.sock.as_fd(), false, also, Some(wait))
                 .map_err(io_err("poll on the udp device"))?
                 .0
         };

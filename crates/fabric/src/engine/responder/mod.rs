@@ -84,6 +84,25 @@ pub(super) enum Refuse {
     },
 }
 
+/// What the responder works with for one call (a received packet, a page-in report): the time,
+/// the queue pair's settings and the regions it serves, and where completions and counters go.
+/// Lent by [`super::QpProtocol`], so that the steps of handling a packet need not pass the same
+/// five arguments to one another.
+pub(super) struct Rx<'a> {
+    pub(super) now: Instant,
+    pub(super) cfg: &'a EngineConfig,
+    pub(super) pd: &'a Pd,
+    pub(super) completions: &'a mut VecDeque<Completion>,
+    pub(super) stats: &'a mut Stats,
+}
+
+/// A received request packet: its parsed headers and its payload (a slice, a copy held in the
+/// reorder window, or the bytes still in a stream).
+pub(super) struct Packet<'p> {
+    pub(super) repr: &'p Repr,
+    pub(super) payload: &'p mut dyn Payload,
+}
+
 pub(super) struct Responder {
     epsn: Psn,
     msn: u32,
@@ -126,41 +145,22 @@ impl Responder {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn handle(
-        &mut self,
-        now: Instant,
-        cfg: &EngineConfig,
-        pd: &Pd,
-        repr: &Repr,
-        payload: &mut dyn Payload,
-        completions: &mut VecDeque<Completion>,
-        stats: &mut Stats,
-    ) {
-        match cfg.service {
-            Service::Rc => self.handle_rc(now, cfg, pd, repr, payload, completions, stats),
-            Service::Uc => self.handle_uc(cfg, pd, repr, payload, completions, stats),
+    pub(super) fn handle(&mut self, rx: &mut Rx, mut pkt: Packet) {
+        match rx.cfg.service {
+            Service::Rc => self.handle_rc(rx, &mut pkt),
+            Service::Uc => self.handle_uc(rx, &mut pkt),
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn handle_rc(
-        &mut self,
-        now: Instant,
-        cfg: &EngineConfig,
-        pd: &Pd,
-        repr: &Repr,
-        payload: &mut dyn Payload,
-        completions: &mut VecDeque<Completion>,
-        stats: &mut Stats,
-    ) {
+    fn handle_rc(&mut self, rx: &mut Rx, pkt: &mut Packet) {
+        let repr = pkt.repr;
         let psn = repr.bth.psn;
         let d = psn.diff(self.epsn);
         if d < 0 {
-            stats.duplicates += 1;
+            rx.stats.duplicates += 1;
             if repr.bth.opcode.op == Op::ReadRequest {
                 // READs are idempotent: answer again (the requester lost our responses).
-                if let Ok(r) = self.read_request(cfg, pd, repr, stats) {
+                if let Ok(r) = self.read_request(rx, repr) {
                     self.out.push_back(Out::Read(r));
                 }
             } else {
@@ -172,23 +172,23 @@ impl Responder {
         if d < held {
             // A resend of a packet already waiting in the window: the sender's retransmission
             // timer ran out while the page-in goes on (a slow page server).
-            stats.duplicates += 1;
+            rx.stats.duplicates += 1;
             if d == 0 {
-                self.hold_sender(cfg, stats);
+                self.hold_sender(rx);
             }
             return;
         }
         if d > held {
             if held > 0 {
-                self.gap_behind_window(cfg, stats);
+                self.gap_behind_window(rx);
                 return;
             }
             if self.faults.stall.is_some() {
                 // Behind a stall: the sender resends from it.
-                stats.held_drops += 1;
+                rx.stats.held_drops += 1;
                 return;
             }
-            stats.out_of_sequence += 1;
+            rx.stats.out_of_sequence += 1;
             if !self.nak_sent {
                 self.nak_sent = true;
                 self.out.push_back(Out::Nak {
@@ -199,13 +199,13 @@ impl Responder {
             return;
         }
         if held > 0 {
-            if self.behind_window(cfg, repr, payload, stats) {
+            if self.behind_window(rx, pkt) {
                 // Its pages may be in already, and the front's too by now.
-                self.drain(now, cfg, pd, completions, stats);
+                self.drain(rx);
             }
             return;
         }
-        match self.execute(cfg, pd, repr, payload, completions, stats) {
+        match self.execute(rx, pkt) {
             Ok(advance) => {
                 self.epsn = psn.add(advance);
                 self.nak_sent = false;
@@ -229,31 +229,23 @@ impl Responder {
                 offset,
                 len,
                 rest,
-            }) => self.on_fault(now, cfg, repr, payload, (region, offset, len, rest), stats),
+            }) => self.on_fault(rx, pkt, (region, offset, len, rest)),
         }
     }
 
-    fn handle_uc(
-        &mut self,
-        cfg: &EngineConfig,
-        pd: &Pd,
-        repr: &Repr,
-        payload: &mut dyn Payload,
-        completions: &mut VecDeque<Completion>,
-        stats: &mut Stats,
-    ) {
-        let psn = repr.bth.psn;
+    fn handle_uc(&mut self, rx: &mut Rx, pkt: &mut Packet) {
+        let psn = pkt.repr.bth.psn;
         if psn != self.epsn {
-            stats.out_of_sequence += 1;
+            rx.stats.out_of_sequence += 1;
             self.run = 0;
             if self.cur.take().is_some() {
-                stats.uc_messages_dropped += 1;
+                rx.stats.uc_messages_dropped += 1;
             }
             self.uc_wait_first = true;
         }
         if self.uc_wait_first {
-            if !repr.bth.opcode.is_first() {
-                stats.uc_packets_dropped += 1;
+            if !pkt.repr.bth.opcode.is_first() {
+                rx.stats.uc_packets_dropped += 1;
                 self.epsn = psn.next();
                 return;
             }
@@ -261,14 +253,14 @@ impl Responder {
         }
         // Counted before executing, so that the completion this packet may finish includes it.
         self.run = self.run.saturating_add(1);
-        match self.execute(cfg, pd, repr, payload, completions, stats) {
+        match self.execute(rx, pkt) {
             Ok(advance) => self.epsn = psn.add(advance),
             Err(_) => {
                 self.run = 0;
                 // UC has no NAKs: the message is dropped and counted.
-                stats.uc_packets_dropped += 1;
+                rx.stats.uc_packets_dropped += 1;
                 if self.cur.take().is_some() {
-                    stats.uc_messages_dropped += 1;
+                    rx.stats.uc_messages_dropped += 1;
                 }
                 self.uc_wait_first = true;
                 self.epsn = psn.next();
@@ -276,28 +268,21 @@ impl Responder {
         }
     }
 
-    fn read_request(
-        &self,
-        cfg: &EngineConfig,
-        pd: &Pd,
-        repr: &Repr,
-        stats: &mut Stats,
-    ) -> Result<ReadResponse, Refuse> {
+    fn read_request(&self, rx: &mut Rx, repr: &Repr) -> Result<ReadResponse, Refuse> {
         let Some(reth) = repr.reth else {
-            stats.invalid_requests += 1;
+            rx.stats.invalid_requests += 1;
             return Err(Refuse::Nak(NakCode::InvalidRequest));
         };
         let len = reth.len as usize;
         let (region, offset) =
-            access::check_remote(pd, reth.rkey, reth.va, len as u64, Access::REMOTE_READ).map_err(
-                |e| {
-                    stats.access_errors += 1;
+            access::check_remote(rx.pd, reth.rkey, reth.va, len as u64, Access::REMOTE_READ)
+                .map_err(|e| {
+                    rx.stats.access_errors += 1;
                     tracing::debug!(error = %e, "remote READ refused");
                     Refuse::Nak(NakCode::RemoteAccessError)
-                },
-            )?;
+                })?;
         Ok(ReadResponse {
-            npkts: packets_for(len, cfg.mtu),
+            npkts: packets_for(len, rx.cfg.mtu),
             region,
             offset,
             len,

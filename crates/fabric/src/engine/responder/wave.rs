@@ -5,15 +5,14 @@
 //! packet is complete.
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use remora_mem::{Pd, Region};
+use remora_mem::Region;
 use remora_wire::{NakCode, Psn, Repr};
 
 use super::super::fault::{self, Stall};
-use super::super::{EngineConfig, Payload, Stats};
-use super::{Out, Refuse, Responder};
-use crate::wr::Completion;
+use super::super::{EngineConfig, Payload};
+use super::{Out, Packet, Refuse, Responder, Rx};
 
 /// Page-in time per 4 KiB page assumed before the worker has reported any piece (what
 /// `MADV_POPULATE_WRITE` took per page on both hosts measured, 1.1 µs; the first report
@@ -123,35 +122,29 @@ impl Responder {
     /// PIO, whose page-in is the packet's own pages).
     fn wave_for(
         &mut self,
-        now: Instant,
-        cfg: &EngineConfig,
+        rx: &mut Rx,
         psn: Psn,
         (region, offset, len, rest): (&Arc<Region>, usize, usize, usize),
-        stats: &mut Stats,
     ) -> bool {
         if self.faults.covered(region, offset, len) {
             return true;
         }
-        let (o, n) = fault::policy_range(&cfg.part, region, offset, len, rest);
-        self.faults.request(now, psn, region, o, n);
-        stats.page_ins += 1;
+        let (o, n) = fault::policy_range(&rx.cfg.part, region, offset, len, rest);
+        self.faults.request(rx.now, psn, region, o, n);
+        rx.stats.page_ins += 1;
         o + n > offset + len
     }
 
     /// PART: the packet at `psn`, the next expected with nothing held, was not placed because
     /// `[offset, offset+len)` of `region` is not resident. Start (or join) the wave and hold
     /// the packet, or stop the sender at it.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_fault(
         &mut self,
-        now: Instant,
-        cfg: &EngineConfig,
-        repr: &Repr,
-        payload: &dyn Payload,
+        rx: &mut Rx,
+        pkt: &Packet,
         (region, offset, len, rest): (Arc<Region>, usize, usize, usize),
-        stats: &mut Stats,
     ) {
-        let psn = repr.bth.psn;
+        let psn = pkt.repr.bth.psn;
         let again = self.faults.stall.as_ref().is_some_and(|s| {
             s.psn == psn
                 && s.target
@@ -159,44 +152,45 @@ impl Responder {
                     .is_some_and(|(r, o, _)| Arc::ptr_eq(r, &region) && *o == offset)
         });
         if !again {
-            stats.faults += 1;
+            rx.stats.faults += 1;
         }
         // A wave: a page-in that reaches past this packet (PIA, PI4), so the packets behind it
         // can wait for their pages instead of being sent again.
-        let wave = self.wave_for(now, cfg, psn, (&region, offset, len, rest), stats);
-        if wave && self.window.push(cfg.part.reorder, repr, payload) {
-            stats.wave_holds += 1;
+        let wave = self.wave_for(rx, psn, (&region, offset, len, rest));
+        if wave
+            && self
+                .window
+                .push(rx.cfg.part.reorder, pkt.repr, &*pkt.payload)
+        {
+            rx.stats.wave_holds += 1;
             self.window.anchor = Some((region, offset));
             self.faults.stall = None;
             return;
         }
-        self.stall_at(cfg, psn, Some((region, offset, len)), stats);
+        self.stall_at(rx, psn, Some((region, offset, len)));
     }
 
     /// The next packet in sequence behind a non-empty window: held, or the sender stopped at
     /// it when the window is full.
-    pub(super) fn behind_window(
-        &mut self,
-        cfg: &EngineConfig,
-        repr: &Repr,
-        payload: &dyn Payload,
-        stats: &mut Stats,
-    ) -> bool {
-        let psn = repr.bth.psn;
-        if self.window.push(cfg.part.reorder, repr, payload) {
-            stats.wave_holds += 1;
+    pub(super) fn behind_window(&mut self, rx: &mut Rx, pkt: &Packet) -> bool {
+        let psn = pkt.repr.bth.psn;
+        if self
+            .window
+            .push(rx.cfg.part.reorder, pkt.repr, &*pkt.payload)
+        {
+            rx.stats.wave_holds += 1;
             if self.faults.stall.as_ref().is_some_and(|s| s.psn == psn) {
                 // The resend we stopped the sender for: it is in, nothing to wait for.
                 self.faults.stall = None;
             }
             return true;
         }
-        stats.held_drops += 1;
+        rx.stats.held_drops += 1;
         let first = self.faults.stall.is_none();
         let resend = self.faults.stall.as_ref().is_some_and(|s| s.psn == psn);
         if first || resend {
             // Stop it here; a resend that still finds no room hears the pace again.
-            self.stall_at(cfg, psn, None, stats);
+            self.stall_at(rx, psn, None);
         }
         false
     }
@@ -204,39 +198,33 @@ impl Responder {
     /// The sender resends the window's first packet: its timer ran out while the packets wait.
     /// Tell it to hold (a fault NAK at that PSN, with the pace), so that a long page-in does not
     /// use up its retries; what waits stays.
-    pub(super) fn hold_sender(&mut self, cfg: &EngineConfig, stats: &mut Stats) {
+    pub(super) fn hold_sender(&mut self, rx: &mut Rx) {
         let psn = self.epsn;
-        let target = self.window.anchor.clone().map(|(r, o)| (r, o, cfg.mtu));
-        let pace_us = self.pace_for(cfg, psn, target.as_ref());
-        stats.fault_naks += 1;
+        let target = self.window.anchor.clone().map(|(r, o)| (r, o, rx.cfg.mtu));
+        let pace_us = self.pace_for(rx.cfg, psn, target.as_ref());
+        rx.stats.fault_naks += 1;
         self.out.push_back(Out::Fault { psn, pace_us });
     }
 
     /// A packet beyond the next expected one while packets wait: the one between was lost.
     /// Stop the sender at the first missing PSN with a fault NAK, which (unlike a PSN sequence
     /// error NAK) does not acknowledge the packets still waiting.
-    pub(super) fn gap_behind_window(&mut self, cfg: &EngineConfig, stats: &mut Stats) {
+    pub(super) fn gap_behind_window(&mut self, rx: &mut Rx) {
         if self.faults.stall.is_some() {
-            stats.held_drops += 1;
+            rx.stats.held_drops += 1;
             return;
         }
-        stats.out_of_sequence += 1;
+        rx.stats.out_of_sequence += 1;
         let next = self.epsn.add(self.window.len() as u32);
-        self.stall_at(cfg, next, None, stats);
+        self.stall_at(rx, next, None);
     }
 
     /// Drops what follows `psn` until it comes again, and tells the sender so, with the time
     /// its pages should take: what the waves still have to bring in before them.
-    fn stall_at(
-        &mut self,
-        cfg: &EngineConfig,
-        psn: Psn,
-        target: Option<(Arc<Region>, usize, usize)>,
-        stats: &mut Stats,
-    ) {
-        let pace_us = self.pace_for(cfg, psn, target.as_ref());
+    fn stall_at(&mut self, rx: &mut Rx, psn: Psn, target: Option<(Arc<Region>, usize, usize)>) {
+        let pace_us = self.pace_for(rx.cfg, psn, target.as_ref());
         self.faults.stall = Some(Stall { psn, target });
-        stats.fault_naks += 1;
+        rx.stats.fault_naks += 1;
         self.out.push_back(Out::Fault { psn, pace_us });
         // The NAK acknowledges nothing, so say what is placed if the sender has not heard it:
         // its window moves on (and a probe after its timeout doubles).
@@ -273,18 +261,15 @@ impl Responder {
 
     /// Places held packets from the front while their pages are in; a front packet that needs
     /// pages no page-in brings starts one (a wave) or stops the sender (PIO).
-    pub(super) fn drain(
-        &mut self,
-        now: Instant,
-        cfg: &EngineConfig,
-        pd: &Pd,
-        completions: &mut VecDeque<Completion>,
-        stats: &mut Stats,
-    ) {
+    pub(super) fn drain(&mut self, rx: &mut Rx) {
         let mut acked = false;
         while let Some(h) = self.window.held.pop_front() {
             let mut bytes: &[u8] = &h.data;
-            match self.execute(cfg, pd, &h.repr, &mut bytes, completions, stats) {
+            let mut pkt = Packet {
+                repr: &h.repr,
+                payload: &mut bytes,
+            };
+            match self.execute(rx, &mut pkt) {
                 Ok(advance) => {
                     self.epsn = h.repr.bth.psn.add(advance);
                     self.nak_sent = false;
@@ -299,24 +284,24 @@ impl Responder {
                     rest,
                 }) => {
                     if !self.faults.covered(&region, offset, len) {
-                        stats.faults += 1;
+                        rx.stats.faults += 1;
                     }
                     let psn = h.repr.bth.psn;
-                    if self.wave_for(now, cfg, psn, (&region, offset, len, rest), stats) {
+                    if self.wave_for(rx, psn, (&region, offset, len, rest)) {
                         self.window.anchor = Some((region, offset));
                         self.window.held.push_front(h);
                         break;
                     }
                     // PIO: this packet's pages alone are coming; the rest is sent again.
                     self.window.recycle(h.data);
-                    stats.held_drops += self.window.clear() as u64;
-                    self.stall_at(cfg, psn, Some((region, offset, len)), stats);
+                    rx.stats.held_drops += self.window.clear() as u64;
+                    self.stall_at(rx, psn, Some((region, offset, len)));
                     break;
                 }
                 Err(refused) => {
                     let psn = h.repr.bth.psn;
                     self.window.recycle(h.data);
-                    stats.held_drops += self.window.clear() as u64;
+                    rx.stats.held_drops += self.window.clear() as u64;
                     self.faults.stall = None;
                     match refused {
                         Refuse::Rnr => self.out.push_back(Out::Rnr {
@@ -337,12 +322,12 @@ impl Responder {
             // One coalesced ACK for what went in, as for packets placed on arrival.
             self.ack_pending = true;
         }
-        self.maybe_err(now, cfg, stats);
+        self.maybe_err(rx);
     }
 
     /// The ERR: once nothing waits before the stalled packet, its pages are in and the page-in
     /// that brought them is complete, ask for the resend from it.
-    fn maybe_err(&mut self, now: Instant, cfg: &EngineConfig, stats: &mut Stats) {
+    fn maybe_err(&mut self, rx: &mut Rx) {
         let Some(s) = &self.faults.stall else {
             return;
         };
@@ -354,10 +339,10 @@ impl Responder {
                 if !r.is_resident(*o, *n) {
                     if !self.faults.covered(r, *o, *n) {
                         // Another request covered part of the packet; ask for what is out.
-                        let (o, n) = fault::policy_range(&cfg.part, r, *o, *n, *n);
+                        let (o, n) = fault::policy_range(&rx.cfg.part, r, *o, *n, *n);
                         let (psn, region) = (s.psn, r.clone());
-                        self.faults.request(now, psn, &region, o, n);
-                        stats.page_ins += 1;
+                        self.faults.request(rx.now, psn, &region, o, n);
+                        rx.stats.page_ins += 1;
                     }
                     return;
                 }
@@ -368,7 +353,7 @@ impl Responder {
             None if !self.faults.inflight.is_empty() => return,
             None => {}
         }
-        stats.errs_sent += 1;
+        rx.stats.errs_sent += 1;
         // The ERR is a PSN sequence error NAK at the PSN to resume from; a later
         // out-of-sequence packet must not send a second one.
         self.nak_sent = true;
@@ -381,35 +366,20 @@ impl Responder {
 
     /// The driver reports the first `done` bytes of page-in `id` resident: place what waits
     /// behind the front.
-    #[allow(clippy::too_many_arguments)]
-    pub(in crate::engine) fn page_in_progress(
-        &mut self,
-        now: Instant,
-        cfg: &EngineConfig,
-        pd: &Pd,
-        id: u64,
-        done: usize,
-        completions: &mut VecDeque<Completion>,
-        stats: &mut Stats,
-    ) {
-        if let Some((bytes, took)) = self.faults.advance(now, id, done) {
+    pub(in crate::engine) fn page_in_progress(&mut self, rx: &mut Rx, id: u64, done: usize) {
+        if let Some((bytes, took)) = self.faults.advance(rx.now, id, done) {
             self.window.measured(bytes, took);
-            self.drain(now, cfg, pd, completions, stats);
+            self.drain(rx);
         }
     }
 
     /// A page-in finished: place what waits, then send the ERR if the stalled packet can go
     /// in now; a failed page-in fails the request it was for (remote operational error).
-    #[allow(clippy::too_many_arguments)]
     pub(in crate::engine) fn page_in_done(
         &mut self,
-        now: Instant,
-        cfg: &EngineConfig,
-        pd: &Pd,
+        rx: &mut Rx,
         id: u64,
         result: std::result::Result<usize, String>,
-        completions: &mut VecDeque<Completion>,
-        stats: &mut Stats,
     ) {
         let len = self
             .faults
@@ -422,12 +392,12 @@ impl Responder {
         };
         match result {
             Ok(n) => {
-                stats.pages_in += n as u64;
-                if let Some((bytes, took)) = self.faults.advance(now, id, len) {
+                rx.stats.pages_in += n as u64;
+                if let Some((bytes, took)) = self.faults.advance(rx.now, id, len) {
                     self.window.measured(bytes, took);
                 }
                 self.faults.finish(id);
-                self.drain(now, cfg, pd, completions, stats);
+                self.drain(rx);
             }
             Err(why) => {
                 self.faults.finish(id);
@@ -437,7 +407,7 @@ impl Responder {
                 // Everything before the expected PSN is placed: fail from there.
                 let psn = self.epsn;
                 tracing::warn!(psn = psn.value(), reason = %why, "page-in failed; the request fails");
-                stats.held_drops += self.window.clear() as u64;
+                rx.stats.held_drops += self.window.clear() as u64;
                 self.faults.stall = None;
                 self.cur = None;
                 self.out.push_back(Out::Nak {
