@@ -27,15 +27,13 @@
 
 pub mod error;
 pub mod fetch;
+#[cfg(feature = "fabric")]
+pub mod over_fabric;
 pub mod prefetch;
 pub mod procmaps;
 pub mod protocol;
-#[cfg(feature = "fabric")]
-pub mod rdma;
 pub mod region;
 pub mod server;
-#[cfg(feature = "fabric")]
-mod shmmap;
 mod sigbus;
 pub mod source;
 mod sys;
@@ -45,9 +43,9 @@ pub use error::{Error, Result};
 pub use fetch::{
     FetchError, Fetched, LocalFetcher, PageFetcher, PushChunk, PushNext, PushStream, TcpFetcher,
 };
-pub use prefetch::{Prefetch, Prefetcher, WorkingSet};
 #[cfg(feature = "fabric")]
-pub use rdma::{FabricFetcher, FabricServer, FabricServerHandle};
+pub use over_fabric::{FabricFetcher, FabricServer, FabricServerHandle};
+pub use prefetch::{Prefetch, Prefetcher, WorkingSet};
 pub use region::{LazyRegion, Mode, Options, Progress, Stats};
 pub use server::{PageServer, ServerHandle};
 pub use source::{FileSource, MemorySource, PageSource, ProcessSource};

@@ -11,29 +11,54 @@
 //! the file shrank below the mapped length while served. The page is replaced by a private zero
 //! page, so the READ in progress completes with zeros (as `pread` past the end reads nothing)
 //! instead of killing the server; the page stays zero for the server's life.
-use crate::region::Core;
+//!
+//! A region is published as an untyped owner pointer with the function that resolves its
+//! faults (a [`Resolver`]), so this table knows nothing of regions. The signal entry point
+//! itself (`sigaction`, `siginfo_t`, `errno`) is in [`sys`](crate::sys).
+use crate::sys;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 const SLOTS: usize = 64;
+
+/// The owner of a published range (a lazy region's shared state), which resolves the faults in
+/// its range from inside the SIGBUS handler.
+pub(crate) trait Resolver: Sync {
+    /// Resolves a fault at `addr`; false when it cannot (a poisoned unit, or an address outside
+    /// its units), and the SIGBUS must go on to its default outcome.
+    fn resolve(&self, addr: u64) -> bool;
+}
+
+/// [`Resolver::resolve`] of an owner held as an untyped pointer, as a slot keeps it.
+type ResolveFn = unsafe fn(owner: *const (), addr: u64) -> bool;
+
+/// # Safety
+/// `owner` must point at a live `R`.
+unsafe fn resolve_as<R: Resolver>(owner: *const (), addr: u64) -> bool {
+    // SAFETY: the caller's guarantee.
+    unsafe { (*owner.cast::<R>()).resolve(addr) }
+}
 
 struct Slot {
     start: AtomicU64,
     end: AtomicU64,
-    core: AtomicPtr<Core>,
+    /// The owner (null: free); published last.
+    owner: AtomicPtr<()>,
+    /// The owner's [`ResolveFn`], stored as a pointer.
+    resolve: AtomicPtr<()>,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: Slot = Slot {
     start: AtomicU64::new(0),
     end: AtomicU64::new(0),
-    core: AtomicPtr::new(std::ptr::null_mut()),
+    owner: AtomicPtr::new(std::ptr::null_mut()),
+    resolve: AtomicPtr::new(std::ptr::null_mut()),
 };
 static TABLE: [Slot; SLOTS] = [EMPTY; SLOTS];
 /// Handlers currently running (unregistering waits for them).
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 static TABLE_LOCK: Mutex<()> = Mutex::new(());
-static PREV: OnceLock<libc::sigaction> = OnceLock::new();
 
 /// A served file mapping (`end == 0`: free).
 struct Served {
@@ -52,40 +77,32 @@ const BUS_MCEERR_AO: i32 = 5;
 
 /// Installs the handler once (keeping the previous one to forward to).
 fn install() -> std::io::Result<()> {
-    if PREV.get().is_some() {
+    if sys::sigbus_installed() {
         return Ok(());
     }
     let _g = TABLE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    if PREV.get().is_some() {
+    if sys::sigbus_installed() {
         return Ok(());
     }
-    // SAFETY: sigaction with fully initialised structs; the handler is an `extern "C"` function
-    // with the SA_SIGINFO signature.
-    unsafe {
-        let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = on_sigbus as *const () as usize;
-        // SA_NODEFER: resolving a fault may read a guarded mapping whose file shrank; that
-        // nested SIGBUS must reach us too, where a blocked one would end the process.
-        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_NODEFER;
-        libc::sigemptyset(&mut act.sa_mask);
-        let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGBUS, &act, &mut old) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let _ = PREV.set(old);
-    }
-    Ok(())
+    sys::install_sigbus::<Dispatch>()
 }
 
-/// Publishes a region's address range; returns its slot.
-pub(crate) fn register(start: u64, end: u64, core: *const Core) -> std::io::Result<usize> {
+/// Publishes a region's address range and its owner, which must stay valid until
+/// [`unregister`] has returned; returns its slot.
+pub(crate) fn register<R: Resolver>(
+    start: u64,
+    end: u64,
+    owner: *const R,
+) -> std::io::Result<usize> {
     install()?;
     let _g = TABLE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     for (i, s) in TABLE.iter().enumerate() {
-        if s.core.load(Ordering::Acquire).is_null() {
+        if s.owner.load(Ordering::Acquire).is_null() {
             s.start.store(start, Ordering::Relaxed);
             s.end.store(end, Ordering::Relaxed);
-            s.core.store(core as *mut Core, Ordering::Release);
+            let resolve: ResolveFn = resolve_as::<R>;
+            s.resolve.store(resolve as *mut (), Ordering::Relaxed);
+            s.owner.store(owner as *mut (), Ordering::Release);
             return Ok(i);
         }
     }
@@ -98,7 +115,7 @@ pub(crate) fn register(start: u64, end: u64, core: *const Core) -> std::io::Resu
 pub(crate) fn unregister(slot: usize) {
     let _g = TABLE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     TABLE[slot]
-        .core
+        .owner
         .store(std::ptr::null_mut(), Ordering::SeqCst);
     while ACTIVE.load(Ordering::SeqCst) != 0 {
         std::thread::yield_now();
@@ -185,83 +202,51 @@ fn zero_served_page(addr: u64) -> bool {
             // read-only and its file no longer backs this page, so replacing it with zeros
             // changes nothing a reader could have seen except the SIGBUS.
             let p = unsafe {
-                libc::mmap(
-                    page as *mut libc::c_void,
+                rustix::mm::mmap_anonymous(
+                    page as *mut std::ffi::c_void,
                     4096,
-                    libc::PROT_READ,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                    -1,
-                    0,
+                    rustix::mm::ProtFlags::READ,
+                    rustix::mm::MapFlags::PRIVATE | rustix::mm::MapFlags::FIXED,
                 )
             };
-            return p != libc::MAP_FAILED;
+            return p.is_ok();
         }
     }
     false
 }
 
-extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers; errno is thread-local
-    // and restored before returning so the interrupted code does not see our syscalls' errors.
-    let (addr, code, errno) = unsafe {
-        (
-            (*info).si_addr() as u64,
-            (*info).si_code,
-            *libc::__errno_location(),
-        )
-    };
-    ACTIVE.fetch_add(1, Ordering::SeqCst);
-    let mut handled = false;
-    if code != BUS_MCEERR_AR && code != BUS_MCEERR_AO {
-        for s in TABLE.iter() {
-            let p = s.core.load(Ordering::SeqCst);
-            if p.is_null() {
-                continue;
-            }
-            if s.start.load(Ordering::Relaxed) <= addr && addr < s.end.load(Ordering::Relaxed) {
-                // SAFETY: a published pointer stays valid until unregister() has cleared it and
-                // seen ACTIVE reach zero, and we hold ACTIVE.
-                handled = unsafe { (*p).on_fault(addr, true) };
-                break;
-            }
-        }
-        if !handled {
-            handled = zero_served_page(addr);
-        }
-    }
-    ACTIVE.fetch_sub(1, Ordering::SeqCst);
-    // SAFETY: restores this thread's errno (see above).
-    unsafe {
-        *libc::__errno_location() = errno;
-    }
-    if !handled {
-        forward(sig, info, uctx);
-    }
-}
+/// The process's SIGBUS handler: the region that holds the address resolves the fault, else a
+/// served mapping's page is replaced with zeros, else the signal is passed on.
+struct Dispatch;
 
-fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
-    let Some(prev) = PREV.get() else { return };
-    let h = prev.sa_sigaction;
-    if h != libc::SIG_DFL && h != libc::SIG_IGN {
-        // SAFETY: calls the handler that was installed before ours, with the arguments its
-        // registration asked for (three with SA_SIGINFO, one without).
-        unsafe {
-            if prev.sa_flags & libc::SA_SIGINFO != 0 {
-                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                    std::mem::transmute(h);
-                f(sig, info, uctx);
-            } else {
-                let f: extern "C" fn(libc::c_int) = std::mem::transmute(h);
-                f(sig);
+impl sys::SigbusHandler for Dispatch {
+    fn on_sigbus(addr: u64, code: i32) -> bool {
+        ACTIVE.fetch_add(1, Ordering::SeqCst);
+        let mut handled = false;
+        if code != BUS_MCEERR_AR && code != BUS_MCEERR_AO {
+            for s in TABLE.iter() {
+                let p = s.owner.load(Ordering::SeqCst);
+                if p.is_null() {
+                    continue;
+                }
+                if s.start.load(Ordering::Relaxed) <= addr && addr < s.end.load(Ordering::Relaxed) {
+                    // SAFETY: a published owner stays valid until unregister() has cleared it
+                    // and seen ACTIVE reach zero, and we hold ACTIVE; its `resolve` was stored
+                    // before it was published (register()), a `ResolveFn` for its type.
+                    handled = unsafe {
+                        let resolve = std::mem::transmute::<*mut (), ResolveFn>(
+                            s.resolve.load(Ordering::Relaxed),
+                        );
+                        resolve(p, addr)
+                    };
+                    break;
+                }
+            }
+            if !handled {
+                handled = zero_served_page(addr);
             }
         }
-        return;
-    }
-    // Default action: restore it; returning re-executes the access, which now ends the process.
-    // SAFETY: resets SIGBUS to SIG_DFL with a zeroed, valid sigaction.
-    unsafe {
-        let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(libc::SIGBUS, &act, std::ptr::null_mut());
+        ACTIVE.fetch_sub(1, Ordering::SeqCst);
+        handled
     }
 }

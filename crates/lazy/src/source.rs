@@ -2,8 +2,10 @@
 //! Every source is one linear byte space (a process's ranges are concatenated in order).
 use crate::error::{Error, Result};
 use crate::protocol::{Segment, ZERO_MAP_PAGE};
+use rustix::fs::SeekFrom;
+use rustix::process::{Pid, Signal};
 use std::fs::File;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 
 /// A linear space of bytes a page server serves.
@@ -166,18 +168,17 @@ impl PageSource for FileSource {
         // a round trip. Only whole 4 KB pages inside holes are marked.
         let pages = self.len.div_ceil(ZERO_MAP_PAGE);
         let mut map = vec![0u64; pages.div_ceil(64) as usize];
-        let fd = self.file.as_raw_fd();
-        let mut pos: i64 = 0;
+        let mut pos = 0u64;
         let mut any = false;
-        while (pos as u64) < self.len {
-            let hole = rustix_seek(fd, pos, libc::SEEK_HOLE);
+        while pos < self.len {
+            let hole = rustix::fs::seek(&self.file, SeekFrom::Hole(pos)).ok();
             let Some(hole) = hole else { return Vec::new() };
-            if hole as u64 >= self.len {
+            if hole >= self.len {
                 break;
             }
-            let data = rustix_seek(fd, hole, libc::SEEK_DATA).unwrap_or(self.len as i64);
-            let first = (hole as u64).div_ceil(ZERO_MAP_PAGE);
-            let last = (data as u64).min(self.len) / ZERO_MAP_PAGE;
+            let data = rustix::fs::seek(&self.file, SeekFrom::Data(hole)).unwrap_or(self.len);
+            let first = hole.div_ceil(ZERO_MAP_PAGE);
+            let last = data.min(self.len) / ZERO_MAP_PAGE;
             for p in first..last {
                 map[(p / 64) as usize] |= 1 << (p % 64);
                 any = true;
@@ -196,10 +197,10 @@ impl PageSource for FileSource {
     }
 }
 
-fn rustix_seek(fd: i32, pos: i64, whence: i32) -> Option<i64> {
-    // SAFETY: lseek on a file descriptor we own for the duration of the call; no memory involved.
-    let r = unsafe { libc::lseek(fd, pos, whence) };
-    (r >= 0).then_some(r)
+/// `kill(pid, sig)` for a process this source serves (`pid` > 0).
+fn send_signal(pid: i32, sig: Signal) -> std::io::Result<()> {
+    let pid = Pid::from_raw(pid).ok_or_else(|| std::io::Error::other(format!("pid {pid}")))?;
+    Ok(rustix::process::kill_process(pid, sig)?)
 }
 
 /// A live process's memory, read with `process_vm_readv` (no ptrace attach needed as root or
@@ -224,19 +225,13 @@ impl ProcessSource {
         }
         // Stop first, so that the maps read below are the ones that will be served.
         if stop {
-            // SAFETY: kill() with a pid and a signal number; no memory involved.
-            if unsafe { libc::kill(pid, libc::SIGSTOP) } != 0 {
-                return Err(Error::io(
-                    format!("SIGSTOP {pid}"),
-                    std::io::Error::last_os_error(),
-                ));
-            }
+            send_signal(pid, Signal::STOP).map_err(|e| Error::io(format!("SIGSTOP {pid}"), e))?;
             wait_stopped(pid);
         }
         let cont = |e: Error| {
             if stop {
-                // SAFETY: as above; undoes our SIGSTOP on the error path.
-                unsafe { libc::kill(pid, libc::SIGCONT) };
+                // Undoes our SIGSTOP on the error path.
+                let _ = send_signal(pid, Signal::CONT);
             }
             e
         };
@@ -300,10 +295,8 @@ fn wait_stopped(pid: i32) {
 impl Drop for ProcessSource {
     fn drop(&mut self) {
         if self.stopped {
-            // SAFETY: as in new(); resumes the process this source stopped.
-            unsafe {
-                libc::kill(self.pid, libc::SIGCONT);
-            }
+            // Resumes the process this source stopped.
+            let _ = send_signal(self.pid, Signal::CONT);
         }
     }
 }

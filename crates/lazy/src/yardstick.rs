@@ -77,14 +77,19 @@ mod bare {
     static DST: AtomicU64 = AtomicU64::new(0);
     static SRC: AtomicU64 = AtomicU64::new(0);
 
-    extern "C" fn on_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-        // SAFETY: the kernel passes a valid siginfo to SA_SIGINFO handlers.
-        let page = unsafe { (*info).si_addr() as u64 } & !4095;
-        let off = page - DST.load(Ordering::Relaxed);
-        let src = (SRC.load(Ordering::Relaxed) + off) as *const u8;
-        // SAFETY: `src` is a page of the live source mapping (same offset as the faulting page
-        // in the destination, which has the same length).
-        unsafe { sys::copy(FD.load(Ordering::Relaxed), page, src, 4096, false) };
+    /// The minimal handler: one `UFFDIO_COPY` of the faulting page from the fixed source.
+    struct Bare;
+
+    impl sys::SigbusHandler for Bare {
+        fn on_sigbus(addr: u64, _code: i32) -> bool {
+            let page = addr & !4095;
+            let off = page - DST.load(Ordering::Relaxed);
+            let src = (SRC.load(Ordering::Relaxed) + off) as *const u8;
+            // SAFETY: `src` is a page of the live source mapping (same offset as the faulting
+            // page in the destination, which has the same length).
+            unsafe { sys::copy(FD.load(Ordering::Relaxed), page, src, 4096, false) };
+            true
+        }
     }
 
     pub(super) fn install(bytes: usize, trials: usize) -> Option<f64> {
@@ -128,19 +133,8 @@ mod bare {
         unsafe { std::ptr::write_bytes(src.ptr(), 0x5a, pages * 4096) };
         FD.store(uffd.as_raw_fd(), Ordering::Relaxed);
         SRC.store(src.ptr() as u64, Ordering::Relaxed);
-        // SAFETY: installs an SA_SIGINFO handler with fully initialised structs, keeping the old
-        // one to restore below.
-        let old = unsafe {
-            let mut act: libc::sigaction = std::mem::zeroed();
-            act.sa_sigaction = on_sigbus as *const () as usize;
-            act.sa_flags = libc::SA_SIGINFO;
-            libc::sigemptyset(&mut act.sa_mask);
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(libc::SIGBUS, &act, &mut old) != 0 {
-                return None;
-            }
-            old
-        };
+        // Keeps the old handler to restore below.
+        let old = sys::swap_sigbus::<Bare>().ok()?;
         let mut order: Vec<usize> = (0..pages).collect();
         let mut rng = 0x9e3779b97f4a7c15u64;
         let mut total = 0f64;
@@ -164,8 +158,7 @@ mod bare {
             }
             let _ = sys::unregister(uffd.as_raw_fd(), dst.ptr() as u64, (pages * 4096) as u64);
         }
-        // SAFETY: restores the handler saved above.
-        unsafe { libc::sigaction(libc::SIGBUS, &old, std::ptr::null_mut()) };
+        old.restore();
         (n > 0).then(|| total / n as f64)
     }
 }

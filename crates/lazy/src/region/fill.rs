@@ -2,6 +2,7 @@
 //! `UFFDIO_ZEROPAGE` (straight from the source where it lives in this process), and what a
 //! failure past the deadline leaves (poisoned units that raise SIGBUS, never a hang).
 use super::*;
+use rustix::io::Errno;
 
 impl Core {
     pub(super) fn take_buf(&self, len: usize) -> Vec<u8> {
@@ -222,15 +223,15 @@ pub(super) fn install(
         done += p.done;
         match p.err {
             None => {}
-            Some(e) => match e.raw_os_error() {
-                Some(libc::EAGAIN) => {
+            Some(e) => match Errno::from_io_error(&e) {
+                Some(Errno::AGAIN) => {
                     again += 1;
                     if again > 10_000 {
                         return Err(Error::os("userfaultfd install (EAGAIN forever)", e));
                     }
                     std::thread::yield_now();
                 }
-                Some(libc::EEXIST) => {
+                Some(Errno::EXIST) => {
                     done = (done + PAGE).min(len);
                     skipped = true;
                 }

@@ -340,6 +340,13 @@ impl Drop for LazyRegion {
     }
 }
 
+/// In SIGBUS mode the SIGBUS handler hands each fault in the region to its core.
+impl crate::sigbus::Resolver for Core {
+    fn resolve(&self, addr: u64) -> bool {
+        self.on_fault(addr, true)
+    }
+}
+
 impl Core {
     fn state(&self, u: usize) -> u8 {
         self.states[u].load(Ordering::Acquire)
