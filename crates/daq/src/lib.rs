@@ -52,6 +52,7 @@ pub mod scheduler;
 pub mod setup;
 pub mod sparse;
 pub mod synth;
+mod sys;
 pub mod tap;
 mod timestamp;
 pub mod writer;

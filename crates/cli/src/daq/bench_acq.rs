@@ -129,31 +129,52 @@ fn pipeline_alone(cfg: &Config, opts: &calibrate::Options) -> anyhow::Result<(f6
     Ok((n as f64 / t.elapsed().as_secs_f64(), choice))
 }
 
-pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let probe = settings(&a, 0.0, "mask")?;
-    let mut opts = calibrate::Options::from_env();
-    opts.recalibrate |= a.recalibrate;
-    if opts.recalibrate && a.with_service && !a.no_process {
-        // Runs under the service download pixels for the page: another configuration to
-        // measure (the plain runs' is measured by the pipeline alone, below).
-        Setup::new(&probe, 0)?.pipeline_chosen(&probe, true, &opts)?;
-    }
-    let alone = if a.no_process {
+/// The control service the `--with-service` runs go through, its server, and the live view
+/// page open on it (none with `--no-page`).
+type Served = (Service, Server, Option<PageSim>);
+
+/// Starts the control service behind its HTTP server on a loopback port, with a token, and
+/// opens the page on it (unless `--no-page`).
+fn serve(a: &AcqBenchArgs) -> anyhow::Result<Served> {
+    let svc = Service::new(ServiceOptions::default());
+    let token = new_token()?;
+    let opts = ServerOptions {
+        token: Some(token.clone()),
+        ..ServerOptions::default()
+    };
+    let server = Server::spawn(svc.clone(), "127.0.0.1:0".parse()?, opts)?;
+    let page = if a.no_page {
         None
     } else {
-        Some(pipeline_alone(&probe, &opts)?)
+        Some(PageSim::open(server.local_addr(), &token)?)
     };
-    let pipeline_fps = alone.as_ref().map(|a| a.0);
-    let frame_bytes = (a.modules * remora_daq::ring::MODULE_BYTES) as f64;
-    let plain =
-        |cfg: &Config| -> anyhow::Result<Summary> { Ok(run_in_process(cfg, None, &|_, _| {})?) };
+    Ok((svc, server, page))
+}
+
+/// One acquisition of `cfg` through the control service: configured, started, waited for.
+fn run_under_service(served: &Option<Served>, cfg: &Config) -> anyhow::Result<Summary> {
+    let (svc, _, _) = served.as_ref().expect("with service");
+    svc.configure(cfg.clone())?;
+    svc.start()?;
+    let st = svc.wait(std::time::Duration::from_secs(3600));
+    if st.state == State::Error {
+        anyhow::bail!("{}", st.message.unwrap_or_default());
+    }
+    svc.summary().context("the service's summary")
+}
+
+/// The rates the search tries, highest first: `--rate` alone, or the rate a flow-controlled
+/// run sustains then a ladder below it; with that run's summary in the second case.
+fn rates_to_try(
+    a: &AcqBenchArgs,
+    plain: &dyn Fn(&Config) -> anyhow::Result<Summary>,
+) -> anyhow::Result<(Option<Summary>, Vec<f64>)> {
     // The end-to-end rate: as asked, or the highest without loss, down in 5% steps from what
     // the receiver sustains when the source follows its ring credits: one run finds the rate
     // a source that cannot wait must stay under, where a search from above took minutes.
     let sustained = match a.rate {
         Some(_) => None,
-        None => Some(plain(&settings(&a, 0.0, "backpressure")?)?),
+        None => Some(plain(&settings(a, 0.0, "backpressure")?)?),
     };
     let rates: Vec<f64> = match (a.rate, &sustained) {
         (Some(r), _) => vec![r],
@@ -165,54 +186,26 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
             .collect(),
         _ => anyhow::bail!("the flow-controlled run committed no frame"),
     };
-    let mut tries = Vec::new();
-    let served = if a.with_service {
-        let svc = Service::new(ServiceOptions::default());
-        let token = new_token()?;
-        let opts = ServerOptions {
-            token: Some(token.clone()),
-            ..ServerOptions::default()
-        };
-        let server = Server::spawn(svc.clone(), "127.0.0.1:0".parse()?, opts)?;
-        let page = if a.no_page {
-            None
-        } else {
-            Some(PageSim::open(server.local_addr(), &token)?)
-        };
-        Some((svc, server, page))
-    } else {
-        None
-    };
-    let through_service = |cfg: &Config| -> anyhow::Result<Summary> {
-        let (svc, _, _) = served.as_ref().expect("with service");
-        svc.configure(cfg.clone())?;
-        svc.start()?;
-        let st = svc.wait(std::time::Duration::from_secs(3600));
-        if st.state == State::Error {
-            anyhow::bail!("{}", st.message.unwrap_or_default());
-        }
-        svc.summary().context("the service's summary")
-    };
-    let mut runners: Vec<Runner<'_>> = vec![("plain", &plain)];
-    if a.with_service {
-        runners.push(("service", &through_service));
-    }
-    let mut rounds = Vec::new();
-    for _ in 0..a.repeat {
-        rounds.push(search(&a, &rates, &runners, &mut tries)?);
-    }
+    Ok((sustained, rates))
+}
+
+/// The round whose service/plain ratio is the median (the lower middle one for an even
+/// count), which gives the detailed figures, and every round's ratio.
+fn median_round(mut rounds: Vec<Vec<Found>>) -> (Vec<Found>, Vec<f64>) {
     let ratio_of = |r: &Vec<Found>| match (r.first(), r.get(1)) {
         (Some(p), Some(s)) if p.1.e2e_fps > 0.0 => s.1.e2e_fps / p.1.e2e_fps,
         _ => 0.0,
     };
     let ratios: Vec<f64> = rounds.iter().map(ratio_of).collect();
-    // The round whose ratio is the median (the lower middle one for an even count) gives the
-    // detailed figures.
     let mut order: Vec<usize> = (0..rounds.len()).collect();
     order.sort_by(|&i, &j| ratios[i].total_cmp(&ratios[j]));
     let median = order[(order.len() - 1) / 2];
-    let found = rounds.swap_remove(median);
-    let page_counts = served.as_ref().and_then(|(_, _, p)| p.as_ref()).map(|p| {
+    (rounds.swap_remove(median), ratios)
+}
+
+/// What the page fetched while it was open.
+fn page_counts(served: &Option<Served>) -> Option<serde_json::Value> {
+    served.as_ref().and_then(|(_, _, p)| p.as_ref()).map(|p| {
         let c = &p.counts;
         json!({
             "events": c.events.load(Ordering::Relaxed),
@@ -220,22 +213,50 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
             "image_bytes": c.image_bytes.load(Ordering::Relaxed),
             "profiles": c.profiles.load(Ordering::Relaxed),
         })
-    });
-    drop(served);
-    let mut found = found.into_iter();
-    let chosen = found.next().expect("plain runner");
-    let service = found.next();
-    let (cfg, s, cores) = chosen;
+    })
+}
+
+/// What the search found, for the report.
+struct Outcome {
+    /// When the benchmark began.
+    started: Instant,
+    /// The plain runner's chosen try: its settings, summary and CPU cores used.
+    chosen: Found,
+    /// The service runner's chosen try (`--with-service`).
+    service: Option<Found>,
+    /// The flow-controlled run (no `--rate`).
+    sustained: Option<Summary>,
+    /// The pipeline alone, frames per second (none with `--no-process`).
+    pipeline_fps: Option<f64>,
+    /// Bytes of one raw frame.
+    frame_bytes: f64,
+    /// Each round's service/plain ratio.
+    ratios: Vec<f64>,
+    page_counts: Option<serde_json::Value>,
+    tries: Vec<serde_json::Value>,
+}
+
+impl Outcome {
+    /// The plain run's transfer rate: bytes that landed (whole or masked frames) per second of
+    /// the receiver, in GB/s.
+    fn transfer_gbps(&self) -> f64 {
+        let r = &self.chosen.1.receiver_reports[0];
+        let landed =
+            r.bytes_expected * (r.frames_complete + r.frames_partial) / r.frames_expected.max(1);
+        if r.seconds > 0.0 {
+            landed as f64 / r.seconds / 1e9
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The JSON object `--json` prints (and `--plot` draws from).
+fn report_json(a: &AcqBenchArgs, o: &Outcome) -> serde_json::Value {
+    let (cfg, s, cores) = &o.chosen;
     let r = &s.receiver_reports[0];
-    let landed =
-        r.bytes_expected * (r.frames_complete + r.frames_partial) / r.frames_expected.max(1);
-    let transfer_gbps = if r.seconds > 0.0 {
-        landed as f64 / r.seconds / 1e9
-    } else {
-        0.0
-    };
-    let ntries = tries.len();
-    let out = json!({
+    let pipeline_fps = o.pipeline_fps;
+    let mut out = json!({
         "transport": cfg.transport.kind.name(),
         "progress": a.progress,
         "modules": a.modules,
@@ -250,24 +271,23 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
         "overruns": s.overruns,
         "kept": s.kept,
         "seconds": r.seconds,
-        "transfer_gbps": transfer_gbps,
+        "transfer_gbps": o.transfer_gbps(),
         "e2e_fps": s.e2e_fps,
         "e2e_gbps": s.e2e_gbps,
         "pipeline_fps": pipeline_fps,
-        "pipeline_gbps": pipeline_fps.map(|f| f * frame_bytes / 1e9),
+        "pipeline_gbps": pipeline_fps.map(|f| f * o.frame_bytes / 1e9),
         "engine": r.engine,
         "engine_choice": s.engine_choice,
         "rate_hz": cfg.acquisition.rate_hz,
         "zero_loss": s.frames_lost + s.frames_overrun + s.frames_partial == 0,
         "cpu_cores": cores,
         "buffer_frames": s.buffer_frames,
-        "sustained_fps": sustained.as_ref().map(|b| b.e2e_fps),
-        "sustained_complete": sustained.as_ref().map(|b| b.frames_complete),
-        "search_seconds": started.elapsed().as_secs_f64(),
-        "tries": tries,
+        "sustained_fps": o.sustained.as_ref().map(|b| b.e2e_fps),
+        "sustained_complete": o.sustained.as_ref().map(|b| b.frames_complete),
+        "search_seconds": o.started.elapsed().as_secs_f64(),
+        "tries": o.tries,
     });
-    let mut out = out;
-    if let Some((scfg, ss, scores)) = &service {
+    if let Some((scfg, ss, scores)) = &o.service {
         let ratio = if s.e2e_fps > 0.0 {
             ss.e2e_fps / s.e2e_fps
         } else {
@@ -279,17 +299,19 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
             "zero_loss": ss.frames_lost + ss.frames_overrun + ss.frames_partial == 0,
             "cpu_cores": scores,
             "ratio": ratio,
-            "ratios": ratios,
-            "page": page_counts,
+            "ratios": o.ratios,
+            "page": o.page_counts,
         });
     }
-    if let Some(path) = &a.plot {
-        plot_search(path, &a, &out)?;
-    }
-    if a.json {
-        println!("{out}");
-        return Ok(());
-    }
+    out
+}
+
+/// The report as text.
+fn print_report(a: &AcqBenchArgs, o: &Outcome, out: &serde_json::Value) {
+    let (cfg, s, cores) = &o.chosen;
+    let r = &s.receiver_reports[0];
+    let transfer_gbps = o.transfer_gbps();
+    let (pipeline_fps, frame_bytes, ratios) = (o.pipeline_fps, o.frame_bytes, &o.ratios);
     println!(
         "acquisition: {} modules over {} (MTU {}), {} frames sent: {} complete, {} masked, {} lost, {} overruns",
         a.modules,
@@ -311,15 +333,15 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
         Some(c) => println!("  {}", c.text()),
         None => println!("  engine {}", r.engine),
     }
-    if let Some(bp) = &sustained {
+    if let Some(bp) = &o.sustained {
         println!(
             "  flow-controlled (backpressure) at full speed: {:.1} frames/s, {} of {} complete; \
              search took {:.0} s and {} tries; frame buffer {} frames",
             bp.e2e_fps,
             bp.frames_complete,
             bp.frames_sent,
-            started.elapsed().as_secs_f64(),
-            ntries,
+            o.started.elapsed().as_secs_f64(),
+            o.tries.len(),
             s.buffer_frames
         );
     }
@@ -349,6 +371,68 @@ pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
     if cfg.transport.kind == TransportKind::Native {
         println!("  (native: the detector's UDP packets, reassembled by the receiver)");
     }
+}
+
+/// Runs `remora bench acquisition`.
+pub fn bench_acquisition(a: AcqBenchArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let probe = settings(&a, 0.0, "mask")?;
+    let mut opts = calibrate::Options::from_env();
+    opts.recalibrate |= a.recalibrate;
+    if opts.recalibrate && a.with_service && !a.no_process {
+        // Runs under the service download pixels for the page: another configuration to
+        // measure (the plain runs' is measured by the pipeline alone, below).
+        Setup::new(&probe, 0)?.pipeline_chosen(&probe, true, &opts)?;
+    }
+    let alone = if a.no_process {
+        None
+    } else {
+        Some(pipeline_alone(&probe, &opts)?)
+    };
+    let pipeline_fps = alone.as_ref().map(|a| a.0);
+    let frame_bytes = (a.modules * remora_daq::ring::MODULE_BYTES) as f64;
+    let plain =
+        |cfg: &Config| -> anyhow::Result<Summary> { Ok(run_in_process(cfg, None, &|_, _| {})?) };
+    let (sustained, rates) = rates_to_try(&a, &plain)?;
+    let mut tries = Vec::new();
+    let served = if a.with_service {
+        Some(serve(&a)?)
+    } else {
+        None
+    };
+    let through_service = |cfg: &Config| run_under_service(&served, cfg);
+    let mut runners: Vec<Runner<'_>> = vec![("plain", &plain)];
+    if a.with_service {
+        runners.push(("service", &through_service));
+    }
+    let mut rounds = Vec::new();
+    for _ in 0..a.repeat {
+        rounds.push(search(&a, &rates, &runners, &mut tries)?);
+    }
+    let (found, ratios) = median_round(rounds);
+    let page_counts = page_counts(&served);
+    drop(served);
+    let mut found = found.into_iter();
+    let o = Outcome {
+        started,
+        chosen: found.next().expect("plain runner"),
+        service: found.next(),
+        sustained,
+        pipeline_fps,
+        frame_bytes,
+        ratios,
+        page_counts,
+        tries,
+    };
+    let out = report_json(&a, &o);
+    if let Some(path) = &a.plot {
+        plot_search(path, &a, &out)?;
+    }
+    if a.json {
+        println!("{out}");
+        return Ok(());
+    }
+    print_report(&a, &o, &out);
     Ok(())
 }
 

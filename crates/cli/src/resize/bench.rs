@@ -12,19 +12,23 @@
 //! Cores: remora runs `--threads` workers, one file each; `vipsthumbnail` gets
 //! `VIPS_CONCURRENCY=threads` (it resizes one file after another, each on its own thread pool);
 //! ImageMagick runs `threads` `convert` processes at a time, each with `MAGICK_THREAD_LIMIT=1`.
+//!
+//! The SSIM check and its summaries are in `quality`.
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
-use rayon::prelude::*;
 use remora_resize::pixels::resize_pixels;
 use remora_resize::{Format, Job, ResampleEngine};
 use serde_json::{json, Value};
 
 use super::batch::{resize_all, Item};
-use super::ssim::{self, Rgb};
+use super::ssim;
 
 use super::peers::{fresh_dir, jpeg_size, on_path, run_convert, run_vips, CONVERT};
+use quality::{min_of, qualities, worst, Quality};
+
+mod quality;
 
 /// Arguments of `remora bench resize`.
 #[derive(Args)]
@@ -191,82 +195,27 @@ fn photos(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// SSIM (luma) of each output against the f64 Lanczos3 reference of the full-size decode
-/// (shrinks only).
-#[derive(Default, Clone)]
-struct Quality {
-    /// The input's file name.
-    name: String,
-    /// remora's output.
-    ours: f64,
-    /// The reference itself encoded at the same quality and remora's chroma sampling.
-    reference: f64,
-    /// vipsthumbnail's and ImageMagick's outputs (NaN when missing or of another size).
-    vips: f64,
-    imagemagick: f64,
+/// What every tool works on: the set, the job, the cores, and the scratch folder with remora's
+/// batch (one item per file, written under `remora/`).
+struct Inputs {
+    /// The load average when the run began.
+    load: Option<f64>,
+    threads: usize,
+    files: Vec<PathBuf>,
+    job: Job,
+    tmp: TempDir,
+    items: Vec<Item>,
 }
 
-fn ssim_of(path: Option<PathBuf>, truth: &[f64], w: usize, h: usize) -> f64 {
-    let Some(img) = path
-        .and_then(|p| std::fs::read(p).ok())
-        .and_then(|d| ssim::decode(&d).ok())
-    else {
-        return f64::NAN;
-    };
-    if (img.w, img.h) != (w, h) {
-        return f64::NAN;
+impl Inputs {
+    /// `name`'s output folder under the scratch folder.
+    fn dir(&self, name: &str) -> PathBuf {
+        self.tmp.0.join(name)
     }
-    ssim::ssim(&ssim::luma(&img), truth, w, h)
 }
 
-fn quality_of(
-    input: &Path,
-    job: &Job,
-    vips_out: Option<PathBuf>,
-    im_out: Option<PathBuf>,
-) -> anyhow::Result<Option<Quality>> {
-    let data = std::fs::read(input)?;
-    let out = remora_resize::resize_jpeg(&data, job)?;
-    let full: Rgb = ssim::decode(&data)?;
-    let (tw, th) = (out.width as usize, out.height as usize);
-    if tw >= full.w || th >= full.h {
-        // Not a shrink: remora (as ImageMagick) enlarges with Mitchell, not the Lanczos3 of the
-        // reference, so the comparison would say nothing.
-        return Ok(None);
-    }
-    let truth = ssim::reference(&full, tw, th);
-    let truth_y = ssim::luma(&truth);
-    let ours = ssim::decode(&out.data)?;
-    let ref_jpeg = ssim::encode(&truth, out.quality.unwrap_or(85), out.sampling)?;
-    let reference = ssim::decode(&ref_jpeg)?;
-    Ok(Some(Quality {
-        name: input
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned(),
-        ours: ssim::ssim(&ssim::luma(&ours), &truth_y, tw, th),
-        reference: ssim::ssim(&ssim::luma(&reference), &truth_y, tw, th),
-        vips: ssim_of(vips_out, &truth_y, tw, th),
-        imagemagick: ssim_of(im_out, &truth_y, tw, th),
-    }))
-}
-
-/// The file whose value is lowest, with that value.
-fn worst(qs: &[Quality], value: impl Fn(&Quality) -> f64) -> Value {
-    qs.iter()
-        .filter(|q| value(q).is_finite())
-        .min_by(|a, b| value(a).total_cmp(&value(b)))
-        .map_or(Value::Null, |q| json!([q.name, value(q)]))
-}
-
-/// The minimum of the finite values, `None` when there is none.
-fn min_of(v: impl Iterator<Item = f64>) -> Option<f64> {
-    v.filter(|x| x.is_finite()).reduce(f64::min)
-}
-
-/// Runs `remora bench resize`.
-pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
+/// Reads the set and the job from the arguments and prepares remora's output folder.
+fn prepare(a: &BenchArgs) -> anyhow::Result<Inputs> {
     let load = load_average();
     let threads = a.threads.map(|n| n as usize).unwrap_or_else(|| {
         std::thread::available_parallelism()
@@ -288,17 +237,32 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
             format: Some(Format::Jpeg),
         })
         .collect();
-    let (engines, engines_missing) = engines_to_time(a.engine)?;
-    for m in &engines_missing {
-        eprintln!("warning: not timed: {m}");
-    }
+    Ok(Inputs {
+        load,
+        threads,
+        files,
+        job,
+        tmp,
+        items,
+    })
+}
+
+/// Times each of `engines` over the batch (best of `repeat` after one untimed run): the input's
+/// megapixels and each engine's seconds. Leaves the first engine in the job: it is remora's in
+/// the comparison with the peers and in the SSIM check.
+fn time_engines(
+    inp: &mut Inputs,
+    engines: &[Timed],
+    repeat: u32,
+) -> anyhow::Result<(f64, Vec<f64>)> {
+    let threads = inp.threads;
     let mut mpx = 0.0;
     let mut engine_s = Vec::with_capacity(engines.len());
-    for e in &engines {
-        job.engine = e.engine;
+    for e in engines {
+        inp.job.engine = e.engine;
         // An untimed run: files in the page cache for every tool, the pixel count, and on the
         // GPU the kernels compiled and the buffer pool filled.
-        let warm = resize_all(&items, &job, Some(threads), &None)?;
+        let warm = resize_all(&inp.items, &inp.job, Some(threads), &None)?;
         if warm.failed > 0 {
             bail!(
                 "remora ({}) failed on {} of {} files",
@@ -308,15 +272,27 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
             );
         }
         mpx = warm.input_pixels as f64 / 1e6;
-        engine_s.push(best_of(a.repeat, || {
-            Ok(resize_all(&items, &job, Some(threads), &None)?.seconds)
+        engine_s.push(best_of(repeat, || {
+            Ok(resize_all(&inp.items, &inp.job, Some(threads), &None)?.seconds)
         })?);
     }
-    // The first engine is remora's in the comparison with the peers and in the SSIM check.
-    job.engine = engines[0].engine;
-    let remora_s = engine_s[0];
-    let n = files.len() as f64;
+    inp.job.engine = engines[0].engine;
+    Ok((mpx, engine_s))
+}
 
+/// The peers' best seconds (`None`: not run, or failed), and the `jpeg:size` hint given to
+/// ImageMagick.
+struct PeerTimes {
+    vips: Option<f64>,
+    im: Option<f64>,
+    im_size: Option<f64>,
+    size: Option<String>,
+}
+
+/// Times `vipsthumbnail`, `convert` and `convert -define jpeg:size` on the same files and
+/// cores (none with `--no-peers`); a peer that fails is warned about and its keys are null.
+fn time_peers(a: &BenchArgs, inp: &Inputs) -> PeerTimes {
+    let (files, threads) = (&inp.files, inp.threads);
     let peer = |name: &str, run: &mut dyn FnMut() -> anyhow::Result<f64>| -> Option<f64> {
         if a.no_peers {
             return None;
@@ -333,7 +309,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let vips = on_path("vipsthumbnail");
     let vips_s = match &vips {
         Some(v) => peer("vipsthumbnail", &mut || {
-            run_vips(v, &files, &dir("vips"), &a.geometry, a.quality, threads)
+            run_vips(v, files, &inp.dir("vips"), &a.geometry, a.quality, threads)
         }),
         None => peer("vipsthumbnail", &mut || {
             bail!("not found on PATH (Debian libvips-tools)")
@@ -344,14 +320,14 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         if !has_convert {
             bail!("{CONVERT} missing (Debian imagemagick)");
         }
-        run_convert(&files, &dir("im"), &a.geometry, a.quality, threads, None)
+        run_convert(files, &inp.dir("im"), &a.geometry, a.quality, threads, None)
     });
     let size = jpeg_size(&a.geometry);
     let im_size_s = peer("imagemagick jpeg:size", &mut || match &size {
         _ if !has_convert => bail!("{CONVERT} missing (Debian imagemagick)"),
         Some(sz) => run_convert(
-            &files,
-            &dir("im-size"),
+            files,
+            &inp.dir("im-size"),
             &a.geometry,
             a.quality,
             threads,
@@ -359,47 +335,30 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         ),
         None => bail!("no jpeg:size for geometry {}", a.geometry),
     });
+    PeerTimes {
+        vips: vips_s,
+        im: im_s,
+        im_size: im_size_s,
+        size,
+    }
+}
 
-    let qualities: Vec<Quality> = if a.no_ssim {
-        Vec::new()
-    } else {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()?;
-        let out_of = |tool: &str, ok: bool, f: &Path| -> Option<PathBuf> {
-            ok.then(|| dir(tool).join(f.file_name().unwrap_or_default()))
-        };
-        pool.install(|| {
-            files
-                .par_iter()
-                .map(|f| {
-                    quality_of(
-                        f,
-                        &job,
-                        out_of("vips", vips_s.is_some(), f).map(|p| p.with_extension("jpg")),
-                        out_of("im", im_s.is_some(), f),
-                    )
-                    .with_context(|| format!("SSIM of {}", f.display()))
-                })
-                .collect::<anyhow::Result<Vec<_>>>()
-        })?
-        .into_iter()
-        .flatten()
-        .collect()
-    };
-    // The largest shortfall of remora's SSIM below the reference's own (the tests' bound: 0.005).
-    let gap = qualities
-        .iter()
-        .map(|q| q.reference - q.ours)
-        .filter(|g| g.is_finite())
-        .reduce(f64::max);
+/// One result row per engine timed, each (but the CPU engine's) with its difference from the
+/// CPU engine's pixels.
+fn engine_rows(
+    inp: &Inputs,
+    engines: &[Timed],
+    engine_s: &[f64],
+    mpx: f64,
+) -> anyhow::Result<Vec<Value>> {
+    let n = inp.files.len() as f64;
     let mut engine_rows = Vec::with_capacity(engines.len());
-    for (e, &secs) in engines.iter().zip(&engine_s) {
+    for (e, &secs) in engines.iter().zip(engine_s) {
         // The CPU engine is the reference: no comparison (null counts).
         let (diff, differing, samples) = if e.engine == ResampleEngine::Cpu {
             (0, None, None)
         } else {
-            let (d, n, of) = difference_from_cpu(&files, &job, e.engine)?;
+            let (d, n, of) = difference_from_cpu(&inp.files, &inp.job, e.engine)?;
             (d, Some(n), Some(of))
         };
         engine_rows.push(json!({
@@ -409,17 +368,45 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
             "samples_differing_from_cpu": differing, "samples_compared": samples,
         }));
     }
+    Ok(engine_rows)
+}
+
+/// What a run measured, for the report.
+struct Measured {
+    engines: Vec<Timed>,
+    engines_missing: Vec<String>,
+    engine_rows: Vec<Value>,
+    /// The input's megapixels.
+    mpx: f64,
+    /// The first engine's seconds: remora's in the comparison with the peers.
+    remora_s: f64,
+    peers: PeerTimes,
+    qualities: Vec<Quality>,
+}
+
+/// The JSON object `--json` prints (and the table is drawn from).
+fn report(a: &BenchArgs, inp: &Inputs, m: &Measured) -> Value {
+    let (n, mpx, remora_s) = (inp.files.len() as f64, m.mpx, m.remora_s);
+    let (vips_s, im_s, im_size_s) = (m.peers.vips, m.peers.im, m.peers.im_size);
+    let qualities = &m.qualities;
+    // The largest shortfall of remora's SSIM below the reference's own (the tests' bound: 0.005).
+    let gap = qualities
+        .iter()
+        .map(|q| q.reference - q.ours)
+        .filter(|g| g.is_finite())
+        .reduce(f64::max);
     let ips = |s: Option<f64>| s.map(|s| n / s);
     let mpxs = |s: Option<f64>| s.map(|s| mpx / s);
     let ratio = |s: Option<f64>| s.map(|s| s / remora_s);
-    let r = json!({
-        "images": files.len(),
+    json!({
+        "images": inp.files.len(),
         "dir": a.dir.display().to_string(),
-        "geometry": a.geometry, "quality": a.quality, "threads": threads, "load": load,
+        "geometry": a.geometry, "quality": a.quality, "threads": inp.threads, "load": inp.load,
         "input_mpx": mpx,
-        "engine": engines[0].name, "engines": engine_rows, "engines_missing": engines_missing,
+        "engine": m.engines[0].name, "engines": m.engine_rows,
+        "engines_missing": m.engines_missing,
         "remora_ips": n / remora_s, "vips_ips": ips(vips_s), "imagemagick_ips": ips(im_s),
-        "imagemagick_jpeg_size_ips": ips(im_size_s), "imagemagick_jpeg_size": size,
+        "imagemagick_jpeg_size_ips": ips(im_size_s), "imagemagick_jpeg_size": m.peers.size,
         "mpx_per_s": {
             "remora": mpx / remora_s, "vips": mpxs(vips_s), "imagemagick": mpxs(im_s),
             "imagemagick_jpeg_size": mpxs(im_size_s),
@@ -439,12 +426,35 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         "vips_ssim_min": min_of(qualities.iter().map(|q| q.vips)),
         "imagemagick_ssim_min": min_of(qualities.iter().map(|q| q.imagemagick)),
         "worst": {
-            "remora": worst(&qualities, |q| q.ours),
-            "remora_vs_reference": worst(&qualities, |q| q.ours - q.reference),
-            "vips": worst(&qualities, |q| q.vips),
-            "imagemagick": worst(&qualities, |q| q.imagemagick),
+            "remora": worst(qualities, |q| q.ours),
+            "remora_vs_reference": worst(qualities, |q| q.ours - q.reference),
+            "vips": worst(qualities, |q| q.vips),
+            "imagemagick": worst(qualities, |q| q.imagemagick),
         },
-    });
+    })
+}
+
+/// Runs `remora bench resize`.
+pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
+    let mut inp = prepare(&a)?;
+    let (engines, engines_missing) = engines_to_time(a.engine)?;
+    for m in &engines_missing {
+        eprintln!("warning: not timed: {m}");
+    }
+    let (mpx, engine_s) = time_engines(&mut inp, &engines, a.repeat)?;
+    let peers = time_peers(&a, &inp);
+    let qualities = qualities(&a, &inp, &peers)?;
+    let engine_rows = engine_rows(&inp, &engines, &engine_s, mpx)?;
+    let m = Measured {
+        remora_s: engine_s[0],
+        engines,
+        engines_missing,
+        engine_rows,
+        mpx,
+        peers,
+        qualities,
+    };
+    let r = report(&a, &inp, &m);
     if a.json {
         println!("{r}");
     } else {

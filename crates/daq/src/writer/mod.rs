@@ -19,7 +19,8 @@
 //!
 //! Datasets grow as frames come, in chunks compressed with bitshuffle + LZ4 (HDF5 filter
 //! 32008, [`bslz4`], registered with the library by [`filter`]); `h5` holds the HDF5 building
-//! blocks (NeXus groups, datasets with units, growing datasets). With several receivers,
+//! blocks (NeXus groups, datasets with units, growing datasets), `nexus` the layout above (one
+//! fn per group). With several receivers,
 //! [`master`] joins their files into one with virtual datasets once they are closed.
 use std::path::{Path, PathBuf};
 
@@ -27,13 +28,15 @@ use hdf5::Group;
 
 use crate::sparse::SparseFrame;
 use crate::{DaqError, Result};
-use h5::{attr, group, h5err, number, string, text, translation, Growing};
+use h5::{h5err, string, Growing};
+use nexus::WithFrames;
 
 pub mod bslz4;
 pub mod filter;
 mod h5;
 pub mod inspect;
 pub mod master;
+mod nexus;
 mod thread;
 
 pub use thread::{WriterThread, QUEUE_DATA_BYTES};
@@ -125,11 +128,6 @@ pub struct WriterStats {
     pub dropped: u64,
 }
 
-/// Where the detector's frame is placed along the beam (NXmx's chain ends there).
-const DETECTOR_TRANSLATION: &str = "/entry/instrument/detector/transformations/translation";
-/// The module's origin, on which its pixel directions depend.
-const MODULE_OFFSET: &str = "/entry/instrument/detector/detector_module/module_offset";
-
 /// The synchronous writer.
 pub struct Writer {
     path: PathBuf,
@@ -145,9 +143,9 @@ pub struct Writer {
     sp_rows: Growing<u32>,
     sp_col: Growing<u16>,
     sp_value: Growing<f32>,
-    az: Option<(Growing<f64>, Growing<u64>)>,
-    images: Option<(Growing<f32>, Growing<u64>)>,
-    raw: Option<(Growing<u16>, Growing<u64>)>,
+    az: Option<WithFrames<f64>>,
+    images: Option<WithFrames<f32>>,
+    raw: Option<WithFrames<u16>>,
     entries: u64,
     /// No estimate was known at the start: the end time is recorded as the estimate too.
     estimate_at_end: bool,
@@ -165,182 +163,20 @@ impl Writer {
         Self::create_inner(path, info).map_err(h5err(path))
     }
 
+    /// Lays the file out (see [`nexus`]) and opens its growing datasets, in the order the
+    /// groups and datasets have always been created.
     fn create_inner(path: &Path, info: &RunInfo) -> hdf5::Result<Writer> {
         let file = hdf5::File::create(path)?;
-        attr(&file, "default", "entry")?;
-        let entry = group(&file, "entry", "NXentry")?;
-        string(&entry, "definition", "NXmx")?;
-        string(&entry, "title", &info.title)?;
-        string(&entry, "start_time", &info.start_time)?;
-        if let Some(t) = &info.end_time_estimated {
-            string(&entry, "end_time_estimated", t)?;
-        }
-        let inst = group(&entry, "instrument", "NXinstrument")?;
-        string(&inst, "name", "remora JUNGFRAU emulator")?;
-        let det = group(&inst, "detector", "NXdetector")?;
-        string(&det, "description", "JUNGFRAU")?;
-        string(&det, "sensor_material", "Si")?;
-        number(&det, "sensor_thickness", 320e-6f64, Some("m"))?;
-        number(&det, "x_pixel_size", info.pixel_size_m, Some("m"))?;
-        number(&det, "y_pixel_size", info.pixel_size_m, Some("m"))?;
-        number(&det, "saturation_value", 0xc000u32, None)?;
-        number(&det, "bit_depth_readout", 16u32, None)?;
-        if let Some(d) = info.distance_m {
-            number(&det, "distance", d, Some("m"))?;
-        }
-        if let Some((x, y)) = info.beam_center_px {
-            number(&det, "beam_center_x", x, Some("pixel"))?;
-            number(&det, "beam_center_y", y, Some("pixel"))?;
-        }
-        if let Some(mask) = &info.pixel_mask {
-            // NXmx: one value per image pixel, shaped as the image (slow, fast).
-            let (ny, nx) = info.image_shape.unwrap_or((1, mask.len()));
-            let m = ndarray::ArrayView2::from_shape((ny, nx), &mask[..])
-                .map_err(|e| hdf5::Error::from(format!("pixel_mask: {e}")))?;
-            det.new_dataset_builder()
-                .with_data(m)
-                .create("pixel_mask")?;
-        }
-        // NXmx geometry (McStas frame: z along the beam, y up): the detector plane sits
-        // `distance` down the beam; the module's origin is placed so that the beam centre is
-        // on the axis; pixel columns run along -x and rows along -y (as Dectris and
-        // Jungfraujoch files have it).
-        string(&det, "depends_on", DETECTOR_TRANSLATION)?;
-        let tr = group(&det, "transformations", "NXtransformations")?;
-        translation(
-            &tr,
-            "translation",
-            info.distance_m.unwrap_or(0.0),
-            [0.0, 0.0, 1.0],
-            [0.0; 3],
-            ".",
-        )?;
-        let module = group(&det, "detector_module", "NXdetector_module")?;
-        let (bx, by) = info.beam_center_px.unwrap_or((0.0, 0.0));
-        translation(
-            &module,
-            "module_offset",
-            0.0,
-            [1.0, 0.0, 0.0],
-            [bx * info.pixel_size_m, by * info.pixel_size_m, 0.0],
-            DETECTOR_TRANSLATION,
-        )?;
-        let (rows, cols) = info.image_shape.unwrap_or(info.raw_shape);
-        module
-            .new_dataset_builder()
-            .with_data(&[0u32, 0][..])
-            .create("data_origin")?;
-        module
-            .new_dataset_builder()
-            .with_data(&[rows as u32, cols as u32][..])
-            .create("data_size")?;
-        for (name, v) in [
-            ("fast_pixel_direction", [-1.0f64, 0.0, 0.0]),
-            ("slow_pixel_direction", [0.0, -1.0, 0.0]),
-        ] {
-            translation(&module, name, info.pixel_size_m, v, [0.0; 3], MODULE_OFFSET)?;
-        }
-        let beam = group(&inst, "beam", "NXbeam")?;
-        if let Some(w) = info.wavelength_angstrom {
-            number(&beam, "incident_wavelength", w, Some("angstrom"))?;
-        }
-        number(
-            &beam,
-            "incident_energy",
-            f64::from(info.photon_energy_kev),
-            Some("keV"),
-        )?;
-        let sample = group(&entry, "sample", "NXsample")?;
-        string(&sample, "name", "emulated")?;
-        // No goniometer: the sample sits at the origin, and its chain ends at once.
-        string(&sample, "depends_on", ".")?;
-        let source = group(&entry, "source", "NXsource")?;
-        string(&source, "name", "remora detector emulator")?;
-
-        let r = group(&entry, "remora", "NXcollection")?;
-        string(&r, "config", &info.config_toml)?;
-        string(&r, "geometry", &info.layout_json)?;
-        if let Some(p) = &info.poni_text {
-            string(&r, "poni", p)?;
-        }
-        string(&r, "calibration", &info.calibration)?;
-        let pl = group(&r, "pipeline", "NXcollection")?;
-        for (k, v) in &info.pipeline {
-            string(&pl, k, v)?;
-        }
-
-        let frames = group(&entry, "frames", "NXcollection")?;
-        let kind = Growing::new(&frames, "kind", 1, 4096)?;
-        attr(
-            &kind.ds,
-            "description",
-            "0 dark, 1 rejected by the veto, 2 kept, 3 not processed",
-        )?;
-        let lost = Growing::new(&frames, "lost_modules", 1, 4096)?;
-        attr(
-            &lost.ds,
-            "description",
-            "bit m set: module m did not arrive whole and was masked",
-        )?;
-
-        let sparse = group(&entry, "sparse", "NXcollection")?;
-        attr(
-            &sparse,
-            "layout",
-            "CSR of the raw frame (modules x 512 rows, 1024 columns)",
-        )?;
-        let (raw_rows, raw_cols) = info.raw_shape;
-        number(&sparse, "rows", raw_rows as u64, None)?;
-        number(&sparse, "cols", raw_cols as u64, None)?;
-        let mut sp_offset = Growing::new(&sparse, "entry_offset", 1, 4096)?;
-        sp_offset.push(&[0])?;
-
-        let az = match &info.radial {
-            Some((radial, unit)) => {
-                let g = group(&entry, "azint", "NXdata")?;
-                attr(&g, "signal", "I")?;
-                g.new_attr_builder()
-                    .with_data(&[text("."), text("radial_axis")][..])
-                    .create("axes")?;
-                let ax = g
-                    .new_dataset_builder()
-                    .with_data(&radial[..])
-                    .create("radial_axis")?;
-                attr(&ax, "units", unit)?;
-                attr(&entry, "default", "azint")?;
-                Some((
-                    Growing::new(&g, "I", radial.len().max(1), 1)?,
-                    Growing::new(&g, "frame_number", 1, 4096)?,
-                ))
-            }
-            None => None,
-        };
-        let images = match info.image_shape {
-            Some((ny, nx)) => {
-                let g = group(&entry, "data", "NXdata")?;
-                attr(&g, "signal", "data")?;
-                Some((
-                    Growing::images(&g, "data", ny, nx)?,
-                    Growing::new(&g, "frame_number", 1, 4096)?,
-                ))
-            }
-            None => None,
-        };
-        let raw = if info.raw_frames {
-            let g = group(&entry, "raw", "NXdata")?;
-            attr(&g, "signal", "data")?;
-            attr(
-                &g,
-                "description",
-                "the detector's raw words (gain bits 15-14, ADC 13-0), modules stacked by rows",
-            )?;
-            Some((
-                Growing::images(&g, "data", raw_rows, raw_cols)?,
-                Growing::new(&g, "frame_number", 1, 4096)?,
-            ))
-        } else {
-            None
-        };
+        let entry = nexus::entry(&file, info)?;
+        nexus::instrument(&entry, info)?;
+        nexus::sample_and_source(&entry)?;
+        nexus::remora(&entry, info)?;
+        let (frames, kind, lost) = nexus::frames(&entry)?;
+        let (sparse, sp_offset) = nexus::sparse(&entry, info)?;
+        let az = nexus::azint(&entry, info)?;
+        let images = nexus::images(&entry, info)?;
+        let raw = nexus::raw(&entry, info)?;
+        let (raw_rows, _) = info.raw_shape;
         Ok(Writer {
             path: Default::default(),
             raw,

@@ -13,15 +13,8 @@ use remora_http::{Limits, Stats};
 /// thread still takes a core from a 2-thread pipeline stage at its join, which measured as a few
 /// percent of the end-to-end rate on a 2-core machine.
 fn lower_priority() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler reads `param` only during the call; on Linux, pid 0 is the
-    // calling thread (scheduling policies are per thread).
-    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-    if r != 0 {
-        tracing::debug!(
-            "moving the HTTP threads to SCHED_IDLE: {}",
-            std::io::Error::last_os_error()
-        );
+    if let Err(e) = crate::sys::set_idle_scheduling() {
+        tracing::debug!("moving the HTTP threads to SCHED_IDLE: {e}");
     }
 }
 
