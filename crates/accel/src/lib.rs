@@ -5,6 +5,9 @@
 //! kernels compiled for AVX2, cache-line-aligned frame buffers ([`AlignedBuf`]), and a
 //! description of the backend that ran ([`BackendInfo`]).
 //!
+//! [`registry`]: engines by name in a fallback order, each opened or refused with the reason,
+//! generic over the engine and error types of the crate that lists them (no `gpu` needed).
+//!
 //! With the `gpu` feature (on by default), [`gpu`]: device selection, pipelines, pooled buffers
 //! and staged transfers for WGSL compute shaders through wgpu.
 //!
@@ -16,6 +19,7 @@ mod buffer;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 mod pool;
+pub mod registry;
 pub mod simd;
 
 pub use buffer::AlignedBuf;

@@ -20,18 +20,13 @@ pub(crate) type Searched = (Vec<Neighbours<u32>>, Option<Vec<bool>>);
 /// An engine, opened (cheap to clone).
 pub(crate) type Engine = Arc<dyn MatchEngine>;
 
-/// An engine's constructor in the registry: the engine, or why this machine cannot run it.
-pub(crate) type Open = fn(Purpose) -> Result<Engine, Error>;
+/// Why an engine is being opened: asked for by name (any device `REMORA_GPU`'s policy admits),
+/// or tried by `auto` along the fallback list (the GPU engine on a CPU-type device such as
+/// lavapipe declines, slower than the CPU kernels after it).
+pub(crate) use remora_accel::registry::Purpose;
 
-/// Why an engine is being opened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Purpose {
-    /// Asked for by name: any device `REMORA_GPU`'s policy admits.
-    Named,
-    /// Tried by `auto` along the fallback list: an engine slower than the ones after it (the
-    /// GPU engine on a CPU-type device such as lavapipe) declines, with the reason.
-    Auto,
-}
+/// An engine's constructor in the registry: the engine, or why this machine cannot run it.
+pub(crate) type Open = remora_accel::registry::Open<Engine, Error>;
 
 /// A backend for the exact two-nearest-neighbour search of u8 descriptors.
 pub(crate) trait MatchEngine: Send + Sync + std::fmt::Debug {
@@ -82,6 +77,13 @@ pub(crate) trait MatchEngine: Send + Sync + std::fmt::Debug {
         cross_check(out, query, train, dim, opts, |q, t, _| {
             self.knn2_u8(q, t, dim, opts.threads)
         })
+    }
+}
+
+/// The registry's check that an engine answers to the name it is registered under.
+impl remora_accel::registry::Named for dyn MatchEngine {
+    fn name(&self) -> &str {
+        MatchEngine::name(self)
     }
 }
 

@@ -1,6 +1,7 @@
 //! The engines by name and `auto`'s fallback list, as `remora-daq`'s engine registry: the one
 //! module that names `gpu/`, so that [`Kernel`] looks its engine up here and the GPU engine is a
-//! leaf behind [`MatchEngine`].
+//! leaf behind [`MatchEngine`]. The registry itself (find, open, list, `auto`) is
+//! `remora-accel`'s generic one, with this crate's engines, kernels and errors.
 //!
 //! The registry lists every engine in fallback order, each with a constructor that gives the
 //! engine or the reason this machine cannot run it: `gpu-wgpu` (feature `gpu`, on the device
@@ -16,16 +17,12 @@ use crate::engine::{Engine, Open, Purpose};
 use crate::search::CpuEngine;
 use crate::{Error, Kernel};
 
-/// One engine the registry knows.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Entry {
-    /// Its name (the engine's own, and its kernel's).
-    pub name: &'static str,
-    /// The kernel that stands for it.
-    pub kernel: Kernel,
-    /// Its constructor.
-    pub open: Open,
-}
+/// One engine the registry knows: its name (the engine's own, and its kernel's), the kernel
+/// that stands for it (`meta`) and its constructor.
+pub(crate) type Entry = remora_accel::registry::Entry<Engine, Error, Kernel>;
+
+/// Engines in fallback order, with their kernels (`remora-accel`'s generic registry).
+pub(crate) type Registry<'a> = remora_accel::registry::Registry<'a, Engine, Error, Kernel>;
 
 /// The GPU engine's constructor: the one line that names `gpu/`.
 #[cfg(feature = "gpu")]
@@ -47,100 +44,40 @@ fn cpu(kernel: Kernel) -> Result<Engine, Error> {
     }
 }
 
+/// The error for a name the registry lacks, listing the known ones.
+fn unknown(name: &str, known: &[&'static str]) -> Error {
+    Error::UnknownEngine {
+        name: name.into(),
+        known: known.join(", "),
+    }
+}
+
 /// Every engine of this build, in `auto`'s fallback order.
-pub(crate) const ENGINES: Registry<'static> = Registry(&[
-    Entry {
-        name: "gpu-wgpu",
-        kernel: Kernel::Gpu,
-        open: GPU,
-    },
-    Entry {
-        name: "avx512",
-        kernel: Kernel::Avx512,
-        open: |_| cpu(Kernel::Avx512),
-    },
-    Entry {
-        name: "avx2",
-        kernel: Kernel::Avx2,
-        open: |_| cpu(Kernel::Avx2),
-    },
-    Entry {
-        name: "portable",
-        kernel: Kernel::Portable,
-        open: |_| cpu(Kernel::Portable),
-    },
-]);
-
-/// Engines in fallback order (tests build their own, with engines that cannot open).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Registry<'a>(pub &'a [Entry]);
-
-/// What `auto` took.
-#[derive(Debug, Clone)]
-pub(crate) struct Selection {
-    /// The kernel that stands for it.
-    pub kernel: Kernel,
-    /// The engine.
-    pub engine: Engine,
-}
-
-impl<'a> Registry<'a> {
-    /// The names, in fallback order.
-    pub fn names(&self) -> Vec<&'static str> {
-        self.0.iter().map(|e| e.name).collect()
-    }
-
-    /// The entry called `name`, or an error listing the known names.
-    pub fn find(&self, name: &str) -> Result<&'a Entry, Error> {
-        self.0
-            .iter()
-            .find(|e| e.name == name)
-            .ok_or_else(|| Error::UnknownEngine {
-                name: name.into(),
-                known: self.names().join(", "),
-            })
-    }
-
-    /// Opens the engine called `name`, or says why not.
-    pub fn open(&self, name: &str, purpose: Purpose) -> Result<Engine, Error> {
-        let engine = (self.find(name)?.open)(purpose)?;
-        debug_assert_eq!(
-            engine.name(),
-            name,
-            "an engine registered under another name"
-        );
-        Ok(engine)
-    }
-
-    /// Every engine with, for each, the engine or why this machine cannot run it.
-    pub fn list(&self) -> Vec<(&'a Entry, Result<Engine, Error>)> {
-        self.0
-            .iter()
-            .map(|e| (e, (e.open)(Purpose::Named)))
-            .collect()
-    }
-
-    /// The first engine along the list that opens for `auto`; when none does, the last one's
-    /// reason.
-    pub fn auto(&self) -> Result<Selection, Error> {
-        let mut why = None;
-        for e in self.0 {
-            match (e.open)(Purpose::Auto) {
-                Ok(engine) => {
-                    return Ok(Selection {
-                        kernel: e.kernel,
-                        engine,
-                    })
-                }
-                Err(reason) => why = Some(reason),
-            }
-        }
-        Err(why.unwrap_or_else(|| Error::UnknownEngine {
-            name: "auto".into(),
-            known: self.names().join(", "),
-        }))
-    }
-}
+pub(crate) const ENGINES: Registry<'static> = Registry::new(
+    &[
+        Entry {
+            name: "gpu-wgpu",
+            meta: Kernel::Gpu,
+            open: GPU,
+        },
+        Entry {
+            name: "avx512",
+            meta: Kernel::Avx512,
+            open: |_| cpu(Kernel::Avx512),
+        },
+        Entry {
+            name: "avx2",
+            meta: Kernel::Avx2,
+            open: |_| cpu(Kernel::Avx2),
+        },
+        Entry {
+            name: "portable",
+            meta: Kernel::Portable,
+            open: |_| cpu(Kernel::Portable),
+        },
+    ],
+    unknown,
+);
 
 impl Kernel {
     /// Whether this kernel runs here (`Auto` and `Portable` always do; `Gpu` when a device
@@ -167,7 +104,7 @@ impl Kernel {
             .list()
             .into_iter()
             .filter(|(_, engine)| engine.is_ok())
-            .map(|(e, _)| e.kernel)
+            .map(|(e, _)| e.meta)
             .collect();
         // The registry's order puts the GPU first (`auto` tries it first); listings end with it.
         v.sort_by_key(|&k| k == Kernel::Gpu);
@@ -177,7 +114,7 @@ impl Kernel {
     /// The concrete kernel `self` stands for, or an error when this machine lacks it.
     pub fn resolve(self) -> Result<Kernel, Error> {
         match self {
-            Kernel::Auto => Ok(ENGINES.auto()?.kernel),
+            Kernel::Auto => Ok(ENGINES.auto()?.0.meta),
             k => ENGINES.open(k.name(), Purpose::Named).map(|_| k),
         }
     }
@@ -186,7 +123,7 @@ impl Kernel {
     /// one (an error when this machine lacks it).
     pub(crate) fn engine(self) -> Result<Engine, Error> {
         match self {
-            Kernel::Auto => Ok(ENGINES.auto()?.engine),
+            Kernel::Auto => Ok(ENGINES.auto()?.1),
             k => ENGINES.open(k.name(), Purpose::Named),
         }
     }
@@ -223,7 +160,7 @@ impl FromStr for Kernel {
             "gpu" => Ok(Kernel::Gpu),
             _ => ENGINES
                 .find(name)
-                .map(|e| e.kernel)
+                .map(|e| e.meta)
                 .map_err(|_| Error::UnknownEngine {
                     name: name.into(),
                     known: format!(
@@ -238,70 +175,19 @@ impl FromStr for Kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::MatchEngine;
 
-    /// An engine that never opens.
-    const DOWN: Entry = Entry {
-        name: "down",
-        kernel: Kernel::Gpu,
-        open: |_| Err(Error::Gpu("no device here".into())),
-    };
-
-    /// An engine that opens when named but declines `auto` (as the GPU engine on lavapipe).
-    const SLOW: Entry = Entry {
-        name: "slow",
-        kernel: Kernel::Avx512,
-        open: |purpose| match purpose {
-            Purpose::Named => Ok(Arc::new(Slow)),
-            Purpose::Auto => Err(Error::Gpu("slower than the next engine".into())),
-        },
-    };
-
-    /// The engine of [`SLOW`]: the portable kernel under another name.
-    #[derive(Debug)]
-    struct Slow;
-
-    impl MatchEngine for Slow {
-        fn name(&self) -> &'static str {
-            "slow"
-        }
-
-        fn device(&self) -> String {
-            "cpu".into()
-        }
-
-        fn search_u8(
-            &self,
-            query: &[u8],
-            train: &[u8],
-            dim: usize,
-            ratio: Option<f32>,
-            threads: Option<usize>,
-        ) -> Result<crate::engine::Searched, Error> {
-            CpuEngine(Kernel::Portable).search_u8(query, train, dim, ratio, threads)
-        }
-    }
-
-    fn portable() -> Entry {
-        *ENGINES.find("portable").unwrap()
-    }
-
+    /// This crate's list (the registry's fallback and reasons are `remora-accel`'s tests).
     #[test]
-    fn the_registry_lists_every_engine_with_its_availability_or_the_reason() {
+    fn engines_are_listed_gpu_first_then_the_cpu_kernels_fastest_first() {
+        assert_eq!(ENGINES.names(), ["gpu-wgpu", "avx512", "avx2", "portable"]);
         let list = ENGINES.list();
-        let names: Vec<_> = list.iter().map(|(e, _)| e.name).collect();
-        assert_eq!(names, ["gpu-wgpu", "avx512", "avx2", "portable"]);
         for (e, engine) in &list {
-            assert_eq!(e.name, e.kernel.name());
+            // Each entry's kernel is the engine of its name, available exactly when it opens.
+            assert_eq!(e.name, e.meta.name());
+            assert_eq!(e.meta.is_available(), engine.is_ok(), "{}", e.name);
             match engine {
-                Ok(engine) => {
-                    assert_eq!(engine.name(), e.name);
-                    assert!(e.kernel.is_available(), "{}", e.name);
-                }
-                Err(reason) => {
-                    assert!(!reason.to_string().is_empty(), "{}", e.name);
-                    assert!(!e.kernel.is_available(), "{}", e.name);
-                }
+                Ok(engine) => assert_eq!(engine.name(), e.name),
+                Err(reason) => assert!(!reason.to_string().is_empty(), "{}", e.name),
             }
         }
         assert_eq!(list[3].1.as_ref().unwrap().device(), "cpu");
@@ -313,46 +199,17 @@ mod tests {
         }
         #[cfg(not(feature = "gpu"))]
         assert!(matches!(&list[0].1, Err(Error::Gpu(m)) if m.contains("`gpu` feature")));
-        // A listing with engines that cannot open names each with its reason.
-        let fake = [DOWN, SLOW, portable()];
-        let list = Registry(&fake).list();
-        assert_eq!(
-            list[0].1.as_ref().unwrap_err().to_string(),
-            "GPU engine: no device here"
-        );
-        assert!(list[1].1.is_ok() && list[2].1.is_ok());
-    }
-
-    #[test]
-    fn auto_falls_back_along_the_list() {
-        let fake = [DOWN, SLOW, portable()];
-        let sel = Registry(&fake).auto().unwrap();
-        assert_eq!(sel.kernel, Kernel::Portable);
-        assert_eq!(sel.engine.name(), "portable");
-        // Named, the engine that declines `auto` opens, and matches as the others do.
-        let slow = Registry(&fake).open("slow", Purpose::Named).unwrap();
-        let (q, t) = ([1u8, 1, 9, 9], [0u8, 0, 10, 10, 200, 200]);
-        let opts = crate::Options {
-            kernel: Kernel::Portable,
-            ..crate::Options::default()
+        // `auto`: the GPU engine when it opens for `auto`, else the fastest CPU kernel.
+        let gpu = (ENGINES.find("gpu-wgpu").unwrap().open)(Purpose::Auto).is_ok();
+        let want = if gpu {
+            Kernel::Gpu
+        } else {
+            Kernel::available()[0]
         };
-        assert_eq!(
-            slow.match_u8(&q, &t, 2, &opts).unwrap(),
-            crate::match_u8(&q, &t, 2, &opts).unwrap()
-        );
-        // Nothing opens: the last engine's reason.
-        let e = Registry(&fake[..2]).auto().unwrap_err();
-        assert_eq!(e, Error::Gpu("slower than the next engine".into()));
-        // The real list: the first that opens for `auto`, the portable kernel at worst.
-        let auto = ENGINES.auto().unwrap();
-        let first = ENGINES
-            .0
-            .iter()
-            .find(|e| (e.open)(Purpose::Auto).is_ok())
-            .unwrap();
-        assert_eq!(auto.kernel, first.kernel);
-        assert_eq!(Kernel::Auto.resolve().unwrap(), auto.kernel);
-        assert_eq!(Kernel::Auto.engine().unwrap().name(), first.name);
+        let (auto, engine) = ENGINES.auto().unwrap();
+        assert_eq!((auto.meta, engine.name()), (want, want.name()));
+        assert_eq!(Kernel::Auto.resolve().unwrap(), want);
+        assert_eq!(Kernel::Auto.engine().unwrap().name(), want.name());
     }
 
     #[test]
@@ -364,10 +221,10 @@ mod tests {
             "unknown engine \"cuda\" (known: gpu-wgpu, avx512, avx2, portable)"
         );
         let e = "cuda".parse::<Kernel>().unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("known: auto, gpu-wgpu, avx512, avx2, portable"),
-            "{e}"
+        assert_eq!(
+            e.to_string(),
+            "unknown engine \"cuda\" (known: auto, gpu-wgpu, avx512, avx2, portable (gpu is short \
+             for gpu-wgpu))"
         );
         for k in [
             Kernel::Auto,

@@ -11,18 +11,13 @@ use crate::options::Filter;
 /// The GPU engine's name in results.
 pub const GPU_ENGINE: &str = "gpu-wgpu";
 
-/// An engine's constructor in the registry: the engine, or why this machine cannot run it.
-pub(crate) type Open = fn(Purpose) -> Result<Arc<dyn Resampler>>;
+/// Why an engine is being opened: asked for by name (any device `gpu::device()` gives, a
+/// CPU-type one included), or tried by `auto` along the fallback list (the GPU engine on a
+/// CPU-type device such as lavapipe declines, slower than the CPU engine after it).
+pub(crate) use remora_accel::registry::Purpose;
 
-/// Why an engine is being opened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Purpose {
-    /// Asked for by name: any device `gpu::device()` gives, a CPU-type one included.
-    Named,
-    /// Tried by `auto` along the fallback list: an engine slower than the ones after it (the
-    /// GPU engine on a CPU-type device such as lavapipe) declines, with the reason.
-    Auto,
-}
+/// An engine's constructor in the registry: the engine, or why this machine cannot run it.
+pub(crate) type Open = remora_accel::registry::Open<Arc<dyn Resampler>, Error>;
 
 /// A resampling engine: the separable pass on interleaved 8-bit pixels.
 pub trait Resampler: Send + Sync + std::fmt::Debug {
@@ -59,6 +54,13 @@ pub trait Resampler: Send + Sync + std::fmt::Debug {
         to: (u32, u32),
         filter: Filter,
     ) -> Result<Vec<u8>>;
+}
+
+/// The registry's check that an engine answers to the name it is registered under.
+impl remora_accel::registry::Named for dyn Resampler {
+    fn name(&self) -> &str {
+        Resampler::name(self)
+    }
 }
 
 /// ImageMagick's LanczosSharp blur (`resize.c`): the Lanczos window narrowed slightly.
