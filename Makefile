@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 REMORA := $(or $(CARGO_TARGET_DIR),target)/release/remora
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: build build-deps demo test test-rust test-python test-kv-suite deps py wheel bench lint fmt clean
+.PHONY: build build-deps demo test test-rust test-python test-kv-suite test-house deps py wheel bench lint fmt clean
 
 build: build-deps
 	$(CARGO) build --release -p remora-cli
@@ -23,12 +23,18 @@ demo: build
 # when none appears; Mesa wants a runtime directory.
 test: export REMORA_GPU ?= any
 test: export XDG_RUNTIME_DIR ?= /tmp/remora-xdg-$(shell id -u)
-test: deps
+test: deps test-house
 	mkdir -p -m 700 $$XDG_RUNTIME_DIR
 	$(CARGO) build --release -p remora-cli
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) test-kv-suite
 	$(MAKE) test-python
+
+# The house's shape (docs/architecture.md): no import circle inside a crate, no source file over
+# 600 lines or function over 150, `libc` only in `sys` modules.
+test-house:
+	for c in crates/*/src; do python3 scripts/import-cycles.py $$c >/dev/null || { python3 scripts/import-cycles.py $$c; exit 1; }; done
+	python3 scripts/house-check.py crates
 
 # memcached 1.6.18's own t/ files that pass against remora kv (scripts/memcached-suite.pass),
 # each under a timeout, two at a time; fetches memcached's source on the first run.
