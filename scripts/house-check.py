@@ -12,10 +12,12 @@ bad = []
 
 
 def code_lines(src):
-    """Source before the first top-level `#[cfg(test)]` (inline test modules do not count)."""
+    """Source before the first top-level inline `#[cfg(test)] mod NAME {` (its tests do not count;
+    a `#[cfg(test)] mod NAME;` declaration does not end the count)."""
     lines = src.split('\n')
     for i, l in enumerate(lines):
-        if l.startswith('#[cfg(test)]'):
+        nxt = lines[i + 1] if i + 1 < len(lines) else ''
+        if l.startswith('#[cfg(test)]') and re.match(r'(pub(\([^)]*\))?\s+)?mod\s+\w+\s*\{', nxt):
             return lines[:i]
     return lines
 

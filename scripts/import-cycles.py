@@ -31,7 +31,8 @@ for f, src in files.items():
     if '/tests' in f or f.endswith('tests.rs'):
         continue
     code = re.sub(r'//[^\n]*', '', src)
-    code = code.split('#[cfg(test)]')[0]
+    # Inline test modules do not count; `#[cfg(test)] mod x;` declarations end nothing.
+    code = re.split(r'\n#\[cfg\(test\)\]\s*\n\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{', code)[0]
     me = modpath(f)
     for m in re.finditer(r'\b(crate|super)((?:::[a-z_][a-z0-9_]*)+)', code):
         parts = m.group(2).strip(':').split('::')

@@ -299,23 +299,7 @@ pub fn run_with(
     let t = time(frames, |i| p.process(i as u64, raw(i)).map(drop))?;
     let pipeline_sparse_gbps = rate(bytes, frames, t).0;
 
-    // memcpy of frame-sized buffers on the same number of threads (source cycles like the raw
-    // frames).
-    let pool = remora_accel::CpuPool::new(threads)?;
-    let src: Vec<Vec<u8>> = (0..raws.len()).map(|k| vec![k as u8; bytes * 2]).collect();
-    let mut dst = vec![0u8; bytes * 2];
-    let chunk = pool.chunk_len(dst.len(), 4096);
-    let t = time(frames, |i| {
-        let s = &src[i % src.len()];
-        pool.install(|| {
-            dst.par_chunks_mut(chunk)
-                .zip(s.par_chunks(chunk))
-                .for_each(|(d, s)| d.copy_from_slice(s))
-        });
-        std::hint::black_box(&dst);
-        Ok(())
-    })?;
-    let memcpy_gbps = rate(bytes * 2, frames, t).0;
+    let memcpy_gbps = memcpy_gbps(threads, raws.len(), bytes, frames)?;
 
     Ok(BenchReport {
         modules: cfg.modules,
@@ -347,6 +331,26 @@ pub fn run_with(
         lanes: None,
         pipeline_lanes_fps: None,
     })
+}
+
+/// memcpy of frame-sized buffers on `threads` threads, the yardstick beside the stages (the
+/// source cycles over `sources` buffers as the raw frames do): GB/s.
+fn memcpy_gbps(threads: usize, sources: usize, bytes: usize, frames: usize) -> Result<f64> {
+    let pool = remora_accel::CpuPool::new(threads)?;
+    let src: Vec<Vec<u8>> = (0..sources).map(|k| vec![k as u8; bytes * 2]).collect();
+    let mut dst = vec![0u8; bytes * 2];
+    let chunk = pool.chunk_len(dst.len(), 4096);
+    let t = time(frames, |i| {
+        let s = &src[i % src.len()];
+        pool.install(|| {
+            dst.par_chunks_mut(chunk)
+                .zip(s.par_chunks(chunk))
+                .for_each(|(d, s)| d.copy_from_slice(s))
+        });
+        std::hint::black_box(&dst);
+        Ok(())
+    })?;
+    Ok(rate(bytes * 2, frames, t).0)
 }
 
 /// The chained pipeline (convert+veto, CSR, assembly, integration; no pixels kept) on a host
