@@ -112,14 +112,14 @@ impl Arena {
     }
 
     fn init_header(&mut self, off: u64, key: &[u8], value_len: usize, c: usize, kind: u8) {
-        let o = off as usize;
+        let (o, hdr) = (off as usize, self.hdr);
         let b = self.bm();
         put_u32(b, o + I_NBYTES, value_len as u32);
         b[o + I_NKEY] = key.len() as u8;
         b[o + I_CLASS] = c as u8;
         b[o + I_BITS] = 0;
         b[o + I_KIND] = kind;
-        b[o + ITEM_HEADER..o + ITEM_HEADER + key.len()].copy_from_slice(key);
+        b[o + hdr..o + hdr + key.len()].copy_from_slice(key);
     }
 
     /// memcached's chunked item (`do_item_alloc` with `ITEM_CHUNKED`, `do_item_alloc_chunk`):
@@ -134,7 +134,7 @@ impl Arena {
     ) -> Result<u64, ArenaError> {
         let cas = if self.cas_bytes { 8 } else { 0 };
         let htotal = (MC_ITEM_HEADER + key.len() + 1 + MC_CHUNK_HEADER + cas)
-            .max(ITEM_HEADER + key.len() + V_BYTES);
+            .max(self.hdr + key.len() + V_BYTES);
         let largest = self.classes - 1;
         let hc = self.class_for(htotal).ok_or(ArenaError::TooLarge(htotal))?;
         let off = self.chunk(hc, victim)?;
@@ -145,7 +145,7 @@ impl Arena {
         let chunk_max = self.field(largest, C_SIZE) as usize;
         let (mut left, mut last) = (value_len, off);
         while left > 0 {
-            let want = (left + ITEM_HEADER).min(chunk_max);
+            let want = (left + self.hdr).min(chunk_max);
             let c = self.class_for(want).unwrap_or(largest);
             let ch = match self.chunk(c, victim) {
                 Ok(ch) => ch,
@@ -154,7 +154,7 @@ impl Arena {
                     return Err(e);
                 }
             };
-            let n = left.min(self.field(c, C_SIZE) as usize - ITEM_HEADER);
+            let n = left.min(self.field(c, C_SIZE) as usize - self.hdr);
             let o = ch as usize;
             let b = self.bm();
             b[o + I_STATE] = CHUNK;

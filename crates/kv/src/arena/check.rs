@@ -20,14 +20,14 @@ impl Arena {
         }
         let mut chained = 0;
         for k in 0..self.buckets_in_use() {
-            let mut off = u64_at(self.b(), HEADER_BYTES + k * 8);
+            let mut off = u64_at(self.b(), self.bucket_at(k));
             while off != 0 {
                 if !linked.contains(&off) {
                     return Err(format!(
                         "hash chain reaches a chunk that is not linked: {off}"
                     ));
                 }
-                if self.bucket(self.key_of(off)) != HEADER_BYTES + k * 8 {
+                if self.bucket(self.key_of(off)) != self.bucket_at(k) {
                     return Err("an item hangs in the wrong bucket".into());
                 }
                 chained += 1;

@@ -35,7 +35,7 @@ impl Arena {
         };
         let (level, _) = self.hash_level();
         let used_buckets = 1usize << level.min(geo.buckets.trailing_zeros());
-        mark(HEADER_BYTES + used_buckets * 8, geo.directory);
+        mark(HEADER_BYTES + used_buckets * geo.stride, geo.directory);
         let b = self.b();
         let used = u32_at(b, H_PAGES_USED) as usize;
         let page = |p: usize| geo.first_page + p * geo.page_size;

@@ -21,7 +21,13 @@ impl Arena {
         } else {
             old
         };
-        HEADER_BYTES + i * 8
+        self.bucket_at(i)
+    }
+
+    /// The offset of bucket `i`'s entry.
+    #[inline]
+    pub(super) fn bucket_at(&self, i: usize) -> usize {
+        HEADER_BYTES + i * self.geo.stride
     }
 
     pub(super) fn bucket(&self, key: &[u8]) -> usize {
@@ -52,10 +58,12 @@ impl Arena {
 
     fn store_hash_state(&mut self) {
         let (p, e, s) = (self.hpower, self.hexpanding, self.hsplit);
+        self.open_hash_state();
         let b = self.bm();
         put_u32(b, H_HASH_LEVEL, p);
         put_u32(b, H_HASH_EXPANDING, u32::from(e));
         put_u64(b, H_HASH_SPLIT, s as u64);
+        self.close_hash_state();
     }
 
     /// After a link: starts a growth once items pass 1.5 per bucket (while the reserved room
@@ -82,7 +90,9 @@ impl Arena {
         let half = 1usize << self.hpower;
         for _ in 0..n {
             let i = self.hsplit;
-            let (lo_at, hi_at) = (HEADER_BYTES + i * 8, HEADER_BYTES + (i + half) * 8);
+            let (lo_at, hi_at) = (self.bucket_at(i), self.bucket_at(i + half));
+            self.open_bucket(lo_at);
+            self.open_bucket(hi_at);
             let (mut lo, mut hi) = (0u64, 0u64);
             let mut off = u64_at(self.b(), lo_at);
             while off != 0 {
@@ -99,10 +109,18 @@ impl Arena {
             put_u64(self.bm(), lo_at, lo);
             put_u64(self.bm(), hi_at, hi);
             self.hsplit += 1;
-            if self.hsplit == half {
+            let done = self.hsplit == half;
+            if done {
                 self.hpower += 1;
                 self.hsplit = 0;
                 self.hexpanding = false;
+            }
+            // Inside the split's brackets: a reader that sees the buckets as they are now
+            // computes its bucket from the state as it is now.
+            self.store_hash_state();
+            self.close_bucket(hi_at);
+            self.close_bucket(lo_at);
+            if done {
                 break;
             }
         }
@@ -115,7 +133,7 @@ impl Arena {
         self.hpower = power;
         self.hsplit = 0;
         self.hexpanding = false;
-        let n = 8usize << power;
+        let n = self.geo.stride << power;
         self.bm()[HEADER_BYTES..HEADER_BYTES + n].fill(0);
         self.store_hash_state();
     }
@@ -123,7 +141,7 @@ impl Arena {
     /// Calls `f` with every linked item in hash table order (`lru_crawler metadump hash`).
     pub fn walk_hash<'s>(&'s self, mut f: impl FnMut(super::Item<'s>)) {
         for k in 0..self.buckets_in_use() {
-            let mut off = u64_at(self.b(), HEADER_BYTES + k * 8);
+            let mut off = u64_at(self.b(), self.bucket_at(k));
             while off != 0 {
                 f(self.item(off));
                 off = self.at(off, I_HNEXT);

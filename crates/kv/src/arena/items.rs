@@ -17,7 +17,7 @@ impl Arena {
     pub(super) fn key_of(&self, off: u64) -> &[u8] {
         let o = off as usize;
         let n = self.b()[o + I_NKEY] as usize;
-        &self.b()[o + ITEM_HEADER..o + ITEM_HEADER + n]
+        &self.b()[o + self.hdr..o + self.hdr + n]
     }
 
     pub(super) fn class_of(&self, off: u64) -> usize {
@@ -35,7 +35,7 @@ impl Arena {
 
     /// Where a chunked header's value-area field `f` lies.
     pub(super) fn vfield(&self, off: u64, f: usize) -> usize {
-        off as usize + ITEM_HEADER + self.b()[off as usize + I_NKEY] as usize + f
+        off as usize + self.hdr + self.b()[off as usize + I_NKEY] as usize + f
     }
 
     /// A chunked header's first chunk.
@@ -72,7 +72,7 @@ impl Arena {
 
     /// The data of chunk `ch`.
     fn chunk_data(&self, ch: u64) -> &[u8] {
-        let o = ch as usize + ITEM_HEADER;
+        let o = ch as usize + self.hdr;
         &self.b()[o..o + u32_at(self.b(), ch as usize + I_NBYTES) as usize]
     }
 
@@ -90,10 +90,10 @@ impl Arena {
         let o = off as usize;
         let n = u32_at(self.b(), o + I_NBYTES) as usize;
         if self.state_of(off) == CHUNK {
-            return ITEM_HEADER + n;
+            return self.hdr + n;
         }
         let v = if self.is_chunked(off) { V_BYTES } else { n };
-        ITEM_HEADER + self.b()[o + I_NKEY] as usize + v
+        self.hdr + self.b()[o + I_NKEY] as usize + v
     }
 
     /// The value of the item at `off`, copied when it is chunked.
@@ -116,7 +116,7 @@ impl Arena {
         }
         let mut at = 0;
         for ch in self.chain(off) {
-            let o = ch as usize + ITEM_HEADER;
+            let o = ch as usize + self.hdr;
             let n = u32_at(self.b(), ch as usize + I_NBYTES) as usize;
             self.bm()[o..o + n].copy_from_slice(&data[at..at + n]);
             at += n;
@@ -142,7 +142,7 @@ impl Arena {
         let o = off as usize;
         let nkey = b[o + I_NKEY] as usize;
         let nbytes = u32_at(b, o + I_NBYTES) as usize;
-        let start = o + ITEM_HEADER;
+        let start = o + self.hdr;
         let chunked = b[o + I_KIND] == CHUNKED;
         let vlen = if chunked { 0 } else { nbytes };
         Item {
@@ -161,7 +161,9 @@ impl Arena {
 
     /// Sets an item's expiry.
     pub fn set_exptime(&mut self, off: u64, exptime: u32) {
+        self.open_item(off);
         put_u32(self.bm(), off as usize + I_EXP, exptime);
+        self.seal_item(off);
     }
 
     /// Sets an item's last access.
@@ -176,7 +178,9 @@ impl Arena {
 
     /// Sets an item's CAS.
     pub fn set_cas(&mut self, off: u64, cas: u64) {
+        self.open_item(off);
         put_u64(self.bm(), off as usize + I_CAS, cas);
+        self.seal_item(off);
     }
 
     /// The next CAS value (kept in the arena, so a restored one goes on from where it was).
@@ -201,13 +205,22 @@ impl Arena {
 
     pub(super) fn item_size(&self, key: usize, value: usize) -> usize {
         let mc = MC_ITEM_HEADER + key + 1 + value + 2 + if self.cas_bytes { 8 } else { 0 };
-        mc.max(ITEM_HEADER + key + value)
+        mc.max(self.hdr + key + value)
     }
 
     /// Takes a linked item out of its chain and LRU; its chunk is freed now, or once the last
     /// [`Pin`] on it is gone.
     pub fn unlink(&mut self, off: u64) {
         let bucket = self.bucket(self.key_of(off));
+        self.open_bucket(bucket);
+        self.unlink_in(bucket, off);
+        self.close_bucket(bucket);
+    }
+
+    /// [`unlink`](Self::unlink) with `bucket` (the key's) open to remote readers.
+    fn unlink_in(&mut self, bucket: usize, off: u64) {
+        // From here on, through free and reuse, the chunk reads as changing.
+        self.open_item(off);
         let mut prev = 0u64;
         let mut cur = u64_at(self.b(), bucket);
         while cur != 0 && cur != off {
@@ -249,13 +262,16 @@ impl Arena {
         let o = off as usize;
         let nkey = self.b()[o + I_NKEY] as usize;
         let nbytes = u32_at(self.b(), o + I_NBYTES) as usize;
-        let start = o + ITEM_HEADER + nkey;
+        let start = o + self.hdr + nkey;
         &mut self.bm()[start..start + nbytes]
     }
 
     /// The value bytes of a linked item, to rewrite in place (incr/decr); never a pinned one.
+    /// The item reads as changing to remote readers until [`set_cas`](Self::set_cas) gives it
+    /// its new CAS.
     pub fn value_mut_linked(&mut self, off: u64) -> &mut [u8] {
         debug_assert!(!self.pinned(off), "a pinned item is never written");
+        self.open_item(off);
         self.value_mut(off)
     }
 
@@ -296,9 +312,12 @@ impl Arena {
     /// Links an allocated item, replacing any item of its key, at the head of the sub-LRU
     /// new items go to (hot; temp for a short TTL with `temporary_ttl`; cold when flat).
     pub fn link(&mut self, off: u64, cas: u64, flags: u32, exptime: u32, time: u32, bits: u8) {
+        let bucket = self.bucket(self.key_of(off));
+        self.open_bucket(bucket);
         if let Some(old) = self.find(self.key_of(off)) {
-            self.unlink(old);
+            self.unlink_in(bucket, old);
         }
+        self.open_item(off);
         let o = off as usize;
         let b = self.bm();
         put_u64(b, o + I_CAS, cas);
@@ -307,10 +326,11 @@ impl Arena {
         put_u32(b, o + I_TIME, time);
         b[o + I_BITS] = bits;
         b[o + I_STATE] = LINKED;
-        let bucket = self.bucket(self.key_of(off));
         let head = u64_at(self.b(), bucket);
         self.put(off, I_HNEXT, head);
+        self.seal_item(off);
         put_u64(self.bm(), bucket, off);
+        self.close_bucket(bucket);
         let c = self.class_of(off);
         let l = self.new_item_lru(exptime, time);
         self.lru_push(c, l, off);

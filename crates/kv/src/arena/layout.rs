@@ -38,6 +38,9 @@ pub const VERSION: u32 = 6;
 pub const HEADER_BYTES: usize = 32768;
 /// Bytes of an item's header.
 pub const ITEM_HEADER: usize = 56;
+/// Bytes of an item's header in a remotely readable arena ([`super::ArenaConfig::remote`]):
+/// the 56 above, then the item's version (a seqlock, [`I_VER`]) and checksum ([`I_SUM`]).
+pub const REMOTE_ITEM_HEADER: usize = 64;
 /// memcached's `sizeof(item)` on 64-bit: class sizes start from it plus `-n`, so the classes
 /// are memcached's; an item goes to the class memcached would pick (its size counts a CAS,
 /// the key's NUL and the value's CRLF), which always holds remora's smaller header.
@@ -98,6 +101,9 @@ pub const H_INLINE_RECLAIM: usize = 184;
 pub const H_CHUNK_RESCUES: usize = 192;
 /// The largest chunk (`slab_chunk_max`): larger items are chunked.
 pub const H_CHUNK_MAX: usize = 200;
+/// 1 when the arena is remotely readable: 64-byte item headers with a version and a checksum,
+/// 16-byte bucket entries with a version (see `remote.rs`).
+pub const H_REMOTE: usize = 208;
 const H_CLASS_TABLE: usize = 256;
 const CLASS_BYTES: usize = 320;
 
@@ -184,6 +190,12 @@ pub const I_BITS: usize = 47;
 pub const I_TIME: usize = 48;
 pub const I_LRU: usize = 52;
 pub const I_KIND: usize = 53;
+/// A remotely readable arena's item version: odd while the item is written, unlinked or free.
+pub const I_VER: usize = 56;
+/// A remotely readable arena's item checksum (CRC-32C of what a GET returns, `remote.rs`).
+pub const I_SUM: usize = 60;
+/// A remotely readable arena's bucket entry: the chain's head at 0, its version here.
+pub const B_VER: usize = 8;
 // For a chunked item's header: where its value area's fields are, from the value's start.
 /// The first chunk's offset.
 pub const V_FIRST: usize = 0;
@@ -245,6 +257,8 @@ pub fn put_u64(b: &mut [u8], at: usize, v: u64) {
 pub struct Geometry {
     /// Hash buckets (a power of two).
     pub buckets: usize,
+    /// Bytes per bucket entry: 8 (the chain's head), 16 when remotely readable (and a version).
+    pub stride: usize,
     /// Offset of the page directory.
     pub directory: usize,
     /// Offset of the first page.
@@ -258,14 +272,21 @@ pub struct Geometry {
 impl Geometry {
     /// The layout of `pages` pages of `page_size` with `2^hash_power` buckets in `memory`
     /// bytes (None: they do not fit).
-    pub fn new(memory: usize, page_size: usize, hash_power: u32, pages: usize) -> Option<Geometry> {
+    pub fn new(
+        memory: usize,
+        page_size: usize,
+        hash_power: u32,
+        stride: usize,
+        pages: usize,
+    ) -> Option<Geometry> {
         let buckets = 1usize.checked_shl(hash_power)?;
-        let directory = HEADER_BYTES.checked_add(buckets.checked_mul(8)?)?;
+        let directory = HEADER_BYTES.checked_add(buckets.checked_mul(stride)?)?;
         // Pages start 4 KiB-aligned after one directory byte each.
         let first_page = directory.checked_add(pages)?.next_multiple_of(4096);
         let end = first_page.checked_add(pages.checked_mul(page_size)?)?;
         (pages > 0 && end <= memory).then_some(Geometry {
             buckets,
+            stride,
             directory,
             first_page,
             pages,

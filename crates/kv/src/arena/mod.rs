@@ -38,6 +38,7 @@
 //! ```
 mod alloc;
 mod check;
+mod config;
 mod handover;
 mod hash;
 mod items;
@@ -47,170 +48,24 @@ mod lru;
 mod lru_tests;
 mod memory;
 mod pins;
+pub mod remote;
+#[cfg(test)]
+mod remote_tests;
 mod slabs;
+mod stats;
 #[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
+pub use config::{ArenaConfig, ArenaError};
 pub use handover::ZERO_PAGE;
 use layout::*;
 pub use layout::{COLD, HOT, TEMP, WARM};
 pub use lru::{LruConfig, UPDATE_INTERVAL};
 pub use memory::{Backing, Mapping};
-
-/// How an arena is laid out (memcached's `-m`, `-f`, `-n`, `-I` and `-o hashpower`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ArenaConfig {
-    /// Bytes items may take (`-m`): whole pages of it.
-    pub memory: usize,
-    /// Bytes per page (memcached's `slab_page_size`, 1 MiB).
-    pub page_size: usize,
-    /// The largest chunk (`-o slab_chunk_max`, half a page; at most the page): larger items
-    /// are chunked.
-    pub chunk_max: usize,
-    /// Chunk size growth factor between classes (`-f`, 1.25).
-    pub growth_factor: f64,
-    /// Key + value bytes of the smallest chunk (`-n`, 48).
-    pub min_space: usize,
-    /// Largest item as memcached counts it (`-I`, up to 1 GiB).
-    pub item_max: usize,
-    /// log2 of the most hash buckets: the room reserved for the table to grow into.
-    pub hash_power: u32,
-    /// log2 of the hash buckets at a cold start (`-o hashpower`, memcached's 16); the table
-    /// doubles as items pass 1.5 per bucket, up to `hash_power`.
-    pub hash_power_init: u32,
-    /// Items carry a CAS (`-C` not given): memcached counts 8 more bytes per item.
-    pub cas: bool,
-}
-
-impl ArenaConfig {
-    /// memcached's defaults for `memory` bytes of items: a hash table of 2^16 buckets with room
-    /// to grow to about one bucket per 128 bytes of items (the room is reserved in the mapping,
-    /// and untouched buckets cost no memory).
-    pub fn new(memory: usize) -> ArenaConfig {
-        let buckets = (memory / 128).max(1 << 16).next_power_of_two();
-        let hash_power = buckets.trailing_zeros().min(30);
-        ArenaConfig {
-            memory,
-            page_size: 1 << 20,
-            chunk_max: 1 << 19,
-            growth_factor: 1.25,
-            min_space: 48,
-            item_max: 1 << 20,
-            hash_power,
-            hash_power_init: 16.min(hash_power),
-            cas: true,
-        }
-    }
-
-    /// The chunk size of every class, smallest first.
-    pub fn classes(&self) -> Result<Vec<u32>, ArenaError> {
-        let bad = |m: String| Err(ArenaError::Config(m));
-        if !(self.growth_factor > 1.0 && self.growth_factor.is_finite()) {
-            return bad(format!(
-                "growth factor {} must be above 1",
-                self.growth_factor
-            ));
-        }
-        if self.page_size < 4096 || self.page_size > 1 << 30 {
-            return bad(format!(
-                "page size {} must be 4 KiB to 1 GiB",
-                self.page_size
-            ));
-        }
-        if self.item_max > 1 << 30 || self.item_max < ITEM_HEADER + 2 {
-            return bad(format!(
-                "item size limit {} must be {} to 1 GiB",
-                self.item_max,
-                ITEM_HEADER + 2
-            ));
-        }
-        // A chunk holds a chunked item's header and some data, and pages hold whole chunks.
-        let chunk_max = self.chunk_limit();
-        if chunk_max < 1024 || self.page_size % chunk_max != 0 {
-            return bad(format!(
-                "slab_chunk_max {chunk_max} must be at least 1024 and divide the page size {}",
-                self.page_size
-            ));
-        }
-        let mut v = Vec::new();
-        let mut size = (MC_ITEM_HEADER + self.min_space.max(1)) as f64;
-        loop {
-            let s = (size as usize).next_multiple_of(8);
-            if s as f64 > chunk_max as f64 / self.growth_factor || v.len() == MAX_CLASSES - 1 {
-                break;
-            }
-            if v.last() != Some(&(s as u32)) {
-                v.push(s as u32);
-            }
-            size = s as f64 * self.growth_factor;
-        }
-        v.push(chunk_max as u32);
-        Ok(v)
-    }
-
-    /// The largest chunk: `chunk_max`, or the page when that is smaller.
-    pub fn chunk_limit(&self) -> usize {
-        self.chunk_max.min(self.page_size)
-    }
-
-    /// Pages of items `-m` allows (at least one).
-    pub fn page_limit(&self) -> usize {
-        (self.memory / self.page_size).max(1)
-    }
-
-    /// Pages mapped: those `-m` allows, as many again (at least 1 GiB more) that
-    /// `cache_memlimit` may add at run time, and one more per class (memcached gives a class
-    /// its first page even beyond `-m`). Untouched pages cost no memory.
-    pub fn pages(&self) -> usize {
-        let classes = self.classes().map_or(1, |c| c.len());
-        let growth = self.page_limit().max((1 << 30) / self.page_size.max(1));
-        self.page_limit() + growth + classes
-    }
-
-    /// Bytes to map: the header, the hash table, the page directory and the pages.
-    pub fn mapped(&self) -> usize {
-        let pages = self.pages();
-        let table = HEADER_BYTES + (8usize << self.hash_power.min(40));
-        (table + pages).next_multiple_of(4096) + pages * self.page_size
-    }
-
-    /// The bytes memcached counts for an item (`ITEM_ntotal`: header, CAS, key and NUL, value
-    /// and CRLF), or remora's own if larger; this picks the class.
-    pub fn item_size(&self, key: usize, value: usize) -> usize {
-        let mc = MC_ITEM_HEADER + key + 1 + value + 2 + if self.cas { 8 } else { 0 };
-        mc.max(ITEM_HEADER + key + value)
-    }
-}
-
-/// Arena errors.
-#[derive(Debug, thiserror::Error)]
-pub enum ArenaError {
-    /// A configuration that cannot make an arena.
-    #[error("arena configuration: {0}")]
-    Config(String),
-    /// The item is larger than the item size limit.
-    #[error("item of {0} bytes is over the item size limit")]
-    TooLarge(usize),
-    /// A key longer than 250 bytes or empty.
-    #[error("key of {0} bytes (1 to 250 allowed)")]
-    BadKey(usize),
-    /// The item's class has no chunk, no free page and nothing it may evict.
-    #[error("out of memory for items of class {0}")]
-    NoMemory(usize),
-    /// A page move found every page of the class holding items that replies still send.
-    #[error("every page of class {0} holds items being sent; try again")]
-    Busy(usize),
-    /// The warm restart's metadata file (`FILE.meta`) is empty or corrupt: the server does
-    /// not start, as memcached does not.
-    #[error("restart metadata: {0} (remove it to start with a clean cache)")]
-    Metadata(String),
-    /// The mapping failed.
-    #[error("arena memory: {0}")]
-    Io(#[from] std::io::Error),
-}
+pub use stats::{ArenaStats, ClassStats, Moved};
 
 /// How [`Arena::open`] found the memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -285,89 +140,6 @@ pub enum Victim {
     Keep,
 }
 
-/// One slab class' figures (memcached's `stats slabs` names in the comments).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClassStats {
-    /// `chunk_size`.
-    pub chunk_size: u32,
-    /// `chunks_per_page`.
-    pub chunks_per_page: u32,
-    /// `total_pages`.
-    pub pages: u32,
-    /// `used_chunks` (linked items).
-    pub used: u64,
-    /// `free_chunks`.
-    pub free: u64,
-    /// Items evicted from this class (`stats items` `evicted`).
-    pub evicted: u64,
-    /// `mem_requested`: bytes of its linked items as memcached counts them.
-    pub requested: u64,
-    /// `reclaimed`: dead items whose chunk was taken back (not by the crawler).
-    pub reclaimed: u64,
-    /// `crawler_reclaimed`: dead items the LRU crawler took back.
-    pub crawler_reclaimed: u64,
-    /// `crawler_items_checked`: items the LRU crawler looked at.
-    pub crawler_checked: u64,
-    /// `expired_unfetched`: dead items taken back that were never read.
-    pub expired_unfetched: u64,
-    /// `evicted_unfetched`: evicted items that were never read.
-    pub evicted_unfetched: u64,
-    /// `evicted_nonzero`: evicted items that had an expiry.
-    pub evicted_nonzero: u64,
-    /// `outofmemory`: allocations that found nothing to evict.
-    pub outofmemory: u64,
-    /// `number_hot`, `number_warm`, `number_cold`, `number_temp`.
-    pub lru_items: [u64; 4],
-    /// `moves_to_cold`: hot or warm tail items the LRU moved down to cold.
-    pub moves_to_cold: u64,
-    /// `moves_to_warm`: active hot or cold items moved to warm.
-    pub moves_to_warm: u64,
-    /// `moves_within_lru`: active warm tail items moved back to warm's head.
-    pub moves_within_lru: u64,
-    /// `evicted_active`: evicted items that were active.
-    pub evicted_active: u64,
-    /// `direct_reclaims`: allocation rounds that evicted or moved items first.
-    pub direct_reclaims: u64,
-    /// `lrutail_reflocked`: pinned tail items eviction passed over.
-    pub reflocked: u64,
-}
-
-/// What one page move did with the live items of its page.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Moved {
-    /// Live items copied into free chunks of their class elsewhere.
-    pub rescued: u64,
-    /// Live items evicted: their class had no free chunk left.
-    pub evicted: u64,
-    /// Dead (expired or flushed) items dropped.
-    pub dropped: u64,
-}
-
-/// Whole-arena figures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ArenaStats {
-    /// Linked items.
-    pub items: u64,
-    /// Bytes of the linked items as memcached counts them.
-    pub bytes: u64,
-    /// Pages handed to classes.
-    pub pages_used: u32,
-    /// Pages items may take (`-m`).
-    pub page_limit: u32,
-    /// Pages mapped.
-    pub pages: u32,
-    /// Items evicted to make room.
-    pub evictions: u64,
-    /// Dead items reclaimed.
-    pub reclaimed: u64,
-    /// Pages moved between classes.
-    pub moves: u64,
-    /// Chunks of chunked items a page move copied out of its page.
-    pub chunk_rescues: u64,
-    /// Chunks unlinked but still being sent.
-    pub held: u64,
-}
-
 /// A pinned item's key and value, readable without the arena's lock until dropped. A
 /// chunked item's are copied out instead (its value is not contiguous in the arena).
 #[derive(Debug)]
@@ -399,6 +171,8 @@ pub struct Arena {
     classes: usize,
     seed: u64,
     cas_bytes: bool,
+    /// Bytes of an item's header ([`ArenaConfig::item_header`]).
+    hdr: usize,
     /// The active hash table (kept in the header too): log2 of its buckets, whether it grows,
     /// and how many old buckets are split so far.
     hpower: u32,
@@ -448,8 +222,14 @@ impl Arena {
                 cfg.mapped()
             )));
         }
-        let geo = Geometry::new(cfg.mapped(), cfg.page_size, cfg.hash_power, cfg.pages())
-            .ok_or_else(|| ArenaError::Config("the mapping holds no page".into()))?;
+        let geo = Geometry::new(
+            cfg.mapped(),
+            cfg.page_size,
+            cfg.hash_power,
+            cfg.bucket_stride(),
+            cfg.pages(),
+        )
+        .ok_or_else(|| ArenaError::Config("the mapping holds no page".into()))?;
         let existed = map.existed;
         let resized = map.resized_from.map(|l| {
             format!(
@@ -464,6 +244,7 @@ impl Arena {
             classes: sizes.len(),
             seed: 0,
             cas_bytes: cfg.cas,
+            hdr: cfg.item_header(),
             hpower: 0,
             hexpanding: false,
             hsplit: 0,
@@ -525,14 +306,15 @@ impl Arena {
             && u32_at(b, H_CHUNK_MAX) as usize == cfg.chunk_limit()
             && u32_at(b, H_CLASSES) as usize == sizes.len()
             && u32_at(b, H_PAGES) as usize == self.geo.pages
-            && (u32_at(b, H_CAS_ON) == 1) == cfg.cas;
+            && (u32_at(b, H_CAS_ON) == 1) == cfg.cas
+            && (u32_at(b, H_REMOTE) == 1) == cfg.remote;
         let level = u32_at(b, H_HASH_LEVEL);
         if level > cfg.hash_power || (level == cfg.hash_power && u32_at(b, H_HASH_EXPANDING) != 0) {
             return Some("the arena's hash table is larger than its reserved room".into());
         }
         if !same {
             return Some(
-                "the arena was made with other settings (-m, -f, -n, -I, -C, slab_chunk_max or hashpower)".into(),
+                "the arena was made with other settings (-m, -f, -n, -I, -C, slab_chunk_max, hashpower or --one-sided)".into(),
             );
         }
         let seed = u64_at(b, H_SEED);
@@ -555,6 +337,7 @@ impl Arena {
         put_u64(b, H_MAGIC, MAGIC);
         put_u32(b, H_VERSION, VERSION);
         put_u32(b, H_CAS_ON, u32::from(cfg.cas));
+        put_u32(b, H_REMOTE, u32::from(cfg.remote));
         put_u32(b, H_PAGE_SIZE, cfg.page_size as u32);
         put_u32(b, H_PAGES, geo.pages as u32);
         put_u32(b, H_PAGE_LIMIT, cfg.page_limit() as u32);

@@ -34,7 +34,7 @@ impl Arena {
         }
         let pin = Arc::new(Pin {
             map: self.map.clone(),
-            start: o + ITEM_HEADER,
+            start: o + self.hdr,
             len: nkey + nbytes,
             copy: None,
         });

@@ -367,14 +367,15 @@ impl Arena {
     fn relocate(&mut self, off: u64, new: u64) {
         let o = off as usize;
         let len = self.used_len(off);
-        self.bm().copy_within(o..o + len, new as usize);
+        let bucket = self.bucket(self.key_of(off));
+        self.open_bucket(bucket);
+        self.copy_item(off, new, len);
         if self.is_chunked(new) {
             let first = self.first_chunk(new);
             if first != 0 {
                 self.put(first, I_PREV, new);
             }
         }
-        let bucket = self.bucket(self.key_of(new));
         let mut prev = 0u64;
         let mut cur = u64_at(self.b(), bucket);
         while cur != off {
@@ -398,6 +399,8 @@ impl Arena {
         } else {
             self.put(ln, I_PREV, new);
         }
+        self.seal_item(new);
+        self.close_bucket(bucket);
         // The old chunk is on no list; its page is carved afresh or pooled.
         self.bm()[o + I_STATE] = FREE;
     }
