@@ -30,6 +30,7 @@ pub mod daemon;
 pub mod handler;
 pub mod logger;
 pub mod migrate;
+pub mod onesided;
 pub mod out;
 pub mod prefix;
 pub mod protocol;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use remora_lazy::LazyRegion;
-use remora_mem::Buffer;
+use remora_mem::{Access, Buffer, Mode, Pd, Region};
 
 /// Where the arena's bytes come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +28,8 @@ pub enum Backing {
 enum Memory {
     Buffer(Buffer),
     Lazy(Arc<LazyRegion>),
+    /// Registered with a protection domain, so peers READ it one-sidedly (`--one-sided`).
+    Registered(Arc<Region>),
 }
 
 impl std::fmt::Debug for Memory {
@@ -35,6 +37,7 @@ impl std::fmt::Debug for Memory {
         match self {
             Memory::Buffer(b) => b.fmt(f),
             Memory::Lazy(r) => write!(f, "LazyRegion({} bytes)", r.len()),
+            Memory::Registered(r) => write!(f, "Region({} bytes, rkey {:#x})", r.len(), r.rkey()),
         }
     }
 }
@@ -100,6 +103,25 @@ impl Mapping {
         }
     }
 
+    /// Registers the mapping's memory with `pd` for remote READs only (never remote writes),
+    /// paged on demand: the region a remotely readable arena ([`super::remote`]) is granted
+    /// through. A lazy arena cannot be registered.
+    pub fn register(self, pd: &Pd) -> io::Result<(Mapping, Arc<Region>)> {
+        let Memory::Buffer(buf) = self.buf else {
+            return Err(io::Error::other(
+                "only an arena in anonymous memory, a memfd or a file can be registered",
+            ));
+        };
+        let region = pd
+            .register(buf, Access::REMOTE_READ, Mode::OnDemand)
+            .map_err(io_err)?;
+        let map = Mapping {
+            buf: Memory::Registered(region.clone()),
+            ..self
+        };
+        Ok((map, region))
+    }
+
     /// The first byte: the arena reads and writes through it under its owner's lock while
     /// replies read pinned values through [`Pin`](super::Pin)s (bytes nobody writes while
     /// pinned).
@@ -107,6 +129,7 @@ impl Mapping {
         match &self.buf {
             Memory::Buffer(b) => b.as_ptr(),
             Memory::Lazy(r) => r.as_ptr(),
+            Memory::Registered(r) => r.as_ptr(),
         }
     }
 
@@ -163,7 +186,7 @@ impl Mapping {
     pub fn sync(&self) -> io::Result<()> {
         match &self.buf {
             Memory::Buffer(b) => b.sync().map_err(io_err),
-            Memory::Lazy(_) => Ok(()),
+            Memory::Lazy(_) | Memory::Registered(_) => Ok(()),
         }
     }
 
@@ -177,6 +200,7 @@ impl Mapping {
         match &self.buf {
             Memory::Buffer(b) => b.fd(),
             Memory::Lazy(_) => None,
+            Memory::Registered(r) => r.memfd(),
         }
     }
 }

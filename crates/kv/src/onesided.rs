@@ -1,0 +1,177 @@
+//! GETs by one-sided READs of a remotely readable arena ([`crate::arena::remote`]) over the
+//! fabric: the reader's [`Fetch`] as READs of the granted region on a queue pair (`shm` on the
+//! same host, RoCEv2 `udp` from another), so a GET costs the server no thread at all over shm
+//! and only its fabric responder over udp.
+//!
+//! The grant is the region's address, length and remote key, carried as the fabric's private
+//! data at connect ([`Grants::serve`] answers each connection with it). The region is registered
+//! for remote READs only ([`Mapping::register`](crate::arena::Mapping::register)): the fabric
+//! refuses a WRITE into it and a READ outside it, and the peer can name no other memory.
+//!
+//! ```no_run
+//! use remora_kv::arena::remote::{Got, Reader};
+//! use remora_kv::onesided::FabricFetch;
+//! use remora_fabric::Transport;
+//! let mut f = FabricFetch::connect("127.0.0.1:7471".parse().unwrap(), Transport::Shm).unwrap();
+//! let mut r = Reader::open(&mut f).unwrap();
+//! let now = 0; // the arena's relative clock: unix time minus `r.epoch()`
+//! match r.get(&mut f, b"key", now).unwrap() {
+//!     Got::Hit(it) => println!("{} bytes", it.value.len()),
+//!     Got::Miss => println!("absent"),
+//!     Got::Fallback(why) => println!("ask the server ({why:?})"),
+//! }
+//! ```
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use remora_fabric::{Listener, Progress, Qp, QpOptions, RegionInfo, Status, Transport};
+use remora_mem::{Access, Buffer, Mode, Pd, Region};
+
+use crate::arena::remote::Fetch;
+
+/// Bytes one READ brings at most (larger fetches are split).
+const STAGE: usize = 1 << 20;
+/// How long a READ may take before the fetch fails (the caller then falls back).
+const READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn fab(what: &str, e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("{what}: {e}"))
+}
+
+/// Queue-pair options for grant connections: RC, polled by the reader's own thread.
+fn options(transport: Transport, progress: Progress) -> QpOptions {
+    QpOptions {
+        transport,
+        retry_timeout: Duration::from_millis(20),
+        retry_count: 7,
+        progress,
+        ..QpOptions::default()
+    }
+}
+
+/// The server side: a fabric listener that answers every connection with the arena's grant.
+pub struct Grants {
+    listener: Listener,
+    grant: Vec<u8>,
+}
+
+impl Grants {
+    /// Listens on `addr` (port 0: any) for READers of `region` over `transport`.
+    pub fn bind(
+        addr: SocketAddr,
+        pd: Arc<Pd>,
+        region: &Region,
+        transport: Transport,
+    ) -> io::Result<Grants> {
+        let listener = Listener::bind(addr, pd, options(transport, Progress::Thread))
+            .map_err(|e| fab("listen", e))?;
+        Ok(Grants {
+            listener,
+            grant: RegionInfo::of(region).encode().to_vec(),
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr()
+    }
+
+    /// Accepts one connection, granting it the region; the queue pair must be kept while the
+    /// peer reads (its responder answers the peer's READs over udp).
+    pub fn accept(&self) -> io::Result<Qp> {
+        let (qp, _) = self
+            .listener
+            .accept(&self.grant)
+            .map_err(|e| fab("accept", e))?;
+        Ok(qp)
+    }
+}
+
+/// A [`Fetch`] by one-sided READs of a granted arena.
+pub struct FabricFetch {
+    qp: Qp,
+    stage: Arc<Region>,
+    remote: RegionInfo,
+    next: u64,
+}
+
+impl FabricFetch {
+    /// Connects to a [`Grants`] listener and takes its grant.
+    pub fn connect(addr: SocketAddr, transport: Transport) -> io::Result<FabricFetch> {
+        let pd = Arc::new(Pd::new());
+        let stage = pd
+            .register(
+                Buffer::anonymous(STAGE).map_err(|e| fab("staging buffer", e))?,
+                Access::LOCAL_WRITE,
+                Mode::OnDemand,
+            )
+            .map_err(|e| fab("staging buffer", e))?;
+        let (qp, grant) = remora_fabric::connect(addr, pd, options(transport, Progress::Poll), &[])
+            .map_err(|e| fab("connect", e))?;
+        let remote = RegionInfo::decode(&grant).map_err(|e| fab("the server's grant", e))?;
+        Ok(FabricFetch {
+            qp,
+            stage,
+            remote,
+            next: 1,
+        })
+    }
+
+    /// The granted region: its address, length and remote key.
+    pub fn grant(&self) -> &RegionInfo {
+        &self.remote
+    }
+
+    /// READs `len` bytes at `va` of the peer into the staging region.
+    fn read(&mut self, va: u64, len: usize) -> io::Result<()> {
+        let id = self.next;
+        self.next += 1;
+        self.qp
+            .post_read(id, &self.stage, 0, len, va, self.remote.rkey)
+            .map_err(|e| fab("post READ", e))?;
+        let deadline = Instant::now() + READ_TIMEOUT;
+        let c = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "READ timed out"));
+            }
+            if let Some(c) = self.qp.spin(left.min(Duration::from_micros(200))) {
+                break c;
+            }
+            if let Some(c) = self.qp.wait(left).map_err(|e| fab("completion", e))? {
+                break c;
+            }
+        };
+        match (c.wr_id == id, c.status) {
+            (true, Status::Success) => Ok(()),
+            (true, s) => Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("READ refused: {s:?}"),
+            )),
+            (false, _) => Err(fab("READ", format!("completion {} for {id}", c.wr_id))),
+        }
+    }
+}
+
+impl Fetch for FabricFetch {
+    fn fetch(&mut self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            let n = (buf.len() - done).min(STAGE);
+            let va = self
+                .remote
+                .addr
+                .checked_add(off + done as u64)
+                .ok_or_else(|| fab("READ", "address overflows"))?;
+            self.read(va, n)?;
+            self.stage
+                .read_at(0, &mut buf[done..done + n])
+                .map_err(|e| fab("staging buffer", e))?;
+            done += n;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,192 @@
+//! GETs by one-sided READs over the fabric (shm and udp) while the arena's writer churns, and a
+//! hostile peer that READs outside the grant and WRITEs into it.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use remora_fabric::{QpOptions, RegionInfo, Status, Transport};
+use remora_kv::arena::remote::{Got, Reader};
+use remora_kv::arena::{Arena, ArenaConfig, Backing, Mapping};
+use remora_kv::onesided::{FabricFetch, Grants};
+use remora_mem::{Access, Buffer, Mode, Pd};
+
+fn remote_cfg() -> ArenaConfig {
+    ArenaConfig {
+        page_size: 64 << 10,
+        hash_power: 12,
+        hash_power_init: 2,
+        item_max: 64 << 10,
+        remote: true,
+        ..ArenaConfig::new(1 << 20)
+    }
+}
+
+/// An arena in a registered memfd and a listener granting it.
+fn serve(transport: Transport) -> (Arena, Grants) {
+    let cfg = remote_cfg();
+    let pd = Arc::new(Pd::new());
+    let map = Mapping::new(Backing::Memfd, cfg.mapped()).unwrap();
+    let (map, region) = map.register(&pd).unwrap();
+    let (arena, _) = Arena::open(map, &cfg).unwrap();
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let grants = Grants::bind(any, pd, &region, transport).unwrap();
+    (arena, grants)
+}
+
+/// A value that says what it is (see `arena/remote_tests.rs`).
+fn value_of(key: &[u8], seq: u64, len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len.max(12));
+    v.extend_from_slice(&seq.to_le_bytes());
+    v.extend_from_slice(&(len.max(12) as u32).to_le_bytes());
+    let mut x = key
+        .iter()
+        .fold(seq | 1, |h, &b| h.wrapping_mul(31) ^ u64::from(b));
+    while v.len() < len.max(12) {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        v.push((x >> 33) as u8);
+    }
+    v
+}
+
+fn written(key: &[u8], value: &[u8], flags: u32) -> bool {
+    value.len() >= 12 && {
+        let seq = u64::from_le_bytes(value[..8].try_into().unwrap());
+        let len = u32::from_le_bytes(value[8..12].try_into().unwrap()) as usize;
+        flags == seq as u32 && value_of(key, seq, len) == value
+    }
+}
+
+fn churn_under_readers(transport: Transport, reads: u64) {
+    const KEYS: u64 = 2000;
+    let (mut arena, grants) = serve(transport);
+    let addr = grants.local_addr();
+    let accept = std::thread::spawn(move || (grants.accept().unwrap(), grants));
+    let done = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut f = FabricFetch::connect(addr, transport).unwrap();
+            let mut r = Reader::open(&mut f).unwrap();
+            let (mut hits, mut misses, mut fallbacks, mut wrong) = (0u64, 0u64, 0u64, 0u64);
+            for i in 0..reads {
+                let k = format!("key:{}", i.wrapping_mul(7919) % KEYS).into_bytes();
+                match r.get(&mut f, &k, 1).unwrap() {
+                    Got::Hit(it) => {
+                        hits += 1;
+                        wrong += u64::from(!written(&k, &it.value, it.flags));
+                    }
+                    Got::Miss => misses += 1,
+                    Got::Fallback(_) => fallbacks += 1,
+                }
+            }
+            done.store(true, Ordering::Relaxed);
+            (hits, misses, fallbacks, wrong, r.retries)
+        })
+    };
+    let (mut seq, mut x) = (0u64, 0x9e37_79b9u64);
+    while !done.load(Ordering::Relaxed) || seq < 20_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        seq += 1;
+        let k = format!("key:{}", (x >> 8) % KEYS).into_bytes();
+        match x % 10 {
+            0..=6 => {
+                let v = value_of(&k, seq, 12 + (x >> 20) as usize % 500);
+                let _ = arena.set(&k, &v, seq as u32, 0, 1);
+            }
+            7 | 8 => _ = arena.delete(&k),
+            _ => _ = arena.touch(&k, 0, 1),
+        }
+    }
+    let (hits, misses, fallbacks, wrong, retries) = reader.join().unwrap();
+    eprintln!(
+        "{transport:?}: writes {seq}; reads: hits {hits}, misses {misses}, fallbacks {fallbacks}, \
+         retries {retries}, wrong {wrong}"
+    );
+    assert_eq!(wrong, 0, "{transport:?}: a value never written for its key");
+    assert!(hits > 0 && misses > 0, "{transport:?}");
+    drop(accept.join().unwrap());
+}
+
+#[test]
+fn one_sided_gets_over_shm_return_only_written_values() {
+    churn_under_readers(Transport::Shm, 100_000);
+}
+
+#[test]
+fn one_sided_gets_over_udp_return_only_written_values() {
+    churn_under_readers(Transport::Udp, 3_000);
+}
+
+/// A peer that READs past the grant or WRITEs into it is refused by the fabric's checks, and
+/// the next peer reads as before.
+#[test]
+fn reads_outside_the_grant_and_writes_into_it_are_refused() {
+    for transport in [Transport::Shm, Transport::Udp] {
+        let (mut arena, grants) = serve(transport);
+        arena.set(b"k", b"value", 0, 0, 1).unwrap();
+        let addr = grants.local_addr();
+        let accept = std::thread::spawn(move || {
+            let a = grants.accept().unwrap();
+            let b = grants.accept().unwrap();
+            (a, b, grants)
+        });
+        let pd = Arc::new(Pd::new());
+        let local = pd
+            .register(
+                Buffer::anonymous(1 << 16).unwrap(),
+                Access::LOCAL_WRITE,
+                Mode::OnDemand,
+            )
+            .unwrap();
+        let opts = QpOptions {
+            transport,
+            ..QpOptions::default()
+        };
+        let (qp, grant) = remora_fabric::connect(addr, pd, opts, &[]).unwrap();
+        let g = RegionInfo::decode(&grant).unwrap();
+        let wait = |what: &str| {
+            let c = qp
+                .wait(std::time::Duration::from_secs(5))
+                .unwrap()
+                .unwrap_or_else(|| panic!("{transport:?} {what}: no completion"));
+            c.status
+        };
+        qp.post_read(1, &local, 0, 64, g.addr + g.len - 32, g.rkey)
+            .unwrap();
+        assert_ne!(wait("READ past the end"), Status::Success, "{transport:?}");
+        drop(qp);
+        // A fresh peer: the WRITE into the read-only grant is refused too.
+        let pd = Arc::new(Pd::new());
+        let local = pd
+            .register(
+                Buffer::anonymous(1 << 16).unwrap(),
+                Access::LOCAL_WRITE,
+                Mode::OnDemand,
+            )
+            .unwrap();
+        let opts = QpOptions {
+            transport,
+            ..QpOptions::default()
+        };
+        let (qp, _) = remora_fabric::connect(addr, pd, opts, &[]).unwrap();
+        qp.post_write(2, &local, 0, 64, g.addr + 4096, g.rkey, None)
+            .unwrap();
+        let c = qp
+            .wait(std::time::Duration::from_secs(5))
+            .unwrap()
+            .expect("a completion for the WRITE");
+        assert_ne!(
+            c.status,
+            Status::Success,
+            "{transport:?}: WRITE into a read-only grant"
+        );
+        let _kept = accept.join().unwrap();
+        // The arena is as it was.
+        assert_eq!(arena.get(b"k", 1).unwrap().value, b"value");
+    }
+}
