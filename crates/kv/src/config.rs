@@ -231,7 +231,8 @@ impl Config {
             napi_ids: 0,
         };
         cfg.migrate = migrate::migrate_options(&split.migrate)?;
-        (cfg.metrics, cfg.log_format) = service::service_options(&split.service)?;
+        let service = service::service_options(&split.service)?;
+        (cfg.metrics, cfg.log_format) = (service.metrics, service.log);
         let mut given = Given::default();
         for (c, v) in split.flags {
             cfg.flag(c, v.unwrap_or_default(), &mut s, &mut given)?;
@@ -240,6 +241,7 @@ impl Config {
             }
         }
         cfg.check(&mut s, &given)?;
+        s.one_sided = service.one_sided;
         s.interfaces = cfg.listen.clone();
         s.verbose = cfg.verbose;
         cfg.settings = s;

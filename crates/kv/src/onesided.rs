@@ -90,6 +90,53 @@ impl Grants {
     }
 }
 
+/// Most grant connections kept at once; the oldest goes when another comes.
+const MAX_GRANTED: usize = 256;
+
+/// `kv serve --one-sided`: a [`Grants`] listener on its own thread, answering every
+/// connection with the grant and keeping its queue pair (whose responder serves the peer's
+/// READs over udp) while at most [`MAX_GRANTED`] others are newer.
+#[derive(Debug)]
+pub struct GrantServer {
+    addr: SocketAddr,
+}
+
+impl GrantServer {
+    /// Binds `addr` and starts granting `region`.
+    pub fn start(
+        addr: SocketAddr,
+        pd: Arc<Pd>,
+        region: Arc<Region>,
+    ) -> Result<GrantServer, crate::arena::ArenaError> {
+        let grants = Grants::bind(addr, pd, &region, Transport::Udp)?;
+        let addr = grants.local_addr();
+        tracing::info!(%addr, "one-sided readers: the arena is granted at this fabric address");
+        std::thread::Builder::new()
+            .name("kv-grants".into())
+            .spawn(move || {
+                let _region = region;
+                let mut kept = std::collections::VecDeque::new();
+                loop {
+                    match grants.accept() {
+                        Ok(qp) => {
+                            if kept.len() == MAX_GRANTED {
+                                kept.pop_front();
+                            }
+                            kept.push_back(qp);
+                        }
+                        Err(e) => tracing::debug!("one-sided grant refused: {e}"),
+                    }
+                }
+            })?;
+        Ok(GrantServer { addr })
+    }
+
+    /// Where readers connect.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
 /// A [`Fetch`] by one-sided READs of a granted arena.
 pub struct FabricFetch {
     qp: Qp,

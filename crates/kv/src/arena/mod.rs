@@ -382,6 +382,12 @@ impl Arena {
         self.mark_clean(epoch)
     }
 
+    /// Writes the unix time of the relative clock's zero into the header, where remote readers
+    /// find it ([`remote::Reader::epoch`]); [`close`](Self::close) writes it again.
+    pub fn publish_epoch(&mut self, epoch: i64) {
+        put_u64(self.bm(), H_EPOCH, epoch as u64);
+    }
+
     /// [`close`](Self::close) for an owner that keeps the arena (behind its lock) until it
     /// exits: nothing may change the arena after this.
     pub fn mark_clean(&mut self, epoch: i64) -> std::io::Result<()> {

@@ -8,7 +8,7 @@ use super::{err, ConfigError};
 
 /// remora's service options (matched by their whole name only, unlike memcached's, which
 /// getopt_long also takes by prefix).
-pub(super) const SERVICE_OPTS: [&str; 2] = ["metrics", "log-format"];
+pub(super) const SERVICE_OPTS: [&str; 3] = ["metrics", "log-format", "one-sided"];
 
 /// How log lines are written (`--log-format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -20,11 +20,21 @@ pub enum LogFormat {
     Json,
 }
 
-/// What the service options ask for: (`--metrics`, `--log-format`); the last of each wins.
-pub(super) fn service_options(
-    opts: &[(&str, String)],
-) -> Result<(Option<SocketAddr>, Option<LogFormat>), ConfigError> {
-    let (mut metrics, mut log) = (None, None);
+/// What the service options ask for.
+#[derive(Debug, Default)]
+pub(super) struct ServiceOptions {
+    /// `--metrics`.
+    pub metrics: Option<SocketAddr>,
+    /// `--log-format`.
+    pub log: Option<LogFormat>,
+    /// `--one-sided`.
+    pub one_sided: Option<SocketAddr>,
+}
+
+/// What the service options ask for: `--metrics`, `--log-format` and `--one-sided`; the last
+/// of each wins.
+pub(super) fn service_options(opts: &[(&str, String)]) -> Result<ServiceOptions, ConfigError> {
+    let (mut metrics, mut log, mut one_sided) = (None, None, None);
     for (name, v) in opts {
         match *name {
             "metrics" => {
@@ -37,6 +47,16 @@ pub(super) fn service_options(
                 };
                 metrics = Some(addr);
             }
+            "one-sided" => {
+                let addr = v.to_socket_addrs().ok().and_then(|mut a| a.next());
+                let Some(addr) = addr else {
+                    return err(format!(
+                        "--one-sided {v}: expected HOST:PORT for the fabric listener that grants \
+                         one-sided readers the arena (--one-sided 127.0.0.1:7471)"
+                    ));
+                };
+                one_sided = Some(addr);
+            }
             "log-format" => {
                 log = Some(match v.as_str() {
                     "text" => LogFormat::Text,
@@ -47,5 +67,9 @@ pub(super) fn service_options(
             _ => {}
         }
     }
-    Ok((metrics, log))
+    Ok(ServiceOptions {
+        metrics,
+        log,
+        one_sided,
+    })
 }

@@ -75,6 +75,9 @@ pub struct Settings {
     pub storage: StorageKind,
     /// `-e PATH` / `-o memory_file=PATH`: the arena in a file, for warm restarts.
     pub memory_file: Option<std::path::PathBuf>,
+    /// `--one-sided HOST:PORT` (remora's): the arena remotely readable and granted to
+    /// one-sided readers by a fabric listener there (`remora_kv::onesided`).
+    pub one_sided: Option<std::net::SocketAddr>,
 }
 
 /// Where items live (`-o storage=arena|heap`).
@@ -120,6 +123,7 @@ impl Default for Settings {
             auth: None,
             storage: StorageKind::Arena,
             memory_file: None,
+            one_sided: None,
         }
     }
 }

@@ -60,6 +60,8 @@ pub fn usage() -> String {
      --metrics=<host:port>     (remora) Prometheus metrics at http://host:port/metrics,\n\
                                under memcached_exporter's names\n\
      --log-format=text|json    (remora) log lines as text or as JSON objects\n\
+     --one-sided=<host:port>   (remora) the arena remotely readable: a fabric listener\n\
+                               there grants one-sided readers (remora_kv::onesided)\n\
      -h, --help                print this help and exit\n\
      -i, --license             print the license and exit\n\
      -V, --version             print memcached's version line and exit\n\

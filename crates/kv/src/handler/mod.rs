@@ -55,6 +55,8 @@ pub struct Cache {
     pub prefixes: PrefixStats,
     /// Sockets listed by `stats conns`.
     pub conn_table: ConnTable,
+    /// `--one-sided`: the fabric listener granting the arena to one-sided readers.
+    pub one_sided: Option<crate::onesided::GrantServer>,
     started: Instant,
     /// The relative clock's value when `started` was taken: 2 on a cold start, more on a
     /// warm restart (the restored items' times keep their meaning).
@@ -127,6 +129,9 @@ impl Cache {
     /// Creates the cache for these settings: the arena in `memory_file` when one is given,
     /// restored when a graceful stop left it clean with the same settings.
     pub fn open(settings: Settings) -> Result<Cache, crate::arena::ArenaError> {
+        if settings.one_sided.is_some() {
+            return Cache::open_one_sided(settings);
+        }
         let config = store_config(&settings);
         let (store, warm): (Box<Store>, _) = match settings.storage {
             StorageKind::Heap => (Box::new(HeapStore::new(config)), None),
@@ -137,6 +142,36 @@ impl Cache {
             }
         };
         Ok(Cache::with_store(settings, store, warm))
+    }
+
+    /// [`Cache::open`] with `--one-sided`: a fresh arena in a registered memfd, remotely
+    /// readable, and a fabric listener granting it.
+    fn open_one_sided(settings: Settings) -> Result<Cache, crate::arena::ArenaError> {
+        use crate::arena::ArenaError;
+        let addr = settings.one_sided.expect("--one-sided");
+        let refuse = |what: &str| {
+            Err(ArenaError::Config(format!(
+                "--one-sided with {what} is not supported (one-sided readers read a fresh \
+                 in-memory arena, and are not authenticated)"
+            )))
+        };
+        if settings.storage != StorageKind::Arena {
+            return refuse("-o storage=heap");
+        }
+        if settings.memory_file.is_some() {
+            return refuse("-e (a memory file)");
+        }
+        if settings.auth.is_some() {
+            return refuse("-Y (authentication)");
+        }
+        let pd = std::sync::Arc::new(remora_mem::Pd::new());
+        let ac = restart::arena_config(&settings);
+        let (store, region) =
+            crate::storage::ArenaStore::open_registered(store_config(&settings), ac, &pd)?;
+        tune_arena(&store, &settings);
+        let mut cache = Cache::with_store(settings, Box::new(store), None);
+        cache.one_sided = Some(crate::onesided::GrantServer::start(addr, pd, region)?);
+        Ok(cache)
     }
 
     /// The cache over a store made elsewhere (a migration target's lazily mapped arena);
@@ -155,6 +190,7 @@ impl Cache {
             clock_base = (now_unix - w.epoch).clamp(2, u32::MAX as i64) as u32;
             logger_gid = w.logger_gid;
         }
+        store.publish_epoch(process_started);
         let prefixes = PrefixStats::new(settings.prefix_delimiter);
         prefixes.set_enabled(settings.detail_enabled);
         let automove = settings.tunables.slab_automove as u64;
@@ -172,6 +208,7 @@ impl Cache {
             conns: ConnCounters::default(),
             prefixes,
             conn_table: ConnTable::default(),
+            one_sided: None,
             started: Instant::now(),
             clock_base,
             process_started,

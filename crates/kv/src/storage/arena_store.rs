@@ -87,6 +87,24 @@ impl ArenaStore {
         ArenaStore::from_mapping(config, ac, map, None)
     }
 
+    /// Opens a fresh remotely readable arena for `config` in a memfd registered with `pd` for
+    /// remote READs ([`Mapping::register`]); returns the store and the region to grant.
+    pub fn open_registered(
+        config: StoreConfig,
+        arena: ArenaConfig,
+        pd: &remora_mem::Pd,
+    ) -> Result<(ArenaStore, std::sync::Arc<remora_mem::Region>), ArenaError> {
+        let ac = ArenaConfig {
+            memory: config.mem_limit,
+            item_max: config.item_max,
+            cas: config.use_cas,
+            remote: true,
+            ..arena
+        };
+        let (map, region) = Mapping::new(Backing::Memfd, ac.mapped())?.register(pd)?;
+        Ok((ArenaStore::from_mapping(config, ac, map, None)?, region))
+    }
+
     /// Opens the arena in `map` (made for `ac`, whose `memory`, `item_max` and `cas` must
     /// follow `config`): a migration target's lazily mapped arena (with the held chunks its
     /// source named: [`Arena::open_handed_over`]), or any other mapping.
@@ -341,6 +359,13 @@ impl EntryStore for ArenaStore {
         }
         g.closed = true;
         g.arena.mark_clean(epoch)
+    }
+
+    fn publish_epoch(&self, epoch: i64) {
+        let mut g = self.lock();
+        if g.arena.remote() {
+            g.arena.publish_epoch(epoch);
+        }
     }
 
     fn restart_state(&self) -> Option<RestartState> {

@@ -384,6 +384,9 @@ pub trait EntryStore: Send + Sync {
     fn restart_state(&self) -> Option<RestartState> {
         None
     }
+    /// Tells one-sided readers the unix time of the relative clock's zero (their expiry
+    /// checks use it); a no-op where nobody reads the store remotely.
+    fn publish_epoch(&self, _epoch: i64) {}
     /// The hash table: log2 of its buckets (counting a growth under way) and whether it grows;
     /// `None`: no single table.
     fn hash_table(&self) -> Option<(u32, bool)> {

@@ -1,0 +1,77 @@
+//! `remora kv serve --one-sided`: GETs by one-sided READs of a running server's arena, over shm
+//! and udp, agree with its text protocol; settings it cannot serve are refused at start.
+
+mod kv_common;
+
+use std::process::Command;
+
+use kv_common::{free_port, remora, text_roundtrip};
+use remora_fabric::Transport;
+use remora_kv::arena::remote::{Got, Reader};
+use remora_kv::onesided::FabricFetch;
+
+fn now_on(r: &Reader) -> u32 {
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    (unix - r.epoch()).clamp(0, u32::MAX as i64) as u32
+}
+
+#[test]
+fn one_sided_reads_see_what_the_text_protocol_stored() {
+    let grant_port = free_port();
+    let grant = format!("127.0.0.1:{grant_port}");
+    let srv = remora(&["--one-sided", &grant]);
+    let out = text_roundtrip(
+        srv.port,
+        b"set alpha 7 0 5\r\nhello\r\nset gone 0 0 1\r\nx\r\ndelete gone\r\nset short 3 1 2\r\nhi\r\n",
+    );
+    assert_eq!(out, b"STORED\r\nSTORED\r\nDELETED\r\nSTORED\r\n");
+    let cas_line = String::from_utf8(text_roundtrip(srv.port, b"gets alpha\r\n")).unwrap();
+    let cas: u64 = cas_line.split_whitespace().nth(4).unwrap().parse().unwrap();
+    for transport in [Transport::Shm, Transport::Udp] {
+        let mut f = FabricFetch::connect(grant.parse().unwrap(), transport).unwrap();
+        let mut r = Reader::open(&mut f).unwrap();
+        assert!(r.epoch() > 0, "the server published its clock");
+        let now = now_on(&r);
+        match r.get(&mut f, b"alpha", now).unwrap() {
+            Got::Hit(it) => {
+                assert_eq!((&it.value[..], it.flags, it.cas), (&b"hello"[..], 7, cas));
+            }
+            other => panic!("{transport:?}: {other:?}"),
+        }
+        assert_eq!(r.get(&mut f, b"gone", now).unwrap(), Got::Miss);
+        assert_eq!(r.get(&mut f, b"never", now).unwrap(), Got::Miss);
+        // Expired (1 s TTL) on the server's clock: a miss.
+        assert_eq!(r.get(&mut f, b"short", now + 5).unwrap(), Got::Miss);
+    }
+    // The server serves text clients as before.
+    assert_eq!(
+        text_roundtrip(srv.port, b"get alpha\r\n"),
+        b"VALUE alpha 7 5\r\nhello\r\nEND\r\n"
+    );
+}
+
+#[test]
+fn one_sided_with_settings_it_cannot_serve_is_refused_at_start() {
+    let port = free_port().to_string();
+    for extra in [
+        &["-o", "storage=heap"][..],
+        &["-e", "/dev/shm/remora-onesided-refused"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_remora"))
+            .args(["kv", "serve", "-p", &port, "--one-sided", "127.0.0.1:0"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?}: started");
+        assert!(err.contains("--one-sided with"), "{extra:?}: {err}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_remora"))
+        .args(["kv", "serve", "--one-sided", "nowhere"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--one-sided nowhere"));
+}
