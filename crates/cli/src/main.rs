@@ -82,6 +82,9 @@ enum BenchCmd {
     /// Post-copy live migration of a populated cache (`remora kv serve --migrate-from`) against
     /// stop-and-copy (dump and reload): downtime a client sees, time to full copy.
     Migrate(kv::bench::BenchArgs),
+    /// kv GETs by one-sided READs of `remora kv serve --one-sided` (shm or udp) against
+    /// memcached's single GETs: GETs/s and server CPU per GET, same client threads and keys.
+    KvOnesided(kv::bench::onesided::OnesidedArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -137,6 +140,7 @@ fn run(cmd: Cmd, log: logging::Logging) -> anyhow::Result<()> {
         Cmd::Bench(BenchCmd::Match(a)) => matching::bench(a),
         Cmd::Bench(BenchCmd::Resize(a)) => resize::bench(a),
         Cmd::Bench(BenchCmd::Migrate(a)) => kv::bench::run(a),
+        Cmd::Bench(BenchCmd::KvOnesided(a)) => kv::bench::onesided::run(a),
         Cmd::Match(a) => matching::run(a),
         Cmd::Resize(a) => resize::run(*a),
         Cmd::Daq(c) => daq::run(c),

@@ -75,3 +75,42 @@ fn one_sided_with_settings_it_cannot_serve_is_refused_at_start() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--one-sided nowhere"));
 }
+
+/// `remora bench kv-onesided` reports every key the issue names, and checked every value.
+#[test]
+fn the_bench_reports_its_figures_and_checks_every_value() {
+    if kv_common::memcached_path().is_none() {
+        eprintln!("SKIP: memcached not installed");
+        return;
+    }
+    for transport in ["shm", "udp"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_remora"))
+            .args(["bench", "kv-onesided", "--transport", transport])
+            .args(["--items", "500", "--seconds", "0.3", "--json"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{transport}: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        for k in [
+            "transport",
+            "threads",
+            "gets_per_s",
+            "server_cpu_us_per_get",
+            "memcached_gets_per_s",
+            "memcached_cpu_us_per_get",
+            "torn_retries",
+            "fallbacks",
+            "wrong_values",
+        ] {
+            assert!(v.get(k).is_some(), "{transport}: no {k} in {v}");
+        }
+        assert_eq!(v["transport"], transport);
+        assert_eq!(v["wrong_values"], 0);
+        assert!(v["gets_per_s"].as_f64().unwrap() > 0.0);
+    }
+}

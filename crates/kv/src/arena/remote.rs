@@ -234,7 +234,12 @@ pub struct Reader {
     pub max_chain: usize,
     /// Reads that met a change under way and were tried again.
     pub retries: u64,
+    /// The table's state as last read, with its version: valid while the version is the same.
+    state: Option<(u32, HashState)>,
 }
+
+/// Bytes of value read with an item's header in one fetch (a larger value takes a second).
+const INLINE: usize = 256;
 
 /// The hash table state a reader computes buckets from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,6 +282,7 @@ impl Reader {
             max_value: 1 << 20,
             max_chain: 64,
             retries: 0,
+            state: None,
         })
     }
 
@@ -296,8 +302,14 @@ impl Reader {
         Ok(Got::Fallback(Why::Contended))
     }
 
-    fn hash_state(&self, f: &mut dyn Fetch) -> Result<Option<HashState>, ReaderError> {
+    /// The table's state, read again only when its version moved.
+    fn hash_state(&mut self, f: &mut dyn Fetch) -> Result<Option<HashState>, ReaderError> {
         let v1 = f.version(H_HASH_VER as u64)?;
+        if let Some((v, s)) = self.state {
+            if v == v1 {
+                return Ok(Some(s));
+            }
+        }
         let mut b = [0u8; H_HASH_SPLIT + 8 - H_HASH_LEVEL];
         f.fetch(H_HASH_LEVEL as u64, &mut b)?;
         fence(Ordering::Acquire);
@@ -309,7 +321,11 @@ impl Reader {
         let sane = state.level <= self.hash_power
             && state.split < 1 << state.level
             && (state.level < self.hash_power || state.split == 0);
-        Ok((v1 & 1 == 0 && v1 == v2 && sane).then_some(state))
+        let ok = v1 & 1 == 0 && v1 == v2 && sane;
+        if ok {
+            self.state = Some((v1, state));
+        }
+        Ok(ok.then_some(state))
     }
 
     /// One walk: `None` when it met a change under way.
@@ -338,7 +354,7 @@ impl Reader {
         let mut head = [0u8; 8];
         f.fetch(entry, &mut head)?;
         let mut off = u64::from_le_bytes(head);
-        let mut hdr = [0u8; REMOTE_ITEM_HEADER];
+        let mut buf = Vec::new();
         let mut walked = 0;
         while off != 0 {
             walked += 1;
@@ -353,10 +369,13 @@ impl Reader {
             if ver & 1 == 1 {
                 return Ok(None);
             }
-            f.fetch(off, &mut hdr)?;
-            let next = u64_at(&hdr, I_HNEXT);
-            if hdr[I_NKEY] as usize == key.len() {
-                match self.item_at(f, off, ver, &hdr, key, now)? {
+            // The header, the key and the start of the value in one fetch.
+            let room = (self.items.end - off) as usize;
+            buf.resize((REMOTE_ITEM_HEADER + key.len() + INLINE).min(room), 0);
+            f.fetch(off, &mut buf)?;
+            let next = u64_at(&buf, I_HNEXT);
+            if buf[I_NKEY] as usize == key.len() {
+                match self.item_at(f, off, ver, &buf, key, now)? {
                     Step::Found(got) => return Ok(Some(got)),
                     Step::Torn => return Ok(None),
                     Step::Other => {}
@@ -377,8 +396,8 @@ impl Reader {
                 .is_some_and(|e| e <= self.items.end)
     }
 
-    /// The item at `off` whose header `hdr`, read after its even version `ver`, names a key
-    /// of `key`'s length.
+    /// The item at `off` whose header `hdr` (with what followed it), read after its even
+    /// version `ver`, names a key of `key`'s length.
     fn item_at(
         &self,
         f: &mut dyn Fetch,
@@ -405,8 +424,16 @@ impl Reader {
                 Step::Other
             });
         }
-        let mut kv = vec![0u8; key.len() + n];
-        f.fetch(off + REMOTE_ITEM_HEADER as u64, &mut kv)?;
+        let end = REMOTE_ITEM_HEADER + key.len() + n;
+        let fetched;
+        let kv = if end <= hdr.len() {
+            &hdr[REMOTE_ITEM_HEADER..end]
+        } else {
+            let mut rest = vec![0u8; key.len() + n];
+            f.fetch(off + REMOTE_ITEM_HEADER as u64, &mut rest)?;
+            fetched = rest;
+            &fetched[..]
+        };
         fence(Ordering::Acquire);
         if f.version(off + I_VER as u64)? != ver {
             return Ok(Step::Torn);

@@ -170,7 +170,7 @@ impl Seen {
     }
 }
 
-enum Reply {
+pub(super) enum Reply {
     Ok,
     Redirect(String),
     /// Closed, reset, timed out or not reachable: reconnect and retry.
@@ -186,7 +186,7 @@ fn redirect_of(line: &[u8]) -> Option<String> {
 }
 
 /// One request on `c`: a `get` checked against `want`, or a `set` of `want`.
-fn request(c: &mut Conn, k: &str, set: bool, want: &[u8], line: &mut Vec<u8>) -> Reply {
+pub(super) fn request(c: &mut Conn, k: &str, set: bool, want: &[u8], line: &mut Vec<u8>) -> Reply {
     let mut req = Vec::with_capacity(want.len() + 64);
     if set {
         let _ = write!(req, "set {k} 0 0 {}\r\n", want.len());

@@ -31,6 +31,7 @@ use remora_kv::migrate::client::{self as kv_client, Printer, Progress};
 use serde_json::json;
 
 mod client;
+pub mod onesided;
 mod servers;
 
 use client::{log_client, longest_gap, start_client, stop_client, Seen};

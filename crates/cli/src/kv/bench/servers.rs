@@ -75,6 +75,28 @@ impl Servers {
         Ok(())
     }
 
+    /// Starts another program (`prog ARGS`, e.g. memcached beside remora) named `name`.
+    pub(super) fn spawn_program(&mut self, name: &str, prog: &str, args: &[String]) -> Result<()> {
+        let child = Command::new(prog)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {prog} {}", args.join(" ")))?;
+        self.procs.push((name.to_string(), child));
+        Ok(())
+    }
+
+    /// The process id of `name`.
+    pub(super) fn pid(&self, name: &str) -> Result<u32> {
+        self.procs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c.id())
+            .with_context(|| format!("no server named {name}"))
+    }
+
     /// Waits until `name` accepts connections on `addr`.
     pub(super) fn wait_listening(&mut self, name: &str, addr: &str) -> Result<()> {
         let a: SocketAddr = addr.parse().context("server address")?;
