@@ -114,3 +114,38 @@ fn the_bench_reports_its_figures_and_checks_every_value() {
         assert!(v["gets_per_s"].as_f64().unwrap() > 0.0);
     }
 }
+
+/// `remora_kv::onesided::Client`: READs where they decide, `mg` for what they cannot (an item
+/// over the reader's budget) and for everything once there is no grant.
+#[test]
+fn the_client_falls_back_to_mg_where_reads_cannot_decide() {
+    use remora_kv::onesided::Client;
+    let grant_port = free_port();
+    let grant = format!("127.0.0.1:{grant_port}");
+    let srv = remora(&["--one-sided", &grant]);
+    let big = vec![b'b'; 2000];
+    let mut script = b"set alpha 7 0 5\r\nhello\r\nset big 9 100 2000\r\n".to_vec();
+    script.extend_from_slice(&big);
+    script.extend_from_slice(b"\r\n");
+    assert_eq!(text_roundtrip(srv.port, &script), b"STORED\r\nSTORED\r\n");
+    let text = format!("127.0.0.1:{}", srv.port).parse().unwrap();
+    let mut c = Client::connect(text, grant.parse().unwrap(), Transport::Shm).unwrap();
+    c.reader_mut().expect("granted").max_value = 1000;
+    let it = c.get(b"alpha").unwrap().expect("alpha");
+    assert_eq!(
+        (&it.value[..], it.flags, c.fallbacks),
+        (&b"hello"[..], 7, 0)
+    );
+    assert_eq!(c.get(b"never").unwrap(), None);
+    assert_eq!(c.fallbacks, 0, "a miss READs decide");
+    let it = c.get(b"big").unwrap().expect("big");
+    assert_eq!((&it.value[..], it.flags, c.fallbacks), (&big[..], 9, 1));
+    assert!(it.exptime > 0, "its expiry came back with it");
+    // No grant to be had: the text protocol answers everything.
+    let nowhere = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let mut c = Client::connect(text, nowhere, Transport::Shm).unwrap();
+    assert!(c.reader_mut().is_none());
+    assert_eq!(c.get(b"alpha").unwrap().expect("alpha").value, b"hello");
+    assert_eq!(c.get(b"never").unwrap(), None);
+    assert_eq!(c.fallbacks, 2);
+}
