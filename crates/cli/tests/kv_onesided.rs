@@ -10,14 +10,6 @@ use remora_fabric::Transport;
 use remora_kv::arena::remote::{Got, Reader};
 use remora_kv::onesided::FabricFetch;
 
-fn now_on(r: &Reader) -> u32 {
-    let unix = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    (unix - r.epoch()).clamp(0, u32::MAX as i64) as u32
-}
-
 #[test]
 fn one_sided_reads_see_what_the_text_protocol_stored() {
     let grant_port = free_port();
@@ -34,7 +26,7 @@ fn one_sided_reads_see_what_the_text_protocol_stored() {
         let mut f = FabricFetch::connect(grant.parse().unwrap(), transport).unwrap();
         let mut r = Reader::open(&mut f).unwrap();
         assert!(r.epoch() > 0, "the server published its clock");
-        let now = now_on(&r);
+        let now = r.now();
         match r.get(&mut f, b"alpha", now).unwrap() {
             Got::Hit(it) => {
                 assert_eq!((&it.value[..], it.flags, it.cas), (&b"hello"[..], 7, cas));

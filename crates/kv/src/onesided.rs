@@ -14,7 +14,7 @@
 //! use remora_fabric::Transport;
 //! let mut f = FabricFetch::connect("127.0.0.1:7471".parse().unwrap(), Transport::Shm).unwrap();
 //! let mut r = Reader::open(&mut f).unwrap();
-//! let now = 0; // the arena's relative clock: unix time minus `r.epoch()`
+//! let now = r.now(); // the server's relative clock, for expiry
 //! match r.get(&mut f, b"key", now).unwrap() {
 //!     Got::Hit(it) => println!("{} bytes", it.value.len()),
 //!     Got::Miss => println!("absent"),
@@ -275,8 +275,8 @@ impl Client {
     /// The item of `key`: by READs where they decide, else by `mg`.
     pub fn get(&mut self, key: &[u8]) -> io::Result<Option<RemoteItem>> {
         if let (Some(f), Some(r)) = (self.fetch.as_mut(), self.reader.as_mut()) {
-            let now = unix_now() - r.epoch();
-            match r.get(f, key, now.clamp(0, i64::from(u32::MAX)) as u32) {
+            let now = r.now();
+            match r.get(f, key, now) {
                 Ok(Got::Hit(it)) => return Ok(Some(it)),
                 Ok(Got::Miss) => return Ok(None),
                 Ok(Got::Fallback(_)) => {}
@@ -339,9 +339,9 @@ impl Client {
         }
         value.truncate(n);
         let exptime = match (ttl, &self.reader) {
-            (t, Some(r)) if t >= 0 => {
-                (unix_now() - r.epoch() + t).clamp(0, i64::from(u32::MAX)) as u32
-            }
+            (t, Some(r)) if t >= 0 => r
+                .now()
+                .saturating_add(t.clamp(0, i64::from(u32::MAX)) as u32),
             _ => 0,
         };
         Ok(Some(RemoteItem {
@@ -351,10 +351,4 @@ impl Client {
             exptime,
         }))
     }
-}
-
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
 }

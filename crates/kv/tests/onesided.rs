@@ -122,6 +122,28 @@ fn one_sided_gets_over_udp_return_only_written_values() {
     churn_under_readers(Transport::Udp, 3_000);
 }
 
+/// A peer of the grant listener at `addr` with a local buffer of its own: its queue pair, the
+/// buffer and the grant it was given.
+fn peer(
+    addr: SocketAddr,
+    transport: Transport,
+) -> (remora_fabric::Qp, Arc<remora_mem::Region>, Vec<u8>) {
+    let pd = Arc::new(Pd::new());
+    let local = pd
+        .register(
+            Buffer::anonymous(1 << 16).unwrap(),
+            Access::LOCAL_WRITE,
+            Mode::OnDemand,
+        )
+        .unwrap();
+    let opts = QpOptions {
+        transport,
+        ..QpOptions::default()
+    };
+    let (qp, grant) = remora_fabric::connect(addr, pd, opts, &[]).unwrap();
+    (qp, local, grant)
+}
+
 /// A peer that READs past the grant or WRITEs into it is refused by the fabric's checks, and
 /// the next peer reads as before.
 #[test]
@@ -135,19 +157,7 @@ fn reads_outside_the_grant_and_writes_into_it_are_refused() {
             let b = grants.accept().unwrap();
             (a, b, grants)
         });
-        let pd = Arc::new(Pd::new());
-        let local = pd
-            .register(
-                Buffer::anonymous(1 << 16).unwrap(),
-                Access::LOCAL_WRITE,
-                Mode::OnDemand,
-            )
-            .unwrap();
-        let opts = QpOptions {
-            transport,
-            ..QpOptions::default()
-        };
-        let (qp, grant) = remora_fabric::connect(addr, pd, opts, &[]).unwrap();
+        let (qp, local, grant) = peer(addr, transport);
         let g = RegionInfo::decode(&grant).unwrap();
         let wait = |what: &str| {
             let c = qp
@@ -161,19 +171,7 @@ fn reads_outside_the_grant_and_writes_into_it_are_refused() {
         assert_ne!(wait("READ past the end"), Status::Success, "{transport:?}");
         drop(qp);
         // A fresh peer: the WRITE into the read-only grant is refused too.
-        let pd = Arc::new(Pd::new());
-        let local = pd
-            .register(
-                Buffer::anonymous(1 << 16).unwrap(),
-                Access::LOCAL_WRITE,
-                Mode::OnDemand,
-            )
-            .unwrap();
-        let opts = QpOptions {
-            transport,
-            ..QpOptions::default()
-        };
-        let (qp, _) = remora_fabric::connect(addr, pd, opts, &[]).unwrap();
+        let (qp, local, _) = peer(addr, transport);
         qp.post_write(2, &local, 0, 64, g.addr + 4096, g.rkey, None)
             .unwrap();
         let c = qp

@@ -291,6 +291,15 @@ impl Reader {
         self.epoch
     }
 
+    /// The arena's relative clock now, from this host's unix time: the `now` of [`get`](Self::get)
+    /// (a reader on another host is as right as the two clocks agree).
+    pub fn now(&self) -> u32 {
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        (unix - self.epoch).clamp(0, i64::from(u32::MAX)) as u32
+    }
+
     /// The item of `key` at `now` on the arena's relative clock.
     pub fn get(&mut self, f: &mut dyn Fetch, key: &[u8], now: u32) -> Result<Got, ReaderError> {
         for _ in 0..self.tries {

@@ -104,7 +104,7 @@ fn remora_client(a: &OnesidedArgs, grant: &str, text: &str, seed: u64) -> Result
     let mut f = FabricFetch::connect(addr, a.transport).context("connecting to the grant")?;
     let mut r = Reader::open(&mut f).context("opening the granted arena")?;
     let mut c = Conn::open(text, Duration::from_secs(10))?;
-    let now = (unix_now() - r.epoch()).clamp(0, u32::MAX as i64) as u32;
+    let now = r.now();
     let (mut t, mut want, mut line, mut x) = (Tally::default(), Vec::new(), Vec::new(), seed);
     let end = Instant::now() + Duration::from_secs_f64(a.seconds);
     while Instant::now() < end {
@@ -144,12 +144,6 @@ fn memcached_client(a: &OnesidedArgs, text: &str, seed: u64) -> Result<Tally> {
         t.gets += 1;
     }
     Ok(t)
-}
-
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
 }
 
 /// Runs `client` on every thread for the phase; the server's CPU seconds over it.
