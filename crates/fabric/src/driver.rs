@@ -15,6 +15,11 @@ use crate::wr::{Completion, RecvWr, SendWr};
 pub(crate) trait Driver: Send + Sync {
     /// Queues a send-side request (WRITE, READ, SEND).
     fn post_send(&self, wr: SendWr) -> Result<()>;
+    /// Queues several send-side requests in order; a transport that can sends them together
+    /// (udp: one `sendmmsg` for the lot instead of one per request).
+    fn post_sends(&self, wrs: Vec<SendWr>) -> Result<()> {
+        wrs.into_iter().try_for_each(|wr| self.post_send(wr))
+    }
     /// Queues a receive buffer.
     fn post_recv(&self, wr: RecvWr) -> Result<()>;
     /// One round of progress without waiting, where the caller drives it

@@ -98,6 +98,26 @@ impl Qp {
         })
     }
 
+    /// Posts several WRITEs, READs or SENDs in order as one doorbell: over udp their packets
+    /// leave in one batch (one `sendmmsg`, runs of equal-size packets as one GSO send). READs
+    /// on one queue pair are carried out in order and each one's loads finish before the next
+    /// one's start, on every transport: a version READ, a data READ and a version READ posted
+    /// together read like a seqlock reader (`remora_kv`'s one-sided GETs rely on it).
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # fn f(qp: &remora_fabric::Qp, stage: &Arc<remora_mem::Region>, va: u64, rkey: u32) -> remora_fabric::Result<()> {
+    /// use remora_fabric::{SendWr, WrOp};
+    /// let read = |id: u64, off: usize, len: usize, at: u64| SendWr {
+    ///     wr_id: id, op: WrOp::Read, local: stage.clone(), offset: off, len, remote_va: at, rkey,
+    /// };
+    /// qp.post_batch(vec![read(1, 0, 4, va), read(2, 64, 256, va), read(3, 4, 4, va)])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn post_batch(&self, wrs: Vec<SendWr>) -> Result<()> {
+        self.driver.post_sends(wrs)
+    }
+
     /// SEND of `len` bytes at `offset` in `local` into the peer's next posted receive buffer.
     pub fn post_send(
         &self,

@@ -367,6 +367,10 @@ impl QpProtocol {
                 // Bounds were checked at post time or by the access check: a bug, not input.
                 debug_assert!(false, "payload source out of bounds after its check");
             }
+            // This packet's loads are done before the next one's: READ responses read the
+            // region in PSN order, which a seqlock reader posting version, data, version
+            // READs relies on (see `Qp::post_batch`).
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         }
         Some(tx.total)
     }

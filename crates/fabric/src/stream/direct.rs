@@ -395,6 +395,8 @@ impl StreamQp {
                 _ => std::ptr::copy_nonoverlapping(local, remote, wr.len),
             }
         }
+        // READs in post order, each one's loads done before the next's (`Qp::post_batch`).
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         drop(grants);
         if let WrOp::Write { imm: Some(imm) } = wr.op {
             self.publish(&Entry {

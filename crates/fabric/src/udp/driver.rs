@@ -49,6 +49,10 @@ impl Driver for UdpDriver {
         self.qp.post_send(wr)
     }
 
+    fn post_sends(&self, wrs: Vec<SendWr>) -> Result<()> {
+        self.qp.post_sends(wrs)
+    }
+
     fn post_recv(&self, wr: RecvWr) -> Result<()> {
         self.qp.post_recv(wr)
     }

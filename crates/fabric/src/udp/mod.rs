@@ -417,9 +417,21 @@ impl UdpQp {
     }
 
     pub(crate) fn post_send(&self, wr: SendWr) -> Result<()> {
+        self.post_sends(vec![wr])
+    }
+
+    /// Queues `wrs` in order and sends what they produce in as few batches as fit. A request
+    /// the engine refuses leaves those after it unposted (the error says which).
+    pub(crate) fn post_sends(&self, wrs: Vec<SendWr>) -> Result<()> {
         let now = Instant::now();
         let mut st = self.lock();
-        st.engine.post_send(now, wr)?;
+        let mut refused = None;
+        for wr in wrs {
+            if let Err(e) = st.engine.post_send(now, wr) {
+                refused = Some(e);
+                break;
+            }
+        }
         self.deliver(&mut st);
         self.hand_over_page_ins(&mut st, now);
         // One batch at a time, letting go of the lock in between: the receive thread can act
@@ -432,7 +444,7 @@ impl UdpQp {
             st = self.lock();
         }
         self.deliver(&mut st);
-        Ok(())
+        refused.map_or(Ok(()), Err)
     }
 
     pub(crate) fn post_recv(&self, wr: RecvWr) -> Result<()> {
