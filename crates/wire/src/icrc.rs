@@ -22,40 +22,69 @@ pub(crate) const IPV6_HEADER_LEN: usize = 40;
 pub(crate) const UDP_HEADER_LEN: usize = 8;
 const IPPROTO_UDP: u8 = 17;
 
-/// Feeds `bytes` with the given `(start, end)` byte ranges (sorted, disjoint) replaced by 0xFF; ranges beyond
-/// the end are clipped so short or odd input never panics.
-fn feed_masked(h: &mut crc32fast::Hasher, bytes: &[u8], masks: &[(usize, usize)]) {
-    let mut pos = 0;
-    for &(start, end) in masks {
-        let start = start.clamp(pos, bytes.len());
-        let end = end.clamp(start, bytes.len());
-        h.update(&bytes[pos..start]);
-        h.update(&ONES[..end - start]);
-        pos = end;
+/// Sets the `(start, end)` byte ranges of `bytes` to 0xFF, clipped to its length.
+fn mask(bytes: &mut [u8], ranges: &[(usize, usize)]) {
+    for &(start, end) in ranges {
+        let end = end.min(bytes.len());
+        if start < end {
+            bytes[start..end].fill(0xFF);
+        }
     }
-    h.update(&bytes[pos..]);
 }
+
+/// The longest IP header [`compute_raw`] gathers on the stack (IPv4 with options is up to 60).
+const IP_MAX: usize = 60;
 
 /// ICRC over raw headers as they appear on the wire. The IP version comes from the first nibble
 /// of `ip_header` (4 or 6; any other value is hashed unmasked). `roce_without_icrc` is the UDP
 /// payload without its last 4 bytes. Never panics, whatever the lengths.
+///
+/// The masked headers are gathered into one stack buffer and hashed in one call, then the rest
+/// of the packet in another: feeding `crc32fast` a handful of 1- to 8-byte pieces per packet
+/// cost a software responder a fifth of its time on small READs.
 pub fn compute_raw(ip_header: &[u8], udp_header: &[u8], roce_without_icrc: &[u8]) -> u32 {
+    let bth = &roce_without_icrc[..roce_without_icrc.len().min(BTH_LEN)];
+    let mut stack = [0u8; 8 + IP_MAX + UDP_HEADER_LEN + BTH_LEN];
+    let mut heap = Vec::new();
+    let need = 8 + ip_header.len() + udp_header.len() + bth.len();
+    // IP options beyond 60 bytes or an odd UDP header: not as remora sends, so allocating is fine.
+    let pre = if need <= stack.len() {
+        &mut stack[..need]
+    } else {
+        heap.resize(need, 0);
+        &mut heap[..]
+    };
+    let mut n = 0;
+    for (part, masks) in [
+        (&ONES[..], &[][..]),
+        (ip_header, ip_masks(ip_header)),
+        (udp_header, &[(6, 8)][..]),
+        (bth, &[(4, 5)][..]),
+    ] {
+        let m = &mut pre[n..n + part.len()];
+        m.copy_from_slice(part);
+        mask(m, masks);
+        n += part.len();
+    }
+    if ip_header.first().map(|b| b >> 4) == Some(6) {
+        pre[8] |= 0x0F;
+    }
     let mut h = crc32fast::Hasher::new();
-    h.update(&ONES);
+    h.update(pre);
+    h.update(&roce_without_icrc[bth.len()..]);
+    h.finalize()
+}
+
+/// The IP header's fields routers may change, by version (any other: none).
+fn ip_masks(ip_header: &[u8]) -> &'static [(usize, usize)] {
     match ip_header.first().map(|b| b >> 4) {
         // TOS (byte 1), TTL (byte 8), header checksum (bytes 10-11).
-        Some(4) => feed_masked(&mut h, ip_header, &[(1, 2), (8, 9), (10, 12)]),
-        Some(6) => {
-            // Traffic class and flow label span the low nibble of byte 0 through byte 3.
-            h.update(&[ip_header[0] | 0x0F]);
-            // Offsets relative to byte 1: bytes 1-3 and the hop limit (byte 7).
-            feed_masked(&mut h, &ip_header[1..], &[(0, 3), (6, 7)]);
-        }
-        _ => h.update(ip_header),
+        Some(4) => &[(1, 2), (8, 9), (10, 12)],
+        // Traffic class and flow label (the low nibble of byte 0, set by the caller, through
+        // byte 3) and the hop limit (byte 7).
+        Some(6) => &[(1, 4), (7, 8)],
+        _ => &[],
     }
-    feed_masked(&mut h, udp_header, &[(6, 8)]);
-    feed_masked(&mut h, roce_without_icrc, &[(4, 5)]);
-    h.finalize()
 }
 
 /// The addresses of one datagram. The IP and UDP headers are rebuilt as the kernel sends them
