@@ -108,6 +108,11 @@ impl Arena {
             // never read before.
             put_u64(self.bm(), lo_at, lo);
             put_u64(self.bm(), hi_at, hi);
+            if self.remote() {
+                let bits = self.hpower + 2;
+                put_u32(self.bm(), lo_at + B_LEVEL, bits);
+                put_u32(self.bm(), hi_at + B_LEVEL, bits);
+            }
             self.hsplit += 1;
             let done = self.hsplit == half;
             if done {
@@ -135,6 +140,12 @@ impl Arena {
         self.hexpanding = false;
         let n = self.geo.stride << power;
         self.bm()[HEADER_BYTES..HEADER_BYTES + n].fill(0);
+        if self.remote() {
+            for i in 0..1usize << power {
+                let at = self.bucket_at(i) + B_LEVEL;
+                put_u32(self.bm(), at, power + 1);
+            }
+        }
         self.store_hash_state();
     }
 

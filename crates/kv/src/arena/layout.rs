@@ -196,6 +196,10 @@ pub const I_VER: usize = 56;
 pub const I_SUM: usize = 60;
 /// A remotely readable arena's bucket entry: the chain's head at 0, its version here.
 pub const B_VER: usize = 8;
+/// A remotely readable arena's bucket entry: one more than the number of low hash bits its
+/// keys share (0: a bucket not in use), so a reader holding an older table state can tell its
+/// bucket from the entry itself.
+pub const B_LEVEL: usize = 12;
 // For a chunked item's header: where its value area's fields are, from the value's start.
 /// The first chunk's offset.
 pub const V_FIRST: usize = 0;

@@ -58,6 +58,13 @@ fn key(i: u64) -> Vec<u8> {
     format!("key:{i}").into_bytes()
 }
 
+fn hit(got: Got) -> super::remote::RemoteItem {
+    match got {
+        Got::Hit(it) => it,
+        other => panic!("expected a hit, got {other:?}"),
+    }
+}
+
 #[test]
 fn a_reader_finds_what_the_writer_stored_and_nothing_else() {
     let cfg = remote_cfg(4 << 20);
@@ -66,10 +73,6 @@ fn a_reader_finds_what_the_writer_stored_and_nothing_else() {
     a.set(b"beta", b"two", 0, 150, 100).unwrap();
     let mut f = Mapped::of(&a);
     let mut r = Reader::open(&mut f).unwrap();
-    let hit = |got: Got| match got {
-        Got::Hit(it) => it,
-        other => panic!("expected a hit, got {other:?}"),
-    };
     let it = hit(r.get(&mut f, b"alpha", 100).unwrap());
     assert_eq!((&it.value[..], it.flags, it.cas), (&b"one"[..], 7, cas));
     assert_eq!(r.get(&mut f, b"gamma", 100).unwrap(), Got::Miss);
@@ -137,6 +140,49 @@ impl Drop for Done {
     }
 }
 
+/// A reader whose table state is older than several doublings still finds every key (the
+/// buckets' levels send it to refresh the state), decides absent keys as misses, and a hit at
+/// the head of its chain takes two rounds of fetches: the bucket, then the item.
+#[test]
+fn a_stale_table_state_is_noticed_and_a_hit_takes_two_rounds() {
+    let cfg = remote_cfg(4 << 20);
+    let mut a = open(&cfg);
+    let mut f = Mapped::of(&a);
+    let mut r = Reader::open(&mut f).unwrap();
+    assert_eq!(r.get(&mut f, b"nothing", 1).unwrap(), Got::Miss);
+    let level = a.hash_level().0;
+    for i in 0..2000 {
+        let k = key(i);
+        a.set(&k, &value_of(&k, i, 20), i as u32, 0, 1).unwrap();
+    }
+    assert!(
+        a.hash_level().0 >= level + 3,
+        "the table doubled several times"
+    );
+    let keys: Vec<Vec<u8>> = (0..2000).map(key).collect();
+    let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+    for (k, got) in keys.iter().zip(r.get_many(&mut f, &refs, 1).unwrap()) {
+        let it = hit(got);
+        assert!(
+            written(k, &it.value, it.flags),
+            "{}",
+            String::from_utf8_lossy(k)
+        );
+    }
+    let absent: Vec<Vec<u8>> = (5000..5100).map(key).collect();
+    let refs: Vec<&[u8]> = absent.iter().map(|k| &k[..]).collect();
+    assert!(r
+        .get_many(&mut f, &refs, 1)
+        .unwrap()
+        .iter()
+        .all(|g| *g == Got::Miss));
+    // The last key set is at the head of its chain.
+    let last = key(1999);
+    let before = r.rounds;
+    hit(r.get(&mut f, &last, 1).unwrap());
+    assert_eq!(r.rounds - before, 2);
+}
+
 /// The writer sets, replaces, deletes, touches, rewrites in place, evicts, expires, moves pages
 /// and grows the table while readers look keys up without a lock: every hit is a value that
 /// was written for its key.
@@ -169,20 +215,31 @@ fn readers_never_see_a_wrong_value_while_the_writer_churns() {
                 let _done = Done(stop);
                 let mut r = Reader::open(&mut f).unwrap();
                 let mut x = 0x2545_f491_4f6c_dd1d ^ t;
-                for _ in 0..READS_PER_READER {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let k = key(x % KEYS);
-                    match r.get(&mut f, &k, clock.load(Ordering::Relaxed)).unwrap() {
-                        Got::Hit(it) => {
-                            hits.fetch_add(1, Ordering::Relaxed);
-                            if !written(&k, &it.value, it.flags) {
-                                wrong.fetch_add(1, Ordering::Relaxed);
+                // One reader looks keys up one at a time, the other 16 walked together.
+                let batch = if t == 0 { 1 } else { 16 };
+                for _ in 0..READS_PER_READER / batch {
+                    let keys: Vec<Vec<u8>> = (0..batch)
+                        .map(|_| {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            key(x % KEYS)
+                        })
+                        .collect();
+                    let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+                    let now = clock.load(Ordering::Relaxed);
+                    let got = r.get_many(&mut f, &refs, now).unwrap();
+                    for (k, got) in keys.iter().zip(got) {
+                        match got {
+                            Got::Hit(it) => {
+                                hits.fetch_add(1, Ordering::Relaxed);
+                                if !written(k, &it.value, it.flags) {
+                                    wrong.fetch_add(1, Ordering::Relaxed);
+                                }
                             }
+                            Got::Miss => _ = misses.fetch_add(1, Ordering::Relaxed),
+                            Got::Fallback(_) => _ = fallbacks.fetch_add(1, Ordering::Relaxed),
                         }
-                        Got::Miss => _ = misses.fetch_add(1, Ordering::Relaxed),
-                        Got::Fallback(_) => _ = fallbacks.fetch_add(1, Ordering::Relaxed),
                     }
                 }
                 r.retries
