@@ -5,9 +5,11 @@
 //! Both servers (`-t 2` by default) are populated with `--items` values of `--value-size`
 //! bytes (keys `k%08d`, each value derived from its index). Then, for `--seconds` each:
 //! 1. remora: every client thread connects to the grant listener over `--transport` (shm or
-//!    udp) and looks random keys up with [`Reader::get`]; a `Got::Fallback` is completed by a
-//!    text `get` on the server's port, as a client falls back to the protocol;
-//! 2. memcached: every client thread sends `get KEY` on its own connection and reads the reply.
+//!    udp) and looks random keys up `--batch` at a time with [`Reader::get_many`] (one key:
+//!    [`Reader::get`]); a `Got::Fallback` is completed by a text `get` on the server's port, as
+//!    a client falls back to the protocol;
+//! 2. memcached: every client thread sends `get KEY` on its own connection and reads the reply;
+//! 3. with `--batch` above 1, memcached again with the same batches as one `get K1 K2 ...`.
 //!
 //! Every value is checked against what was stored; a miss counts as a wrong value (nothing is
 //! deleted or evicted). Server CPU per GET is the server process's user + system time
@@ -43,6 +45,11 @@ pub struct OnesidedArgs {
     /// Seconds of GETs per server.
     #[arg(long, value_name = "S", default_value_t = 3.0)]
     seconds: f64,
+    /// Keys per lookup: remora walks them together (`Reader::get_many`, one round trip per
+    /// step for the whole batch), memcached gets them as one multi-key `get` in a third phase.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    batch: u32,
     /// Worker threads (`-t`) of both servers.
     #[arg(long, value_name = "N", default_value_t = 2)]
     server_threads: u32,
@@ -66,6 +73,7 @@ struct Tally {
     wrong: u64,
     fallbacks: u64,
     retries: u64,
+    rounds: u64,
 }
 
 impl Tally {
@@ -74,6 +82,7 @@ impl Tally {
         self.wrong += o.wrong;
         self.fallbacks += o.fallbacks;
         self.retries += o.retries;
+        self.rounds += o.rounds;
     }
 }
 
@@ -98,7 +107,8 @@ fn next(x: &mut u64, items: u64) -> u64 {
     *x % items
 }
 
-/// One remora client thread: one-sided GETs, text GETs for what falls back.
+/// One remora client thread: one-sided GETs `--batch` keys at a time, text GETs for what falls
+/// back.
 fn remora_client(a: &OnesidedArgs, grant: &str, text: &str, seed: u64) -> Result<Tally> {
     let addr = grant.parse().context("grant address")?;
     let mut f = FabricFetch::connect(addr, a.transport).context("connecting to the grant")?;
@@ -108,23 +118,32 @@ fn remora_client(a: &OnesidedArgs, grant: &str, text: &str, seed: u64) -> Result
     let (mut t, mut want, mut line, mut x) = (Tally::default(), Vec::new(), Vec::new(), seed);
     let end = Instant::now() + Duration::from_secs_f64(a.seconds);
     while Instant::now() < end {
-        let i = next(&mut x, a.items);
-        value(i, a.value_size, &mut want);
-        let k = key(i);
-        match r.get(&mut f, k.as_bytes(), now)? {
-            Got::Hit(it) => t.wrong += u64::from(it.value != want),
-            Got::Miss => t.wrong += 1,
-            Got::Fallback(_) => {
-                t.fallbacks += 1;
-                t.wrong += u64::from(!matches!(
-                    request(&mut c, &k, false, &want, &mut line),
-                    Reply::Ok
-                ));
+        let idx: Vec<u64> = (0..a.batch).map(|_| next(&mut x, a.items)).collect();
+        let keys: Vec<String> = idx.iter().map(|&i| key(i)).collect();
+        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+        let got = if a.batch == 1 {
+            vec![r.get(&mut f, refs[0], now)?]
+        } else {
+            r.get_many(&mut f, &refs, now)?
+        };
+        for ((&i, k), got) in idx.iter().zip(&keys).zip(got) {
+            value(i, a.value_size, &mut want);
+            match got {
+                Got::Hit(it) => t.wrong += u64::from(it.value != want),
+                Got::Miss => t.wrong += 1,
+                Got::Fallback(_) => {
+                    t.fallbacks += 1;
+                    t.wrong += u64::from(!matches!(
+                        request(&mut c, k, false, &want, &mut line),
+                        Reply::Ok
+                    ));
+                }
             }
+            t.gets += 1;
         }
-        t.gets += 1;
     }
     t.retries = r.retries;
+    t.rounds = r.rounds;
     Ok(t)
 }
 
@@ -142,6 +161,52 @@ fn memcached_client(a: &OnesidedArgs, text: &str, seed: u64) -> Result<Tally> {
             _ => t.wrong += 1,
         }
         t.gets += 1;
+    }
+    Ok(t)
+}
+
+/// One memcached client thread: `get K1 K2 ...` of `--batch` keys on its own connection.
+fn memcached_multiget(a: &OnesidedArgs, text: &str, seed: u64) -> Result<Tally> {
+    use std::io::{Read, Write};
+    let mut c = Conn::open(text, Duration::from_secs(10))?;
+    let (mut t, mut want, mut line, mut x) = (Tally::default(), Vec::new(), Vec::new(), seed);
+    let mut req = Vec::new();
+    let end = Instant::now() + Duration::from_secs_f64(a.seconds);
+    while Instant::now() < end {
+        let idx: Vec<u64> = (0..a.batch).map(|_| next(&mut x, a.items)).collect();
+        req.clear();
+        req.extend_from_slice(b"get");
+        for &i in &idx {
+            req.push(b' ');
+            req.extend_from_slice(key(i).as_bytes());
+        }
+        req.extend_from_slice(b"\r\n");
+        c.w.write_all(&req)
+            .context("memcached closed the connection")?;
+        // Hits come back in request order; a key asked twice is answered twice.
+        for &i in &idx {
+            c.line(&mut line)?;
+            let l = String::from_utf8_lossy(&line).into_owned();
+            let mut f = l.split(' ');
+            let k = key(i);
+            let n = match (f.next(), f.next(), f.nth(1)) {
+                (Some("VALUE"), Some(kk), Some(n)) if kk == k => n.parse::<usize>().ok(),
+                _ => None,
+            };
+            let Some(n) = n else {
+                bail!("memcached: `{l}` for {k}");
+            };
+            let mut data = vec![0; n + 2];
+            c.r.read_exact(&mut data)?;
+            value(i, a.value_size, &mut want);
+            t.wrong += u64::from(data[..n] != want[..]);
+            t.gets += 1;
+        }
+        c.line(&mut line)?;
+        ensure!(
+            line == b"END",
+            "memcached: a multi-get reply without its END"
+        );
     }
     Ok(t)
 }
@@ -217,6 +282,13 @@ pub fn run(a: OnesidedArgs) -> Result<()> {
     let (m, msecs, mcpu) = phase(&a, servers.pid("memcached")?, |seed| {
         memcached_client(&a, &mtext, seed)
     })?;
+    let multi = if a.batch > 1 {
+        Some(phase(&a, servers.pid("memcached")?, |seed| {
+            memcached_multiget(&a, &mtext, seed)
+        })?)
+    } else {
+        None
+    };
     let per_s = |t: Tally, s: f64| t.gets as f64 / s;
     let us_per = |cpu: f64, t: Tally| cpu * 1e6 / t.gets.max(1) as f64;
     let transport = match a.transport {
@@ -233,40 +305,59 @@ pub fn run(a: OnesidedArgs) -> Result<()> {
         "server_cpu_us_per_get": us_per(rcpu, r),
         "memcached_gets_per_s": per_s(m, msecs),
         "memcached_cpu_us_per_get": us_per(mcpu, m),
+        "batch": a.batch,
+        "memcached_multiget_gets_per_s": multi.map(|(t, s, _)| per_s(t, s)),
+        "memcached_multiget_cpu_us_per_get": multi.map(|(t, _, c)| us_per(c, t)),
+        "rounds_per_get": r.rounds as f64 / r.gets.max(1) as f64,
         "torn_retries": r.retries,
         "fallbacks": r.fallbacks,
-        "wrong_values": r.wrong + m.wrong,
+        "wrong_values": r.wrong + m.wrong + multi.map_or(0, |(t, _, _)| t.wrong),
     });
+    let wrong = r.wrong + m.wrong + multi.map_or(0, |(t, _, _)| t.wrong);
     if a.json {
         println!("{report}");
     } else {
         println!(
-            "one-sided GETs over {transport}, {} client threads, {} items of {} bytes, {} s each",
-            a.threads, a.items, a.value_size, a.seconds
+            "one-sided GETs over {transport}, {} client threads, {} items of {} bytes, {} s each, {} key(s) per lookup",
+            a.threads, a.items, a.value_size, a.seconds, a.batch
         );
         println!(
-            "remora one-sided: {:>10.0} GETs/s, {:.3} us server CPU per GET ({} torn retries, {} fallbacks)",
+            "remora one-sided: {:>10.0} GETs/s, {:.3} us server CPU per GET ({} torn retries, {} fallbacks, {:.2} rounds per GET)",
             per_s(r, rsecs),
             us_per(rcpu, r),
             r.retries,
-            r.fallbacks
+            r.fallbacks,
+            r.rounds as f64 / r.gets.max(1) as f64
         );
         println!(
             "memcached get:    {:>10.0} GETs/s, {:.3} us server CPU per GET",
             per_s(m, msecs),
             us_per(mcpu, m)
         );
+        if let Some((t, s, c)) = multi {
+            println!(
+                "memcached multi-get:{:>9.0} GETs/s, {:.3} us server CPU per GET ({} keys per get)",
+                per_s(t, s),
+                us_per(c, t),
+                a.batch
+            );
+        }
         println!(
-            "ratio: {:.2}x the GETs/s, {:.3}x the server CPU per GET; wrong values {}",
+            "ratio to single gets: {:.2}x the GETs/s, {:.3}x the server CPU per GET; wrong values {wrong}",
             per_s(r, rsecs) / per_s(m, msecs).max(1e-9),
             us_per(rcpu, r) / us_per(mcpu, m).max(1e-9),
-            r.wrong + m.wrong
         );
+        if let Some((t, s, c)) = multi {
+            println!(
+                "ratio to multi-gets:  {:.2}x the GETs/s, {:.3}x the server CPU per GET",
+                per_s(r, rsecs) / per_s(t, s).max(1e-9),
+                us_per(rcpu, r) / us_per(c, t).max(1e-9),
+            );
+        }
     }
     ensure!(
-        r.wrong + m.wrong == 0,
-        "{} wrong values: a GET returned what was never stored",
-        r.wrong + m.wrong
+        wrong == 0,
+        "{wrong} wrong values: a GET returned what was never stored"
     );
     Ok(())
 }
