@@ -359,6 +359,12 @@ impl StreamQp {
         if let WrOp::Send { imm } = wr.op {
             return self.ring_send(wr, imm);
         }
+        if lock(&sh.producer).as_ref().is_some_and(|p| p.ring().gone()) {
+            // The peer's queue pair stopped (a revoked grant): no access after that, although
+            // our mapping of its memory is still here.
+            sh.count(|s| s.access_errors += 1);
+            return Err(Error::Disconnected);
+        }
         let grants = sh.grants.read().unwrap_or_else(|e| e.into_inner());
         let Some(g) = grants.iter().find(|g| g.rkey() == wr.rkey) else {
             drop(grants);

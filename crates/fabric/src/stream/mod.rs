@@ -468,6 +468,10 @@ impl StreamQp {
     /// ACKs included, are out by then: a round ends with its flush), then the stream is shut.
     pub(crate) fn stop(&self) {
         let sh = &self.shared;
+        // First of all: the peer's one-sided accesses to our grants end here.
+        if let Some(c) = &sh.consumer {
+            lock(c).ring().set_gone();
+        }
         sh.stop.store(true, Ordering::Release);
         let _ = sh.sock.shutdown(Shutdown::Read);
         if let Some(t) = lock(&self.thread).take() {

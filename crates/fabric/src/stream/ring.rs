@@ -42,6 +42,10 @@ const RNR: usize = 196;
 const RUNG: usize = 200;
 /// The same for the consumer's ring-back to the producer.
 const WOKEN: usize = 204;
+/// Set by the consumer when its queue pair stops: from then on the producer makes no
+/// one-sided access to what the consumer granted, although its mapping of the grant lasts
+/// until it notices the closed socket (a revoked grant ends at once, not a poll turn later).
+const GONE: usize = 208;
 const ENTRIES: usize = 256;
 const ENTRY: usize = 16;
 const CELLS_AT: usize = (ENTRIES + ENTRY * RING_SLOTS as usize).next_multiple_of(4096);
@@ -78,6 +82,16 @@ impl Ring {
     pub(super) fn map(fd: OwnedFd) -> Result<Ring, String> {
         let map = Buffer::map_memfd(fd, RING_BYTES).map_err(|e| e.to_string())?;
         Ok(Ring { map })
+    }
+
+    /// The consumer's queue pair stopped ([`GONE`]).
+    pub(super) fn set_gone(&self) {
+        self.word(GONE).store(1, Ordering::Release);
+    }
+
+    /// Whether the consumer's queue pair stopped.
+    pub(super) fn gone(&self) -> bool {
+        self.word(GONE).load(Ordering::Acquire) != 0
     }
 
     /// The ring's memfd, to hand over.
@@ -162,6 +176,11 @@ pub(super) struct Entry<'a> {
 }
 
 impl Producer {
+    /// The peer's ring.
+    pub(super) fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
     pub(super) fn new(ring: Ring, wake: bool) -> Producer {
         let head = ring.head().load(Ordering::Acquire);
         ring.word(WAKE).store(wake as u32, Ordering::SeqCst);
