@@ -105,7 +105,8 @@ impl Mapping {
 
     /// Registers the mapping's memory with `pd` for remote READs only (never remote writes),
     /// paged on demand: the region a remotely readable arena ([`super::remote`]) is granted
-    /// through. A lazy arena cannot be registered.
+    /// through. A lazy arena cannot be registered. A file (`-e`) registers as well; unlike a
+    /// sealed memfd it is not mapped by shm peers, whose READs its queue pairs then serve.
     pub fn register(self, pd: &Pd) -> io::Result<(Mapping, Arc<Region>)> {
         let Memory::Buffer(buf) = self.buf else {
             return Err(io::Error::other(
@@ -182,10 +183,17 @@ impl Mapping {
         unsafe { std::slice::from_raw_parts(self.as_ptr(), self.len) }
     }
 
-    /// Writes a memfd- or file-backed arena's pages out (a graceful stop).
+    /// Writes a memfd- or file-backed arena's pages out (a graceful stop), registered or not.
     pub fn sync(&self) -> io::Result<()> {
         match &self.buf {
             Memory::Buffer(b) => b.sync().map_err(io_err),
+            Memory::Registered(r) if matches!(self.backing, Backing::File(_)) => {
+                use rustix::mm::{msync, MsyncFlags};
+                // SAFETY: the region's own live shared mapping of `r.len()` bytes, kept by
+                // `self`; msync changes no byte.
+                unsafe { msync(r.as_ptr().cast(), r.len(), MsyncFlags::SYNC) }
+                    .map_err(io::Error::from)
+            }
             Memory::Lazy(_) | Memory::Registered(_) => Ok(()),
         }
     }

@@ -136,7 +136,7 @@ impl Cache {
         let (store, warm): (Box<Store>, _) = match settings.storage {
             StorageKind::Heap => (Box::new(HeapStore::new(config)), None),
             StorageKind::Arena => {
-                let (a, warm) = restart::open_arena(&settings, config)?;
+                let (a, warm, _) = restart::open_arena(&settings, config, None)?;
                 tune_arena(&a, &settings);
                 (Box::new(a), warm)
             }
@@ -144,32 +144,32 @@ impl Cache {
         Ok(Cache::with_store(settings, store, warm))
     }
 
-    /// [`Cache::open`] with `--one-sided`: a fresh arena in a registered memfd, remotely
-    /// readable, and a fabric listener granting it.
+    /// [`Cache::open`] with `--one-sided`: the arena remotely readable and registered for
+    /// remote READs (a fresh memfd, or the `-e` file, restored as without `--one-sided`), and
+    /// a fabric listener granting it.
     fn open_one_sided(settings: Settings) -> Result<Cache, crate::arena::ArenaError> {
         use crate::arena::ArenaError;
         let addr = settings.one_sided.expect("--one-sided");
-        let refuse = |what: &str| {
+        let refuse = |what: &str, why: &str| {
             Err(ArenaError::Config(format!(
-                "--one-sided with {what} is not supported (one-sided readers read a fresh \
-                 in-memory arena, and are not authenticated)"
+                "--one-sided with {what} is not supported ({why})"
             )))
         };
         if settings.storage != StorageKind::Arena {
-            return refuse("-o storage=heap");
-        }
-        if settings.memory_file.is_some() {
-            return refuse("-e (a memory file)");
+            return refuse("-o storage=heap", "one-sided readers read the slab arena");
         }
         if settings.auth.is_some() {
-            return refuse("-Y (authentication)");
+            return refuse(
+                "-Y (authentication)",
+                "one-sided readers are not authenticated: the grant is the capability",
+            );
         }
         let pd = std::sync::Arc::new(remora_mem::Pd::new());
-        let ac = restart::arena_config(&settings);
-        let (store, region) =
-            crate::storage::ArenaStore::open_registered(store_config(&settings), ac, &pd)?;
+        let (store, warm, region) =
+            restart::open_arena(&settings, store_config(&settings), Some(&pd))?;
+        let region = region.expect("a registered arena");
         tune_arena(&store, &settings);
-        let mut cache = Cache::with_store(settings, Box::new(store), None);
+        let mut cache = Cache::with_store(settings, Box::new(store), warm);
         cache.one_sided = Some(crate::onesided::GrantServer::start(addr, pd, region)?);
         Ok(cache)
     }
@@ -237,6 +237,12 @@ impl Cache {
     /// A graceful stop with `-e`: the arena is left clean and `FILE.meta` written (last, so
     /// a stop cut short leaves no metadata and the next start is clean).
     pub fn close_for_restart(&self) -> std::io::Result<()> {
+        // Before the arena is saved: one-sided readers' READs fail from here on (they fall
+        // back, and find the next server by reconnecting), so none reads the arena while it
+        // is closed, or after this process let go of it.
+        if let Some(g) = &self.one_sided {
+            g.revoke();
+        }
         let now = self.now();
         self.store.close(self.process_started)?;
         match (&self.settings.memory_file, self.store.restart_state()) {

@@ -8,6 +8,9 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use remora_mem::{Pd, Region};
 
 use crate::arena::{ArenaConfig, ArenaError, Opened};
 use crate::storage::{ArenaStore, Opening, RestartState, StoreConfig};
@@ -219,19 +222,35 @@ pub(crate) fn arena_config(settings: &Settings) -> ArenaConfig {
     ac
 }
 
+/// The arena store and, when registered, the region to grant.
+type StoreAndRegion = (ArenaStore, Option<Arc<Region>>);
+/// [`open_arena`]'s store, the state of a warm start, and the region to grant.
+pub(super) type OpenedArena = (ArenaStore, Option<Warm>, Option<Arc<Region>>);
+
 /// Opens the arena store for `settings`: in the `-e` file when one is given, restored when a
-/// graceful stop left it clean and its metadata file agrees; `Some` on a warm start.
+/// graceful stop left it clean and its metadata file agrees; `Some` on a warm start. With `pd`
+/// (`--one-sided`) the arena is remotely readable and registered with `pd` for remote READs,
+/// and its region comes back too.
 pub(super) fn open_arena(
     settings: &Settings,
     config: StoreConfig,
-) -> Result<(ArenaStore, Option<Warm>), ArenaError> {
+    pd: Option<&Pd>,
+) -> Result<OpenedArena, ArenaError> {
     let ac = arena_config(settings);
+    let open = |opening: &Opening| -> Result<StoreAndRegion, ArenaError> {
+        match pd {
+            Some(pd) => ArenaStore::open_registered(config, ac.clone(), opening, pd)
+                .map(|(a, r)| (a, Some(r))),
+            None => ArenaStore::open(config, ac.clone(), opening).map(|a| (a, None)),
+        }
+    };
     let Some(file) = &settings.memory_file else {
-        return Ok((ArenaStore::open(config, ac, &Opening::Anonymous)?, None));
+        let (a, region) = open(&Opening::Anonymous)?;
+        return Ok((a, None, region));
     };
     // Before the arena is touched: an unreadable metadata file stops the start.
     let meta = read_meta(file).map_err(ArenaError::Metadata)?;
-    let mut a = ArenaStore::open(config, ac, &Opening::File(file.clone()))?;
+    let (mut a, region) = open(&Opening::File(file.clone()))?;
     let page_size = a.arena_config().page_size;
     // memcached prints its [restart] lines whatever the verbosity.
     let saved = match meta {
@@ -264,7 +283,7 @@ pub(super) fn open_arena(
                 );
                 eprintln!("[restart] starting cold: {why}");
                 a.start_cold(why)?;
-                return Ok((a, None));
+                return Ok((a, None, region));
             }
             a.restore(&st);
             eprintln!("[restart] restored the arena: {items} items, warm start");
@@ -274,17 +293,18 @@ pub(super) fn open_arena(
                     epoch,
                     logger_gid: gid,
                 }),
+                region,
             ))
         }
         (Opened::Restored { .. }, None) => {
             a.start_cold("no valid metadata file".into())?;
-            Ok((a, None))
+            Ok((a, None, region))
         }
         (Opened::Cold(Some(why)), _) => {
             eprintln!("[restart] starting cold: {why}");
-            Ok((a, None))
+            Ok((a, None, region))
         }
-        (Opened::Cold(None), _) => Ok((a, None)),
+        (Opened::Cold(None), _) => Ok((a, None, region)),
     }
 }
 

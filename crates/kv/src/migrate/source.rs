@@ -68,10 +68,16 @@ pub(crate) fn begin(
 }
 
 /// Extra metadata lines a target needs beyond a warm restart's: `-o hashpower` (it sizes the
-/// mapping) and the chunks replies held here, for the target to free.
+/// mapping), whether the arena is remotely readable (its layout), and the chunks replies held
+/// here, for the target to free.
 fn extra_meta(eng: &Cache, held: &[u64]) -> String {
     let t = &eng.settings.tunables;
-    let mut s = format!("Xhashpower_init {}\nXheld", t.hashpower_init);
+    let mut s = format!("Xhashpower_init {}\n", t.hashpower_init);
+    if eng.one_sided.is_some() {
+        // A remotely readable arena (`--one-sided`) has its own layout: the target opens it so.
+        s.push_str("Xremote 1\n");
+    }
+    s.push_str("Xheld");
     for off in held {
         s.push_str(&format!(" {off}"));
     }
@@ -144,6 +150,15 @@ fn control(eng: Arc<Cache>, sock: TcpStream, to: String) {
             answer.map_or("connection closed or silent".into(), |a| format!("it said `{a}`"))
         );
         return;
+    }
+    // One-sided readers (`--one-sided`) read this arena without passing the gate, and the
+    // freeze does not stop them. Once the target takes writes (after our `OK`), a READ of this
+    // frozen arena would return a value the target has since overwritten, or miss a key it
+    // has since set: so the grants end here, before the `OK`, and the readers' READs fail
+    // (they fall back to `mg`, whose redirect sends them to the target). A READ answered
+    // before this read the frozen arena, which was current until the target's first write.
+    if let Some(g) = &eng.one_sided {
+        g.revoke();
     }
     m.set_moved(format!("SERVER_ERROR migrated to {to}"));
     drop(freeze);

@@ -230,6 +230,13 @@ pub(crate) fn pull(from: &MigrateFrom, mut settings: Settings) -> Result<(Cache,
     // What ArenaStore::open takes from the store's settings.
     ac.item_max = settings.item_size_max;
     ac.cas = settings.cas_enabled;
+    ac.remote = offer.meta.iter().any(|l| l == "Xremote 1");
+    if settings.one_sided.take().is_some() {
+        eprintln!(
+            "[migrate] --one-sided is not served by a migration target (its arena is mapped \
+             lazily, which cannot be granted): readers use the text protocol here"
+        );
+    }
     if ac.mapped() as u64 != offer.len {
         return Err(format!(
             "the source's arena is {} bytes where its settings make {} here (another build?)",

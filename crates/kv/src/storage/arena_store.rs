@@ -87,11 +87,14 @@ impl ArenaStore {
         ArenaStore::from_mapping(config, ac, map, None)
     }
 
-    /// Opens a fresh remotely readable arena for `config` in a memfd registered with `pd` for
-    /// remote READs ([`Mapping::register`]); returns the store and the region to grant.
+    /// Opens a remotely readable arena for `config` registered with `pd` for remote READs
+    /// ([`Mapping::register`]): a fresh one in a memfd (`Opening::Anonymous` or `Memfd`), or
+    /// the `-e` file's, restored as [`open`](Self::open) restores it; returns the store and
+    /// the region to grant.
     pub fn open_registered(
         config: StoreConfig,
         arena: ArenaConfig,
+        opening: &Opening,
         pd: &remora_mem::Pd,
     ) -> Result<(ArenaStore, std::sync::Arc<remora_mem::Region>), ArenaError> {
         let ac = ArenaConfig {
@@ -101,7 +104,12 @@ impl ArenaStore {
             remote: true,
             ..arena
         };
-        let (map, region) = Mapping::new(Backing::Memfd, ac.mapped())?.register(pd)?;
+        let backing = match opening {
+            // Peers on this host map a sealed memfd: anonymous memory cannot be granted so.
+            Opening::Anonymous | Opening::Memfd => Backing::Memfd,
+            Opening::File(p) => Backing::File(p.clone()),
+        };
+        let (map, region) = Mapping::new(backing, ac.mapped())?.register(pd)?;
         Ok((ArenaStore::from_mapping(config, ac, map, None)?, region))
     }
 

@@ -36,6 +36,11 @@ impl Cache {
         self.stats_background(&c, &mut v);
         self.stats_logger(&mut v);
         self.stats_storage(&c, &mut v);
+        // remora's own: where one-sided readers get the arena's grant (`--one-sided` only,
+        // until revoked), so a client that knows the text port finds it.
+        if let Some(g) = self.one_sided.as_ref().filter(|g| !g.revoked()) {
+            v.push(("one_sided_grant".into(), g.local_addr().to_string()));
+        }
         v
     }
 
