@@ -48,10 +48,11 @@ fn one_sided_reads_see_what_the_text_protocol_stored() {
 #[test]
 fn one_sided_with_settings_it_cannot_serve_is_refused_at_start() {
     let port = free_port().to_string();
-    for extra in [
-        &["-o", "storage=heap"][..],
-        &["-e", "/dev/shm/remora-onesided-refused"],
-    ] {
+    // Readers of the arena are not authenticated: -Y cannot hold for them.
+    let auth = std::env::temp_dir().join(format!("remora-onesided-auth-{}", std::process::id()));
+    std::fs::write(&auth, "user:secret\n").unwrap();
+    let auth = auth.to_str().unwrap().to_string();
+    for extra in [&["-o", "storage=heap"][..], &["-Y", &auth]] {
         let out = Command::new(env!("CARGO_BIN_EXE_remora"))
             .args(["kv", "serve", "-p", &port, "--one-sided", "127.0.0.1:0"])
             .args(extra)
@@ -61,6 +62,7 @@ fn one_sided_with_settings_it_cannot_serve_is_refused_at_start() {
         assert!(!out.status.success(), "{extra:?}: started");
         assert!(err.contains("--one-sided with"), "{extra:?}: {err}");
     }
+    let _ = std::fs::remove_file(&auth);
     let out = Command::new(env!("CARGO_BIN_EXE_remora"))
         .args(["kv", "serve", "--one-sided", "nowhere"])
         .output()

@@ -25,6 +25,7 @@
 mod client;
 mod fetch;
 mod grants;
+mod text;
 
 pub use client::Client;
 pub use fetch::FabricFetch;
@@ -49,4 +50,3 @@ pub(crate) fn options(transport: Transport, progress: Progress) -> QpOptions {
         ..QpOptions::default()
     }
 }
-
