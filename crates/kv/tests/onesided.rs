@@ -2,7 +2,7 @@
 //! hostile peer that READs outside the grant and WRITEs into it.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use remora_fabric::{QpOptions, RegionInfo, Status, Transport};
@@ -59,67 +59,109 @@ fn written(key: &[u8], value: &[u8], flags: u32) -> bool {
     }
 }
 
+/// The writer sets, replaces, deletes, touches, expires, evicts (the arena is small for the
+/// keys), moves slab pages and grows the table while a reader over `transport` looks keys up,
+/// one at a time and 32 walked together: every hit must be a value written for its key.
 fn churn_under_readers(transport: Transport, reads: u64) {
-    const KEYS: u64 = 2000;
+    const KEYS: u64 = 5000;
     let (mut arena, grants) = serve(transport);
     let addr = grants.local_addr();
     let accept = std::thread::spawn(move || (grants.accept().unwrap(), grants));
     let done = Arc::new(AtomicBool::new(false));
+    let clock = Arc::new(AtomicU32::new(1));
     let reader = {
-        let done = done.clone();
+        let (done, clock) = (done.clone(), clock.clone());
         std::thread::spawn(move || {
             let mut f = FabricFetch::connect(addr, transport).unwrap();
             let mut r = Reader::open(&mut f).unwrap();
             let (mut hits, mut misses, mut fallbacks, mut wrong) = (0u64, 0u64, 0u64, 0u64);
-            for i in 0..reads {
-                let k = format!("key:{}", i.wrapping_mul(7919) % KEYS).into_bytes();
-                match r.get(&mut f, &k, 1).unwrap() {
-                    Got::Hit(it) => {
-                        hits += 1;
-                        wrong += u64::from(!written(&k, &it.value, it.flags));
+            let mut i = 0u64;
+            while i < reads {
+                // Every 8th lookup one key, the others 32 together.
+                let n = if (i / 32) % 8 == 0 { 1 } else { 32 };
+                let keys: Vec<Vec<u8>> = (i..i + n)
+                    .map(|j| format!("key:{}", j.wrapping_mul(7919) % KEYS).into_bytes())
+                    .collect();
+                i += n;
+                let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+                let now = clock.load(Ordering::Relaxed);
+                for (k, got) in keys.iter().zip(r.get_many(&mut f, &refs, now).unwrap()) {
+                    match got {
+                        Got::Hit(it) => {
+                            hits += 1;
+                            wrong += u64::from(!written(k, &it.value, it.flags));
+                        }
+                        Got::Miss => misses += 1,
+                        Got::Fallback(_) => fallbacks += 1,
                     }
-                    Got::Miss => misses += 1,
-                    Got::Fallback(_) => fallbacks += 1,
                 }
             }
             done.store(true, Ordering::Relaxed);
             (hits, misses, fallbacks, wrong, r.retries)
         })
     };
-    let (mut seq, mut x) = (0u64, 0x9e37_79b9u64);
-    while !done.load(Ordering::Relaxed) || seq < 20_000 {
+    let level = arena.hash_level().0;
+    let (mut seq, mut x, mut moved) = (0u64, 0x9e37_79b9u64, 0u64);
+    while !done.load(Ordering::Relaxed) || seq < 50_000 {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         seq += 1;
+        let now = clock.load(Ordering::Relaxed);
+        if seq % 500 == 0 {
+            clock.store(now + 1, Ordering::Relaxed);
+        }
+        if seq % 16 == 0 {
+            // Two cores: leave the reader and the fabric's threads their share.
+            std::thread::yield_now();
+        }
         let k = format!("key:{}", (x >> 8) % KEYS).into_bytes();
-        match x % 10 {
-            0..=6 => {
+        match x % 100 {
+            0..=64 => {
                 let v = value_of(&k, seq, 12 + (x >> 20) as usize % 500);
-                let _ = arena.set(&k, &v, seq as u32, 0, 1);
+                let exptime = if x % 7 == 0 { now + 2 } else { 0 };
+                let _ = arena.set(&k, &v, seq as u32, exptime, now);
             }
-            7 | 8 => _ = arena.delete(&k),
-            _ => _ = arena.touch(&k, 0, 1),
+            65..=74 => _ = arena.delete(&k),
+            75..=94 => _ = arena.touch(&k, if x % 3 == 0 { now + 3 } else { 0 }, now),
+            95..=97 => {
+                let from = (x >> 32) as usize % arena.class_count();
+                if arena.move_page(from, None, &mut |_| true).is_ok() {
+                    moved += 1;
+                }
+            }
+            _ => _ = arena.reclaim_expired(now),
         }
     }
     let (hits, misses, fallbacks, wrong, retries) = reader.join().unwrap();
     eprintln!(
-        "{transport:?}: writes {seq}; reads: hits {hits}, misses {misses}, fallbacks {fallbacks}, \
-         retries {retries}, wrong {wrong}"
+        "{transport:?}: writes {seq}, page moves {moved}, evictions {}, table level {level} -> {}; \
+         reads: hits {hits}, misses {misses}, fallbacks {fallbacks}, retries {retries}, wrong {wrong}",
+        arena.stats().evictions,
+        arena.hash_level().0
     );
     assert_eq!(wrong, 0, "{transport:?}: a value never written for its key");
     assert!(hits > 0 && misses > 0, "{transport:?}");
+    assert!(
+        arena.stats().evictions > 0,
+        "memory was tight enough to evict"
+    );
+    assert!(
+        arena.hash_level().0 > level,
+        "the table grew under the reader"
+    );
     drop(accept.join().unwrap());
 }
 
+/// A million reads in all: most over shm, where they are cheap.
 #[test]
 fn one_sided_gets_over_shm_return_only_written_values() {
-    churn_under_readers(Transport::Shm, 100_000);
+    churn_under_readers(Transport::Shm, 900_000);
 }
 
 #[test]
 fn one_sided_gets_over_udp_return_only_written_values() {
-    churn_under_readers(Transport::Udp, 3_000);
+    churn_under_readers(Transport::Udp, 100_000);
 }
 
 /// A peer of the grant listener at `addr` with a local buffer of its own: its queue pair, the
