@@ -1,4 +1,30 @@
-"""Post-copy live migration of a running ``remora kv serve`` cache: ``remora.kv``.
+"""``remora.kv``: one-sided GETs of a running ``remora kv serve`` cache, and its post-copy live
+migration.
+
+``Client(addr, one_sided=True, transport="udp")`` connects to the server's text port ``addr``,
+finds the server's grant in its ``stats`` (``one_sided_grant``, when it runs with
+``--one-sided HOST:PORT``) and answers ``get``, ``get_item`` and ``get_many`` by one-sided READs
+of the server's arena: over ``"udp"`` (RoCEv2 datagrams, any host; the server's CPU serves the
+READs in batches) or ``"shm"`` (same host: the server runs no code for a GET). What READs cannot
+decide (an item being rewritten past a bound of retries, a value larger than a MiB, a long
+chain), a server that grants nothing, and ``one_sided=False`` go to the text protocol's ``mg``.
+``set`` and ``delete`` are always two-sided. A client follows its server through a warm restart
+(``-e``) and a migration (a redirect), and asks for the grant again there::
+
+    # shell: remora kv serve -p 11211 --one-sided 127.0.0.1:7471
+    from remora import kv
+
+    c = kv.Client("127.0.0.1:11211", transport="shm")
+    c.set("greeting", b"hello", flags=3)
+    assert c.get("greeting") == b"hello"
+    print(c.get_item("greeting"))   # {'value': b'hello', 'flags': 3, 'cas': 1, 'exptime': 0}
+    print(c.get_many(["greeting", "absent"]))   # {'greeting': b'hello'}
+    print(c.stats())   # {'one_sided': True, 'reads': 4, 'fallbacks': 0, 'reconnects': 0}
+
+A key is ``bytes`` or ``str`` (UTF-8), 1 to 250 bytes without spaces or control bytes (other
+keys raise ``ValueError``); a server that cannot be reached raises ``ConnectionError``.
+
+Post-copy live migration:
 
 The source must run with ``-A`` (admin commands). ``migrate(source, target, secret)`` arms it
 to hand its cache to the server started with ``--migrate-from SOURCE --migrate-secret-file
@@ -38,8 +64,11 @@ if TYPE_CHECKING:
     # Types only (dicts at run time): the step a progress callable gets, what migrate returns.
     from ._native.kv import MigrationResult as MigrationResult
     from ._native.kv import MigrationStep as MigrationStep
+    from ._native.kv import Item as Item
+    from ._native.kv import ClientStats as ClientStats
 
+Client = _m.Client
 migrate = _m.migrate
 migration_stats = _m.migration_stats
 
-__all__ = ["migrate", "migration_stats"]
+__all__ = ["Client", "migrate", "migration_stats"]

@@ -1,45 +1,18 @@
 """remora kv with a real client (pymemcache): get/set/cas/incr/multiget/delete/touch."""
-import os
-import socket
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from remora_binary import remora_bin  # noqa: E402
+from kv_server import start_kv
 
 pymemcache = pytest.importorskip("pymemcache")
 from pymemcache.client.base import Client  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server():
-    port = free_port()
-    args = [remora_bin(), "kv", "serve", "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-t", "2"]
-    if os.geteuid() == 0:
-        args += ["-u", "root"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.time() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail("remora kv serve did not start")
-            time.sleep(0.02)
+    proc, port = start_kv()
     yield port
     proc.kill()
     proc.wait(timeout=10)

@@ -1,5 +1,6 @@
-//! `remora.kv`: the operator's side of `remora kv serve`'s post-copy live migration. Thin
-//! bindings over `remora_kv::migrate::client`, the code `remora kv migrate` runs.
+//! `remora.kv`: the operator's side of `remora kv serve`'s post-copy live migration (thin
+//! bindings over `remora_kv::migrate::client`, the code `remora kv migrate` runs), and the
+//! one-sided GET client (`kv_client.rs`).
 use pyo3::exceptions::{
     PyConnectionError, PyRuntimeError, PyTimeoutError, PyTypeError, PyValueError,
 };
@@ -146,5 +147,6 @@ fn migration_stats(py: Python<'_>, address: &str) -> PyResult<HashMap<String, St
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(migrate, m)?)?;
     m.add_function(wrap_pyfunction!(migration_stats, m)?)?;
+    m.add_class::<crate::kv_client::Client>()?;
     Ok(())
 }

@@ -8,6 +8,7 @@ mod acq;
 mod daq;
 mod fabric;
 mod kv;
+mod kv_client;
 mod lazy;
 mod matching;
 mod resize;
