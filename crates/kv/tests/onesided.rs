@@ -2,7 +2,7 @@
 //! hostile peer that READs outside the grant and WRITEs into it.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use remora_fabric::{QpOptions, RegionInfo, Status, Transport};
@@ -61,35 +61,53 @@ fn written(key: &[u8], value: &[u8], flags: u32) -> bool {
 
 /// The writer sets, replaces, deletes, touches, expires, evicts (the arena is small for the
 /// keys), moves slab pages and grows the table while a reader over `transport` looks keys up,
-/// one at a time and 32 walked together: every hit must be a value written for its key.
+/// one at a time and 32 walked together: every hit must be a value written for its key, and
+/// no older than the key's last set or delete that had returned before the lookup began.
 fn churn_under_readers(transport: Transport, reads: u64) {
     const KEYS: u64 = 5000;
+    // Per key, the last set (its sequence number) or delete (`DELETED | seq`) that returned.
+    const DELETED: u64 = 1 << 63;
+    let last: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
     let (mut arena, grants) = serve(transport);
     let addr = grants.local_addr();
     let accept = std::thread::spawn(move || (grants.accept().unwrap(), grants));
     let done = Arc::new(AtomicBool::new(false));
     let clock = Arc::new(AtomicU32::new(1));
     let reader = {
-        let (done, clock) = (done.clone(), clock.clone());
+        let (done, clock, last) = (done.clone(), clock.clone(), last.clone());
         std::thread::spawn(move || {
             let mut f = FabricFetch::connect(addr, transport).unwrap();
             let mut r = Reader::open(&mut f).unwrap();
             let (mut hits, mut misses, mut fallbacks, mut wrong) = (0u64, 0u64, 0u64, 0u64);
+            let mut stale = 0u64;
             let mut i = 0u64;
             while i < reads {
                 // Every 8th lookup one key, the others 32 together.
                 let n = if (i / 32) % 8 == 0 { 1 } else { 32 };
-                let keys: Vec<Vec<u8>> = (i..i + n)
-                    .map(|j| format!("key:{}", j.wrapping_mul(7919) % KEYS).into_bytes())
+                let ids: Vec<u64> = (i..i + n).map(|j| j.wrapping_mul(7919) % KEYS).collect();
+                let keys: Vec<Vec<u8>> = ids
+                    .iter()
+                    .map(|id| format!("key:{id}").into_bytes())
+                    .collect();
+                let before: Vec<u64> = ids
+                    .iter()
+                    .map(|&id| last[id as usize].load(Ordering::Acquire))
                     .collect();
                 i += n;
                 let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
                 let now = clock.load(Ordering::Relaxed);
-                for (k, got) in keys.iter().zip(r.get_many(&mut f, &refs, now).unwrap()) {
+                let got = r.get_many(&mut f, &refs, now).unwrap();
+                for ((k, got), lo) in keys.iter().zip(got).zip(&before) {
                     match got {
                         Got::Hit(it) => {
                             hits += 1;
                             wrong += u64::from(!written(k, &it.value, it.flags));
+                            let seq = u64::from_le_bytes(it.value[..8].try_into().unwrap());
+                            let fresh = match lo & DELETED {
+                                0 => seq >= *lo,
+                                _ => seq > lo & !DELETED,
+                            };
+                            stale += u64::from(!fresh);
                         }
                         Got::Miss => misses += 1,
                         Got::Fallback(_) => fallbacks += 1,
@@ -97,7 +115,7 @@ fn churn_under_readers(transport: Transport, reads: u64) {
                 }
             }
             done.store(true, Ordering::Relaxed);
-            (hits, misses, fallbacks, wrong, r.retries)
+            (hits, misses, fallbacks, wrong, stale, r.retries)
         })
     };
     let level = arena.hash_level().0;
@@ -115,14 +133,21 @@ fn churn_under_readers(transport: Transport, reads: u64) {
             // Two cores: leave the reader and the fabric's threads their share.
             std::thread::yield_now();
         }
-        let k = format!("key:{}", (x >> 8) % KEYS).into_bytes();
+        let id = (x >> 8) % KEYS;
+        let k = format!("key:{id}").into_bytes();
         match x % 100 {
             0..=64 => {
                 let v = value_of(&k, seq, 12 + (x >> 20) as usize % 500);
                 let exptime = if x % 7 == 0 { now + 2 } else { 0 };
-                let _ = arena.set(&k, &v, seq as u32, exptime, now);
+                if arena.set(&k, &v, seq as u32, exptime, now).is_ok() {
+                    last[id as usize].store(seq, Ordering::Release);
+                }
             }
-            65..=74 => _ = arena.delete(&k),
+            65..=74 => {
+                if arena.delete(&k) {
+                    last[id as usize].store(DELETED | seq, Ordering::Release);
+                }
+            }
             75..=94 => _ = arena.touch(&k, if x % 3 == 0 { now + 3 } else { 0 }, now),
             95..=97 => {
                 let from = (x >> 32) as usize % arena.class_count();
@@ -133,14 +158,19 @@ fn churn_under_readers(transport: Transport, reads: u64) {
             _ => _ = arena.reclaim_expired(now),
         }
     }
-    let (hits, misses, fallbacks, wrong, retries) = reader.join().unwrap();
+    let (hits, misses, fallbacks, wrong, stale, retries) = reader.join().unwrap();
     eprintln!(
         "{transport:?}: writes {seq}, page moves {moved}, evictions {}, table level {level} -> {}; \
-         reads: hits {hits}, misses {misses}, fallbacks {fallbacks}, retries {retries}, wrong {wrong}",
+         reads: hits {hits}, misses {misses}, fallbacks {fallbacks}, retries {retries}, wrong {wrong}, \
+         stale {stale}",
         arena.stats().evictions,
         arena.hash_level().0
     );
     assert_eq!(wrong, 0, "{transport:?}: a value never written for its key");
+    assert_eq!(
+        stale, 0,
+        "{transport:?}: a value older than a write done before the lookup"
+    );
     assert!(hits > 0 && misses > 0, "{transport:?}");
     assert!(
         arena.stats().evictions > 0,
