@@ -186,12 +186,12 @@ fn churn_under_readers(transport: Transport, reads: u64) {
 /// A million reads in all: most over shm, where they are cheap.
 #[test]
 fn one_sided_gets_over_shm_return_only_written_values() {
-    churn_under_readers(Transport::Shm, 900_000);
+    churn_under_readers(Transport::Shm, 950_000);
 }
 
 #[test]
 fn one_sided_gets_over_udp_return_only_written_values() {
-    churn_under_readers(Transport::Udp, 100_000);
+    churn_under_readers(Transport::Udp, 50_000);
 }
 
 /// A peer of the grant listener at `addr` with a local buffer of its own: its queue pair, the
