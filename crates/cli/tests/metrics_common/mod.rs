@@ -16,8 +16,20 @@ pub struct Scraped {
 
 /// `GET /metrics` on its own connection, with the bearer `token` when given.
 pub fn scrape(addr: SocketAddr, token: Option<&str>) -> Scraped {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
-        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    // The metrics listener may come up a moment after the text port the caller waited for.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut s = loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(10)) {
+            Ok(s) => break s,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => panic!("connect {addr}: {e}"),
+        }
+    };
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     write!(
