@@ -37,10 +37,12 @@ use crate::options::Progress;
 use crate::wr::{RecvWr, SendWr};
 
 mod driver;
+mod gso;
 mod page_in;
 mod setup;
 pub(crate) mod sys;
 
+use gso::gso_runs;
 use page_in::{page_in_worker, PageInJob, PAGE_IN_CHUNK};
 pub(crate) use setup::{Agreed, Devices, UdpSetup};
 
@@ -539,40 +541,6 @@ impl UdpQp {
     }
 }
 
-/// Splits packed packets into sends: runs of equal-size packets (the last may be shorter)
-/// become one GSO send each.
-fn gso_runs<'a>(buf: &'a [u8], lens: &[usize], gso: bool) -> Vec<sys::Send<'a>> {
-    let mut sends = Vec::with_capacity(lens.len());
-    let mut pos = 0;
-    let mut i = 0;
-    while i < lens.len() {
-        let seg = lens[i];
-        let mut j = i + 1;
-        let mut total = seg;
-        if gso {
-            let max = sys::GSO_MAX_SEGMENTS.min(sys::GSO_MAX_BYTES / seg.max(1));
-            while j < lens.len() && j - i < max && total + lens[j] <= sys::GSO_MAX_BYTES {
-                // A shorter packet may close a run of equal ones, never start one.
-                if lens[j] > seg || (lens[j] < seg && j - i < 2) {
-                    break;
-                }
-                total += lens[j];
-                j += 1;
-                if lens[j - 1] < seg {
-                    break;
-                }
-            }
-        }
-        sends.push(sys::Send {
-            data: &buf[pos..pos + total],
-            segment: if j - i > 1 { seg as u16 } else { 0 },
-        });
-        pos += total;
-        i = j;
-    }
-    sends
-}
-
 /// Binds the queue pair's send socket at `0xC000 + hash(qpn)`, probing upwards when taken.
 fn bind_source_port(ip: std::net::IpAddr, qpn: u32) -> Result<UdpSocket> {
     let h = qpn.wrapping_mul(0x9E37_79B1) >> 18; // 14 bits
@@ -586,21 +554,4 @@ fn bind_source_port(ip: std::net::IpAddr, qpn: u32) -> Result<UdpSocket> {
         what: format!("binding a send socket on {ip}"),
         source: e,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::gso_runs;
-
-    #[test]
-    fn gso_runs_group_equal_sizes_and_end_on_a_short_one() {
-        let buf = vec![0u8; 100_000];
-        let lens = [4128, 4112, 4112, 4112, 100, 4112, 4112];
-        let sends = gso_runs(&buf, &lens, true);
-        let shape: Vec<_> = sends.iter().map(|s| (s.data.len(), s.segment)).collect();
-        assert_eq!(shape, [(4128, 0), (4112 * 3 + 100, 4112), (4112 * 2, 4112)]);
-        let plain = gso_runs(&buf, &lens, false);
-        assert_eq!(plain.len(), lens.len());
-        assert!(plain.iter().all(|s| s.segment == 0));
-    }
 }
