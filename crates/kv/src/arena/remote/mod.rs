@@ -165,15 +165,6 @@ pub trait Fetch {
     /// Fills `buf` with the arena's bytes at `off`.
     fn fetch(&mut self, off: u64, buf: &mut [u8]) -> std::io::Result<()>;
 
-    /// The 32-bit version word at `off` (4-aligned), read with acquire order where the bytes
-    /// are local.
-    fn version(&mut self, off: u64) -> std::io::Result<u32> {
-        let mut b = [0u8; 4];
-        self.fetch(off, &mut b)?;
-        fence(Ordering::Acquire);
-        Ok(u32::from_le_bytes(b))
-    }
-
     /// Fills `out` with the bytes of each `(offset, len)` in turn, each read's loads done
     /// before the next one's: a version, the data and the version again read as a seqlock
     /// reader does. A fetcher over the fabric sends them as one batch of READs.
