@@ -115,6 +115,11 @@ pub struct QpOptions {
     pub retry_timeout: Duration,
     /// RC retries before a request fails (udp).
     pub retry_count: u32,
+    /// RC: times a SEND that found no receive buffer at the peer (an RNR NAK) is sent again
+    /// before it fails with `RnrRetryExceeded` (udp; 7, as verbs' largest finite count).
+    /// `u32::MAX` retries without limit, as verbs' 7 does: right for a peer that posts its
+    /// first receive only after the connection is up and may be slow to get there.
+    pub rnr_retry: u32,
     /// RC packets in flight at most (udp).
     pub window: u32,
     /// Faults injected into this side's outgoing datagrams (udp; testing).
@@ -147,6 +152,7 @@ impl Default for QpOptions {
             icrc_check: true,
             retry_timeout: Duration::from_millis(10),
             retry_count: 7,
+            rnr_retry: 7,
             window: 1024,
             faults: None,
             pkey: crate::engine::DEFAULT_PKEY,

@@ -271,10 +271,14 @@ fn serve(qp: &Qp, mem: &Arc<Region>, ctrl: &Arc<Region>) {
             assert_eq!(c.opcode, WcOpcode::Send);
             continue;
         }
-        assert_eq!((c.wr_id, c.byte_len), (recv_id, 4), "part child: {c:?}");
-        let cmd = u32::from_le_bytes(bytes(ctrl, 0, 4).try_into().unwrap());
+        assert_eq!((c.wr_id, c.byte_len), (recv_id, 8), "part child: {c:?}");
+        let head = bytes(ctrl, 0, 8);
+        let cmd = u32::from_le_bytes(head[..4].try_into().unwrap());
         match cmd {
-            EVICT => mem.evict(0, mem.len()).unwrap(),
+            EVICT => {
+                mem.evict(0, mem.len()).unwrap();
+                assert_eq!(mem.residency().resident_count(), 0, "part child: evicted");
+            }
             STATS | BYE => {}
             other => panic!("part child: unknown command {other}"),
         }
@@ -282,8 +286,8 @@ fn serve(qp: &Qp, mem: &Arc<Region>, ctrl: &Arc<Region>) {
             recv_id += 2;
             qp.post_recv(recv_id, ctrl, 0, 64).unwrap();
         }
-        let mut reply = cmd.to_le_bytes().to_vec();
-        reply.extend_from_slice(&[0; 4]);
+        // The command and its sequence number, echoed: a reply can only answer its command.
+        let mut reply = head;
         for v in stats_fields(&qp.stats().engine) {
             reply.extend_from_slice(&v.to_le_bytes());
         }
@@ -436,6 +440,9 @@ impl Session {
                 ..PartConfig::default()
             },
             progress,
+            // The child posts its first receive only once the connection is up, which a loaded
+            // machine may delay past a few RNR waits.
+            rnr_retry: u32::MAX,
             ..QpOptions::default()
         };
         let (qp, private) = connect(addr, pd, opts, &[]).unwrap();
@@ -491,13 +498,20 @@ impl Session {
     fn command(&mut self, cmd: u32) -> Stats {
         let (r, s) = (self.id(), self.id());
         self.qp.post_recv(r, &self.ctrl, 0, REPLY_LEN).unwrap();
-        self.ctrl.write_at(CMD_AT, &cmd.to_le_bytes()).unwrap();
-        self.qp.post_send(s, &self.ctrl, CMD_AT, 4, None).unwrap();
+        let mut head = cmd.to_le_bytes().to_vec();
+        head.extend_from_slice(&(s as u32).to_le_bytes());
+        self.ctrl.write_at(CMD_AT, &head).unwrap();
+        self.qp.post_send(s, &self.ctrl, CMD_AT, 8, None).unwrap();
         let got = self.expect(&[r, s], "command");
         let reply = got.iter().find(|c| c.wr_id == r).unwrap();
         assert_eq!(reply.opcode, WcOpcode::Recv);
         let b = bytes(&self.ctrl, 0, reply.byte_len as usize);
-        assert_eq!(u32::from_le_bytes(b[..4].try_into().unwrap()), cmd);
+        assert_eq!(
+            b[..8],
+            head[..],
+            "{} command {cmd}: the reply of another",
+            self.transport
+        );
         stats_decode(&b[8..])
     }
 
@@ -595,9 +609,15 @@ fn all_sizes(transport: Transport, progress: Progress) {
     let p0 = s.qp.stats().engine;
     if udp {
         assert!(r0.faults > before.faults, "udp: no fault: {r0:?}");
-        assert!(r0.errs_sent > 0, "udp: no ERR sent: {r0:?}");
+        // Each fault either waited behind its wave or stopped the sender until the ERR (or,
+        // when the pages came in first, until the sender's own timer resent): a loaded machine
+        // can keep every packet of a wave in the window. The policy tests, which have no
+        // window, check the ERR itself.
+        assert!(
+            r0.errs_sent + r0.wave_holds > 0,
+            "udp: no fault was held or stopped: {r0:?}"
+        );
         assert!(r0.pages_in > 0, "udp: no page made resident: {r0:?}");
-        assert!(p0.errs_received > 0, "udp: no ERR received: {p0:?}");
         assert!(
             p0.source_faults > 0,
             "udp: READs into never-touched pages populate them: {p0:?}"
@@ -688,9 +708,19 @@ fn policy(policy: PageInPolicy) {
         let mut s = Session::open(Transport::Udp, child.addr, to, Progress::Thread);
         let what = format!("udp {policy} timeout {to:?}");
         for round in 0..2u64 {
-            s.command(EVICT);
+            let e = s.command(EVICT);
             s.evict_destinations();
             s.round(Source::Pattern(10 * k as u64 + round + 3), cases);
+            if policy == PageInPolicy::Pio {
+                // Every packet of the 1 MiB WRITE needs a page the one before did not bring;
+                // the READ back finds every page the WRITE placed resident.
+                let r = s.command(STATS);
+                let (faults, source) = (r.faults - e.faults, r.source_faults - e.source_faults);
+                assert!(
+                    faults >= packets_1m,
+                    "{what} round {round}: {faults} faults, {source} source faults: {e:?} -> {r:?}"
+                );
+            }
         }
         let r = s.command(STATS);
         let p = s.qp.stats().engine;
@@ -713,8 +743,6 @@ fn policy(policy: PageInPolicy) {
         match policy {
             PageInPolicy::Pio => {
                 assert!(r.pages_in <= 2 * r.page_ins, "{what}: {r:?}");
-                // Every packet of the 1 MiB WRITE needs a page the one before did not bring.
-                assert!(r.faults >= 2 * packets_1m, "{what}: {r:?}");
             }
             PageInPolicy::Pi4 => {
                 assert!(r.pages_in <= 8 * r.page_ins, "{what}: {r:?}");

@@ -390,8 +390,10 @@ impl StreamQp {
             r = sh.flush(&mut c);
         }
         if let Err(why) = r {
+            // The request was taken; as with verbs, its completion says how it ended (flushed
+            // here, unless its bytes got out before the stream broke, which a peer that read
+            // them and left at once can make happen on every last reply).
             sh.close(&mut c, &why);
-            return Err(Error::Disconnected);
         }
         Ok(())
     }

@@ -150,6 +150,7 @@ impl UdpSetup {
         cfg.recv_psn = agreed.peer_psn;
         cfg.retry_timeout = opts.retry_timeout;
         cfg.retry_count = opts.retry_count;
+        cfg.rnr_retry = opts.rnr_retry;
         cfg.window = opts.window.max(1);
         cfg.part = opts.part;
         cfg.pkey = opts.pkey;

@@ -114,7 +114,7 @@ impl Requester {
             Syndrome::RnrNak { .. } => {
                 stats.naks_received += 1;
                 self.ack_through(now, cfg, psn.add(Psn::MASK));
-                self.rnr_retries += 1;
+                self.rnr_retries = self.rnr_retries.saturating_add(1);
                 if self.rnr_retries > cfg.rnr_retry {
                     self.fail(psn, Status::RnrRetryExceeded, completions);
                 } else {
