@@ -8,63 +8,14 @@
 //! big-endian); a last, shorter block keeps a multiple of 8 elements, and the 0–7 elements left
 //! over are copied as they are.
 //!
-//! The transpose: for element size `s` and `n` elements (a multiple of 8), output byte
-//! `(j·8 + k)·n/8 + q` holds in its bit `i` the bit `k` of byte `j` of element `8q + i`.
+//! The bit transpose is [`super::bitshuffle`]'s.
+
+use super::bitshuffle::{shuffle, unshuffle};
 
 /// Elements per block for an element size, as the bitshuffle library picks (8 KiB blocks,
 /// a multiple of 8 elements, at least 128).
 pub fn default_block(elem: usize) -> usize {
     ((8192 / elem.max(1)) / 8 * 8).max(128)
-}
-
-/// Transposes the bits of `n` elements of `elem` bytes (`n` a multiple of 8).
-fn shuffle(input: &[u8], elem: usize, out: &mut [u8]) {
-    let n = input.len() / elem;
-    let row = n / 8;
-    out.fill(0);
-    for q in 0..row {
-        for j in 0..elem {
-            // The 8 bytes j of elements 8q..8q+8, as an 8x8 bit matrix.
-            let mut x = 0u64;
-            for i in 0..8 {
-                x |= u64::from(input[(8 * q + i) * elem + j]) << (8 * i);
-            }
-            let t = transpose8(x);
-            for k in 0..8 {
-                out[(j * 8 + k) * row + q] = (t >> (8 * k)) as u8;
-            }
-        }
-    }
-}
-
-fn unshuffle(input: &[u8], elem: usize, out: &mut [u8]) {
-    let n = out.len() / elem;
-    let row = n / 8;
-    for q in 0..row {
-        for j in 0..elem {
-            let mut t = 0u64;
-            for k in 0..8 {
-                t |= u64::from(input[(j * 8 + k) * row + q]) << (8 * k);
-            }
-            let x = transpose8(t);
-            for i in 0..8 {
-                out[(8 * q + i) * elem + j] = (x >> (8 * i)) as u8;
-            }
-        }
-    }
-}
-
-/// Transposes an 8x8 bit matrix held as 8 bytes (byte `i` = row `i`, bit `k` = column `k`):
-/// afterwards byte `k` bit `i` is the old byte `i` bit `k`.
-fn transpose8(mut x: u64) -> u64 {
-    // Three rounds of swapping off-diagonal blocks (Hacker's Delight, 7-3).
-    let mut t = (x ^ (x >> 7)) & 0x00AA_00AA_00AA_00AA;
-    x ^= t ^ (t << 7);
-    t = (x ^ (x >> 14)) & 0x0000_CCCC_0000_CCCC;
-    x ^= t ^ (t << 14);
-    t = (x ^ (x >> 28)) & 0x0000_0000_F0F0_F0F0;
-    x ^= t ^ (t << 28);
-    x
 }
 
 /// Encodes `data` (elements of `elem` bytes) as one chunk with `block` elements per block.
@@ -75,13 +26,21 @@ pub fn encode(data: &[u8], elem: usize, block: usize) -> Vec<u8> {
     out.extend_from_slice(&(data.len() as u64).to_be_bytes());
     out.extend_from_slice(&((block * elem) as u32).to_be_bytes());
     let mut tmp = vec![0u8; block * elem];
+    let mut planes = Vec::new();
     let mut put = |elems: usize, from: usize, out: &mut Vec<u8>| {
         let src = &data[from * elem..(from + elems) * elem];
         let t = &mut tmp[..elems * elem];
-        shuffle(src, elem, t);
-        let c = lz4_flex::block::compress(t);
-        out.extend_from_slice(&(c.len() as u32).to_be_bytes());
-        out.extend_from_slice(&c);
+        shuffle(src, elem, t, &mut planes);
+        // Compressed straight behind its length, which is written once it is known.
+        let at = out.len();
+        out.resize(
+            at + 4 + lz4_flex::block::get_maximum_output_size(t.len()),
+            0,
+        );
+        let c = lz4_flex::block::compress_into(t, &mut out[at + 4..])
+            .expect("sized by get_maximum_output_size");
+        out[at..at + 4].copy_from_slice(&(c as u32).to_be_bytes());
+        out.truncate(at + 4 + c);
     };
     let full = n / block;
     for b in 0..full {
@@ -122,6 +81,7 @@ pub fn decode(chunk: &[u8], elem: usize, limit: usize) -> Result<Vec<u8>, Decode
     let (n, block) = (total / elem, block_bytes / elem);
     let mut out = vec![0u8; total];
     let mut pos = 12;
+    let mut planes = Vec::new();
     let mut get = |elems: usize, at: usize, out: &mut [u8]| -> Result<(), DecodeError> {
         let len = chunk
             .get(pos..pos + 4)
@@ -135,7 +95,12 @@ pub fn decode(chunk: &[u8], elem: usize, limit: usize) -> Result<Vec<u8>, Decode
         if t.len() != elems * elem {
             return Err(DecodeError::Lz4);
         }
-        unshuffle(&t, elem, &mut out[at * elem..(at + elems) * elem]);
+        unshuffle(
+            &t,
+            elem,
+            &mut out[at * elem..(at + elems) * elem],
+            &mut planes,
+        );
         Ok(())
     };
     let full = n / block;
@@ -158,30 +123,6 @@ pub fn decode(chunk: &[u8], elem: usize, limit: usize) -> Result<Vec<u8>, Decode
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    #[test]
-    fn transpose8_is_a_transpose() {
-        let x = 0x8040_2010_0804_0201u64; // the identity matrix
-        assert_eq!(transpose8(x), x);
-        // Row 0 all ones -> column 0 all ones: bit 0 of every byte.
-        assert_eq!(transpose8(0xff), 0x0101_0101_0101_0101);
-        for x in [0x1234_5678_9abc_def0u64, u64::MAX, 1 << 63] {
-            assert_eq!(transpose8(transpose8(x)), x);
-        }
-    }
-
-    #[test]
-    fn the_bit_layout_is_bitshuffles() {
-        // 8 u16 elements: element 3 has bit 9 set (byte 1, bit 1): output byte
-        // (j*8 + k) * n/8 + q = (1*8 + 1) * 1 + 0 = 9, bit i = 3.
-        let mut data = [0u8; 16];
-        data[3 * 2 + 1] = 0b10;
-        let mut out = [0u8; 16];
-        shuffle(&data, 2, &mut out);
-        let mut want = [0u8; 16];
-        want[9] = 1 << 3;
-        assert_eq!(out, want);
-    }
 
     #[test]
     fn a_known_chunk_has_the_library_headers() {

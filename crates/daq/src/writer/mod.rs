@@ -31,6 +31,7 @@ use crate::{DaqError, Result};
 use h5::{h5err, string, Growing};
 use nexus::WithFrames;
 
+mod bitshuffle;
 pub mod bslz4;
 pub mod filter;
 mod h5;
