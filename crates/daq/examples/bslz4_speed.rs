@@ -46,7 +46,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (col, value) = frame();
     if let Some(i) = args.iter().position(|a| a == "--raw") {
-        let p = &args[i + 1];
+        let p = args.get(i + 1).expect("--raw needs a file prefix");
         std::fs::write(format!("{p}.col.u16"), &col).expect("writing the columns");
         std::fs::write(format!("{p}.value.f32"), &value).expect("writing the values");
     }

@@ -142,7 +142,7 @@ fn plane_of_bits(bits: &[u8], plane: &mut [u8], row: usize) {
 
 /// Transposes an 8x8 bit matrix held as 8 bytes (byte `i` = row `i`, bit `k` = column `k`):
 /// afterwards byte `k` bit `i` is the old byte `i` bit `k`.
-pub(super) fn transpose8(mut x: u64) -> u64 {
+fn transpose8(mut x: u64) -> u64 {
     // Three rounds of swapping off-diagonal blocks (Hacker's Delight, 7-3).
     let mut t = (x ^ (x >> 7)) & 0x00AA_00AA_00AA_00AA;
     x ^= t ^ (t << 7);
