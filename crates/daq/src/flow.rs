@@ -317,6 +317,12 @@ pub struct CreditSender {
 }
 
 impl CreditSender {
+    /// Whether every module waits for ring credits: then no stack buffer is written before
+    /// the receiver releases it, unless a source breaks the protocol.
+    pub fn every_module_waits(&self) -> bool {
+        self.policy.flow_controlled() && self.targets.iter().all(Option::is_some)
+    }
+
     /// A sender for `targets` (per module; `None`: that module asked for no credits).
     pub fn new(
         policy: OverrunPolicy,

@@ -70,6 +70,9 @@ impl Engine for Shared {
     fn count_above(&self, d: &[f32], t: f32) -> u64 {
         self.0.count_above(d, t)
     }
+    fn copy_frame(&self, s: &[u16], d: &mut [u16]) -> remora_daq::Result<()> {
+        self.0.copy_frame(s, d)
+    }
     fn assemble(
         &self,
         r: &[f32],
@@ -591,5 +594,21 @@ fn odd_shapes_and_empty_rows_give_the_reference_results_on_every_engine() {
                 );
             }
         }
+    }
+}
+
+/// The copy a receiver takes of a dark frame before it checks it: every engine copies every
+/// word, whatever the length's remainder against its chunks, and refuses a mismatched output.
+#[test]
+fn frame_copies_are_exact_and_check_their_lengths() {
+    for e in engines() {
+        for len in [0usize, 1, 65_535, 65_537, 524_288 + 3] {
+            let src: Vec<u16> = (0..len).map(|i| (i * 7919 % 65_521) as u16).collect();
+            let mut dst = vec![0xFFFF; len];
+            e.copy_frame(&src, &mut dst).unwrap();
+            assert!(dst == src, "{} at {len} words", e.info().name);
+        }
+        let err = e.copy_frame(&[1, 2, 3], &mut [0; 2]).unwrap_err();
+        assert!(err.to_string().contains("frame copy"), "{err}");
     }
 }

@@ -122,6 +122,17 @@ impl Engine for CpuEngine {
         Ok(())
     }
 
+    fn copy_frame(&self, src: &[u16], dst: &mut [u16]) -> Result<()> {
+        crate::DaqError::check_len("frame copy", src.len(), dst.len())?;
+        let c = self.pool.chunk_len(src.len(), 1 << 16);
+        self.pool.install(|| {
+            dst.par_chunks_mut(c)
+                .zip(src.par_chunks(c))
+                .for_each(|(d, s)| d.copy_from_slice(s))
+        });
+        Ok(())
+    }
+
     fn count_above(&self, data: &[f32], threshold: f32) -> u64 {
         let c = self.pool.chunk_len(data.len(), 1024);
         let level = self.level;

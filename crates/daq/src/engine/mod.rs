@@ -162,6 +162,15 @@ pub trait Engine: Send + Sync + std::fmt::Debug {
     /// Pixels of `data` above `threshold` (NaN never counts).
     fn count_above(&self, data: &[f32], threshold: f32) -> u64;
 
+    /// Copies a raw frame (the snapshot a receiver takes of a dark frame before it checks that
+    /// the frame is intact and feeds the pedestal). Engines with a thread pool split it, so
+    /// that the copy does not hold one core while the others wait.
+    fn copy_frame(&self, src: &[u16], dst: &mut [u16]) -> Result<()> {
+        DaqError::check_len("frame copy", src.len(), dst.len())?;
+        dst.copy_from_slice(src);
+        Ok(())
+    }
+
     /// Assembles a converted raw frame into the detector image.
     fn assemble(&self, raw: &[f32], map: &AssemblyMap, out: &mut [f32]) -> Result<()>;
 

@@ -87,6 +87,7 @@ impl FabricIngest {
             pipeline: r.pipeline,
             books: books.clone(),
             tap: r.tap.clone(),
+            ring_held: credits.every_module_waits(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("rpu-{}", r.index))

@@ -127,6 +127,9 @@ pub(super) struct Worker {
     pub(super) pipeline: Pipeline,
     pub(super) books: Arc<Mutex<Books>>,
     pub(super) tap: Option<Arc<Tap>>,
+    /// Every module waits for ring credits, so nothing lands in a stack buffer before the
+    /// processing thread releases it (see [`crate::flow`]).
+    pub(super) ring_held: bool,
 }
 
 /// A frame submitted to the pipeline whose result is not collected yet.
@@ -299,19 +302,24 @@ impl Worker {
                 let g = self.cfg.global_frame(self.index, n);
                 // Copied before processing, and kept only if the stack is still intact after.
                 let raw_copy = self.cfg.output.raw.then(|| raw.to_vec());
-                // A dark frame changes the pipeline's state (the pedestal): it is copied out and
-                // checked intact *before* it is used, so an overrun cannot leak into later frames.
-                let input: &[u16] = if process && dark.is_dark(g) {
-                    scratch.clear();
-                    scratch.extend_from_slice(raw);
+                // A dark frame changes the pipeline's state (the pedestal). Where a source may
+                // overwrite a stack still being processed (`mask`, or a module without ring
+                // credits) it is copied out and checked intact *before* it is used, so an
+                // overrun cannot leak into later frames; where every source waits for credits
+                // it is used where it landed, as other frames are.
+                let dark_frame = process && dark.is_dark(g);
+                let snapshot = dark_frame && !self.ring_held;
+                let input: &[u16] = if snapshot {
+                    scratch.resize(words, 0);
+                    if let Err(e) = self.pipeline.engine().copy_frame(raw, &mut scratch) {
+                        let _ = tx.send(Msg::Failed(e));
+                        return;
+                    }
                     &scratch
                 } else {
                     raw
                 };
-                if process
-                    && dark.is_dark(g)
-                    && !self.books.lock().expect("books").intact(issue.stack)
-                {
+                if snapshot && !self.books.lock().expect("books").intact(issue.stack) {
                     let _ = tx.send(Msg::Overrun(t.elapsed().as_secs_f64()));
                     continue;
                 }
@@ -325,6 +333,17 @@ impl Worker {
                     std::thread::sleep(slow);
                 }
                 let intact = self.books.lock().expect("books").intact(issue.stack);
+                if dark_frame && !snapshot && !intact {
+                    // Only a source that ignored its credits gets here, and the pedestal has
+                    // taken what it wrote: every later frame would be converted against it.
+                    let _ = tx.send(Msg::Failed(crate::DaqError::Acquisition(format!(
+                        "stack {} was overwritten before the receiver released it although \
+                         every module follows ring credits: a source broke the credit \
+                         protocol, and dark frame {g} may have fed its data into the pedestal",
+                        issue.stack
+                    ))));
+                    return;
+                }
                 let w = Waiting {
                     frame: g,
                     since: t,
