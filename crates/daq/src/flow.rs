@@ -18,7 +18,8 @@
 //! 8-byte word per transmitter, names it in its hello, and the receiver WRITEs the current limit
 //! into it over the module's own queue pair whenever it changes (and again every 50 ms, since
 //! UC may lose a WRITE). A lost or late credit only makes the source wait longer, never
-//! overwrite: the limit only grows under `backpressure`.
+//! overwrite: the limit only grows under `backpressure`. The source polls its word at the pace
+//! the limit has been moving ([`word`]), not on a fixed short nap.
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +32,9 @@ use crate::access::bytes::Bytes;
 use crate::config::Config;
 use crate::ring::RingLayout;
 use crate::{DaqError, Result};
+
+mod word;
+pub use word::{CreditPace, CreditWord};
 
 /// What a receiver does when the source comes round to a stack not yet processed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -198,80 +202,6 @@ fn pause_at(stacks: u64) -> u64 {
 /// It has drained enough to resume at this many.
 fn resume_at(stacks: u64) -> u64 {
     (stacks / 4).min(pause_at(stacks).saturating_sub(1))
-}
-
-/// A transmitter's side: the word the receiver writes its limit into.
-pub struct CreditWord {
-    region: Arc<Region>,
-}
-
-impl CreditWord {
-    /// Registers the word, initialised to `initial` (what the ring holds before any credit).
-    pub fn register(pd: &Arc<Pd>, initial: u64) -> Result<CreditWord> {
-        let buf = Buffer::anonymous(4096)
-            .map_err(|e| DaqError::Acquisition(format!("credit word: {e}")))?;
-        let region = pd
-            .register(
-                buf,
-                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-                Mode::OnDemand,
-            )
-            .map_err(|e| DaqError::Acquisition(format!("registering the credit word: {e}")))?;
-        region
-            .write_at(0, &initial.to_le_bytes())
-            .and_then(|()| region.page_in_range(0, region.len()).map(drop))
-            .map_err(|e| DaqError::Acquisition(format!("credit word: {e}")))?;
-        Ok(CreditWord { region })
-    }
-
-    /// What goes into the hello.
-    pub fn info(&self) -> [u8; CREDIT_INFO_LEN] {
-        RegionInfo::of(&self.region).encode()
-    }
-
-    /// The limit now: stacks below it may be written.
-    pub fn limit(&self) -> u64 {
-        // The receiver's WRITE lands with a copy that may not be one store: read until two
-        // reads agree.
-        let read = || {
-            // SAFETY: the region is a live mapping of 4096 bytes owned by `self.region`,
-            // page-aligned, so the first 8 bytes are an aligned u64.
-            unsafe { std::ptr::read_volatile(self.region.as_ptr().cast::<u64>()) }
-        };
-        let mut a = read();
-        loop {
-            let b = read();
-            if a == b {
-                return u64::from_le(a);
-            }
-            a = b;
-        }
-    }
-
-    /// Waits until stack `s` may be written; returns the time waited, or an error after
-    /// `patience` without the limit moving (the receiver is gone or stuck). A stop request does
-    /// not cut the wait short: a stack the source has agreed to send must still fit the ring.
-    pub fn wait_for(&self, s: u64, patience: Duration) -> Result<Duration> {
-        let t0 = Instant::now();
-        let mut last = self.limit();
-        let mut moved = t0;
-        let mut nap = Duration::from_micros(20);
-        while s >= last {
-            std::thread::sleep(nap);
-            nap = (nap * 2).min(Duration::from_millis(1));
-            let l = self.limit();
-            if l != last {
-                last = l;
-                moved = Instant::now();
-            } else if moved.elapsed() >= patience {
-                return Err(DaqError::Acquisition(format!(
-                    "stack {s}: the receiver's ring gave no credit for {:.0} s (limit {last})",
-                    patience.as_secs_f64()
-                )));
-            }
-        }
-        Ok(t0.elapsed())
-    }
 }
 
 /// Where the receiver writes a module's credits.
@@ -493,19 +423,5 @@ mod tests {
         assert_eq!(p.finish().pauses, 1);
         let mut m = CreditSender::new(OverrunPolicy::Mask, &ring, &pd, vec![]).unwrap();
         assert_eq!(m.limit(0, Some(100), t), u64::MAX);
-    }
-
-    #[test]
-    fn a_credit_word_reads_what_was_written_and_gives_up_on_a_silent_receiver() {
-        let pd = Arc::new(Pd::new());
-        let w = CreditWord::register(&pd, 4).unwrap();
-        assert_eq!(w.limit(), 4);
-        assert!(w.wait_for(3, Duration::from_secs(1)).is_ok());
-        let e = w.wait_for(4, Duration::from_millis(30)).unwrap_err();
-        assert!(e.to_string().contains("no credit"), "{e}");
-        w.region.write_at(0, &9u64.to_le_bytes()).unwrap();
-        assert!(w.wait_for(8, Duration::from_secs(1)).is_ok());
-        let info = CreditTarget::decode(&w.info()).unwrap();
-        assert_eq!(info.0.rkey, w.region.rkey());
     }
 }
