@@ -19,7 +19,7 @@
 //! into it over the module's own queue pair whenever it changes (and again every 50 ms, since
 //! UC may lose a WRITE). A lost or late credit only makes the source wait longer, never
 //! overwrite: the limit only grows under `backpressure`. The source polls its word at the pace
-//! the limit has been moving ([`word`]), not on a fixed short nap.
+//! the limit has been moving ([`CreditWord::wait_for`]), not on a fixed short nap.
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

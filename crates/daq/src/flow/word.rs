@@ -48,7 +48,7 @@ impl CreditPace {
     }
 
     /// How long to sleep at `now` before polling: until seven eighths of the usual gap after
-    /// the last move (at least [`MIN_POLL`], at most [`MAX_FIRST_NAP`]).
+    /// the last move (at least 20 µs, at most 50 ms).
     pub fn first_nap(&self, now: Instant) -> Duration {
         let (Some(at), Some(gap)) = (self.last_move, self.gap) else {
             return MIN_POLL;

@@ -7,7 +7,7 @@
 //! engine processed it, a device engine copied it), when the slot goes back. A packet whose
 //! slot is away is dropped and counted as an overrun (its rows end up masked in the newer
 //! frame): an overrun costs the newer frame's packets, never the integrity of a frame being
-//! processed. The receive loop itself is the receiver's ([`crate::receiver::ingest`]); this
+//! processed. The receive loop itself is the receiver's (`crate::receiver::ingest`); this
 //! module is what it calls to take packets in.
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -1,8 +1,8 @@
 //! The receiver (ROMULU) with its scheduler and processing unit.
 //!
 //! It registers the ring ([`crate::ring`]) and publishes it (address, key, layout) to each
-//! module's transmitter at connection setup. Its one receive loop ([`ingest`]) runs whatever
-//! brings frames in: the fabric ingest ([`fabric`]) drains the queue pairs' completions (the
+//! module's transmitter at connection setup. Its one receive loop (`ingest`) runs whatever
+//! brings frames in: the fabric ingest (`fabric`) drains the queue pairs' completions (the
 //! modules' start and end markers), feeds the [`crate::scheduler::Scheduler`] and hands each
 //! global event (a stack) to the processing thread; the native ingest
 //! ([`crate::native::ingest`]) reassembles the detector's packets into frame slots. The loop

@@ -8,7 +8,7 @@
 //! big-endian); a last, shorter block keeps a multiple of 8 elements, and the 0–7 elements left
 //! over are copied as they are.
 //!
-//! The bit transpose is [`super::bitshuffle`]'s.
+//! The bit transpose is `super::bitshuffle`'s.
 
 use super::bitshuffle::{shuffle, unshuffle};
 
