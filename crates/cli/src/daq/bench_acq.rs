@@ -1,6 +1,6 @@
 //! `remora bench acquisition`: the whole acquisition (emulator → fabric → receiver → pipeline)
 //! on this host, and the pipeline alone on the same frames in the same run.
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
@@ -53,7 +53,8 @@ pub struct AcqBenchArgs {
     /// Frame rate of the end-to-end run (0: as fast as possible); default: the highest rate
     /// without loss, searched from the rate a flow-controlled run sustains (`overrun =
     /// "backpressure"` at full speed: the source goes as fast as the receiver frees its ring),
-    /// then 15% below it, then down in 5% steps, and one bisection step.
+    /// then 15% below it, then down in 5% steps, then bisecting until the bracket is within 2%
+    /// (at most 4 steps, none begun after 40 s of searching).
     #[arg(long)]
     rate: Option<f64>,
     /// Also run every try under the control service with one live view page open (its status
@@ -500,14 +501,21 @@ fn plot_search(
 }
 
 type Found = (Config, Summary, f64);
+
+/// The bisection stops when the highest loss-free rate is known within this fraction...
+const BRACKET: f64 = 0.02;
+/// ...after this many steps...
+const MAX_BISECTIONS: usize = 4;
+/// ...or when a search has run this long, so that it ends within a minute.
+const SEARCH_BUDGET: Duration = Duration::from_secs(40);
 type Runner<'a> = (&'a str, &'a dyn Fn(&Config) -> anyhow::Result<Summary>);
 
 fn loss_free(s: &Summary) -> bool {
     s.frames_lost + s.frames_overrun + s.frames_partial == 0
 }
 
-/// For each runner, the highest rate of `rates` (descending) without loss, then one bisection
-/// step towards the last rate that lost frames. Runners take turns at each rate, so that each
+/// For each runner, the highest rate of `rates` (descending) without loss, then bisection
+/// towards the last rate that lost frames until the bracket is within [`BRACKET`]. Runners take turns at each rate, so that each
 /// comparison is made over the same minutes on a machine whose speed drifts.
 fn search(
     a: &AcqBenchArgs,
@@ -527,6 +535,7 @@ fn search(
         tries.push(json!({"runner": name, "rate_hz": rate, "lost": lost, "e2e_fps": s.e2e_fps, "cpu_cores": cores}));
         Ok((cfg, s, cores))
     };
+    let started = Instant::now();
     let n = runners.len();
     let mut chosen: Vec<Option<Found>> = (0..n).map(|_| None).collect();
     let mut failed: Vec<Option<f64>> = vec![None; n];
@@ -556,11 +565,20 @@ fn search(
             failed[i].zip(lo)
         })
         .collect();
-    // One bisection step: the search starts within a few percent of the answer, and every try
-    // is a whole acquisition.
-    for _ in 0..1 {
+    // The bracket starts 5-15% wide; a single step left the answer up to 7.5% low, which is
+    // most of the distance between a rate the receiver sustains and the goal's.
+    for _ in 0..MAX_BISECTIONS {
+        if started.elapsed() >= SEARCH_BUDGET {
+            break;
+        }
+        let wide = |b: &Option<(f64, f64)>| b.is_some_and(|(hi, lo)| hi - lo > BRACKET * lo);
+        if !bounds.iter().any(wide) {
+            break;
+        }
         for (i, (name, run)) in runners.iter().enumerate() {
-            let Some((hi, lo)) = bounds[i] else { continue };
+            let Some((hi, lo)) = bounds[i].filter(|&(hi, lo)| hi - lo > BRACKET * lo) else {
+                continue;
+            };
             let mid = (lo + hi) / 2.0;
             let f = try_rate(name, *run, mid)?;
             if loss_free(&f.1) {
@@ -576,3 +594,6 @@ fn search(
         .map(|c| c.expect("every runner ran"))
         .collect())
 }
+
+#[cfg(test)]
+mod tests;
