@@ -313,9 +313,11 @@ impl<'a> Transmitter<'a> {
         // in pieces of whole MTUs (so the packet count is the same as unsplit) about a
         // millisecond apart: bursts of whole frames from every module at once would overflow
         // socket buffers that a steady stream fits, and much finer pacing costs more in sleeps
-        // than it smooths.
+        // than it smooths. A shared-memory link has no socket buffer to overflow (the stream
+        // waits), so there each frame goes whole at its time: a wakeup per piece would only
+        // preempt the receiver's workers on the cores both share.
         let mtu = self.qp.mtu();
-        let pieces_per_frame = if rate > 0.0 {
+        let pieces_per_frame = if rate > 0.0 && cfg.transport.kind != TransportKind::Shm {
             ((1000.0 / rate) as usize).clamp(1, 16)
         } else {
             1
