@@ -64,11 +64,11 @@ fn send_stack(qp: &Qp, src: &Arc<remora_mem::Region>, a: &Announce, s: u64) {
 #[test]
 fn a_source_that_ignores_its_ring_credits_fails_the_run_by_name() {
     let _one = one_at_a_time();
-    // Two stacks of two 1-module frames; frame 1 is dark; 300 ms per frame.
+    // Two stacks of two 1-module frames; frame 1 is dark; a second per frame.
     let cfg = config(
         "[detector]\nmodules = 1\n[acquisition]\nframes = 8\nbunch = 2\ndark_every = 2\n\
          dark_phase = 1\ndeadline_ms = 5000\n[transport]\nkind = \"shm\"\n\
-         [receiver]\nbuffer = \"4MiB\"\noverrun = \"backpressure\"\n[pipeline]\nbins = 200\nslow_ms = 300\n",
+         [receiver]\nbuffer = \"4MiB\"\noverrun = \"backpressure\"\n[pipeline]\nbins = 200\nslow_ms = 1000\n",
     );
     let r = Receiver::bind(&cfg, 0).unwrap();
     let addr = r.local_addr();
@@ -105,9 +105,10 @@ fn a_source_that_ignores_its_ring_credits_fails_the_run_by_name() {
     assert_eq!(a.ring.stacks, 2, "{:?}", a.ring);
     send_stack(&qp, &src, &a, 0);
     send_stack(&qp, &src, &a, 1);
-    // Frame 0 committed: the processing thread is on frame 1, the dark one, for 300 ms.
+    // Frame 0 committed: the processing thread is on frame 1, the dark one, for a second (the
+    // pause below leaves room for the thread to be late on a loaded machine).
     assert_eq!(frames.recv_timeout(Duration::from_secs(60)).unwrap(), 0);
-    std::thread::sleep(Duration::from_millis(60));
+    std::thread::sleep(Duration::from_millis(250));
     assert_eq!(credit.limit(), 2, "stack 0 is not released yet");
     // Stack 2 goes into stack 0's buffer: the credits said wait.
     send_stack(&qp, &src, &a, 2);
