@@ -7,103 +7,8 @@ use remora_daq::pedestal::{DarkPattern, PedestalTracker};
 use remora_daq::pipeline::{Outcome, Pipeline, PipelineConfig};
 use remora_daq::synth::{Synth, SynthConfig};
 
-/// The GPU engines: one as the registry makes it, and one cut into small bands (every split
-/// path). When `REMORA_GPU` is set (as `make test` does) a missing device fails the test
-/// instead of skipping it.
-fn gpu_engines() -> Vec<Box<dyn Engine>> {
-    use remora_daq::engine::GpuEngine;
-    let Some(g) = remora_accel::gpu::Gpu::for_tests() else {
-        return Vec::new();
-    };
-    // Bands of 64 rows (tables), 192 K pixels (frames and images), and matrix chunks of a few
-    // bins.
-    let small = GpuEngine::on(g.clone()).with_max_binding(64 * 1024 * 12);
-    vec![Box::new(GpuEngine::on(g)), Box::new(small)]
-}
-
-/// Every engine the registry can make on this machine (the GPU's included when a device is
-/// allowed), plus variants: the SIMD engine on its baseline kernels and on one thread, and the
-/// GPU engine in small bands.
-fn engines() -> Vec<Box<dyn Engine>> {
-    let (made, skipped) = Registry::available(2);
-    if std::env::var_os("REMORA_GPU").is_some_and(|v| v != "off") {
-        assert!(skipped.is_empty(), "REMORA_GPU is set: {skipped:?}");
-    }
-    let mut v: Vec<Box<dyn Engine>> = made
-        .into_iter()
-        .map(|e| Box::new(Shared(e)) as Box<dyn Engine>)
-        .collect();
-    v.push(Box::new(CpuEngine::new(2).unwrap().baseline()));
-    v.push(Box::new(CpuEngine::new(1).unwrap()));
-    v.extend(gpu_engines().into_iter().skip(1));
-    // The CPU engine first: the reference the others are compared with.
-    v.sort_by_key(|e| e.info().name == "gpu-wgpu");
-    v
-}
-
-/// A registry engine (an `Arc`) behind the tests' `Box<dyn Engine>`.
-#[derive(Debug)]
-struct Shared(std::sync::Arc<dyn Engine>);
-
-impl Engine for Shared {
-    fn info(&self) -> remora_accel::BackendInfo {
-        self.0.info()
-    }
-    fn convert(
-        &self,
-        r: &[u16],
-        t: &ConvTables,
-        o: ConvOut<'_>,
-        th: f32,
-    ) -> remora_daq::Result<remora_daq::engine::ConvStats> {
-        self.0.convert(r, t, o, th)
-    }
-    fn track_pedestal(
-        &self,
-        r: &[u16],
-        t: &mut ConvTables,
-        c: &mut [u16],
-        w: u16,
-    ) -> remora_daq::Result<()> {
-        self.0.track_pedestal(r, t, c, w)
-    }
-    fn count_above(&self, d: &[f32], t: f32) -> u64 {
-        self.0.count_above(d, t)
-    }
-    fn copy_frame(&self, s: &[u16], d: &mut [u16]) -> remora_daq::Result<()> {
-        self.0.copy_frame(s, d)
-    }
-    fn assemble(
-        &self,
-        r: &[f32],
-        m: &remora_daq::geometry::AssemblyMap,
-        o: &mut [f32],
-    ) -> remora_daq::Result<()> {
-        self.0.assemble(r, m, o)
-    }
-    fn compress(
-        &self,
-        f: &[f32],
-        r: usize,
-        c: usize,
-        t: f32,
-    ) -> remora_daq::Result<remora_daq::sparse::SparseFrame> {
-        self.0.compress(f, r, c, t)
-    }
-    fn integrate(&self, m: &AzMatrix, i: &[f32]) -> remora_daq::Result<remora_daq::azint::Profile> {
-        self.0.integrate(m, i)
-    }
-    fn process_frame(
-        &self,
-        raw: &[u16],
-        t: &ConvTables,
-        plan: &remora_daq::engine::FramePlan<'_>,
-        e: &mut [f32],
-        i: &mut [f32],
-    ) -> remora_daq::Result<remora_daq::engine::FrameOut> {
-        self.0.process_frame(raw, t, plan, e, i)
-    }
-}
+mod engine_common;
+use engine_common::{engines, gpu_engines};
 
 /// Relative tolerance of an engine's profile against the CPU engines': compensated f32 on a
 /// device, f64 on the host.
@@ -495,7 +400,6 @@ fn the_chained_frame_on_the_gpu_equals_the_cpu_pipeline() {
     let pcfg = spotty_pipeline(&cfg, Split::BBox);
     let cpu: std::sync::Arc<dyn Engine> = std::sync::Arc::new(CpuEngine::new(2).unwrap());
     for (k, g) in gpu_engines().into_iter().enumerate() {
-        let g: std::sync::Arc<dyn Engine> = g.into();
         let mut pc =
             Pipeline::new(cpu.clone(), s.calibration(), s.layout(), None, pcfg.clone()).unwrap();
         let mut pg = Pipeline::new(g, s.calibration(), s.layout(), None, pcfg.clone()).unwrap();
