@@ -1,6 +1,6 @@
 //! Two engines on virtual time, exact and without sockets: the harness (a virtual link with
 //! latency and injected faults, a virtual page-in worker, a packet trace); the protocol tests
-//! are in `protocol`, the page-fault (PART) tests in `part`.
+//! are in `protocol` and `lossy`, the page-fault (PART) tests in `part`.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -270,6 +270,7 @@ fn bytes(region: &Region, off: usize, len: usize) -> Vec<u8> {
     v
 }
 
+mod lossy;
 mod part;
 mod protocol;
 mod wave;
