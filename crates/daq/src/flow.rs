@@ -34,7 +34,7 @@ use crate::ring::RingLayout;
 use crate::{DaqError, Result};
 
 mod word;
-pub use word::{CreditPace, CreditWord};
+pub use word::CreditWord;
 
 /// What a receiver does when the source comes round to a stack not yet processed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -515,8 +515,9 @@ fn loss_free(s: &Summary) -> bool {
 }
 
 /// For each runner, the highest rate of `rates` (descending) without loss, then bisection
-/// towards the last rate that lost frames until the bracket is within [`BRACKET`]. Runners take turns at each rate, so that each
-/// comparison is made over the same minutes on a machine whose speed drifts.
+/// towards the last rate that lost frames until the bracket is within [`BRACKET`]. Runners
+/// take turns at each rate, so that each comparison is made over the same minutes on a machine
+/// whose speed drifts.
 fn search(
     a: &AcqBenchArgs,
     rates: &[f64],
@@ -571,12 +572,13 @@ fn search(
         if started.elapsed() >= SEARCH_BUDGET {
             break;
         }
-        let wide = |b: &Option<(f64, f64)>| b.is_some_and(|(hi, lo)| hi - lo > BRACKET * lo);
-        if !bounds.iter().any(wide) {
+        // A bracket still wider than BRACKET.
+        let open = |b: Option<(f64, f64)>| b.filter(|&(hi, lo)| hi - lo > BRACKET * lo);
+        if bounds.iter().all(|&b| open(b).is_none()) {
             break;
         }
         for (i, (name, run)) in runners.iter().enumerate() {
-            let Some((hi, lo)) = bounds[i].filter(|&(hi, lo)| hi - lo > BRACKET * lo) else {
+            let Some((hi, lo)) = open(bounds[i]) else {
                 continue;
             };
             let mid = (lo + hi) / 2.0;

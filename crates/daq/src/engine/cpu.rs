@@ -123,7 +123,7 @@ impl Engine for CpuEngine {
     }
 
     fn copy_frame(&self, src: &[u16], dst: &mut [u16]) -> Result<()> {
-        crate::DaqError::check_len("frame copy", src.len(), dst.len())?;
+        super::check_copy(src, dst)?;
         let c = self.pool.chunk_len(src.len(), 1 << 16);
         self.pool.install(|| {
             dst.par_chunks_mut(c)

@@ -166,7 +166,7 @@ pub trait Engine: Send + Sync + std::fmt::Debug {
     /// the frame is intact and feeds the pedestal). Engines with a thread pool split it, so
     /// that the copy does not hold one core while the others wait.
     fn copy_frame(&self, src: &[u16], dst: &mut [u16]) -> Result<()> {
-        DaqError::check_len("frame copy", src.len(), dst.len())?;
+        check_copy(src, dst)?;
         dst.copy_from_slice(src);
         Ok(())
     }
@@ -218,6 +218,10 @@ fn check_convert(raw: &[u16], tables: &ConvTables, out_len: usize) -> Result<()>
         DaqError::check_len("gain table", tables.pixels(), tables.gain[s].len())?;
     }
     Ok(())
+}
+
+fn check_copy(src: &[u16], dst: &[u16]) -> Result<()> {
+    DaqError::check_len("frame copy", src.len(), dst.len())
 }
 
 fn check_energy(out: &ConvOut<'_>) -> Result<()> {

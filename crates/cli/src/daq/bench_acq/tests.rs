@@ -44,7 +44,6 @@ fn the_search_bisects_until_the_loss_free_rate_is_known_within_two_percent() {
         .collect();
     // 120, 102, 96.9, then halves of 5.1: 99.45, 100.7 (lost), and the bracket is 1.3% wide.
     assert_eq!(tried.len(), 5, "{tried:?}");
-    assert!(tried.len() <= 3 + MAX_BISECTIONS);
 }
 
 #[test]
