@@ -1,6 +1,7 @@
 //! The loss-free search against a fake acquisition that loses frames above a known rate.
 use clap::Parser;
 
+use super::search::*;
 use super::*;
 
 #[derive(Parser)]
