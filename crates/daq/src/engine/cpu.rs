@@ -169,31 +169,7 @@ impl Engine for CpuEngine {
         threshold: f32,
     ) -> Result<SparseFrame> {
         super::check_compress(frame, rows, cols)?;
-        let rows_per = self.pool.chunk_len(rows, 1).max(1);
-        let level = self.level;
-        let parts: Vec<(Vec<u32>, Vec<u16>, Vec<f32>)> = self.pool.install(|| {
-            (0..rows.div_ceil(rows_per))
-                .into_par_iter()
-                .map(|ci| {
-                    let (r0, r1) = (ci * rows_per, ((ci + 1) * rows_per).min(rows));
-                    let mut per_row = Vec::with_capacity(r1 - r0);
-                    let (mut cs, mut vs) = (Vec::new(), Vec::new());
-                    for r in r0..r1 {
-                        let before = cs.len();
-                        dispatch::compress_row(
-                            level,
-                            &frame[r * cols..(r + 1) * cols],
-                            threshold,
-                            &mut cs,
-                            &mut vs,
-                        );
-                        per_row.push((cs.len() - before) as u32);
-                    }
-                    (per_row, cs, vs)
-                })
-                .collect()
-        });
-        Ok(SparseFrame::from_parts(rows, cols, threshold, parts))
+        super::csr::compress(&self.pool, self.level, frame, rows, cols, threshold)
     }
 
     fn integrate(&self, m: &AzMatrix, image: &[f32]) -> Result<Profile> {
@@ -285,9 +261,6 @@ mod dispatch {
     pub(super) fn assemble(l: Level, runs: &[Run], at: usize, r: &[f32], o: &mut [f32]) {
         dispatch!(l, assemble, kernels::assemble_row, (runs, at, r, o))
     }
-    pub(super) fn compress_row(l: Level, row: &[f32], t: f32, c: &mut Vec<u16>, v: &mut Vec<f32>) {
-        dispatch!(l, compress_row, kernels::compress_row, (row, t, c, v))
-    }
     pub(super) fn integrate_pixels(
         l: Level,
         pm: &PixelMajor,
@@ -332,10 +305,6 @@ mod dispatch {
         #[target_feature(enable = "avx2")]
         pub(super) fn assemble(runs: &[Run], at: usize, r: &[f32], o: &mut [f32]) {
             kernels::assemble_row(runs, at, r, o)
-        }
-        #[target_feature(enable = "avx2")]
-        pub(super) fn compress_row(row: &[f32], t: f32, c: &mut Vec<u16>, v: &mut Vec<f32>) {
-            kernels::compress_row(row, t, c, v)
         }
         #[target_feature(enable = "avx2")]
         pub(super) fn integrate_pixels(

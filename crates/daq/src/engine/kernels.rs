@@ -1,5 +1,7 @@
 //! The hot loops, written so LLVM vectorises them. Each works on one chunk of a frame; the CPU
 //! engine runs chunks on its pool and compiles an AVX2 copy of each (see `cpu.rs`).
+use std::mem::MaybeUninit;
+
 use super::ConvStats;
 use crate::azint::PixelMajor;
 use crate::geometry::{AssemblyMap, Run};
@@ -154,32 +156,47 @@ pub(crate) fn assemble_row(runs: &[Run], row_start: usize, raw: &[f32], out: &mu
     }
 }
 
-/// Pixels above `t` in one row, appended as (column, value). A vector compare builds a 16-bit
-/// mask per block of 16 pixels; only the set bits are visited, so the cost follows the number
-/// of kept pixels.
+/// Pixels above `t` in one row from column `x0` on, written as (column, value) into slots
+/// `n..` of `col` and `val`; returns the next free slot, or `None` when the slots run out. A
+/// vector compare builds a 16-bit mask per block of 16 pixels; only the set bits are visited,
+/// so the cost follows the number of kept pixels.
 #[inline(always)]
-pub(crate) fn compress_row(row: &[f32], t: f32, cols: &mut Vec<u16>, vals: &mut Vec<f32>) {
+pub(crate) fn fill_row(
+    row: &[f32],
+    x0: usize,
+    t: f32,
+    col: &mut [MaybeUninit<u16>],
+    val: &mut [MaybeUninit<f32>],
+    mut n: usize,
+) -> Option<usize> {
     const W: usize = 16;
-    let mut x0 = 0;
-    for block in row.chunks_exact(W) {
+    let row = row.get(x0..)?;
+    let mut x = x0;
+    let mut keep = |j: usize, v: f32, n: &mut usize| -> Option<()> {
+        col.get_mut(*n)?.write(j as u16);
+        val.get_mut(*n)?.write(v);
+        *n += 1;
+        Some(())
+    };
+    let mut blocks = row.chunks_exact(W);
+    for block in &mut blocks {
         let mut m = block
             .iter()
             .enumerate()
             .fold(0u32, |m, (j, &v)| m | (u32::from(v > t) << j));
         while m != 0 {
             let j = m.trailing_zeros() as usize;
-            cols.push((x0 + j) as u16);
-            vals.push(block[j]);
+            keep(x + j, block[j], &mut n)?;
             m &= m - 1;
         }
-        x0 += W;
+        x += W;
     }
-    for (j, &v) in row.iter().enumerate().skip(x0) {
+    for (j, &v) in blocks.remainder().iter().enumerate() {
         if v > t {
-            cols.push(j as u16);
-            vals.push(v);
+            keep(x + j, v, &mut n)?;
         }
     }
+    Some(n)
 }
 
 /// Accumulator lanes per bin: pixel `p` adds into lane `p mod 4`, so neighbouring pixels in

@@ -20,6 +20,7 @@ use crate::{DaqError, Result};
 
 pub mod calibrate;
 mod cpu;
+mod csr;
 #[cfg(feature = "gpu")]
 mod gpu;
 mod kernels;
