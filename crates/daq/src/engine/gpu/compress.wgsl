@@ -122,11 +122,14 @@ fn fill_rows(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_inde
 }
 
 // The CSR as the host reads it, in host-visible buffers: row pointers, columns packed two
-// 16-bit values per word (entry 2i low, 2i + 1 high), values. Only the kept entries are written,
-// so only they cross the bus.
+// 16-bit values per word (entry 2i low, 2i + 1 high), values. Only the kept entries (rounded up
+// to four) are written, so only they cross the bus. Each invocation stores four values as one
+// vec4 and their columns as one vec2, so a subgroup's stores cover whole contiguous lines: on
+// a discrete GPU these buffers are host memory, and stores of every other word (the two
+// scalar stores per invocation before) cross the bus as partial lines.
 @group(0) @binding(5) var<storage, read_write> out_ptr: array<u32>;
-@group(0) @binding(6) var<storage, read_write> out_col: array<u32>;
-@group(0) @binding(7) var<storage, read_write> out_val: array<f32>;
+@group(0) @binding(6) var<storage, read_write> out_col: array<vec2<u32>>;
+@group(0) @binding(7) var<storage, read_write> out_val: array<vec4<f32>>;
 
 @compute @workgroup_size(256)
 fn pack(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) l: u32) {
@@ -135,14 +138,17 @@ fn pack(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) l:
         out_ptr[i] = row_ptr[i];
     }
     let nnz = row_ptr[p.rows];
-    let k = 2u * i;
+    let k = 4u * i;
     if (k < nnz) {
-        var c = col[k] & 0xffffu;
-        out_val[k] = val[k];
-        if (k + 1u < nnz) {
-            c = c | (col[k + 1u] << 16u);
-            out_val[k + 1u] = val[k + 1u];
+        var v = vec4<f32>(0.0);
+        var c = vec2<u32>(0u);
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            if (k + j < nnz) {
+                v[j] = val[k + j];
+                c[j / 2u] = c[j / 2u] | ((col[k + j] & 0xffffu) << (16u * (j % 2u)));
+            }
         }
+        out_val[i] = v;
         out_col[i] = c;
     }
 }

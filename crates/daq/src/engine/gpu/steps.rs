@@ -251,8 +251,9 @@ impl GpuEngine {
                 .map_err(gpu_err)
         };
         let ptr = out("csr ptr out", (csr.rows as u64 + 1) * 4)?;
-        let col = out("csr col out", n.div_ceil(2) * 4)?;
-        let val = out("csr val out", n * 4)?;
+        // Whole groups of four entries: `pack` stores them as one vec4 and one vec2.
+        let col = out("csr col out", n.div_ceil(4) * 8)?;
+        let val = out("csr val out", n.div_ceil(4) * 16)?;
         let p = steps.params(
             &self.gpu,
             [
@@ -279,7 +280,7 @@ impl GpuEngine {
                 (7, val.as_entire_binding()),
             ],
         );
-        let threads = (csr.rows as u64 + 1).max(n.div_ceil(2));
+        let threads = (csr.rows as u64 + 1).max(n.div_ceil(4));
         steps.launch(pipe, bind, groups(threads, WG));
         steps.mark("csr pack");
         Ok(PackedCsr {
