@@ -5,7 +5,7 @@ use remora_accel::simd::Level;
 use remora_accel::{BackendInfo, CpuPool};
 
 use super::kernels::{self, ConvChunk, Sink};
-use super::{ConvOut, ConvStats, Engine};
+use super::{process_stepwise, ConvOut, ConvStats, Engine, FrameOut, FramePlan};
 use crate::azint::{AzMatrix, Profile};
 use crate::calib::ConvTables;
 use crate::geometry::{AssemblyMap, Run};
@@ -76,6 +76,21 @@ impl CpuEngine {
 }
 
 impl Engine for CpuEngine {
+    /// The stages one by one, all inside one call into the pool: the caller hands the frame
+    /// over and waits once, and each stage's split runs from a worker, where it needs no
+    /// hand-off (from outside, every stage was a wake-up of the pool and a wait for it).
+    fn process_frame(
+        &self,
+        raw: &[u16],
+        tables: &ConvTables,
+        plan: &FramePlan<'_>,
+        energy: &mut [f32],
+        image: &mut [f32],
+    ) -> Result<FrameOut> {
+        self.pool
+            .install(|| process_stepwise(self, raw, tables, plan, energy, image))
+    }
+
     fn info(&self) -> BackendInfo {
         BackendInfo {
             name: "cpu-simd",
