@@ -137,11 +137,37 @@ impl Gpu {
         if len == 0 {
             return Ok(ReadBytes::default());
         }
+        self.read_mapped_with(buf, len, after, ReadBytes::new)
+    }
+
+    /// [`read_mapped`](Self::read_mapped) that hands the mapped bytes to `f` instead of copying
+    /// them out first: a caller that converts them (into its own vectors, say) reads device
+    /// memory once.
+    ///
+    /// ```no_run
+    /// # fn demo(gpu: &remora_accel::gpu::Gpu, buf: &remora_accel::gpu::wgpu::Buffer,
+    /// #         after: &remora_accel::gpu::wgpu::SubmissionIndex) -> Result<(), remora_accel::gpu::GpuError> {
+    /// let mut values: Vec<f32> = Vec::new();
+    /// gpu.read_mapped_with(buf, 4096, after, |bytes| {
+    ///     values.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read_mapped_with<R>(
+        &self,
+        buf: &wgpu::Buffer,
+        len: u64,
+        after: &wgpu::SubmissionIndex,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, GpuError> {
+        if len == 0 {
+            return Ok(f(&[]));
+        }
         let len4 = len.next_multiple_of(4);
         let done = request(buf, wgpu::MapMode::Read, len4);
         wait_mapped(self, &done, Some(after))?;
         let out = match buf.slice(0..len4).get_mapped_range() {
-            Ok(view) => ReadBytes::new(&view[..len as usize]),
+            Ok(view) => f(&view[..len as usize]),
             Err(e) => {
                 buf.unmap();
                 return Err(GpuError::Transfer(format!("reading back: {e}")));
