@@ -5,20 +5,8 @@
 # base.tgz (the earlier binary) and q.npy / t.npy (u8 descriptors) beside it:
 #   bash .portable/run.sh 'bash bench/device/gpu_host.sh'
 set -u
-OUTDIR=${OUT:-/tmp/out}; O=/tmp/results; rm -rf "$O"; mkdir -p "$O" "$OUTDIR"
-here=${PORTABLE:-$(pwd)/.portable}
-mkdir -p /tmp/base && tar xzf "$here/base.tgz" -C /tmp/base
-BASE=/tmp/base/remora
-export REMORA_GPU=${REMORA_GPU:-gpu} XDG_CACHE_HOME=/tmp/cache
-log=$O/log.txt
-{ nvidia-smi -L; nproc; lscpu | grep 'Model name'; } > "$log" 2>&1
-run() { # name timeout cmd...
-  local n=$1 t=$2; shift 2
-  local s=$SECONDS
-  timeout "$t" "$@" > "$O/$n.json" 2> "$O/$n.err"
-  echo "$n rc=$? $((SECONDS - s)) s" >> "$log"
-  cp "$log" "$OUTDIR/log.txt"; tar czf "$OUTDIR/results.tgz" -C "$O" .
-}
+. "$(dirname "$0")/lib.sh"
+[ -n "$BASE" ] || { echo "base.tgz (the earlier binary) is missing beside .portable" >&2; exit 1; }
 J="bench jungfrau --modules ${MODULES:-8} --json"; F=${FRAMES:-100}
 M="bench match --query $here/q.npy --train $here/t.npy --no-peers --repeat 5 --json"
 run new_gpu 60 remora $J --engine gpu --frames $F --frames-in-flight 3
@@ -31,4 +19,4 @@ run base_acq_shm 45 $BASE bench acquisition --transport shm --frames ${AFRAMES:-
 run new_cpu16 40 remora $J --engine cpu-simd --frames $F
 run new_cpu1 60 remora $J --engine cpu-simd --threads 1 --frames ${F1:-10}
 run new_gpu_fif8 40 remora $J --engine gpu --frames $F --frames-in-flight 8
-ls -la "$O" >> "$log"; cp "$log" "$OUTDIR/log.txt"; tar czf "$OUTDIR/results.tgz" -C "$O" .
+finish

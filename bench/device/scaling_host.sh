@@ -10,22 +10,7 @@
 # THREADS, FRAMES, PART_RUNS and REMORA_GPU override the defaults (e.g. a dry run on a laptop:
 # THREADS="1 2" FRAMES=4 PART_RUNS=1 REMORA_GPU=any).
 set -u
-OUTDIR=${OUT:-/tmp/out}; O=/tmp/results; rm -rf "$O"; mkdir -p "$O" "$OUTDIR"
-here=${PORTABLE:-$(pwd)/.portable}
-BASE=
-if [ -f "$here/base.tgz" ]; then
-  mkdir -p /tmp/base && tar xzf "$here/base.tgz" -C /tmp/base && BASE=/tmp/base/remora
-fi
-export REMORA_GPU=${REMORA_GPU:-gpu} XDG_CACHE_HOME=/tmp/cache
-log=$O/log.txt
-{ nvidia-smi -L; nproc; lscpu | grep 'Model name'; } > "$log" 2>&1
-run() { # name timeout cmd...
-  local n=$1 t=$2; shift 2
-  local s=$SECONDS
-  timeout "$t" "$@" > "$O/$n.json" 2> "$O/$n.err"
-  echo "$n rc=$? $((SECONDS - s)) s" >> "$log"
-  cp "$log" "$OUTDIR/log.txt"; tar czf "$OUTDIR/results.tgz" -C "$O" .
-}
+. "$(dirname "$0")/lib.sh"
 J="bench jungfrau --modules ${MODULES:-8} --json"; F=${FRAMES:-60}
 for t in ${THREADS:-1 2 4 8 16}; do
   run "new_cpu_t$t" 90 remora $J --engine cpu-simd --threads "$t" --frames "$F"
@@ -36,4 +21,4 @@ run new_gpu 60 remora $J --engine gpu --frames "$F" --frames-in-flight 3
 for r in $(seq 1 "${PART_RUNS:-5}"); do
   run "new_part_$r" 90 remora bench part --sizes 4M --iters 20 --hol-seconds 0 --json
 done
-ls -la "$O" >> "$log"; cp "$log" "$OUTDIR/log.txt"; tar czf "$OUTDIR/results.tgz" -C "$O" .
+finish
