@@ -89,6 +89,8 @@ pub struct Pipeline {
     energy: AlignedBuf<f32>,
     image: AlignedBuf<f32>,
     host_pixels: bool,
+    /// Whether `energy` and `image` hold the frame `collect` returned last.
+    last_pixels: bool,
     depth: usize,
     lanes: usize,
     pending: Pending,
@@ -108,8 +110,9 @@ enum Submitted {
     Queued(Vec<u16>),
     /// Processed in a batch: the result and the converted frame and image it left.
     Batched(Outcome, Pixels),
+    /// On the device; whether its converted frame and image come back with it.
     #[cfg(feature = "gpu")]
-    Flight(crate::engine::InFlight),
+    Flight(crate::engine::InFlight, bool),
 }
 
 /// Frames submitted and not collected, oldest first. A clone of the pipeline starts with none.
@@ -199,6 +202,7 @@ impl Pipeline {
             energy: AlignedBuf::zeroed(det.pixels()),
             image,
             host_pixels: true,
+            last_pixels: false,
             depth: 1,
             lanes: 1,
             pending: Pending::default(),
@@ -219,6 +223,14 @@ impl Pipeline {
     /// change the pedestal) are processed now. Call [`collect`](Self::collect) when
     /// [`in_flight`](Self::in_flight) reaches [`depth`](Self::depth).
     pub fn submit(&mut self, n: u64, raw: &[u16]) -> Result<()> {
+        self.submit_with_pixels(n, raw, false)
+    }
+
+    /// [`submit`](Self::submit), with this frame's converted frame and image wanted in the host
+    /// buffers even where [`set_host_pixels`](Self::set_host_pixels) is off: a live view takes
+    /// a frame a few times a second, and a device engine then downloads those frames' pixels
+    /// and no others. [`has_pixels`](Self::has_pixels) says, after `collect`, whether they came.
+    pub fn submit_with_pixels(&mut self, n: u64, raw: &[u16], want: bool) -> Result<()> {
         if self.cfg.dark.is_dark(n) {
             // Frames gathered for a batch use the pedestal as it was before this one.
             self.run_batch()?;
@@ -229,17 +241,18 @@ impl Pipeline {
                 .push_back((n, Submitted::Done(Outcome::Dark)));
             return Ok(());
         }
+        let pixels = self.host_pixels || want;
         let plan = frame_plan(
             &self.cfg,
             (self.rows, self.cols),
             &self.assembly,
             &self.matrix,
-            self.host_pixels,
+            pixels,
         );
         #[cfg(feature = "gpu")]
         if let Some(g) = self.engine.as_gpu() {
             let f = g.begin_frame(raw, &self.tables, &plan)?;
-            self.pending.0.push_back((n, Submitted::Flight(f)));
+            self.pending.0.push_back((n, Submitted::Flight(f, pixels)));
             return Ok(());
         }
         if self.lanes > 1 {
@@ -338,6 +351,14 @@ impl Pipeline {
         let Some((n, s)) = self.pending.0.pop_front() else {
             return Ok(None);
         };
+        // Host engines always leave the pixels in the buffers; a dark frame writes none.
+        self.last_pixels = match &s {
+            Submitted::Done(o) => !matches!(o, Outcome::Dark),
+            Submitted::Batched(..) => true,
+            Submitted::Queued(_) => false,
+            #[cfg(feature = "gpu")]
+            Submitted::Flight(_, pixels) => *pixels,
+        };
         match s {
             Submitted::Done(o) => Ok(Some((n, o))),
             Submitted::Batched(o, (e, i)) => {
@@ -349,13 +370,13 @@ impl Pipeline {
             }
             Submitted::Queued(_) => unreachable!("a batch ran above"),
             #[cfg(feature = "gpu")]
-            Submitted::Flight(f) => {
+            Submitted::Flight(f, pixels) => {
                 let plan = frame_plan(
                     &self.cfg,
                     (self.rows, self.cols),
                     &self.assembly,
                     &self.matrix,
-                    self.host_pixels,
+                    pixels,
                 );
                 let g = self.engine.as_gpu().expect("in flight on the GPU engine");
                 let out = g.finish_frame(f, &plan, &mut self.energy[..], &mut self.image[..])?;
@@ -397,6 +418,13 @@ impl Pipeline {
     /// written, no preview): the results (counts, sparse frame, profile) are the same.
     pub fn set_host_pixels(&mut self, on: bool) {
         self.host_pixels = on;
+    }
+
+    /// Whether [`energy`](Self::energy) and [`image`](Self::image) hold the frame
+    /// [`collect`](Self::collect) returned last: always on host engines (but for dark frames),
+    /// on a device engine where host pixels are on or the frame was submitted wanting them.
+    pub fn has_pixels(&self) -> bool {
+        self.last_pixels
     }
 
     /// The last converted frame (keV, raw layout).

@@ -85,6 +85,34 @@ fn a_run_reports_what_its_summary_says_and_leaves_previews() {
     assert_eq!(st.preview.unwrap().frame, p.frame);
 }
 
+/// On the GPU engine a service without image output downloads only the frames its preview
+/// takes (`Pipeline::submit_with_pixels`): the preview must still be a whole converted image.
+#[test]
+fn the_gpu_engine_brings_back_the_frames_the_preview_takes() {
+    let _one = one_at_a_time();
+    if let Err(e) = remora_daq::engine::GpuEngine::new() {
+        assert!(
+            std::env::var_os("REMORA_GPU").is_none(),
+            "REMORA_GPU is set but there is no GPU engine: {e}"
+        );
+        eprintln!("skipped: {e}");
+        return;
+    }
+    let svc = service();
+    let mut cfg = config("[acquisition]\nframes = 24\nbunch = 12\n");
+    cfg.pipeline.engine = Some("gpu-wgpu".into());
+    svc.configure(cfg).unwrap();
+    svc.start().unwrap();
+    let st = svc.wait(Duration::from_secs(120));
+    assert_eq!(st.state, State::Configured, "{:?}", st.message);
+    assert_eq!(st.counters.frames_complete, 24);
+    let p = svc.preview().expect("a preview of a kept frame");
+    assert!(p.assembled && p.width * p.height == p.pixels.len());
+    assert!(p.pixels.iter().any(|v| v.is_nan()), "gaps are NaN");
+    assert!(p.pixels.iter().any(|v| v.is_finite() && *v > 1.0));
+    assert_eq!(st.preview.unwrap().frame, p.frame);
+}
+
 /// Starts `cfg`, lets 20 frames through, then asks for a stop.
 fn start_then_stop(svc: &Service, cfg: Config) {
     svc.configure(cfg).unwrap();

@@ -334,3 +334,98 @@ fn pedestal_tracking_keeps_the_device_copy_equal_to_the_host_one_without_reading
         .zip(&alone.pedestal[0])
         .all(|(x, y)| x.to_bits() == y.to_bits()));
 }
+
+/// A live view takes a frame now and then: a pipeline on the GPU with host pixels off
+/// downloads the pixels of the frames submitted wanting them and of no other, says which
+/// frames have them, and those equal the CPU pipeline's.
+#[test]
+fn only_frames_submitted_wanting_pixels_bring_them_back() {
+    use remora_daq::pipeline::{Outcome, Pipeline, PipelineConfig};
+    let Some(gpu) = own_gpu() else { return };
+    let mut cfg = SynthConfig::new(1).unwrap();
+    cfg.dark = DarkPattern::NONE;
+    let synth = Synth::new(cfg.clone()).unwrap();
+    let az = AzConfig {
+        bins: 100,
+        ..Default::default()
+    };
+    let pcfg = PipelineConfig {
+        integrate: Some((cfg.poni, az)),
+        ..Default::default()
+    };
+    let make = |e: Arc<dyn Engine>| {
+        Pipeline::new(e, synth.calibration(), synth.layout(), None, pcfg.clone()).unwrap()
+    };
+    let mut p = make(Arc::new(GpuEngine::on(gpu.clone())));
+    p.set_host_pixels(false);
+    p.set_depth(2);
+    let mut cpu = make(Arc::new(CpuEngine::new(2).unwrap()));
+    let raws: Vec<Vec<u16>> = (0..6).map(|n| synth.frame(n).raw).collect();
+    // Every slot the counted frames use made before counting: two without pixels in flight
+    // together, then one with them beside one without.
+    for (n, raw) in raws.iter().enumerate().take(3) {
+        p.submit_with_pixels(n as u64, raw, n == 2).unwrap();
+        if p.in_flight() == p.depth() {
+            p.collect().unwrap();
+        }
+    }
+    while p.collect().unwrap().is_some() {}
+
+    let want = [false, true, false, false, true, false];
+    let before = gpu.counters();
+    let mut got = Vec::new();
+    let mut take = |p: &mut Pipeline| {
+        let (n, o) = p.collect().unwrap().unwrap();
+        got.push((
+            n,
+            o,
+            p.has_pixels(),
+            p.energy().to_vec(),
+            p.image().to_vec(),
+        ));
+    };
+    for (n, raw) in raws.iter().enumerate() {
+        p.submit_with_pixels(n as u64, raw, want[n]).unwrap();
+        if p.in_flight() == p.depth() {
+            take(&mut p);
+        }
+    }
+    while p.in_flight() > 0 {
+        take(&mut p);
+    }
+    let d = gpu.counters().since(&before);
+
+    let pixels = (p.energy().len() + p.image().len()) as u64 * 4;
+    let mut asked = 0;
+    for (n, o, has, e, i) in &got {
+        let n = *n as usize;
+        assert_eq!(*has, want[n], "frame {n}");
+        asked += 16
+            + match o {
+                Outcome::Kept {
+                    sparse, profile, ..
+                } => (sparse.bytes() + 2) as u64 + profile.as_ref().map_or(0, |_| 100 * 40),
+                _ => 0,
+            };
+        cpu.process(n as u64, &raws[n]).unwrap();
+        assert!(cpu.has_pixels());
+        if want[n] {
+            asked += pixels;
+            assert!(e
+                .iter()
+                .zip(cpu.energy())
+                .all(|(x, y)| x.to_bits() == y.to_bits()));
+            assert!(i
+                .iter()
+                .zip(cpu.image())
+                .all(|(x, y)| x.to_bits() == y.to_bits()));
+        }
+    }
+    assert_eq!(got.len(), raws.len());
+    assert_eq!(d.objects(), 0, "{d:?}");
+    assert!(d.d2h_bytes >= 2 * pixels, "{d:?}");
+    assert!(
+        d.d2h_bytes as f64 <= asked as f64 * 1.05,
+        "{d:?} for {asked}"
+    );
+}

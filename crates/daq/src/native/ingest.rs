@@ -347,7 +347,8 @@ fn process(
         let n = job.frame - 1;
         let raw = cfg.output.raw.then(|| job.words.to_vec());
         if cfg.pipeline.process {
-            if let Err(e) = pipeline.submit(n, &job.words) {
+            let preview = tap.is_some_and(|t| t.preview_due());
+            if let Err(e) = pipeline.submit_with_pixels(n, &job.words, preview) {
                 let _ = tx.send(Msg::Failed(e));
                 return;
             }

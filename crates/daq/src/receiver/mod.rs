@@ -104,9 +104,10 @@ impl Receiver {
                 format!("{}; pedestal from {source}", setup.calibration_source);
         }
         let tap = hooks.tap;
-        // Converted frames and images come back from a device engine only when something reads
-        // them: the writer's image datasets or the live view's preview.
-        let host_pixels = cfg.output.images || tap.is_some();
+        // Converted frames and images come back from a device engine for every frame only when
+        // the writer keeps images; the live view's preview asks for the frames it takes, a few
+        // a second, as it submits them (`Pipeline::submit_with_pixels`).
+        let host_pixels = cfg.output.images;
         // Built (and, with no engine configured, the engine chosen by measuring) before the
         // control address opens: the integration matrix takes a while, and the modules start
         // sending as soon as they are connected.

@@ -30,7 +30,7 @@ pub(crate) fn offer_preview(
     o: &Option<Outcome>,
 ) {
     let Some(tap) = tap else { return };
-    if matches!(o, Some(Outcome::Kept { .. })) && tap.preview_due() {
+    if matches!(o, Some(Outcome::Kept { .. })) && p.has_pixels() && tap.preview_due() {
         let (pixels, width, height, assembled) = p.take_preview(tap.take_buffer());
         tap.offer_preview(Preview {
             frame,
@@ -58,8 +58,11 @@ pub(crate) fn leave_pedestal(tap: Option<&Tap>, cfg: &Config, receiver: usize, p
 
 /// The assembled image of a kept frame, if the output wants images.
 pub(crate) fn kept_image(cfg: &Config, p: &Pipeline, o: &Option<Outcome>) -> Option<Vec<f32>> {
-    (cfg.output.images && matches!(o, Some(Outcome::Kept { .. })) && !p.image().is_empty())
-        .then(|| p.image().to_vec())
+    (cfg.output.images
+        && matches!(o, Some(Outcome::Kept { .. }))
+        && p.has_pixels()
+        && !p.image().is_empty())
+    .then(|| p.image().to_vec())
 }
 
 /// The scheduler and the queue pairs it listens to, shared by the receive thread (which drains
@@ -324,7 +327,8 @@ impl Worker {
                     continue;
                 }
                 if process {
-                    if let Err(e) = self.pipeline.submit(g, input) {
+                    let preview = ctx.tap.is_some_and(|t| t.preview_due());
+                    if let Err(e) = self.pipeline.submit_with_pixels(g, input, preview) {
                         let _ = tx.send(Msg::Failed(e));
                         return;
                     }

@@ -44,11 +44,13 @@ impl Resident {
         self.generation
     }
 
-    /// A free slot built for `key`; slots of other keys are dropped (a new layout or plan
-    /// replaces them for good).
+    /// A free slot built for `key`. Slots of another plan are dropped (a new layout or plan
+    /// replaces them for good); those of the same plan with or without host pixels are kept,
+    /// since a live view asks for pixels now and then between frames without them.
     pub(crate) fn take_slot(&mut self, key: &SlotKey) -> Option<FrameSlot> {
-        self.free.retain(|s| &s.key == key);
-        self.free.pop()
+        self.free.retain(|s| s.key.same_plan(key));
+        let i = self.free.iter().rposition(|s| &s.key == key)?;
+        Some(self.free.remove(i))
     }
 
     /// The dark-frame slot made for `key`, if it is the one kept.

@@ -37,6 +37,15 @@ impl SlotKey {
         self.timestamps
     }
 
+    /// The same plan, whether or not the host pixels come back.
+    pub(crate) fn same_plan(&self, other: &SlotKey) -> bool {
+        let with = |k: &SlotKey| SlotKey {
+            host_pixels: false,
+            ..k.clone()
+        };
+        with(self) == with(other)
+    }
+
     pub(crate) fn new(generation: u64, plan: &FramePlan<'_>, timestamps: bool) -> Self {
         Self {
             generation,
