@@ -240,7 +240,17 @@ impl Readback {
     }
 
     /// Waits for the submission and returns each range's bytes, in the order asked.
-    pub fn wait(mut self, gpu: &Gpu) -> Result<Vec<ReadBytes>, GpuError> {
+    pub fn wait(self, gpu: &Gpu) -> Result<Vec<ReadBytes>, GpuError> {
+        let mut out = Vec::with_capacity(self.stage.len());
+        self.wait_with(gpu, |_, bytes| out.push(ReadBytes::new(bytes)))?;
+        Ok(out)
+    }
+
+    /// Waits for the submission and hands each range's mapped bytes to `f` with its index, in
+    /// the order asked, instead of copying them out first: a caller that puts them in place
+    /// (a converted frame into its own buffer, say) reads them once. When mapping a range
+    /// fails, `f` has seen the ranges before it and the error is returned.
+    pub fn wait_with(mut self, gpu: &Gpu, mut f: impl FnMut(usize, &[u8])) -> Result<(), GpuError> {
         gpu.device
             .poll(wgpu::PollType::Wait {
                 submission_index: Some(self.index.clone()),
@@ -257,14 +267,13 @@ impl Readback {
                 Err(_) => return Err(GpuError::Transfer("readback never mapped".into())),
             }
         }
-        let mut out = Vec::with_capacity(self.stage.len());
         let mut failed = None;
-        for (s, len) in std::mem::take(&mut self.stage) {
+        for (i, (s, len)) in std::mem::take(&mut self.stage).into_iter().enumerate() {
             let len4 = len.next_multiple_of(4).max(4);
             if failed.is_none() {
                 match s.slice(0..len4).get_mapped_range() {
                     Ok(view) => {
-                        out.push(ReadBytes::new(&view[..len as usize]));
+                        f(i, &view[..len as usize]);
                         drop(view);
                         s.unmap();
                         continue;
@@ -274,10 +283,10 @@ impl Readback {
             }
             s.discard();
         }
-        if let Some(e) = failed {
-            return Err(e);
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
-        Ok(out)
     }
 }
 

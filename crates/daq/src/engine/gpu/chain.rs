@@ -7,7 +7,7 @@ use remora_accel::gpu::{wgpu, ReadBytes, Readback};
 use super::slot::{FrameSlot, SlotKey};
 use super::{gpu_err, stats_of, GpuEngine};
 use crate::calib::ConvTables;
-use crate::engine::{process_stepwise, FrameOut, FramePlan};
+use crate::engine::{process_stepwise, ConvStats, FrameOut, FramePlan};
 use crate::sparse::SparseFrame;
 use crate::Result;
 
@@ -154,24 +154,47 @@ pub(super) fn finish(
         }
     }
     let index = back.submission();
-    let back = back.wait(gpu).map_err(gpu_err)?;
-    let stats = stats_of(&back[0]);
-    let mut at = 1;
-    if plan.host_pixels {
-        for (band, b) in slot.bands.iter().zip(&back[at..]) {
-            energy[band].copy_from_slice(b.floats());
-        }
-        at += slot.bands.len();
-    }
-    let images = if plan.host_pixels {
-        let n = slot.img_bands.as_ref().map_or(0, |b| b.len());
-        at += n;
-        &back[at - n..at]
+    // The ranges come in the order `begin` asked for them: the counts, then (with host pixels)
+    // the converted bands and the image bands, then the timestamps. Pixels go from the mapped
+    // ranges straight into the caller's buffers, the image only for a kept frame (a rejected
+    // one is not assembled), as the host engines leave them.
+    let bands: Vec<_> = slot.bands.iter().collect();
+    let img_bands: Vec<_> = slot
+        .img_bands
+        .as_ref()
+        .map_or(Vec::new(), |b| b.iter().collect());
+    let (n_e, n_i) = if plan.host_pixels {
+        (bands.len(), img_bands.len())
     } else {
-        &[]
+        (0, 0)
     };
+    let mut stats = ConvStats::default();
+    let mut ticks = Vec::new();
+    let mut sizes_ok = true;
+    back.wait_with(gpu, |i, bytes| {
+        if i == 0 {
+            stats = stats_of(bytes);
+        } else if i <= n_e {
+            sizes_ok &= put_floats(&mut energy[bands[i - 1].clone()], bytes);
+        } else if i <= n_e + n_i {
+            if stats.above >= plan.veto_min {
+                sizes_ok &= put_floats(&mut image[img_bands[i - 1 - n_e].clone()], bytes);
+            }
+        } else {
+            ticks = bytes
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+        }
+    })
+    .map_err(gpu_err)?;
+    if !sizes_ok {
+        return Err(crate::DaqError::Acquisition(
+            "gpu-wgpu: a read-back band does not match its buffer".into(),
+        ));
+    }
     if let Some(s) = &slot.stamps {
-        e.record_times(&s.names, back[at].words());
+        e.record_times(&s.names, &ticks);
     }
     if stats.above < plan.veto_min {
         e.put_slot(slot);
@@ -220,11 +243,6 @@ pub(super) fn finish(
         }
         _ => None,
     };
-    if let Some(ib) = &slot.img_bands {
-        for (band, b) in ib.iter().zip(images) {
-            image[band].copy_from_slice(b.floats());
-        }
-    }
     e.put_slot(slot);
     Ok(FrameOut {
         stats,
@@ -251,4 +269,20 @@ fn extend_le<T: bytemuck::Pod, const N: usize>(
             .chunks_exact(N)
             .map(|c| from_le(c.try_into().unwrap_or([0; N]))),
     );
+}
+
+/// Copies little-endian `f32` bytes into `dst`; false when the lengths differ.
+fn put_floats(dst: &mut [f32], bytes: &[u8]) -> bool {
+    let d = bytemuck::cast_slice_mut::<f32, u8>(dst);
+    if d.len() != bytes.len() {
+        return false;
+    }
+    if cfg!(target_endian = "little") {
+        d.copy_from_slice(bytes);
+    } else {
+        for (x, b) in dst.iter_mut().zip(bytes.chunks_exact(4)) {
+            *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+    }
+    true
 }

@@ -240,13 +240,18 @@ fn f32_bits(x: f32) -> u32 {
     x.to_bits()
 }
 
-fn stats_of(back: &ReadBytes) -> ConvStats {
-    let w = back.words();
+/// The four counts the conversion leaves (16 bytes, little-endian `u32`s; missing ones read 0).
+fn stats_of(back: &[u8]) -> ConvStats {
+    let w = |k: usize| {
+        back.get(4 * k..4 * k + 4).map_or(0, |b| {
+            u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        })
+    };
     ConvStats {
-        above: u64::from(w[0]),
-        saturated: u64::from(w[1]),
-        errors: u64::from(w[2]),
-        invalid_gain: u64::from(w[3]),
+        above: w(0),
+        saturated: w(1),
+        errors: w(2),
+        invalid_gain: w(3),
     }
 }
 
