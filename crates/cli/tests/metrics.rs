@@ -33,7 +33,12 @@ fn kv_serve_metrics_count_a_set_and_gets_under_memcached_exporters_names() {
         "{}",
         r.content_type
     );
-    let m = scrape_until(maddr, None, |m| m.get(get_hit) == Some(&1.0));
+    // The server counts its written bytes once the write call returns, which can be after the
+    // client has read the reply: wait for that count too.
+    let written = "memcached_written_bytes_total";
+    let m = scrape_until(maddr, None, |m| {
+        m.get(get_hit) == Some(&1.0) && m.get(written).is_some_and(|&v| v >= out.len() as f64)
+    });
     assert_eq!(value(&m, "memcached_up"), 1.0);
     assert_eq!(value(&m, get_hit), 1.0);
     let miss = "memcached_commands_total{command=\"get\",status=\"miss\"}";
@@ -45,7 +50,7 @@ fn kv_serve_metrics_count_a_set_and_gets_under_memcached_exporters_names() {
     assert!(value(&m, "memcached_current_connections") >= 1.0);
     assert!(value(&m, "memcached_connections_total") >= 1.0);
     assert!(value(&m, "memcached_read_bytes_total") >= script.len() as f64);
-    assert!(value(&m, "memcached_written_bytes_total") >= out.len() as f64);
+    assert!(value(&m, written) >= out.len() as f64);
     assert!(value(&m, "memcached_current_bytes") > 0.0);
     assert_eq!(value(&m, "memcached_limit_bytes"), (64u64 << 20) as f64);
     assert_eq!(value(&m, "memcached_max_connections"), 1024.0);
