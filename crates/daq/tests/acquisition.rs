@@ -99,12 +99,7 @@ fn shm_unpaced_short_run_loses_no_marker_when_the_emulator_leaves_at_once() {
 #[test]
 fn shm_acquisition_on_the_gpu_engine_equals_the_direct_pipeline() {
     let _one = one_at_a_time();
-    if let Err(e) = remora_daq::engine::GpuEngine::new() {
-        assert!(
-            std::env::var_os("REMORA_GPU").is_none(),
-            "REMORA_GPU is set but there is no GPU engine: {e}"
-        );
-        eprintln!("skipped: {e}");
+    if !gpu_engine_or_skip() {
         return;
     }
     // Frames in flight (3 by default), and one at a time with dark frames and images, whose

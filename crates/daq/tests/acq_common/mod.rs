@@ -135,3 +135,19 @@ pub fn with(extra: &str) -> Config {
     }
     cfg
 }
+
+/// Whether the GPU engine can run here; `false` (skip the test) only where `REMORA_GPU` is
+/// unset, since a machine that names a GPU must have one.
+pub fn gpu_engine_or_skip() -> bool {
+    match remora_daq::engine::GpuEngine::new() {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(
+                std::env::var_os("REMORA_GPU").is_none(),
+                "REMORA_GPU is set but there is no GPU engine: {e}"
+            );
+            eprintln!("skipped: {e}");
+            false
+        }
+    }
+}
