@@ -352,15 +352,12 @@ impl Pipeline {
             return Ok(None);
         };
         // Host engines always leave the pixels in the buffers; a dark frame writes none.
-        self.last_pixels = match &s {
-            Submitted::Done(o) => !matches!(o, Outcome::Dark),
-            Submitted::Batched(..) => true,
-            Submitted::Queued(_) => false,
-            #[cfg(feature = "gpu")]
-            Submitted::Flight(_, pixels) => *pixels,
-        };
+        self.last_pixels = true;
         match s {
-            Submitted::Done(o) => Ok(Some((n, o))),
+            Submitted::Done(o) => {
+                self.last_pixels = !matches!(o, Outcome::Dark);
+                Ok(Some((n, o)))
+            }
             Submitted::Batched(o, (e, i)) => {
                 // The frame's pixels become the pipeline's; its old buffers serve a later batch.
                 let old_e = std::mem::replace(&mut self.energy, e);
@@ -371,6 +368,7 @@ impl Pipeline {
             Submitted::Queued(_) => unreachable!("a batch ran above"),
             #[cfg(feature = "gpu")]
             Submitted::Flight(f, pixels) => {
+                self.last_pixels = pixels;
                 let plan = frame_plan(
                     &self.cfg,
                     (self.rows, self.cols),

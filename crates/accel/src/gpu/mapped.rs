@@ -134,9 +134,6 @@ impl Gpu {
         len: u64,
         after: &wgpu::SubmissionIndex,
     ) -> Result<ReadBytes, GpuError> {
-        if len == 0 {
-            return Ok(ReadBytes::default());
-        }
         self.read_mapped_with(buf, len, after, ReadBytes::new)
     }
 

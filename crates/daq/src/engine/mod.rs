@@ -20,7 +20,6 @@ use crate::{DaqError, Result};
 
 pub mod calibrate;
 mod cpu;
-mod csr;
 #[cfg(feature = "gpu")]
 mod gpu;
 mod kernels;

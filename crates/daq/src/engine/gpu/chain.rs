@@ -175,16 +175,14 @@ pub(super) fn finish(
         if i == 0 {
             stats = stats_of(bytes);
         } else if i <= n_e {
-            sizes_ok &= put_floats(&mut energy[bands[i - 1].clone()], bytes);
+            sizes_ok &= copy_le(&mut energy[bands[i - 1].clone()], bytes, f32::from_le_bytes);
         } else if i <= n_e + n_i {
             if stats.above >= plan.veto_min {
-                sizes_ok &= put_floats(&mut image[img_bands[i - 1 - n_e].clone()], bytes);
+                let band = img_bands[i - 1 - n_e].clone();
+                sizes_ok &= copy_le(&mut image[band], bytes, f32::from_le_bytes);
             }
         } else {
-            ticks = bytes
-                .chunks_exact(4)
-                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
+            extend_le(&mut ticks, bytes, u32::from_le_bytes);
         }
     })
     .map_err(gpu_err)?;
@@ -250,38 +248,47 @@ pub(super) fn finish(
     })
 }
 
-/// Appends the little-endian elements of `bytes` to `out`: one copy where the host is
-/// little-endian and the bytes are aligned for `T` (mapped ranges are), element by element
-/// otherwise.
+/// `bytes` as little-endian `T`s: the device's layout. Where the host is little-endian too and
+/// the bytes are aligned for `T` (mapped ranges are), they are `T`s as they lie.
+fn as_le<T: bytemuck::Pod>(bytes: &[u8]) -> Option<&[T]> {
+    if cfg!(target_endian = "little") {
+        bytemuck::try_cast_slice(bytes).ok()
+    } else {
+        None
+    }
+}
+
+/// Appends the little-endian elements of `bytes` to `out` (one copy where [`as_le`] allows).
 fn extend_le<T: bytemuck::Pod, const N: usize>(
     out: &mut Vec<T>,
     bytes: &[u8],
     from_le: fn([u8; N]) -> T,
 ) {
-    if cfg!(target_endian = "little") {
-        if let Ok(v) = bytemuck::try_cast_slice::<u8, T>(bytes) {
-            out.extend_from_slice(v);
-            return;
-        }
+    match as_le(bytes) {
+        Some(v) => out.extend_from_slice(v),
+        None => out.extend(
+            bytes
+                .chunks_exact(N)
+                .map(|c| from_le(c.try_into().unwrap_or([0; N]))),
+        ),
     }
-    out.extend(
-        bytes
-            .chunks_exact(N)
-            .map(|c| from_le(c.try_into().unwrap_or([0; N]))),
-    );
 }
 
-/// Copies little-endian `f32` bytes into `dst`; false when the lengths differ.
-fn put_floats(dst: &mut [f32], bytes: &[u8]) -> bool {
-    let d = bytemuck::cast_slice_mut::<f32, u8>(dst);
-    if d.len() != bytes.len() {
+/// Copies the little-endian elements of `bytes` into `dst`; false when the lengths differ.
+fn copy_le<T: bytemuck::Pod, const N: usize>(
+    dst: &mut [T],
+    bytes: &[u8],
+    from_le: fn([u8; N]) -> T,
+) -> bool {
+    if std::mem::size_of_val(dst) != bytes.len() {
         return false;
     }
-    if cfg!(target_endian = "little") {
-        d.copy_from_slice(bytes);
-    } else {
-        for (x, b) in dst.iter_mut().zip(bytes.chunks_exact(4)) {
-            *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    match as_le(bytes) {
+        Some(v) => dst.copy_from_slice(v),
+        None => {
+            for (x, c) in dst.iter_mut().zip(bytes.chunks_exact(N)) {
+                *x = from_le(c.try_into().unwrap_or([0; N]));
+            }
         }
     }
     true

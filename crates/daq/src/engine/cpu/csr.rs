@@ -14,7 +14,8 @@ use rayon::prelude::*;
 use remora_accel::simd::Level;
 use remora_accel::CpuPool;
 
-use super::kernels;
+use super::dispatch as kernel;
+use crate::engine::kernels;
 use crate::sparse::SparseFrame;
 use crate::{DaqError, Result};
 
@@ -44,7 +45,7 @@ pub(super) fn compress(
     let counts: Vec<usize> = pool.install(|| {
         spans
             .par_iter()
-            .map(|&s| dispatch::count(level, pixels(s), t) as usize)
+            .map(|&s| kernel::count(level, pixels(s), t) as usize)
             .collect()
     });
     let nnz: usize = counts.iter().sum();
@@ -111,19 +112,10 @@ fn fill(level: Level, cols: usize, t: f32, s: Share<'_>) -> Option<()> {
     (n == s.col.len()).then_some(())
 }
 
-/// Picks the AVX2 copy of a kernel when the CPU has it.
+/// Picks the hand-written AVX2 fill when the CPU has it (the other kernels' copies are in the
+/// engine's `dispatch`).
 mod dispatch {
     use super::*;
-
-    pub(super) fn count(level: Level, d: &[f32], t: f32) -> u64 {
-        #[cfg(target_arch = "x86_64")]
-        if level == Level::Avx2 {
-            // SAFETY: `Level::Avx2` comes from runtime detection, so the CPU has AVX2.
-            return unsafe { avx2::count(d, t) };
-        }
-        let _ = level;
-        kernels::count_above(d, t)
-    }
 
     pub(super) fn fill_row(
         level: Level,
@@ -135,7 +127,7 @@ mod dispatch {
     ) -> Option<usize> {
         #[cfg(target_arch = "x86_64")]
         if level == Level::Avx2 {
-            // SAFETY: as above.
+            // SAFETY: `Level::Avx2` comes from runtime detection, so the CPU has AVX2.
             return unsafe { avx2::fill_row(row, t, col, val, n) };
         }
         let _ = level;
@@ -148,7 +140,7 @@ mod avx2 {
     use std::arch::x86_64::*;
     use std::mem::MaybeUninit;
 
-    use super::kernels;
+    use crate::engine::kernels;
 
     /// For each 8-bit mask, the positions of its set bits in order (the rest 0): the
     /// permutation that moves the kept lanes of 8 pixels to the front.
@@ -168,11 +160,6 @@ mod avx2 {
         }
         table
     };
-
-    #[target_feature(enable = "avx2")]
-    pub(super) fn count(d: &[f32], t: f32) -> u64 {
-        kernels::count_above(d, t)
-    }
 
     /// `kernels::fill_row` 8 pixels at a time: each step stores 8 values and 8 columns at slot
     /// `n` and advances `n` by the number kept, so a step needs 8 free slots. Near the share's

@@ -1,5 +1,7 @@
 //! The `cpu-simd` engine: the kernels of `kernels.rs` run in chunks on a sized thread pool,
-//! each compiled twice (baseline and AVX2) and picked at run time.
+//! each compiled twice (baseline and AVX2) and picked at run time; CSR compression in `csr`.
+mod csr;
+
 use rayon::prelude::*;
 use remora_accel::simd::Level;
 use remora_accel::{BackendInfo, CpuPool};
@@ -187,7 +189,7 @@ impl Engine for CpuEngine {
         threshold: f32,
     ) -> Result<SparseFrame> {
         super::check_compress(frame, rows, cols)?;
-        super::csr::compress(&self.pool, self.level, frame, rows, cols, threshold)
+        csr::compress(&self.pool, self.level, frame, rows, cols, threshold)
     }
 
     fn integrate(&self, m: &AzMatrix, image: &[f32]) -> Result<Profile> {
