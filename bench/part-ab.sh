@@ -30,7 +30,9 @@ keys = ["transfer_only_us", "touch_not_present_us", "pia_us", "pia_nto_us", "pia
         "pio_us", "pio_over_pia", "pia_over_touch_not_present",
         "pia_to100_over_touch_not_present", "pia_nto_over_to100"]
 model = ["wave_us", "paper_nto_us", "transfer_cpu_us", "page_in_us", "page_in_cpu_us",
-         "round_trip_us"]
+         "round_trip_us", "transfer_receive_cpu_us", "shared_core_us",
+         "pia_to100_receive_and_page_in_cpu_us"]
+by_thread = ["transfer_cpu_us_by_thread", "pia_to100_cpu_us_by_thread"]
 def spread(v):
     return f"{statistics.median(v):12.2f} ({min(v):.2f}..{max(v):.2f})"
 for name, what in [("before", "BEFORE"), ("after", "AFTER"), ("paper", "AFTER --reorder 0")]:
@@ -43,7 +45,14 @@ for name, what in [("before", "BEFORE"), ("after", "AFTER"), ("paper", "AFTER --
         if v:
             print(f"  {k:<36} {spread(v)}")
     for k in model:
-        v = [r["model"][k] for r in runs if isinstance(r.get("model"), dict)]
+        v = [r["model"][k] for r in runs
+             if isinstance(r.get("model"), dict) and r["model"].get(k) is not None]
         if v:
             print(f"  model {k:<30} {spread(v)}")
+    # CPU per thread role (builds that report it): who ran out of core.
+    for k in by_thread:
+        rows = [r["model"][k] for r in runs
+                if isinstance(r.get("model"), dict) and isinstance(r["model"].get(k), dict)]
+        for role in sorted(rows[0]) if rows else []:
+            print(f"  {k[:-10] + ' ' + role:<42} {spread([x[role] for x in rows])}")
 PY

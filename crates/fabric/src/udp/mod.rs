@@ -16,7 +16,9 @@
 //! waits on one of the device's queue pairs: it sleeps on the receive socket itself, so a
 //! message costs no wake-up of a second thread. The device's page-in worker makes the pages
 //! PART asks for resident (batching what is queued per wake-up) and sends the ERR, so that a
-//! page fault on one queue pair never stalls the receive path the others share.
+//! page fault on one queue pair never stalls the receive path the others share. Thread names:
+//! `remora-rx-PORT` and `remora-pi-PORT` (the device's port; both fit the kernel's 15 bytes, so
+//! `top -H` and the benchmark's per-thread CPU can tell devices apart).
 //!
 //! Connection setup's udp part (the listener's devices, the port a hello advertises, the order
 //! of the exchange) is in [`setup`], so that `conn.rs` asks this transport rather than knows it.
@@ -160,7 +162,7 @@ impl Device {
         });
         let weak = Arc::downgrade(&dev);
         std::thread::Builder::new()
-            .name(format!("remora-pagein-{}", local.port()))
+            .name(format!("remora-pi-{}", local.port()))
             .spawn(move || page_in_worker(weak, jobs))
             .map_err(io_err("spawning the page-in worker"))?;
         let thread = match mode {
@@ -169,7 +171,7 @@ impl Device {
                 let d = dev.clone();
                 Some(
                     std::thread::Builder::new()
-                        .name(format!("remora-udp-{}", local.port()))
+                        .name(format!("remora-rx-{}", local.port()))
                         .spawn(move || d.run())
                         .map_err(io_err("spawning the receive thread"))?,
                 )

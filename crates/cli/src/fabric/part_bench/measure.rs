@@ -8,6 +8,7 @@ use remora_fabric::{PartConfig, QpOptions, Stats};
 use serde_json::{json, Value};
 
 use super::setup::Setup;
+use super::threads::{ByRole, Snapshot};
 
 /// Median, min and p99 of one cell, in microseconds, the median CPU time the process used
 /// meanwhile (every thread: both ends, the page-in worker), and what the engines counted.
@@ -18,6 +19,8 @@ pub(super) struct Cell {
     pub(super) min: f64,
     pub(super) p99: f64,
     pub(super) cpu: f64,
+    /// Median CPU time of each thread role (where the kernel has per-thread schedstat).
+    pub(super) threads: Option<ByRole>,
     pub(super) per: Option<PerTransfer>,
 }
 
@@ -53,6 +56,7 @@ impl Cell {
             min: us[0],
             p99: us[((0.99 * n as f64).ceil() as usize).clamp(1, n) - 1],
             cpu: f64::NAN,
+            threads: None,
             per: None,
         }
     }
@@ -60,6 +64,9 @@ impl Cell {
     pub(super) fn json(&self) -> Value {
         let mut v = json!({"n": self.n, "median_us": self.median, "min_us": self.min,
             "p99_us": self.p99, "cpu_us": (!self.cpu.is_nan()).then_some(self.cpu)});
+        if let Some(t) = &self.threads {
+            v["cpu_us_by_thread"] = t.json();
+        }
         if let Some(p) = &self.per {
             v["per_transfer"] = p.json();
         }
@@ -155,6 +162,14 @@ impl PerTransfer {
     }
 }
 
+/// One timed run of a job.
+struct Run {
+    took: Duration,
+    cpu: Duration,
+    threads: Option<ByRole>,
+    per: PerTransfer,
+}
+
 /// The benchmark's settings and its progress bar.
 pub(super) struct Bench {
     /// Requester window (packets in flight).
@@ -191,21 +206,29 @@ impl<'a> Job<'a> {
         }
     }
 
-    /// Runs it once; returns the timed part, the process's CPU time during it and the engine
-    /// counters it caused.
-    fn run(&mut self) -> Result<(Duration, Duration, PerTransfer)> {
+    /// Runs it once; returns the timed part, the process's CPU time during it (in all and
+    /// per thread role) and the engine counters it caused.
+    fn run(&mut self) -> Result<Run> {
         let before = self.setup.map(Setup::stats);
         (self.prep)().with_context(|| format!("{}: setting up", self.what))?;
+        let threads = Snapshot::take();
         let cpu = process_cpu();
         let t = Instant::now();
         (self.timed)().with_context(|| self.what.clone())?;
         let took = t.elapsed();
         let cpu = process_cpu().saturating_sub(cpu);
+        let roles = self.setup.map(Setup::roles).unwrap_or_default();
+        let threads = Snapshot::take().since(&threads, &roles);
         let per = match (before, self.setup.map(Setup::stats)) {
             (Some(b), Some(a)) => PerTransfer::between(b, a, 1),
             _ => PerTransfer::default(),
         };
-        Ok((took, cpu, per))
+        Ok(Run {
+            took,
+            cpu,
+            threads,
+            per,
+        })
     }
 }
 
@@ -239,12 +262,13 @@ impl Bench {
         let n = jobs.len();
         let mut us: Vec<Vec<f64>> = vec![Vec::with_capacity(self.iters); n];
         let mut cpu: Vec<Vec<f64>> = vec![Vec::with_capacity(self.iters); n];
+        let mut threads: Vec<Vec<ByRole>> = vec![Vec::with_capacity(self.iters); n];
         let mut spent = vec![Duration::ZERO; n];
         let mut per = vec![PerTransfer::default(); n];
         let mut done = vec![false; n];
         for (i, j) in jobs.iter_mut().enumerate() {
             let t = Instant::now();
-            per[i].add(&j.run()?.2);
+            per[i].add(&j.run()?.per);
             spent[i] += t.elapsed();
         }
         while done.iter().any(|d| !d) {
@@ -256,11 +280,12 @@ impl Bench {
                     b.set_message(j.what.clone());
                 }
                 let t = Instant::now();
-                let (took, c, p) = j.run()?;
+                let r = j.run()?;
                 spent[i] += t.elapsed();
-                us[i].push(took.as_secs_f64() * 1e6);
-                cpu[i].push(c.as_secs_f64() * 1e6);
-                per[i].add(&p);
+                us[i].push(r.took.as_secs_f64() * 1e6);
+                cpu[i].push(r.cpu.as_secs_f64() * 1e6);
+                threads[i].extend(r.threads);
+                per[i].add(&r.per);
                 let k = us[i].len();
                 if k >= self.iters || (k >= self.min_iters && spent[i] >= self.cell) {
                     done[i] = true;
@@ -275,9 +300,19 @@ impl Bench {
             .zip(per)
             .zip(&jobs)
             .zip(cpu)
-            .map(|(((us, p), j), mut cpu)| {
+            .zip(threads)
+            .map(|((((us, p), j), mut cpu), threads)| {
                 let mut c = Cell::of(us);
                 c.cpu = median(&mut cpu);
+                // Each role's own median (only where every run could read the threads).
+                if !threads.is_empty() && threads.len() == c.n {
+                    let mut by = ByRole::default();
+                    for (k, v) in by.0.iter_mut().enumerate() {
+                        let mut col: Vec<f64> = threads.iter().map(|t| t.0[k]).collect();
+                        *v = median(&mut col);
+                    }
+                    c.threads = Some(by);
+                }
                 if j.setup.is_some() {
                     c.per = Some(p.scaled(1.0 / (c.n + 1) as f64));
                 }

@@ -26,6 +26,7 @@ mod hol;
 mod measure;
 mod setup;
 mod sweeps;
+mod threads;
 
 use hol::hol;
 use measure::{Bench, Cell};
@@ -34,6 +35,7 @@ use sweeps::{
     frequency_sweep, latency_table, one_fault, timeout_sweep, FreqRow, TimeoutRow, FRACTIONS,
     TIMEOUTS_US,
 };
+use threads::Role;
 
 /// Arguments of `remora bench part`.
 #[derive(Args, Clone, Debug)]
@@ -252,6 +254,10 @@ impl Report {
     /// one 4 KiB WRITE (r, a round trip and a packet) and the cores the process may use.
     /// - the wave: max(T, r + P, (CPU of T + CPU of P) / cores): the transfer rides behind the
     ///   page-in, unless the page-in is slower, or both together need more CPU than there is;
+    ///   on fewer than 3 cores also R + P, where R is the responder's device thread's CPU in
+    ///   the transfer alone: the sender's thread holds a core for most of the transfer, so the
+    ///   receive thread and the page-in worker take turns on the other (what to expect, not a
+    ///   bound: the scheduler can lend them the sender's idle moments);
     /// - the paper's NTO (no window): r + P + T: the page-in, the ERR, then the whole transfer;
     /// - touching first: touch alone + the transfer into present pages.
     fn model(&self) -> Value {
@@ -264,13 +270,26 @@ impl Report {
             .unwrap_or(f64::NAN);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         let cpu = (t.cpu + p.cpu) / cores;
+        let receive = t.threads.map(|b| b.get(Role::ResponderDevice));
+        let shared = match receive {
+            Some(rx) if cores < 3.0 => rx + p.cpu,
+            _ => f64::NAN,
+        };
         let (wave, bound) = [
             (t.median, "transfer"),
             (r + p.median, "page-in"),
             (cpu, "cpu"),
+            (shared, "shared-core"),
         ]
         .into_iter()
         .fold((f64::MIN, ""), |a, b| if b.0 > a.0 { b } else { a });
+        // What the wave's own threads used (PIA, fault timeout 100 µs): the receive thread
+        // and the page-in worker, which share a core on two.
+        let by = |c: Option<Cell>| c.and_then(|c| c.threads).map(|b| b.json());
+        let in_wave = self.timeout_at_max(PageInPolicy::Pia, Some(100));
+        let shared_in_wave = in_wave
+            .and_then(|c| c.threads)
+            .map(|b| b.get(Role::ResponderDevice) + b.get(Role::PageIn));
         let touch = self
             .at_max("touch_alone")
             .zip(self.at_max("touch_present"))
@@ -282,8 +301,13 @@ impl Report {
             "transfer_cpu_us": t.cpu,
             "page_in_us": p.median,
             "page_in_cpu_us": p.cpu,
+            "transfer_receive_cpu_us": receive,
+            "shared_core_us": (!shared.is_nan()).then_some(shared),
             "wave_us": wave,
             "wave_bound": bound,
+            "transfer_cpu_us_by_thread": by(Some(t)),
+            "pia_to100_cpu_us_by_thread": by(in_wave),
+            "pia_to100_receive_and_page_in_cpu_us": shared_in_wave,
             "paper_nto_us": r + p.median + t.median,
             "touch_not_present_us": touch,
         })
@@ -488,6 +512,34 @@ impl Report {
             f("touch_not_present_us"),
             hl["touch_not_present_us"].as_f64().unwrap_or(f64::NAN),
         );
+        if !f("shared_core_us").is_nan() {
+            println!(
+                " on {} cores the receive thread ({:.0} µs of CPU in the transfer alone) and the \
+                 page-in worker ({:.0}) share the core the sender leaves: {:.0} µs; in PIA TO \
+                 100 µs they used {:.0} µs",
+                f("cores"),
+                f("transfer_receive_cpu_us"),
+                f("page_in_cpu_us"),
+                f("shared_core_us"),
+                f("pia_to100_receive_and_page_in_cpu_us"),
+            );
+        }
+        for (what, k) in [
+            ("transfer only", "transfer_cpu_us_by_thread"),
+            ("PIA TO 100 µs", "pia_to100_cpu_us_by_thread"),
+        ] {
+            if let Some(o) = md[k].as_object() {
+                let parts: Vec<String> = o
+                    .iter()
+                    .map(|(r, v)| format!("{r} {:.0}", v.as_f64().unwrap_or(f64::NAN)))
+                    .collect();
+                println!(
+                    " CPU µs by thread at {}, {what}: {}",
+                    human(self.sizes.last().copied().unwrap_or(0)),
+                    parts.join(", ")
+                );
+            }
+        }
     }
 }
 

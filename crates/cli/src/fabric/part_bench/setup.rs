@@ -180,6 +180,16 @@ impl Setup {
         Ok(self.dst.evict(0, size)?)
     }
 
+    /// The names of both ends' device threads, to tell their CPU time apart.
+    pub(super) fn roles(&self) -> super::threads::Roles {
+        let name =
+            |q: &remora_fabric::Qp| q.udp_device().map(|a| format!("remora-rx-{}", a.port()));
+        super::threads::Roles {
+            requester: name(&self.pair.req),
+            responder: name(&self.pair.resp),
+        }
+    }
+
     /// Both ends' counters: (responder, requester).
     pub(super) fn stats(&self) -> (Stats, Stats) {
         (self.pair.resp.stats().engine, self.pair.req.stats().engine)
