@@ -30,7 +30,8 @@ keys = ["transfer_only_us", "touch_not_present_us", "pia_us", "pia_nto_us", "pia
         "pio_us", "pio_over_pia", "pia_over_touch_not_present",
         "pia_to100_over_touch_not_present", "pia_nto_over_to100"]
 model = ["wave_us", "paper_nto_us", "transfer_cpu_us", "page_in_us", "page_in_cpu_us",
-         "round_trip_us", "transfer_receive_cpu_us", "shared_core_us",
+         "round_trip_us", "page_in_elsewhere_us", "page_in_elsewhere_cpu_us",
+         "transfer_receive_cpu_us", "shared_core_us",
          "pia_to100_receive_and_page_in_cpu_us"]
 by_thread = ["transfer_cpu_us_by_thread", "pia_to100_cpu_us_by_thread"]
 def spread(v):

@@ -51,11 +51,14 @@ fn part_bench_attributes_cpu_time_to_the_threads_that_did_the_work() {
     assert!(us(&t, "responder_device") > 0.0, "{t}");
     assert!(us(&t, "poster") + us(&t, "requester_device") > 0.0, "{t}");
     assert_eq!(us(&t, "page_in"), 0.0, "{t}");
-    // The page-in alone runs on the benchmark's own thread.
-    let p = by("page_in_alone");
-    assert!(us(&p, "poster") > 0.0, "{p}");
-    for role in ["requester_device", "responder_device", "page_in"] {
-        assert_eq!(us(&p, role), 0.0, "{role}: {p}");
+    // The page-in alone runs on the benchmark's own thread, after evicting there or on
+    // another CPU.
+    for variant in ["page_in_alone", "page_in_elsewhere"] {
+        let p = by(variant);
+        assert!(us(&p, "poster") > 0.0, "{variant}: {p}");
+        for role in ["requester_device", "responder_device", "page_in"] {
+            assert_eq!(us(&p, role), 0.0, "{variant} {role}: {p}");
+        }
     }
     // PIA into evicted pages: the page-in worker brought them in.
     let w = by("pia");
@@ -70,4 +73,14 @@ fn part_bench_attributes_cpu_time_to_the_threads_that_did_the_work() {
     assert!(m["pia_to100_cpu_us_by_thread"]["page_in"].as_f64().unwrap() > 0.0);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert_eq!(m["shared_core_us"].is_number(), cores < 3, "{m}");
+    // The model takes the page-in as the worker meets it.
+    assert_eq!(
+        m["page_in_elsewhere_cpu_us"],
+        v["latency"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["variant"] == "page_in_elsewhere")
+            .unwrap()["cells"][0]["cpu_us"]
+    );
 }

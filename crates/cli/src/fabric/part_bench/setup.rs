@@ -180,6 +180,28 @@ impl Setup {
         Ok(self.dst.evict(0, size)?)
     }
 
+    /// Evicts from a thread pinned to another CPU than the calling thread's (the same CPU
+    /// where the process may use only one): the kernel keeps freed pages on per-CPU lists, and
+    /// a page-in on another CPU than the one that freed them costs more (`page_in_elsewhere`).
+    pub(super) fn evict_elsewhere(&self, size: usize) -> Result<()> {
+        use rustix::thread::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet};
+        let here = sched_getcpu();
+        let allowed = sched_getaffinity(None)?;
+        let other = (0..CpuSet::MAX_CPU).find(|&c| c != here && allowed.is_set(c));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                if let Some(c) = other {
+                    let mut one = CpuSet::new();
+                    one.set(c);
+                    sched_setaffinity(None, &one)?;
+                }
+                self.evict(size)
+            })
+            .join()
+            .expect("the evicting thread")
+        })
+    }
+
     /// The names of both ends' device threads, to tell their CPU time apart.
     pub(super) fn roles(&self) -> super::threads::Roles {
         let name =

@@ -18,11 +18,12 @@ pub(super) const TIMEOUTS_US: [u64; 3] = [100, 500, 1000];
 pub(super) const FRACTIONS: [f64; 5] = [0.0, 0.01, 0.10, 0.50, 1.0];
 
 /// The main table's variants, in the order they run in each round.
-const VARIANTS: [&str; 11] = [
+const VARIANTS: [&str; 12] = [
     "transfer_only",
     "transfer_only_inline",
     "touch_alone",
     "page_in_alone",
+    "page_in_elsewhere",
     "pin_present",
     "pin_not_present",
     "touch_present",
@@ -31,6 +32,28 @@ const VARIANTS: [&str; 11] = [
     "pi4",
     "pio",
 ];
+
+/// What a main-table variant does before its timed part.
+#[derive(Clone, Copy)]
+enum Prep {
+    /// Pages in whatever the variant before left out.
+    Resident,
+    /// Evicts the destination on this thread.
+    Evict,
+    /// Evicts it on another CPU: the page-in then refills its free lists from there, as the
+    /// page-in worker does after an eviction on the benchmark's thread.
+    EvictElsewhere,
+}
+
+impl Prep {
+    fn evict_if(evict: bool) -> Prep {
+        if evict {
+            Prep::Evict
+        } else {
+            Prep::Resident
+        }
+    }
+}
 
 /// The queue pairs of the main table: the inline-fault one (pin and touch variants) and PART
 /// with each policy.
@@ -45,46 +68,48 @@ struct Engines {
 fn variant_job<'a>(e: &'a Engines, name: &str, s: usize) -> Job<'a> {
     let inline = &e.inline;
     type Timed<'a> = Box<dyn FnMut() -> Result<()> + 'a>;
-    let (setup, evict, timed): (&Setup, bool, Timed<'a>) = match name {
-        "transfer_only" => (&e.pia, false, Box::new(move || e.pia.write(s))),
-        "transfer_only_inline" => (inline, false, Box::new(move || inline.write(s))),
+    let (setup, prep, timed): (&Setup, Prep, Timed<'a>) = match name {
+        "transfer_only" => (&e.pia, Prep::Resident, Box::new(move || e.pia.write(s))),
+        "transfer_only_inline" => (inline, Prep::Resident, Box::new(move || inline.write(s))),
         "touch_alone" => (
             inline,
-            true,
+            Prep::Evict,
             Box::new(move || {
                 touch(&inline.dst, s);
                 Ok(())
             }),
         ),
-        "page_in_alone" => (
+        "page_in_alone" | "page_in_elsewhere" => (
             inline,
-            true,
+            if name == "page_in_alone" {
+                Prep::Evict
+            } else {
+                Prep::EvictElsewhere
+            },
             Box::new(move || Ok(inline.dst.page_in_range(0, s).map(drop)?)),
         ),
         "pin_present" | "pin_not_present" => (
             inline,
-            name == "pin_not_present",
+            Prep::evict_if(name == "pin_not_present"),
             Box::new(move || pinned(&inline.dst, s, || inline.write(s))),
         ),
         "touch_present" | "touch_not_present" => (
             inline,
-            name == "touch_not_present",
+            Prep::evict_if(name == "touch_not_present"),
             Box::new(move || {
                 touch(&inline.dst, s);
                 inline.write(s)
             }),
         ),
-        "pia" => (&e.pia, true, Box::new(move || e.pia.write(s))),
-        "pi4" => (&e.pi4, true, Box::new(move || e.pi4.write(s))),
-        _ => (&e.pio, true, Box::new(move || e.pio.write(s))),
+        "pia" => (&e.pia, Prep::Evict, Box::new(move || e.pia.write(s))),
+        "pi4" => (&e.pi4, Prep::Evict, Box::new(move || e.pi4.write(s))),
+        _ => (&e.pio, Prep::Evict, Box::new(move || e.pio.write(s))),
     };
     // Present variants make sure of it: the one before may have left the pages out.
-    let prep = move || {
-        if evict {
-            setup.evict(s)
-        } else {
-            Ok(setup.dst.page_in_range(0, s).map(drop)?)
-        }
+    let prep = move || match prep {
+        Prep::Evict => setup.evict(s),
+        Prep::EvictElsewhere => setup.evict_elsewhere(s),
+        Prep::Resident => Ok(setup.dst.page_in_range(0, s).map(drop)?),
     };
     Job {
         what: format!("{name} {}", human(s)),
