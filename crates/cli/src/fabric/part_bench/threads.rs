@@ -29,6 +29,11 @@ impl Role {
         Role::Other,
     ];
 
+    /// Its place in [`Role::ALL`] and in [`ByRole`].
+    fn index(self) -> usize {
+        self as usize
+    }
+
     pub(super) fn key(self) -> &'static str {
         match self {
             Role::Poster => "poster",
@@ -67,7 +72,11 @@ impl Roles {
 
 /// Nanoseconds on a CPU per thread of this process, with the thread's name, and the calling
 /// thread's own CPU clock before and after reading them (so that reading is never counted).
-pub(super) struct Snapshot(HashMap<i32, (String, u64)>, u64, u64);
+pub(super) struct Snapshot {
+    threads: HashMap<i32, (String, u64)>,
+    own_start: u64,
+    own_end: u64,
+}
 
 impl Snapshot {
     /// Reads every thread's schedstat; threads that end meanwhile are skipped. Empty where
@@ -80,7 +89,11 @@ impl Snapshot {
         };
         let start = own();
         let Ok(dir) = fs::read_dir("/proc/self/task") else {
-            return Snapshot(m, start, own());
+            return Snapshot {
+                threads: m,
+                own_start: start,
+                own_end: own(),
+            };
         };
         for e in dir.flatten() {
             let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
@@ -97,27 +110,30 @@ impl Snapshot {
                 m.insert(tid, (comm.trim_end().to_string(), ns));
             }
         }
-        Snapshot(m, start, own())
+        Snapshot {
+            threads: m,
+            own_start: start,
+            own_end: own(),
+        }
     }
 
     /// Microseconds each role ran since `before` (threads born meanwhile count from 0).
     pub(super) fn since(&self, before: &Snapshot, roles: &Roles) -> Option<ByRole> {
-        if self.0.is_empty() {
+        if self.threads.is_empty() {
             return None;
         }
         let own = rustix::thread::gettid().as_raw_nonzero().get();
         let mut out = ByRole::default();
-        for (tid, (comm, ns)) in &self.0 {
-            let was = before.0.get(tid).map_or(0, |(_, n)| *n);
+        for (tid, (comm, ns)) in &self.threads {
+            let was = before.threads.get(tid).map_or(0, |(_, n)| *n);
             // The running thread's schedstat lags by its current slice: its own clock does not.
             let (ns, was) = if *tid == own {
-                (self.1, before.2)
+                (self.own_start, before.own_end)
             } else {
                 (*ns, was)
             };
             let role = roles.of(*tid, own, comm);
-            out.0[Role::ALL.iter().position(|r| *r == role).expect("role")] +=
-                ns.saturating_sub(was) as f64 / 1e3;
+            out.0[role.index()] += ns.saturating_sub(was) as f64 / 1e3;
         }
         Some(out)
     }
@@ -129,7 +145,7 @@ pub(super) struct ByRole(pub(super) [f64; 5]);
 
 impl ByRole {
     pub(super) fn get(&self, r: Role) -> f64 {
-        self.0[Role::ALL.iter().position(|x| *x == r).expect("role")]
+        self.0[r.index()]
     }
 
     /// `{"poster": µs, "requester_device": µs, ...}`.
@@ -159,13 +175,20 @@ mod tests {
     }
 
     #[test]
+    fn roles_sit_in_their_order() {
+        for (k, r) in Role::ALL.iter().enumerate() {
+            assert_eq!(r.index(), k);
+        }
+    }
+
+    #[test]
     fn a_busy_thread_shows_under_its_role() {
         let roles = Roles {
             requester: Some("part-test-req".into()),
             responder: None,
         };
         let before = Snapshot::take();
-        if before.0.is_empty() {
+        if before.threads.is_empty() {
             return; // no schedstat on this kernel: nothing to attribute
         }
         let (burnt, wait) = std::sync::mpsc::channel();
