@@ -447,8 +447,17 @@ fn readers_follow_a_migration_to_the_target_and_never_return_a_value_it_overwrot
             at
         })
     };
-    // The copy is held to 2 MB/s: the source stays up (its arena frozen) after the switch.
-    let (mut tgt, tgt_addr) = target(&d, "127.0.0.1", &src, &["--migrate-push-rate", "2m"], None);
+    // The copy is held to 512 kB/s: the source stays up (its arena frozen) after the switch,
+    // about 10 s for the 5 MB of units that are not zero (zero units go at once), so that a
+    // reader the machine's load stalls for seconds still asks it and hears the redirect. At
+    // 2 MB/s it stayed 2 s, and a CI run under load saw the udp reader miss it.
+    let (mut tgt, tgt_addr) = target(
+        &d,
+        "127.0.0.1",
+        &src,
+        &["--migrate-push-rate", "512k"],
+        None,
+    );
     let mut op = operator(&d, &src, &tgt_addr);
     let switched = readers.wait(Duration::from_secs(120), moved, &[1, 1]);
     // Rounds set on the target after the switch: the readers see them.
