@@ -11,7 +11,7 @@ use crate::wr::Completion;
 ///
 /// `poll` never blocks (busy polling is calling it in a loop); `wait` sleeps on a condition
 /// variable until a completion arrives or the timeout passes. A thread that drives progress
-/// itself sleeps on its socket instead and registers with [`Cq::sleep_fd`], so that a completion
+/// itself sleeps on its socket instead and registers with `Cq::sleep_fd`, so that a completion
 /// pushed by another thread (a poster's UC completion, the page-in worker) wakes it too.
 pub struct Cq {
     q: Mutex<VecDeque<Completion>>,
