@@ -60,4 +60,5 @@ pub use options::{Progress, QpOptions, QpType, Transport};
 pub use qp::Qp;
 pub use qp_stats::QpStats;
 pub use shm::{Credentials, MAX_HANDOVER};
+pub use udp::{PAGE_IN_THREAD, RECEIVE_THREAD};
 pub use wr::{Completion, RecvWr, SendWr, Status, WcOpcode, WrOp};

@@ -48,6 +48,13 @@ use gso::gso_runs;
 use page_in::{page_in_worker, PageInJob, PAGE_IN_CHUNK};
 pub(crate) use setup::{Agreed, Devices, UdpSetup};
 
+/// Name prefix of a udp device's receive thread, followed by the device's port; with
+/// [`PAGE_IN_THREAD`] it fits the kernel's 15 bytes of a thread name for any port, so tools and
+/// benchmarks can tell the devices of one process apart.
+pub const RECEIVE_THREAD: &str = "remora-rx-";
+/// Name prefix of a udp device's page-in worker, followed by the device's port.
+pub const PAGE_IN_THREAD: &str = "remora-pi-";
+
 /// Packets gathered per transmit batch.
 const BATCH: usize = 64;
 /// Headroom per packet beyond the MTU (headers, pad, ICRC).
@@ -162,7 +169,7 @@ impl Device {
         });
         let weak = Arc::downgrade(&dev);
         std::thread::Builder::new()
-            .name(format!("remora-pi-{}", local.port()))
+            .name(format!("{PAGE_IN_THREAD}{}", local.port()))
             .spawn(move || page_in_worker(weak, jobs))
             .map_err(io_err("spawning the page-in worker"))?;
         let thread = match mode {
@@ -171,7 +178,7 @@ impl Device {
                 let d = dev.clone();
                 Some(
                     std::thread::Builder::new()
-                        .name(format!("remora-rx-{}", local.port()))
+                        .name(format!("{RECEIVE_THREAD}{}", local.port()))
                         .spawn(move || d.run())
                         .map_err(io_err("spawning the receive thread"))?,
                 )

@@ -32,8 +32,8 @@ use hol::hol;
 use measure::{Bench, Cell};
 use setup::pin_check;
 use sweeps::{
-    frequency_sweep, latency_table, one_fault, timeout_sweep, FreqRow, TimeoutRow, FRACTIONS,
-    TIMEOUTS_US,
+    frequency_sweep, latency_table, one_fault, timeout_sweep, variants, FreqRow, TimeoutRow,
+    FRACTIONS, TIMEOUTS_US,
 };
 use threads::Role;
 
@@ -108,7 +108,7 @@ pub fn part_bench(a: PartBenchArgs) -> Result<()> {
         bail!("--sizes: {max} bytes exceeds this benchmark's 1 GiB limit");
     }
     let pin = pin_check(max);
-    let variants = if pin.is_ok() { 12 } else { 10 };
+    let variants = variants(pin.is_ok()).len();
     let cells = sizes.len() * (variants + (TIMEOUTS_US.len() + 1) * 2 + FRACTIONS.len() * 2) + 3;
     let hol_cells = if a.hol_seconds > 0.0 { 6 } else { 0 };
     let b = Bench {

@@ -204,8 +204,10 @@ impl Setup {
 
     /// The names of both ends' device threads, to tell their CPU time apart.
     pub(super) fn roles(&self) -> super::threads::Roles {
-        let name =
-            |q: &remora_fabric::Qp| q.udp_device().map(|a| format!("remora-rx-{}", a.port()));
+        let name = |q: &remora_fabric::Qp| {
+            q.udp_device()
+                .map(|a| format!("{}{}", remora_fabric::RECEIVE_THREAD, a.port()))
+        };
         super::threads::Roles {
             requester: name(&self.pair.req),
             responder: name(&self.pair.resp),

@@ -33,6 +33,14 @@ const VARIANTS: [&str; 12] = [
     "pio",
 ];
 
+/// The main-table variants that run: the pin rows only where pinning is allowed.
+pub(super) fn variants(pin: bool) -> Vec<&'static str> {
+    VARIANTS
+        .into_iter()
+        .filter(|n| pin || !n.starts_with("pin"))
+        .collect()
+}
+
 /// What a main-table variant does before its timed part.
 #[derive(Clone, Copy)]
 enum Prep {
@@ -134,10 +142,7 @@ pub(super) fn latency_table(
         pi4: open(FaultMode::Part, PageInPolicy::Pi4)?,
         pio: open(FaultMode::Part, PageInPolicy::Pio)?,
     };
-    let names: Vec<&str> = VARIANTS
-        .into_iter()
-        .filter(|n| pin || !n.starts_with("pin"))
-        .collect();
+    let names = variants(pin);
     let mut rows: Vec<(String, Vec<Cell>)> =
         names.iter().map(|n| (n.to_string(), Vec::new())).collect();
     for &s in sizes {

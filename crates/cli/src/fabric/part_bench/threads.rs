@@ -62,7 +62,7 @@ impl Roles {
             Role::RequesterDevice
         } else if self.responder.as_deref() == Some(comm) {
             Role::ResponderDevice
-        } else if comm.starts_with("remora-pi-") {
+        } else if comm.starts_with(remora_fabric::PAGE_IN_THREAD) {
             Role::PageIn
         } else {
             Role::Other
