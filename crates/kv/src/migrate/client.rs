@@ -260,7 +260,20 @@ fn follow(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    if !matches!(last.state.as_str(), "moved" | "done") {
+    // A small cache moves in full between two looks at the source (every 100 ms): armed, then
+    // gone. The target says whether it took over.
+    let took_over = || {
+        Conn::open(to)
+            .ok()
+            .and_then(|mut c| c.stats())
+            .is_some_and(|m| matches!(progress(&m, t0).state.as_str(), "pulling" | "complete"))
+    };
+    let handed_over = match last.state.as_str() {
+        "moved" | "done" => true,
+        "armed" => took_over(),
+        _ => false,
+    };
+    if !handed_over {
         return Err(ClientError::Failed(format!(
             "ended: the source {source} went away in state `{}`",
             last.state
