@@ -382,3 +382,78 @@ impl Printer {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::TcpListener;
+
+    /// A text server on loopback that answers each line with `reply(line)` (None: hang up),
+    /// one connection after another.
+    fn fake(mut reply: impl FnMut(&str) -> Option<String> + Send + 'static) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(s) = s else { return };
+                let mut w = s.try_clone().unwrap();
+                for line in BufReader::new(s).lines() {
+                    let Ok(line) = line else { break };
+                    match reply(&line) {
+                        Some(r) => {
+                            if w.write_all(r.as_bytes()).is_err() {
+                                break;
+                            }
+                        }
+                        None => break,
+                    }
+                }
+            }
+        });
+        addr
+    }
+
+    /// A source that is armed, seen armed once, then gone: the whole copy ran between two looks.
+    fn source_gone_after_armed() -> String {
+        let mut looks = 0;
+        fake(move |line| {
+            if line.starts_with("migrate to ") {
+                return Some("SECRET 0123456789abcdef0123456789abcdef\r\n".into());
+            }
+            looks += 1;
+            (looks == 1).then(|| "STAT migrate_state armed\r\nEND\r\n".into())
+        })
+    }
+
+    fn target_in(state: &'static str) -> String {
+        fake(move |_| {
+            Some(format!(
+                "STAT migrate_state {state}\r\nSTAT migrate_units_present 4\r\n\
+                 STAT migrate_units_total 4\r\nSTAT migrate_bytes_total 4096\r\nEND\r\n"
+            ))
+        })
+    }
+
+    #[test]
+    fn a_source_gone_while_armed_handed_over_when_the_target_took_over() {
+        let tgt = target_in("complete");
+        let src = source_gone_after_armed();
+        let s = migrate(&src, &tgt, None, Duration::from_secs(5), &mut |_| {
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        assert_eq!(s.bytes, 4096);
+    }
+
+    #[test]
+    fn a_source_gone_while_armed_failed_when_the_target_did_not_take_over() {
+        let tgt = target_in("idle");
+        let src = source_gone_after_armed();
+        let e = migrate(&src, &tgt, None, Duration::from_secs(5), &mut |_| {
+            ControlFlow::Continue(())
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("went away in state `armed`"), "{e}");
+    }
+}
